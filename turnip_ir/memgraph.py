@@ -1,0 +1,147 @@
+"""The memgraph: a taskgraph whose every tensor has a planned location, plus offloads, reloads and memory edges.
+
+This is what the compiler writes and the runtime reads. Nodes are kept in a topological order of all
+edges (data `inputs` and memory `mem_deps`). `to_json`/`from_json` implement `turnip.memgraph/1`; beyond
+the contract's fields each node also carries `shape`, `dtype`, optional kernel `attrs`, and
+`redundant_deps`: memory edges that a data path already implies, kept only so pictures can dash them
+(the runtime ignores them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnip_ir.kernels import Shape, nbytes
+
+MEMGRAPH_FORMAT = "turnip.memgraph/1"
+MEMGRAPH_OPS = ("input", "kernel", "move", "offload", "reload")
+
+
+@dataclass
+class MemNode:
+    """One memgraph vertex."""
+
+    id: int
+    op: str
+    """One of MEMGRAPH_OPS."""
+    task: str
+    """The taskgraph id of the tensor this node produces, or moves (offload, reload)."""
+    device: int | None
+    """The GPU it runs on; None only for an input that starts in CPU storage."""
+    loc: tuple[int, int] | None
+    """(offset, size) in its GPU's budget, written by this node; None for offload and storage inputs."""
+    storage: tuple[int, int] | None
+    """(offset, size) in CPU storage: written by an offload, held by a storage-resident input."""
+    inputs: tuple[int, ...]
+    mem_deps: tuple[int, ...] = ()
+    kernel: str | None = None
+    shape: Shape | None = None
+    dtype: str | None = None
+    attrs: dict = field(default_factory=dict)
+    redundant_deps: tuple[int, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        if self.shape is not None and self.dtype is not None:
+            return nbytes(self.shape, self.dtype)
+        region = self.loc or self.storage
+        return region[1] if region else 0
+
+    def deps(self) -> tuple[int, ...]:
+        """Every node that must finish before this one starts."""
+        return self.inputs + self.mem_deps
+
+
+class MemGraph:
+    """A planned graph: `nodes` in topological order, a per-GPU `budget`, and the outputs' final holders."""
+
+    def __init__(self, devices: int, budget: int):
+        self.devices = devices
+        self.budget = budget
+        self.nodes: list[MemNode] = []
+        self.outputs: dict[str, int] = {}
+
+    def add(self, node: MemNode) -> MemNode:
+        self.nodes.append(node)
+        return node
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def by_id(self) -> dict[int, MemNode]:
+        return {node.id: node for node in self.nodes}
+
+    @property
+    def storage_bytes(self) -> int:
+        """Size of the CPU storage buffer: the end of the highest storage region."""
+        return max((node.storage[0] + node.storage[1] for node in self.nodes if node.storage), default=0)
+
+    def count(self, op: str) -> int:
+        return sum(1 for node in self.nodes if node.op == op)
+
+    # ----- formats ------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "format": MEMGRAPH_FORMAT,
+            "devices": self.devices,
+            "budget": self.budget,
+            "nodes": [_node_json(node) for node in self.nodes],
+            "outputs": dict(self.outputs),
+        }
+
+    def dumps(self) -> str:
+        """Compact JSON, one node per line, so that big graphs stay diffable and fast to write."""
+        doc = self.to_json()
+        nodes = ",\n  ".join(json.dumps(node, separators=(",", ":")) for node in doc["nodes"])
+        head = {k: v for k, v in doc.items() if k not in ("nodes", "outputs")}
+        text = json.dumps(head)[:-1]
+        return f'{text}, "nodes": [\n  {nodes}],\n "outputs": {json.dumps(doc["outputs"])}}}\n'
+
+    @classmethod
+    def from_json(cls, doc) -> MemGraph:
+        from turnip_ir.json_memgraph import memgraph_from_json
+
+        return memgraph_from_json(doc)
+
+    @classmethod
+    def load(cls, path: str | Path) -> MemGraph:
+        from turnip_ir.io import load_memgraph
+
+        return load_memgraph(path)
+
+    def to_ir(self):
+        from turnip_ir.convert import memgraph_to_ir
+
+        return memgraph_to_ir(self)
+
+    @classmethod
+    def from_ir(cls, module) -> MemGraph:
+        from turnip_ir.convert import memgraph_from_ir
+
+        return memgraph_from_ir(module)
+
+
+def _node_json(node: MemNode) -> dict:
+    entry: dict = {"id": node.id, "op": node.op}
+    if node.kernel is not None:
+        entry["kernel"] = node.kernel
+    entry["task"] = node.task
+    if node.device is not None:
+        entry["device"] = node.device
+    if node.loc is not None:
+        entry["loc"] = list(node.loc)
+    if node.storage is not None:
+        entry["storage"] = list(node.storage)
+    entry["inputs"] = list(node.inputs)
+    entry["mem_deps"] = list(node.mem_deps)
+    if node.redundant_deps:
+        entry["redundant_deps"] = list(node.redundant_deps)
+    if node.shape is not None:
+        entry["shape"] = list(node.shape)
+    if node.dtype is not None:
+        entry["dtype"] = node.dtype
+    if node.attrs:
+        entry["attrs"] = dict(node.attrs)
+    return entry

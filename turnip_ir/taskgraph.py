@@ -1,0 +1,247 @@
+"""The taskgraph: tensor operations placed on GPUs, as plain Python data, with a builder and JSON I/O.
+
+A `TaskGraph` keeps its nodes in a topological order (every node after its inputs). The builder methods
+(`input`, `matmul`, `move`, ...) infer shapes through the kernel table, so a graph that builds is
+well-typed. `to_json`/`from_json` implement the `turnip.taskgraph/1` contract; `to_ir`/`from_ir` live in
+`turnip_ir.convert` and are re-exported here as methods.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnip_ir.errors import InputError, TurnipError
+from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, kernel, nbytes
+
+TASKGRAPH_FORMAT = "turnip.taskgraph/1"
+
+
+@dataclass
+class TaskNode:
+    """One taskgraph vertex: an input tensor, a kernel call, or a GPU-to-GPU move."""
+
+    id: str
+    op: str
+    """'input', 'move', or a kernel name."""
+    inputs: tuple[str, ...]
+    shape: Shape
+    dtype: str
+    device: int | None
+    """The GPU; for a move its destination. None only for kernels not yet placed."""
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes(self.shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A handle the builder returns: the id of a node plus its type, for chaining calls."""
+
+    id: str
+    shape: Shape
+    dtype: str
+    device: int | None
+
+
+TensorLike = Tensor | str
+
+
+class TaskGraph:
+    """A taskgraph under construction or loaded from a file."""
+
+    def __init__(self, devices: int = 1):
+        if devices < 1:
+            raise InputError(f"a taskgraph needs at least 1 device, got {devices}")
+        self.devices = devices
+        self.nodes: dict[str, TaskNode] = {}
+        self.outputs: list[str] = []
+        self._counter = 0
+
+    # ----- building -------------------------------------------------------------------------------
+    def input(self, shape: Sequence[int], dtype: str = "float32", device: int = 0, id: str | None = None) -> Tensor:
+        """An input tensor that lives on `device` before the run starts."""
+        node_id = self._fresh(id, "in")
+        self._check_dtype(dtype, node_id)
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise InputError(f"node '{node_id}': negative dimension in shape {list(shape)}")
+        return self._add(TaskNode(node_id, "input", (), shape, dtype, self._check_device(device, node_id)))
+
+    def kernel(self, name: str, *inputs: TensorLike, device: int | None = None, id: str | None = None, **attrs) -> Tensor:
+        """A call of kernel `name` on `inputs`; its shape and dtype are inferred."""
+        spec = kernel(name)
+        node_id = self._fresh(id, name)
+        ids = tuple(self._ref(x, node_id) for x in inputs)
+        attrs = {k: spec.attrs[k](v) if k in spec.attrs else v for k, v in attrs.items()}
+        shape, dtype = self._infer(spec.name, ids, attrs, node_id)
+        dev = None if device is None else self._check_device(device, node_id)
+        return self._add(TaskNode(node_id, name, ids, shape, dtype, dev, attrs))
+
+    def move(self, x: TensorLike, device: int, id: str | None = None) -> Tensor:
+        """Copy `x` from its GPU to `device`."""
+        node_id = self._fresh(id, "move")
+        src = self.nodes[self._ref(x, node_id)]
+        dev = self._check_device(device, node_id)
+        return self._add(TaskNode(node_id, "move", (src.id,), src.shape, src.dtype, dev))
+
+    def output(self, *xs: TensorLike) -> None:
+        """Mark tensors as outputs of the graph: they survive to the end of the run."""
+        for x in xs:
+            ref = self._ref(x, "output")
+            if ref not in self.outputs:
+                self.outputs.append(ref)
+
+    def matmul(self, a: TensorLike, b: TensorLike, **kw) -> Tensor:
+        return self.kernel("matmul", a, b, **kw)
+
+    def einsum(self, equation: str, *xs: TensorLike, **kw) -> Tensor:
+        return self.kernel("einsum", *xs, equation=equation, **kw)
+
+    def add(self, a: TensorLike, b: TensorLike, **kw) -> Tensor:
+        return self.kernel("add", a, b, **kw)
+
+    def sub(self, a: TensorLike, b: TensorLike, **kw) -> Tensor:
+        return self.kernel("sub", a, b, **kw)
+
+    def mul(self, a: TensorLike, b: TensorLike, **kw) -> Tensor:
+        return self.kernel("mul", a, b, **kw)
+
+    def relu(self, x: TensorLike, **kw) -> Tensor:
+        return self.kernel("relu", x, **kw)
+
+    def gelu(self, x: TensorLike, **kw) -> Tensor:
+        return self.kernel("gelu", x, **kw)
+
+    def silu(self, x: TensorLike, **kw) -> Tensor:
+        return self.kernel("silu", x, **kw)
+
+    def exp(self, x: TensorLike, **kw) -> Tensor:
+        return self.kernel("exp", x, **kw)
+
+    def scale(self, x: TensorLike, factor: float, **kw) -> Tensor:
+        return self.kernel("scale", x, factor=factor, **kw)
+
+    def softmax(self, x: TensorLike, **kw) -> Tensor:
+        return self.kernel("softmax", x, **kw)
+
+    def rmsnorm(self, x: TensorLike, weight: TensorLike | None = None, eps: float | None = None, **kw) -> Tensor:
+        extra = {} if eps is None else {"eps": eps}
+        operands = (x,) if weight is None else (x, weight)
+        return self.kernel("rmsnorm", *operands, **extra, **kw)
+
+    # ----- queries ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, node_id: str) -> TaskNode:
+        return self.nodes[node_id]
+
+    def tensor(self, node_id: str) -> Tensor:
+        node = self.nodes[node_id]
+        return Tensor(node.id, node.shape, node.dtype, node.device)
+
+    def consumers(self) -> dict[str, list[str]]:
+        """Node id -> ids of the nodes that read it, in graph order."""
+        users: dict[str, list[str]] = {node_id: [] for node_id in self.nodes}
+        for node in self.nodes.values():
+            for src in node.inputs:
+                users[src].append(node.id)
+        return users
+
+    def effective_outputs(self) -> list[str]:
+        """The declared outputs, or every node nobody reads when none are declared."""
+        if self.outputs:
+            return list(self.outputs)
+        users = self.consumers()
+        return [node_id for node_id, readers in users.items() if not readers]
+
+    # ----- formats ----------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """The `turnip.taskgraph/1` document."""
+        nodes = []
+        for node in self.nodes.values():
+            entry: dict = {"id": node.id, "op": node.op}
+            if node.device is not None:
+                entry["device"] = node.device
+            if node.inputs:
+                entry["inputs"] = list(node.inputs)
+            entry["shape"] = list(node.shape)
+            entry["dtype"] = node.dtype
+            if node.attrs:
+                entry["attrs"] = dict(node.attrs)
+            nodes.append(entry)
+        return {"format": TASKGRAPH_FORMAT, "devices": self.devices, "nodes": nodes, "outputs": list(self.outputs)}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> TaskGraph:
+        """Load a `turnip.taskgraph/1` document; nodes may come in any order."""
+        from turnip_ir.json_taskgraph import taskgraph_from_json
+
+        return taskgraph_from_json(doc)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TaskGraph:
+        """Load a taskgraph from `.json` or `.mlir`."""
+        from turnip_ir.io import load_taskgraph
+
+        return load_taskgraph(path)
+
+    def to_ir(self):
+        from turnip_ir.convert import taskgraph_to_ir
+
+        return taskgraph_to_ir(self)
+
+    @classmethod
+    def from_ir(cls, module) -> TaskGraph:
+        from turnip_ir.convert import taskgraph_from_ir
+
+        return taskgraph_from_ir(module)
+
+    # ----- internals --------------------------------------------------------------------------------
+    def _add(self, node: TaskNode) -> Tensor:
+        self.nodes[node.id] = node
+        return Tensor(node.id, node.shape, node.dtype, node.device)
+
+    def _fresh(self, wanted: str | None, prefix: str) -> str:
+        if wanted is not None:
+            if not isinstance(wanted, str) or not wanted:
+                raise InputError(f"node id {wanted!r} must be a non-empty string")
+            if wanted in self.nodes:
+                raise InputError(f"node '{wanted}': duplicate id")
+            return wanted
+        while True:
+            self._counter += 1
+            candidate = f"{prefix}{self._counter}"
+            if candidate not in self.nodes:
+                return candidate
+
+    def _ref(self, x: TensorLike, user: str) -> str:
+        ref = x.id if isinstance(x, Tensor) else x
+        if ref not in self.nodes:
+            raise InputError(f"node '{user}': input '{ref}' is not defined")
+        return ref
+
+    def _check_device(self, device: int, node_id: str) -> int:
+        if not isinstance(device, int) or isinstance(device, bool) or not 0 <= device < self.devices:
+            raise InputError(f"node '{node_id}': device {device!r} is not in [0, {self.devices})")
+        return device
+
+    def _check_dtype(self, dtype: str, node_id: str) -> None:
+        if dtype not in DTYPE_BYTES:
+            raise InputError(f"node '{node_id}': unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})")
+
+    def _infer(self, name: str, ids: Iterable[str], attrs: dict, node_id: str) -> tuple[Shape, str]:
+        shapes = [self.nodes[i].shape for i in ids]
+        dtypes = [self.nodes[i].dtype for i in ids]
+        try:
+            return KERNELS[name].infer(shapes, dtypes, attrs)
+        except TurnipError as err:
+            raise type(err)(f"node '{node_id}': {err}") from None

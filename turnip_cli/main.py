@@ -1,0 +1,41 @@
+"""`turnip`: the user-facing command. Subcommands live in their own modules and stay thin.
+
+Each subcommand module has `add_arguments(parser)` and `run(args) -> int`. `TurnipError`s become one
+line on stderr and their exit code; nothing else a user can cause prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from turnip_ir.errors import TurnipError
+
+SUBCOMMANDS = {
+    "run": ("turnip_cli.run_cmd", "compile (if needed) and execute a graph"),
+    "viz": ("turnip_cli.viz_cmd", "draw a taskgraph or memgraph with graphviz"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="turnip", description="Turnip: run computations larger than GPU memory")
+    sub = parser.add_subparsers(dest="command", required=True)
+    modules = {}
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        modules[name] = module
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    try:
+        return modules[args.command].run(args)
+    except TurnipError as err:
+        print(f"turnip {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"turnip {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,10 +28,10 @@ def blocked_matmul(n: int = 256, blocks: int = 2, devices: int = 3, dtype: str =
             total = None
             for k in range(blocks):
                 dev = (i + k + j) % devices
-                lhs = _on(g, a[i, k], dev, f"A{i}{k}@{dev}")
-                rhs = _on(g, b[k, j], dev, f"B{k}{j}@{dev}")
+                lhs = _on(g, a[i, k], dev, f"A{i}{k}.to{dev}")
+                rhs = _on(g, b[k, j], dev, f"B{k}{j}.to{dev}")
                 part = g.matmul(lhs, rhs, device=dev, id=f"P{i}{j}{k}")
-                part = _on(g, part, owner, f"P{i}{j}{k}@{owner}")
+                part = _on(g, part, owner, f"P{i}{j}{k}.to{owner}")
                 total = part if total is None else g.add(total, part, device=owner, id=f"S{i}{j}{k}")
             g.output(total)
     return g
@@ -56,7 +56,7 @@ def ffn_stack(layers: int = 4, tokens: int = 64, hidden: int = 128, ffn: int = 2
     for layer in range(layers):
         dev = layer * devices // layers
         if x.device != dev:
-            x = g.move(x, dev, id=f"x{layer}@{dev}")
+            x = g.move(x, dev, id=f"x{layer}.to{dev}")
         w1 = g.input((hidden, ffn), dtype, device=dev, id=f"w1_{layer}")
         w2 = g.input((ffn, hidden), dtype, device=dev, id=f"w2_{layer}")
         h = g.rmsnorm(x, device=dev, id=f"norm{layer}")
@@ -106,11 +106,11 @@ def random_taskgraph(
             pools[s].append(g.move(a, dest, id=f"t{i}"))
             continue
         dev = a.device if rng.random() < 0.8 else rng.randrange(devices)
-        a = _on(g, a, dev, f"{a.id}@{dev}")
+        a = _on(g, a, dev, f"{a.id}.to{dev}")
         op = rng.choice(UNARY + BINARY)
         if op in BINARY:
             b = rng.choice(pool)
-            b = _on(g, b, dev, f"{b.id}@{dev}")
+            b = _on(g, b, dev, f"{b.id}.to{dev}")
             out = g.kernel(op, a, b, device=dev, id=f"t{i}")
             if op == "matmul":
                 out = g.scale(out, 1.0 / s, device=dev, id=f"t{i}s")

@@ -1,0 +1,126 @@
+"""`turnip-opt`: the compiler driver, a thin `xDSLOptMain` subclass.
+
+`turnip-opt FILE [-p PIPELINE] [--emit mlir|json|dot] [-o OUT] [--stats]`. FILE is `.mlir` or `.json`
+(either format). Only the builtin and turnip dialects are registered, which keeps start-up short.
+Output is written only when everything succeeded (atomically), so a failed run leaves OUT untouched.
+Exit codes: 0 ok, 1 bad input (syntax, fields, pipeline), 2 impossible budget, 3 verifier failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from io import StringIO
+from typing import IO
+
+from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from turnip_ir.dialect import Turnip
+from turnip_ir.errors import InputError, TurnipError
+from turnip_ir.io import check_module, graph_to_module, module_to_graph, module_text, parse_ir, parse_json, write_atomic
+
+EMITS = ("mlir", "json", "dot")
+
+
+class TurnipOptMain(xDSLOptMain):
+    """xDSL's optimizer driver with turnip's dialect, passes, JSON frontend and json/dot targets."""
+
+    def register_all_dialects(self) -> None:
+        self.ctx.register_dialect("builtin", lambda: Builtin)
+        self.ctx.register_dialect("turnip", lambda: Turnip)
+
+    def register_all_frontends(self) -> None:
+        def mlir(stream: IO[bytes]) -> ModuleOp:
+            return parse_ir(stream.read().decode("utf-8", "replace"), self.get_input_name(), self.ctx)
+
+        def json_graph(stream: IO[bytes]) -> ModuleOp:
+            graph = parse_json(stream.read().decode("utf-8", "replace"), self.get_input_name())
+            return graph_to_module(graph)
+
+        self.available_frontends["mlir"] = mlir
+        self.available_frontends["json"] = json_graph
+
+    def register_all_passes(self) -> None:
+        from passes.registry import all_passes
+
+        for name, factory in all_passes().items():
+            self.register_pass(name, factory)
+
+    def register_all_targets(self) -> None:
+        super().register_all_targets()
+        self.available_targets["json"] = lambda module, out: out.write(_emit(module, "json"))
+        self.available_targets["dot"] = lambda module, out: out.write(_emit(module, "dot"))
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument("--emit", choices=EMITS, default=None, help="output format (default mlir); same as -t")
+        arg_parser.add_argument("--stats", action="store_true", help="print compile statistics (ops, offload bytes, edges, peak memory, time per pass)")
+
+    def setup_pipeline(self) -> None:
+        if self.args.emit is not None:
+            self.args.target = self.args.emit
+        super().setup_pipeline()
+
+    def prepare_output(self) -> IO[str]:
+        self.buffer = _Buffer()
+        return self.buffer
+
+    def apply_passes(self, prog: ModuleOp) -> None:
+        super().apply_passes(prog)
+        check_module(prog, self.get_input_name())
+
+
+class _Buffer(StringIO):
+    """Collects the output; xDSL closes its output stream, but we write the file only on success."""
+
+    def close(self) -> None:
+        pass
+
+
+def _emit(module: ModuleOp, emit: str) -> str:
+    graph = module_to_graph(module)
+    if emit == "json":
+        return graph.dumps() if hasattr(graph, "budget") else graph.dumps() + "\n"
+    from turnip_ir.dot import graph_dot
+
+    return graph_dot(graph).source
+
+
+def _fail(message: str, code: int) -> int:
+    message = message[:1].lower() + message[1:]
+    print(f"turnip-opt: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    from passes.stats import collecting
+
+    try:
+        with collecting() as stats:
+            tool = TurnipOptMain(description="turnip-opt: compile taskgraphs into memgraphs", args=argv)
+            tool.run()
+        text = tool.buffer.getvalue()
+        if tool.args.output_file:
+            write_atomic(tool.args.output_file, text)
+        else:
+            sys.stdout.write(text)
+        if tool.args.stats:
+            print(stats.table(), file=sys.stdout if tool.args.output_file else sys.stderr)
+        return 0
+    except TurnipError as err:
+        return _fail(str(err), err.exit_code)
+    except ParseError as err:
+        where = err.span.get_location()
+        return _fail(f"{where.name}:{where.line}:{where.col}: {err.msg}", 1)
+    except (VerifyException, DiagnosticException) as err:
+        return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__, 1)
+    except (ValueError, ArgSpecParseError) as err:
+        return _fail(" ".join(str(err).split()), 1)
+    except OSError as err:
+        return _fail(f"{err.filename}: {err.strerror}", 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Conversions between the Python graphs (`TaskGraph`, `MemGraph`) and `turnip` IR modules.
+
+Passes convert a module once on entry and once on exit, never text. Identity survives the trip:
+a taskgraph id is the value's name when it is a valid SSA name (`%x`), and a `task` property
+otherwise; a memgraph node `N` is the value `%nN` and carries its taskgraph id in `task`.
+The module's attributes hold `turnip.devices` and, for a memgraph, `turnip.budget`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.irdl import IRDLOperation
+
+from turnip_ir.dialect import (
+    KERNEL_OPS,
+    InputOp,
+    KernelOp,
+    MemLocAttr,
+    MoveOp,
+    OffloadOp,
+    OutputOp,
+    ReloadOp,
+    StorageAttr,
+    TurnipOp,
+    shape_and_dtype,
+    tensor_type,
+)
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MemGraph, MemNode
+from turnip_ir.taskgraph import TaskGraph, TaskNode
+
+DEVICES_ATTR = "turnip.devices"
+BUDGET_ATTR = "turnip.budget"
+_PLAIN_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*")
+_SUFFIX = re.compile(r"_\d+$")
+_NODE_NAME = re.compile(r"n(\d+)")
+
+
+def _safe_hint(text: str) -> str:
+    hint = re.sub(r"[^\w$.-]", ".", text)
+    return hint if _PLAIN_NAME.fullmatch(hint) else f"v{hint}"
+
+
+def _module(devices: int, budget: int | None, ops: list[Operation]) -> ModuleOp:
+    attrs = {DEVICES_ATTR: IntegerAttr(devices, i64)}
+    if budget is not None:
+        attrs[BUDGET_ATTR] = IntegerAttr(budget, i64)
+    return ModuleOp(Region(Block(ops)), attributes=attrs)
+
+
+def _kernel_props(name: str, attrs: dict) -> dict:
+    props = {}
+    for key, value in attrs.items():
+        props[key] = StringAttr(value) if isinstance(value, str) else FloatAttr(float(value), f64)
+    return props
+
+
+def _vertex_op(op: str, kernel: str | None, inputs, deps, redundant, result_type, props) -> IRDLOperation:
+    """Build one vertex op; `props` holds already-made attributes (device, loc, storage, task, ...)."""
+    if op == "input":
+        return InputOp.build(result_types=[result_type, _token()], properties=props)
+    segments = [list(inputs), list(deps), list(redundant)]
+    cls = {"move": MoveOp, "offload": OffloadOp, "reload": ReloadOp}.get(op) or KERNEL_OPS[kernel]
+    return cls.build(operands=segments, result_types=[result_type, _token()], properties=props)
+
+
+def _token():
+    from turnip_ir.dialect import TokenType
+
+    return TokenType()
+
+
+def _name(op: IRDLOperation, hint: str) -> None:
+    op.results[0].name_hint = hint
+    op.results[1].name_hint = f"{hint}t"
+
+
+# ----- taskgraph ----------------------------------------------------------------------------------------
+
+
+def taskgraph_to_ir(graph: TaskGraph) -> ModuleOp:
+    values: dict[str, SSAValue] = {}
+    ops: list[Operation] = []
+    for node in graph.nodes.values():
+        props: dict = {}
+        if node.device is not None:
+            props["device"] = IntegerAttr(node.device, i64)
+        plain = _PLAIN_NAME.fullmatch(node.id) and not _SUFFIX.search(node.id)
+        if not plain:
+            props["task"] = StringAttr(node.id)
+        props.update(_kernel_props(node.op, node.attrs))
+        kind = node.op if node.op in ("input", "move") else "kernel"
+        op = _vertex_op(kind, node.op, [values[i] for i in node.inputs], [], [], tensor_type(node.shape, node.dtype), props)
+        _name(op, node.id if plain else _safe_hint(node.id))
+        values[node.id] = op.results[0]
+        ops.append(op)
+    if graph.outputs:
+        ops.append(OutputOp.build(operands=[[values[i] for i in graph.outputs]]))
+    return _module(graph.devices, None, ops)
+
+
+def _module_int(module: ModuleOp, name: str, required: bool = True) -> int | None:
+    attr = module.attributes.get(name)
+    if attr is None:
+        if required:
+            raise InputError(f"module needs the attribute {name}")
+        return None
+    if not isinstance(attr, IntegerAttr):
+        raise InputError(f"module attribute {name} must be an integer")
+    return attr.value.data
+
+
+def module_devices(module: ModuleOp) -> int:
+    """`turnip.devices`, or one more than the highest device any op names when the attribute is absent."""
+    if DEVICES_ATTR in module.attributes:
+        return _module_int(module, DEVICES_ATTR)
+    used = [0]
+    for op in module.ops:
+        if isinstance(op, TurnipOp):
+            used.append(op.loc.device.data if op.loc is not None else op.device.value.data if op.device is not None else 0)
+    return max(used) + 1
+
+
+def is_memgraph(module: ModuleOp) -> bool:
+    return BUDGET_ATTR in module.attributes
+
+
+def _task_ids(module: ModuleOp) -> dict[SSAValue, str]:
+    """The taskgraph id of each vertex value: its `task` property, else its name, else a fresh one."""
+    ids: dict[SSAValue, str] = {}
+    taken: set[str] = set()
+    for index, op in enumerate(module.ops):
+        if not isinstance(op, TurnipOp):
+            continue
+        if op.task is not None:
+            ident = op.task.data
+        else:
+            base = op.result.name_hint or f"t{index}"
+            ident, k = base, 0
+            while ident in taken:  # the printer wrote a repeated name as name_1, name_2, ...
+                k += 1
+                ident = f"{base}_{k}"
+        if ident in taken:
+            raise InputError(f"{op.name}: duplicate task id '{ident}'")
+        taken.add(ident)
+        ids[op.result] = ident
+    return ids
+
+
+def taskgraph_from_ir(module: ModuleOp) -> TaskGraph:
+    graph = TaskGraph(module_devices(module))
+    ids = _task_ids(module)
+    for op in module.ops:
+        if isinstance(op, OutputOp):
+            graph.output(*[ids[v] for v in op.values])
+        elif isinstance(op, (OffloadOp, ReloadOp)) or (isinstance(op, TurnipOp) and op.loc is not None):
+            raise InputError(f"{op.label()}: a taskgraph has no locations, offloads or reloads (this is a memgraph)")
+        elif isinstance(op, TurnipOp):
+            shape, dtype = shape_and_dtype(op.result.type)
+            device = op.device.value.data if op.device is not None else None
+            inputs = tuple(ids[v] for v in _data_operands(op))
+            kind = "input" if isinstance(op, InputOp) else "move" if isinstance(op, MoveOp) else op.KERNEL
+            attrs = op.kernel_attrs() if isinstance(op, KernelOp) else {}
+            graph.nodes[ids[op.result]] = TaskNode(ids[op.result], kind, inputs, shape, dtype, device, attrs)
+    return graph
+
+
+def _data_operands(op: TurnipOp) -> list[SSAValue]:
+    if isinstance(op, KernelOp):
+        return list(op.ins)
+    if isinstance(op, InputOp):
+        return []
+    return [op.input]
+
+
+# ----- memgraph -----------------------------------------------------------------------------------------
+
+
+def memgraph_to_ir(graph: MemGraph) -> ModuleOp:
+    values: dict[int, IRDLOperation] = {}
+    ops: list[Operation] = []
+    for node in graph.nodes:
+        if node.shape is None or node.dtype is None:
+            raise InputError(f"node {node.id}: needs 'shape' and 'dtype' to be written as IR")
+        op = _vertex_op(
+            node.op,
+            node.kernel,
+            [values[i].results[0] for i in node.inputs],
+            [values[i].results[1] for i in node.mem_deps],
+            [values[i].results[1] for i in node.redundant_deps],
+            tensor_type(node.shape, node.dtype),
+            _mem_props(node),
+        )
+        _name(op, f"n{node.id}")
+        values[node.id] = op
+        ops.append(op)
+    if graph.outputs:
+        ops.append(OutputOp.build(operands=[[values[i].results[0] for i in graph.outputs.values()]]))
+    return _module(graph.devices, graph.budget, ops)
+
+
+def _mem_props(node: MemNode) -> dict:
+    props: dict = {"task": StringAttr(node.task)}
+    if node.loc is not None:
+        props["loc"] = MemLocAttr.get(node.device, *node.loc)
+    if node.storage is not None:
+        props["storage"] = StorageAttr.get(*node.storage)
+    if node.device is not None and (node.loc is None or node.op == "move"):
+        props["device"] = IntegerAttr(node.device, i64)
+    props.update(_kernel_props(node.kernel or "", node.attrs))
+    return props
+
+
+def _node_ids(module: ModuleOp) -> dict[SSAValue, int]:
+    named = [op for op in module.ops if isinstance(op, TurnipOp)]
+    ids: dict[SSAValue, int] = {}
+    for op in named:
+        match = _NODE_NAME.fullmatch(op.result.name_hint or "")
+        if match and int(match.group(1)) not in ids.values():
+            ids[op.result] = int(match.group(1))
+    fresh = max(ids.values(), default=-1) + 1
+    for op in named:
+        if op.result not in ids:
+            ids[op.result] = fresh
+            fresh += 1
+    return ids
+
+
+def memgraph_from_ir(module: ModuleOp) -> MemGraph:
+    graph = MemGraph(module_devices(module), _module_int(module, BUDGET_ATTR))
+    ids = _node_ids(module)
+    tasks = _task_ids(module)
+    token_ids = {op.results[1]: ids[op.results[0]] for op in module.ops if isinstance(op, TurnipOp)}
+    made: dict[int, MemNode] = {}
+    for op in module.ops:
+        if isinstance(op, OutputOp):
+            for v in op.values:
+                graph.outputs[made[ids[v]].task] = ids[v]
+        elif isinstance(op, TurnipOp):
+            node = graph.add(_mem_node(op, ids, tasks, token_ids, made))
+            made[node.id] = node
+    return graph
+
+
+def _mem_node(op: TurnipOp, ids, tasks, token_ids, made: dict[int, MemNode]) -> MemNode:
+    shape, dtype = shape_and_dtype(op.result.type)
+    loc = (op.loc.offset.data, op.loc.size.data) if op.loc is not None else None
+    device = op.loc.device.data if op.loc is not None else op.device.value.data if op.device is not None else None
+    inputs = tuple(ids[v] for v in _data_operands(op))
+    if isinstance(op, OffloadOp) and device is None:
+        device = made[inputs[0]].device
+    storage = getattr(op, "storage", None)
+    kind = {InputOp: "input", MoveOp: "move", OffloadOp: "offload", ReloadOp: "reload"}.get(type(op), "kernel")
+    return MemNode(
+        id=ids[op.result],
+        op=kind,
+        task=tasks[op.result],
+        device=device,
+        loc=loc,
+        storage=(storage.offset.data, storage.size.data) if storage is not None else None,
+        inputs=inputs,
+        mem_deps=tuple(token_ids[t] for t in getattr(op, "deps", ())),
+        kernel=op.KERNEL if isinstance(op, KernelOp) else None,
+        shape=shape,
+        dtype=dtype,
+        attrs=op.kernel_attrs() if isinstance(op, KernelOp) else {},
+        redundant_deps=tuple(token_ids[t] for t in getattr(op, "redundant", ())),
+    )
+
+
+def replace_module(module: ModuleOp, new: ModuleOp) -> None:
+    """Swap `module`'s body and attributes for `new`'s, in place (a pass's single write-back)."""
+    block = module.body.block
+    for op in reversed(list(block.ops)):
+        op.detach()
+        op.erase(safe_erase=False)
+    new_block = new.body.block
+    for op in list(new_block.ops):
+        op.detach()
+        block.add_op(op)
+    module.attributes.clear()
+    module.attributes.update(new.attributes)

@@ -1,0 +1,306 @@
+"""The `turnip` xDSL dialect: taskgraphs and memgraphs as IR.
+
+One op per vertex kind. Every op yields its tensor and an `!turnip.token`; memory dependencies are
+token operands (`after [...]`), kept apart from data operands as MLIR's async tokens are. A taskgraph
+uses `on D` placements; a memgraph adds `#turnip.loc<device, offset, size>` locations, CPU storage
+`#turnip.storage<offset, size>`, `turnip.offload`/`turnip.reload`, and may list `redundant [...]`
+memory edges that a data path already implies (drawn dashed, ignored at run time). The kernel ops
+are generated from the kernel table, so a new kernel needs no new class. Module-level rules that
+xDSL does not check (definition before use, device range, outputs) live in `turnip_ir.verify_ir`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    ParsePropInAttrDict,
+    VarConstraint,
+    base,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    param_def,
+    prop_def,
+    result_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+from turnip_ir.errors import TurnipError
+from turnip_ir.kernels import KERNELS, nbytes
+
+# ----- types and attributes -------------------------------------------------------------------------
+
+ELEMENT_TYPES: dict[str, type[Attribute]] = {
+    "float16": Float16Type,
+    "bfloat16": BFloat16Type,
+    "float32": Float32Type,
+    "float64": Float64Type,
+}
+
+
+def tensor_type(shape, dtype: str) -> TensorType:
+    return TensorType(ELEMENT_TYPES[dtype](), list(shape))
+
+
+def dtype_of(element: Attribute) -> str:
+    for name, kind in ELEMENT_TYPES.items():
+        if isinstance(element, kind):
+            return name
+    raise VerifyException(f"element type {element} is not one of {', '.join(ELEMENT_TYPES)}")
+
+
+def shape_and_dtype(kind: Attribute) -> tuple[tuple[int, ...], str]:
+    assert isinstance(kind, TensorType)
+    return tuple(kind.get_shape()), dtype_of(kind.get_element_type())
+
+
+@irdl_attr_definition
+class TokenType(ParametrizedAttribute, TypeAttribute):
+    """Completion of a vertex; memory-dependency operands have this type."""
+
+    name = "turnip.token"
+
+
+def _parse_ints(parser: AttrParser, count: int) -> list[IntAttr]:
+    with parser.in_angle_brackets():
+        values = [IntAttr(parser.parse_integer(allow_boolean=False))]
+        for _ in range(count - 1):
+            parser.parse_punctuation(",")
+            values.append(IntAttr(parser.parse_integer(allow_boolean=False)))
+    return values
+
+
+@irdl_attr_definition
+class MemLocAttr(ParametrizedAttribute):
+    """A region `[offset, offset + size)` of GPU `device`'s memory budget: `#turnip.loc<0, 4096, 1024>`."""
+
+    name = "turnip.loc"
+    device: IntAttr = param_def()
+    offset: IntAttr = param_def()
+    size: IntAttr = param_def()
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser):
+        return _parse_ints(parser, 3)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.device.data}, {self.offset.data}, {self.size.data}>")
+
+    @staticmethod
+    def get(device: int, offset: int, size: int) -> MemLocAttr:
+        return MemLocAttr(IntAttr(device), IntAttr(offset), IntAttr(size))
+
+    def verify(self) -> None:
+        if min(self.device.data, self.offset.data, self.size.data) < 0:
+            raise VerifyException(f"location {self} has a negative field")
+
+
+@irdl_attr_definition
+class StorageAttr(ParametrizedAttribute):
+    """A region `[offset, offset + size)` of pinned CPU storage: `#turnip.storage<0, 1024>`."""
+
+    name = "turnip.storage"
+    offset: IntAttr = param_def()
+    size: IntAttr = param_def()
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser):
+        return _parse_ints(parser, 2)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.offset.data}, {self.size.data}>")
+
+    @staticmethod
+    def get(offset: int, size: int) -> StorageAttr:
+        return StorageAttr(IntAttr(offset), IntAttr(size))
+
+    def verify(self) -> None:
+        if min(self.offset.data, self.size.data) < 0:
+            raise VerifyException(f"storage {self} has a negative field")
+
+
+# ----- ops ------------------------------------------------------------------------------------------
+
+
+class TurnipOp(IRDLOperation):
+    """Fields and checks every vertex op shares: its tensor and token results, placement, task id."""
+
+    result = result_def(TensorType)
+    token = result_def(TokenType)
+    device = opt_prop_def(IntegerAttr[I64])
+    loc = opt_prop_def(MemLocAttr)
+    task = opt_prop_def(StringAttr)
+
+    @property
+    def tensor_shape(self) -> tuple[int, ...]:
+        return shape_and_dtype(self.result.type)[0]
+
+    @property
+    def tensor_dtype(self) -> str:
+        return shape_and_dtype(self.result.type)[1]
+
+    def label(self) -> str:
+        task = self.task.data if self.task else self.result.name_hint
+        return f"{self.name} '{task}'" if task else self.name
+
+    def verify_placement(self) -> None:
+        shape, dtype = shape_and_dtype(self.result.type)
+        if any(d < 0 for d in shape):
+            raise VerifyException(f"{self.label()}: negative dimension in {list(shape)}")
+        if self.device is not None and self.device.value.data < 0:
+            raise VerifyException(f"{self.label()}: negative device {self.device.value.data}")
+        if self.loc is not None:
+            if self.device is not None and self.device.value.data != self.loc.device.data:
+                raise VerifyException(f"{self.label()}: placed on {self.device.value.data} but its location is on {self.loc.device.data}")
+            need = nbytes(shape, dtype)
+            if self.loc.size.data < need:
+                raise VerifyException(f"{self.label()}: location size {self.loc.size.data} is below the tensor's {need} bytes")
+
+
+@irdl_op_definition
+class InputOp(TurnipOp):
+    """An input tensor, on a GPU (`on D` or `at` a location) or in CPU storage (`in #turnip.storage<...>`)."""
+
+    name = "turnip.input"
+    storage = opt_prop_def(StorageAttr)
+    assembly_format = "(`on` $device^)? (`at` $loc^)? (`in` $storage^)? attr-dict `:` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def verify_(self) -> None:
+        self.verify_placement()
+        if self.loc is not None and self.storage is not None:
+            raise VerifyException(f"{self.label()}: an input is either at a GPU location or in storage, not both")
+
+
+class KernelOp(TurnipOp):
+    """Base of the generated kernel ops (`turnip.matmul`, ...); `KERNEL` keys the kernel table."""
+
+    KERNEL: ClassVar[str]
+    ins = var_operand_def(TensorType)
+    deps = var_operand_def(TokenType)
+    redundant = var_operand_def(TokenType)
+    equation = opt_prop_def(StringAttr)
+    factor = opt_prop_def(FloatAttr)
+    eps = opt_prop_def(FloatAttr)
+    assembly_format = (
+        "$ins (`on` $device^)? (`at` $loc^)? (`after` `[` $deps^ `]`)? (`redundant` `[` $redundant^ `]`)?"
+        " attr-dict `:` functional-type($ins, $result)"
+    )
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+
+    def kernel_attrs(self) -> dict:
+        attrs = {}
+        for name in KERNELS[self.KERNEL].attrs:
+            value = getattr(self, name)
+            if value is not None:
+                attrs[name] = value.data if isinstance(value, StringAttr) else value.value.data
+        return attrs
+
+    def verify_(self) -> None:
+        self.verify_placement()
+        spec = KERNELS[self.KERNEL]
+        for name in ("equation", "factor", "eps"):
+            if getattr(self, name) is not None and name not in spec.attrs:
+                raise VerifyException(f"{self.label()}: {self.KERNEL} has no attribute '{name}'")
+        operands = [shape_and_dtype(x.type) for x in self.ins]
+        try:
+            shape, dtype = spec.infer([s for s, _ in operands], [d for _, d in operands], self.kernel_attrs())
+        except TurnipError as err:
+            raise VerifyException(f"{self.label()}: {err}") from None
+        if (shape, dtype) != shape_and_dtype(self.result.type):
+            raise VerifyException(f"{self.label()}: result must be {tensor_type(shape, dtype)}, got {self.result.type}")
+
+
+def _kernel_op(kernel_name: str) -> type[KernelOp]:
+    class_name = "".join(part.capitalize() for part in kernel_name.split("_")) + "Op"
+    fields = {"name": f"turnip.{kernel_name}", "KERNEL": kernel_name, "__module__": __name__, "__qualname__": class_name}
+    fields["__annotations__"] = {"KERNEL": ClassVar[str]}
+    fields["__doc__"] = f"Kernel `{kernel_name}`: {KERNELS[kernel_name].summary}."
+    return irdl_op_definition(type(class_name, (KernelOp,), fields))
+
+
+KERNEL_OPS: dict[str, type[KernelOp]] = {name: _kernel_op(name) for name in KERNELS}
+globals().update({op.__name__: op for op in KERNEL_OPS.values()})
+
+
+class _CopyOp(TurnipOp):
+    """Base of ops that copy one tensor: the result has the operand's type."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    deps = var_operand_def(TokenType)
+    redundant = var_operand_def(TokenType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+
+    def verify_(self) -> None:
+        self.verify_placement()
+
+
+_DEPS = "(`after` `[` $deps^ `]`)? (`redundant` `[` $redundant^ `]`)?"
+
+
+@irdl_op_definition
+class MoveOp(_CopyOp):
+    """Copy a tensor from its GPU to GPU `device`: `turnip.move %x to 1`."""
+
+    name = "turnip.move"
+    device = prop_def(IntegerAttr[I64])
+    assembly_format = f"$input `to` $device (`at` $loc^)? {_DEPS} attr-dict `:` type($input)"
+
+
+@irdl_op_definition
+class OffloadOp(_CopyOp):
+    """Copy a tensor from GPU `device` into CPU storage; the result stands for the stored copy."""
+
+    name = "turnip.offload"
+    storage = prop_def(StorageAttr)
+    assembly_format = f"$input (`on` $device^)? `to` $storage {_DEPS} attr-dict `:` type($input)"
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.loc is not None:
+            raise VerifyException(f"{self.label()}: an offload writes storage, not a GPU location")
+
+
+@irdl_op_definition
+class ReloadOp(_CopyOp):
+    """Copy a stored tensor (an offload, or an input in storage) back to a GPU location."""
+
+    name = "turnip.reload"
+    loc = prop_def(MemLocAttr)
+    assembly_format = f"$input `at` $loc {_DEPS} attr-dict `:` type($input)"
+
+
+@irdl_op_definition
+class OutputOp(IRDLOperation):
+    """The graph's outputs: these tensors must survive to the end of a run."""
+
+    name = "turnip.output"
+    values = var_operand_def(TensorType)
+    assembly_format = "($values^ `:` type($values))? attr-dict"
+
+
+VERTEX_OPS: tuple[type[TurnipOp], ...] = (InputOp, MoveOp, OffloadOp, ReloadOp, *KERNEL_OPS.values())
+
+Turnip = Dialect("turnip", [*VERTEX_OPS, OutputOp], [TokenType, MemLocAttr, StorageAttr])

@@ -1,0 +1,197 @@
+"""Loading and saving graphs: `.json` (either format) and `.mlir` (the dialect), with one-line errors.
+
+Every problem becomes an `InputError` whose message starts with `file:line:col:` where a position is
+known (JSON syntax, IR syntax, IR verification) and otherwise names the node. `check_module` adds
+what xDSL does not check: values defined before use (hence no cycle), device indices, locations
+inside the budget.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import ParseError, VerifyException
+
+from turnip_ir.convert import (
+    BUDGET_ATTR,
+    DEVICES_ATTR,
+    is_memgraph,
+    module_devices,
+    memgraph_from_ir,
+    memgraph_to_ir,
+    taskgraph_from_ir,
+    taskgraph_to_ir,
+)
+from turnip_ir.dialect import TurnipOp, Turnip
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
+from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
+
+Graph = TaskGraph | MemGraph
+
+
+def context() -> Context:
+    """An xDSL context with builtin and turnip loaded (and nothing else, for fast start-up)."""
+    ctx = Context()
+    ctx.load_dialect(Builtin)
+    ctx.load_dialect(Turnip)
+    return ctx
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {err.__class__.__name__}") from None
+
+
+def _op_lines(text: str) -> list[int]:
+    """1-based line numbers of the op lines, in order (one op per line in the custom format)."""
+    op_line = re.compile(r'\s*(%[^=]*=\s*)?"?turnip\.')
+    return [i + 1 for i, line in enumerate(text.splitlines()) if op_line.match(line)]
+
+
+def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> ModuleOp:
+    """Parse and fully check turnip IR; errors are `InputError('name:line:col: message')`."""
+    try:
+        module = Parser(ctx or context(), text, name).parse_module()
+    except ParseError as err:
+        where = err.span.get_location()
+        message = err.msg[:1].lower() + err.msg[1:]
+        raise InputError(f"{name}:{where.line}:{where.col}: {message}") from None
+    check_module(module, name, text)
+    return module
+
+
+def check_module(module: ModuleOp, name: str = "<input>", text: str | None = None) -> None:
+    """Verify ops (xDSL) plus order, devices and budget; raise `InputError` at the offending op."""
+    lines = _op_lines(text) if text is not None else []
+    devices = _int_attr(module, DEVICES_ATTR, name) if DEVICES_ATTR in module.attributes else module_devices(module)
+    budget = _int_attr(module, BUDGET_ATTR, name) if BUDGET_ATTR in module.attributes else None
+    seen: set = set()
+    for index, op in enumerate(module.ops):
+        where = f"{name}:{lines[index]}:1" if index < len(lines) else name
+        try:
+            op.verify()
+        except VerifyException as err:
+            raise InputError(f"{where}: {err}") from None
+        for operand in op.operands:
+            if operand.owner not in seen:
+                raise InputError(f"{where}: {_label(op)} uses {_value_name(operand)} before its definition (order or cycle)")
+        if isinstance(op, TurnipOp):
+            _check_place(op, devices, budget, where)
+        seen.add(op)
+
+
+def _label(op) -> str:
+    return op.label() if isinstance(op, TurnipOp) else op.name
+
+
+def _value_name(value) -> str:
+    return f"%{value.name_hint}" if value.name_hint else "a value"
+
+
+def _int_attr(module: ModuleOp, attr: str, name: str) -> int:
+    from xdsl.dialects.builtin import IntegerAttr
+
+    value = module.attributes.get(attr)
+    if not isinstance(value, IntegerAttr) or value.value.data < (1 if attr == DEVICES_ATTR else 0):
+        raise InputError(f"{name}: the module needs attributes {{{attr} = N : i64}} with N a positive integer")
+    return value.value.data
+
+
+def _check_place(op: TurnipOp, devices: int, budget: int | None, where: str) -> None:
+    device = op.loc.device.data if op.loc is not None else op.device.value.data if op.device is not None else None
+    if device is not None and device >= devices:
+        raise InputError(f"{where}: {op.label()} is on device {device}, but the module has {devices} devices")
+    if op.loc is not None and budget is not None and op.loc.offset.data + op.loc.size.data > budget:
+        raise InputError(f"{where}: {op.label()} location {_region(op.loc)} ends past the budget of {budget} bytes")
+
+
+def _region(loc) -> str:
+    return f"[{loc.offset.data}, {loc.offset.data + loc.size.data})"
+
+
+def module_text(module: ModuleOp, generic: bool = False) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    Printer(stream=out, print_generic_format=generic).print_op(module)
+    out.write("\n")
+    return out.getvalue()
+
+
+# ----- whole files -------------------------------------------------------------------------------------
+
+
+def parse_json(text: str, name: str = "<input>") -> Graph:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{name}:{err.lineno}:{err.colno}: {err.msg[:1].lower()}{err.msg[1:]}") from None
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    try:
+        if fmt == MEMGRAPH_FORMAT:
+            return MemGraph.from_json(doc)
+        if fmt == TASKGRAPH_FORMAT:
+            return TaskGraph.from_json(doc)
+    except InputError as err:
+        raise InputError(f"{name}: {err}") from None
+    raise InputError(f"{name}: field 'format' must be '{TASKGRAPH_FORMAT}' or '{MEMGRAPH_FORMAT}', got {fmt!r}")
+
+
+def module_to_graph(module: ModuleOp) -> Graph:
+    return memgraph_from_ir(module) if is_memgraph(module) else taskgraph_from_ir(module)
+
+
+def graph_to_module(graph: Graph) -> ModuleOp:
+    return memgraph_to_ir(graph) if isinstance(graph, MemGraph) else taskgraph_to_ir(graph)
+
+
+def load_graph(path: str | Path) -> Graph:
+    """A taskgraph or memgraph from `.json` or `.mlir` (any other suffix is read as IR)."""
+    text = _read(path)
+    if str(path).endswith(".json"):
+        return parse_json(text, str(path))
+    module = parse_ir(text, str(path))
+    try:
+        return module_to_graph(module)
+    except InputError as err:
+        raise InputError(f"{path}: {err}") from None
+
+
+def load_taskgraph(path: str | Path) -> TaskGraph:
+    graph = load_graph(path)
+    if not isinstance(graph, TaskGraph):
+        raise InputError(f"{path}: expected a taskgraph, found a memgraph")
+    return graph
+
+
+def load_memgraph(path: str | Path) -> MemGraph:
+    graph = load_graph(path)
+    if not isinstance(graph, MemGraph):
+        raise InputError(f"{path}: expected a memgraph, found a taskgraph")
+    return graph
+
+
+def graph_text(graph: Graph, emit: str) -> str:
+    """`graph` as `json` or `mlir` text."""
+    if emit == "json":
+        return graph.dumps() if isinstance(graph, MemGraph) else graph.dumps() + "\n"
+    return module_text(graph_to_module(graph))
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write via a temporary file and rename, so a failure never leaves a half-written file."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(target)

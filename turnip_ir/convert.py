@@ -40,7 +40,7 @@ _NODE_NAME = re.compile(r"n(\d+)")
 
 
 def _safe_hint(text: str) -> str:
-    hint = re.sub(r"[^\w$.-]", ".", text)
+    hint = _SUFFIX.sub(lambda m: "." + m.group(0)[1:], re.sub(r"[^\w$.-]", ".", text))
     return hint if _PLAIN_NAME.fullmatch(hint) else f"v{hint}"
 
 

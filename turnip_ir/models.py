@@ -57,8 +57,8 @@ def ffn_stack(layers: int = 4, tokens: int = 64, hidden: int = 128, ffn: int = 2
         dev = layer * devices // layers
         if x.device != dev:
             x = g.move(x, dev, id=f"x{layer}.to{dev}")
-        w1 = g.input((hidden, ffn), dtype, device=dev, id=f"w1_{layer}")
-        w2 = g.input((ffn, hidden), dtype, device=dev, id=f"w2_{layer}")
+        w1 = g.input((hidden, ffn), dtype, device=dev, id=f"w1.{layer}")
+        w2 = g.input((ffn, hidden), dtype, device=dev, id=f"w2.{layer}")
         h = g.rmsnorm(x, device=dev, id=f"norm{layer}")
         h = g.matmul(h, w1, device=dev, id=f"up{layer}")
         h = g.gelu(h, device=dev, id=f"act{layer}")

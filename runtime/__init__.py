@@ -1,0 +1,9 @@
+"""The Turnip runtime: executes a memgraph with an event-driven, nondeterministic executor.
+
+`execute(memgraph, backend="cpu", order="nondet", ...)` is the entry point; see runtime/executor.py for
+the design (states, resources, invariants, policies) and docs/runtime.md for a guide.
+"""
+
+from runtime.api import RunResult, execute
+
+__all__ = ["RunResult", "execute"]

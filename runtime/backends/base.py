@@ -1,0 +1,56 @@
+"""The backend interface: what the executor needs from a machine, and nothing more.
+
+A backend owns memory (one arena per GPU, one host storage buffer, all allocated in `prepare`), runs a
+vertex asynchronously on a lane (`submit`), and reports completions (`wait`, which blocks or advances a
+virtual clock). The executor never looks inside: the cpu, sim and a future cuda backend plug in alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime.graph import ExecGraph, Lane
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A vertex finished (or raised) on a lane; times are on the backend's clock, in seconds."""
+
+    vertex: int
+    lane: int
+    start: float
+    end: float
+    error: BaseException | None = None
+
+
+class Backend:
+    """Base class of backends; see the module docstring for the contract of each method."""
+
+    name = "backend"
+    needs_data = True
+    """False for backends that compute no values (sim): the runtime then makes no input arrays."""
+
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+        """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run."""
+        raise NotImplementedError
+
+    def now(self) -> float:
+        """The backend clock, in seconds since `prepare`."""
+        raise NotImplementedError
+
+    def submit(self, vertex: int, lane: Lane) -> None:
+        """Start `vertex` on `lane`, which is free; returns at once."""
+        raise NotImplementedError
+
+    def wait(self) -> list[Completion]:
+        """Block until at least one submitted vertex completes; return every completion available."""
+        raise NotImplementedError
+
+    def read_outputs(self) -> dict[str, np.ndarray]:
+        """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop and join workers; safe to call twice and after a failure."""

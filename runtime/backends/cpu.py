@@ -1,0 +1,157 @@
+"""The cpu backend: numpy kernels on one worker thread per lane, arenas as numpy byte buffers.
+
+Each lane (compute stream or copy engine of each GPU) is a thread with its own job queue; completions
+go to one shared queue that `wait` blocks on. numpy releases the GIL inside kernels and copies, so
+completions arrive in a truly nondeterministic order. `jitter` makes each job sleep a random time first,
+to shake orders in tests. Every tensor is a view at its planned offset of one arena per GPU (`budget`
+bytes) or of the host storage buffer, all allocated in `prepare`.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+
+import numpy as np
+
+from runtime.backends.base import Backend, Completion
+from runtime.graph import ExecGraph, Lane
+from runtime.kernels_numpy import NUMPY_KERNELS
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MemNode
+
+STOP = -1
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, jitter: float = 0.0, seed: int = 0, noop: bool = False):
+        self.jitter = jitter
+        self.seed = seed
+        self.noop = noop
+        """Skip kernel bodies and copies: for measuring the executor's own overhead."""
+        self.completed: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs: list[queue.SimpleQueue] = []
+        self.threads: list[threading.Thread] = []
+        self.work: list = []
+        self.origin = time.perf_counter()
+
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+        memgraph = graph.memgraph
+        self.graph = graph
+        for node in memgraph.nodes:
+            if node.dtype == "bfloat16":
+                raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
+        self.arenas = [np.zeros(memgraph.budget, dtype=np.uint8) for _ in range(memgraph.devices)]
+        self.storage = np.zeros(memgraph.storage_bytes, dtype=np.uint8)
+        self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
+        for node in memgraph.nodes:
+            if node.op == "input":
+                np.copyto(self._home(node), inputs[node.task])
+        self.origin = time.perf_counter()
+        for lane in graph.lanes:
+            self._start_worker(lane)
+
+    def _start_worker(self, lane: Lane) -> None:
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        thread = threading.Thread(target=self._worker, args=(lane, jobs), name=f"turnip {lane.name}", daemon=True)
+        self.jobs.append(jobs)
+        self.threads.append(thread)
+        thread.start()
+
+    def _worker(self, lane: Lane, jobs: queue.SimpleQueue) -> None:
+        rng = random.Random(self.seed * 1000003 + lane.index)
+        while True:
+            vertex = jobs.get()
+            if vertex == STOP:
+                return
+            start = self.now()
+            error = None
+            try:
+                if self.jitter > 0:
+                    time.sleep(rng.uniform(0.0, self.jitter))
+                if not self.noop:
+                    self.work[vertex]()
+            except Exception as err:  # reported to the loop, which names the vertex
+                error = err
+            self.completed.put(Completion(vertex, lane.index, start, self.now(), error))
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def submit(self, vertex: int, lane: Lane) -> None:
+        self.jobs[lane.index].put(vertex)
+
+    def wait(self) -> list[Completion]:
+        # A timeout keeps the main thread responsive to Ctrl-C while it waits.
+        while True:
+            try:
+                first = self.completed.get(timeout=0.2)
+                break
+            except queue.Empty:
+                continue
+        batch = [first]
+        while True:
+            try:
+                batch.append(self.completed.get_nowait())
+            except queue.Empty:
+                return batch
+
+    def read_outputs(self) -> dict[str, np.ndarray]:
+        nodes = self.graph.memgraph.by_id()
+        return {task: self._home(nodes[node_id]).copy() for task, node_id in self.graph.memgraph.outputs.items()}
+
+    def close(self) -> None:
+        for jobs in self.jobs:
+            jobs.put(STOP)
+        for thread in self.threads:
+            thread.join()
+        self.jobs, self.threads = [], []
+
+    # ----- views --------------------------------------------------------------------------------------
+    def _home(self, node: MemNode) -> np.ndarray:
+        """Where the node's tensor lives after it ran: its location, or its storage region."""
+        if node.loc is not None:
+            return self._view(node, self.arenas[node.device], node.loc, "location")
+        return self._view(node, self.storage, node.storage, "storage")
+
+    def _view(self, node: MemNode, buffer: np.ndarray, region: tuple[int, int], what: str) -> np.ndarray:
+        offset, size = region
+        count = node.nbytes
+        if size < count or offset + count > len(buffer):
+            raise InputError(
+                f"node {node.id} ({node.task}): {what} [{offset}, {size}] cannot hold {count} bytes in a buffer of {len(buffer)}"
+            )
+        return buffer[offset : offset + count].view(node.dtype).reshape(node.shape)
+
+    def _job(self, graph: ExecGraph, vertex: int):
+        """The closure a worker calls for `vertex`, with every view resolved now, before the loop."""
+        node = graph.node(vertex)
+        if node.op == "input":
+            return None
+        sources = [graph.node(s) for s in graph.sources[vertex]]
+        if node.op == "reload":
+            reads = [self._stored(sources[0], node)]
+        else:
+            reads = [self._resident(source, node) for source in sources]
+        if node.op == "offload":
+            out = self._view(node, self.storage, node.storage, "storage")
+        else:
+            out = self._view(node, self.arenas[node.device], node.loc, "location")
+        if node.op == "kernel":
+            impl = NUMPY_KERNELS[node.kernel]
+            return lambda: impl(reads, out, node.attrs)
+        return lambda: np.copyto(out, reads[0])
+
+    def _stored(self, source: MemNode, user: MemNode) -> np.ndarray:
+        if source.storage is None:
+            raise InputError(f"node {user.id} ({user.task}): reloads node {source.id}, which has no storage region")
+        return self._view(source, self.storage, source.storage, "storage")
+
+    def _resident(self, source: MemNode, user: MemNode) -> np.ndarray:
+        if source.loc is None:
+            raise InputError(f"node {user.id} ({user.task}): reads node {source.id}, which has no GPU location")
+        return self._view(source, self.arenas[source.device], source.loc, "location")

@@ -1,0 +1,100 @@
+"""Executor callbacks, in the style of Dask's scheduler callbacks, and the ones the runtime ships.
+
+Hooks: `start(graph)`, `vertex_start(vertex, lane, time)`, `vertex_end(completion)` and
+`finish(graph, failed)`. They run on the event loop's thread, so they must stay cheap. `Recorder` keeps
+every completion (the trace and the statistics are computed from it), `ProgressBar` shows tqdm when a
+run lasts more than a couple of seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runtime.backends.base import Completion
+from runtime.graph import NO_RESOURCE, ExecGraph, Lane
+
+
+class Callback:
+    """No-op hooks; subclass and override the ones you need."""
+
+    def start(self, graph: ExecGraph) -> None:
+        pass
+
+    def vertex_start(self, vertex: int, lane: Lane, time: float) -> None:
+        pass
+
+    def vertex_end(self, completion: Completion) -> None:
+        pass
+
+    def finish(self, graph: ExecGraph, failed: bool) -> None:
+        pass
+
+
+class Recorder(Callback):
+    """Every completion of a run, in completion order, plus the graph: the source of traces and stats."""
+
+    def __init__(self):
+        self.graph: ExecGraph | None = None
+        self.completions: list[Completion] = []
+        self.started: dict[int, float] = {}
+
+    def start(self, graph: ExecGraph) -> None:
+        self.graph = graph
+        self.completions = []
+        self.started = {}
+
+    def vertex_start(self, vertex: int, lane: Lane, time: float) -> None:
+        self.started[vertex] = time
+
+    def vertex_end(self, completion: Completion) -> None:
+        self.completions.append(completion)
+
+    def trace_events(self) -> list[dict]:
+        """Chrome trace events: one process per GPU, one thread (track) per lane, times in microseconds."""
+        graph = self.graph
+        events: list[dict] = []
+        for device in range(graph.memgraph.devices):
+            events.append({"ph": "M", "name": "process_name", "pid": device, "args": {"name": f"gpu{device}"}})
+        for lane in graph.lanes:
+            events.append({"ph": "M", "name": "thread_name", "pid": lane.device, "tid": lane.index, "args": {"name": lane.name}})
+        for done in self.completions:
+            node = graph.node(done.vertex)
+            lane = graph.lanes[done.lane]
+            events.append({
+                "ph": "X",
+                "name": graph.name(done.vertex),
+                "cat": node.op,
+                "pid": lane.device,
+                "tid": lane.index,
+                "ts": done.start * 1e6,
+                "dur": max(done.end - done.start, 0.0) * 1e6,
+                "args": {"node": node.id, "bytes": node.nbytes},
+            })
+        return events
+
+    def write_trace(self, path: str | Path) -> None:
+        """Write the trace as Chrome/Perfetto JSON (open at ui.perfetto.dev)."""
+        doc = {"traceEvents": self.trace_events(), "displayTimeUnit": "ms"}
+        Path(path).write_text(json.dumps(doc))
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over vertices, shown only once the run has lasted `delay` seconds."""
+
+    def __init__(self, delay: float = 2.0):
+        self.delay = delay
+        self.bar = None
+
+    def start(self, graph: ExecGraph) -> None:
+        from tqdm import tqdm
+
+        runs = sum(1 for resource in graph.resource if resource != NO_RESOURCE)
+        self.bar = tqdm(total=runs, unit="vertex", delay=self.delay, leave=False)
+
+    def vertex_end(self, completion: Completion) -> None:
+        self.bar.update(1)
+
+    def finish(self, graph: ExecGraph, failed: bool) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,141 @@
+"""ExecGraph: the flat, integer-indexed view of a memgraph that the executor runs on.
+
+Built once per run: vertex i is `memgraph.nodes[i]`. It holds the dependency counts, the dependents
+lists, the resource class each vertex needs, its priority (critical-path cost) and its trace name, so
+the event loop touches only lists of ints and never the IR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.cost import CostModel
+from turnip_ir.errors import InputError, KernelError
+from turnip_ir.kernels import kernel
+from turnip_ir.memgraph import MemGraph, MemNode
+
+KINDS = ("compute", "h2d", "d2h", "peer")
+"""Resource kinds per GPU: compute streams, the host-to-device engine (reloads), the device-to-host
+engine (offloads), and the peer-in engine (moves into this GPU)."""
+KIND_OF_OP = {"kernel": "compute", "reload": "h2d", "offload": "d2h", "move": "peer"}
+NO_RESOURCE = -1
+"""Input vertices need no resource: their data is in place before the loop starts."""
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One unit of a resource: a compute stream or a copy engine of one GPU. One vertex at a time."""
+
+    index: int
+    resource: int
+    device: int
+    kind: str
+    slot: int
+
+    @property
+    def name(self) -> str:
+        suffix = str(self.slot) if self.kind == "compute" else ""
+        return f"gpu{self.device} {self.kind}{suffix}"
+
+
+@dataclass
+class ExecGraph:
+    """Per-vertex arrays indexed by position in the memgraph's node list."""
+
+    memgraph: MemGraph
+    dep_count: list[int]
+    dependents: list[list[int]]
+    sources: list[list[int]]
+    """Data inputs, as vertex indices."""
+    resource: list[int]
+    """Resource class index (device * len(KINDS) + kind), or NO_RESOURCE."""
+    priority: list[float]
+    """Critical-path cost from the vertex to the end of the graph, in cost-model seconds."""
+    lanes: list[Lane]
+    lanes_of: list[list[int]]
+    """Resource class -> lane indices."""
+
+    def __len__(self) -> int:
+        return len(self.dep_count)
+
+    def node(self, vertex: int) -> MemNode:
+        return self.memgraph.nodes[vertex]
+
+    def name(self, vertex: int) -> str:
+        """How traces and errors name a vertex: its taskgraph id plus its op."""
+        node = self.memgraph.nodes[vertex]
+        what = node.kernel if node.op == "kernel" else node.op
+        return f"{node.task} {what}"
+
+    def describe(self, vertex: int) -> str:
+        return f"vertex {self.memgraph.nodes[vertex].id} ({self.name(vertex)})"
+
+
+def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | None = None) -> ExecGraph:
+    """Flatten `memgraph` for execution with `streams` compute streams per GPU."""
+    if streams < 1:
+        raise InputError(f"streams must be at least 1, got {streams}")
+    index = {node.id: i for i, node in enumerate(memgraph.nodes)}
+    count = len(memgraph.nodes)
+    dependents: list[list[int]] = [[] for _ in range(count)]
+    dep_count = [0] * count
+    sources: list[list[int]] = []
+    for i, node in enumerate(memgraph.nodes):
+        if node.shape is None or node.dtype is None:
+            raise InputError(f"node {node.id} ({node.task}): no shape or dtype; the runtime needs both")
+        if node.op == "kernel":
+            _check_kernel(node)
+        deps = sorted({index[d] for d in node.deps()})
+        if node.op == "input" and deps:
+            raise InputError(f"node {node.id} ({node.task}): an input cannot have dependencies, it is in place before the run")
+        assert all(d < i for d in deps), f"memgraph node {node.id} comes before one of its dependencies"
+        dep_count[i] = len(deps)
+        for d in deps:
+            dependents[d].append(i)
+        sources.append([index[d] for d in node.inputs])
+    lanes, lanes_of = _lanes(memgraph.devices, streams)
+    resource = [_resource_of(node, memgraph.devices) for node in memgraph.nodes]
+    graph = ExecGraph(memgraph, dep_count, dependents, sources, resource, [0.0] * count, lanes, lanes_of)
+    graph.priority = _critical_path(graph, cost or CostModel())
+    return graph
+
+
+def _check_kernel(node: MemNode) -> None:
+    try:
+        kernel(node.kernel)
+    except KernelError as err:
+        raise KernelError(f"node {node.id} ({node.task}): {err}") from None
+
+
+def _lanes(devices: int, streams: int) -> tuple[list[Lane], list[list[int]]]:
+    lanes: list[Lane] = []
+    lanes_of: list[list[int]] = []
+    for device in range(devices):
+        for kind in KINDS:
+            resource = len(lanes_of)
+            slots = streams if kind == "compute" else 1
+            base = len(lanes)
+            lanes_of.append([base + s for s in range(slots)])
+            lanes.extend([Lane(base + s, resource, device, kind, s) for s in range(slots)])
+    return lanes, lanes_of
+
+
+def _resource_of(node: MemNode, devices: int) -> int:
+    if node.op == "input":
+        return NO_RESOURCE
+    if node.device is None or not 0 <= node.device < devices:
+        raise InputError(f"node {node.id}: device {node.device!r} is not in [0, {devices})")
+    return node.device * len(KINDS) + KINDS.index(KIND_OF_OP[node.op])
+
+
+def _critical_path(graph: ExecGraph, cost: CostModel) -> list[float]:
+    """Longest cost-weighted path from each vertex to a sink, computed backwards over the topological order."""
+    nodes = graph.memgraph.nodes
+    longest = [0.0] * len(nodes)
+    for i in range(len(nodes) - 1, -1, -1):
+        node = nodes[i]
+        own = 0.0
+        if node.op != "input":
+            own = cost.duration(node, [nodes[s] for s in graph.sources[i]])
+        longest[i] = own + max((longest[d] for d in graph.dependents[i]), default=0.0)
+    return longest

@@ -1,0 +1,114 @@
+"""The run summary: makespan, GPU busy fractions, bytes moved, link bandwidth, transfer stalls, arena use.
+
+Computed once after a run from the recorded completions (interval unions per GPU), never in the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runtime.backends.base import Completion
+from runtime.graph import ExecGraph
+
+
+@dataclass
+class RunSummary:
+    """What `turnip run` prints. Times are on the backend clock (virtual for sim), in seconds."""
+
+    backend: str
+    order: str
+    vertices: int
+    wall_time: float
+    """Real seconds spent in the event loop."""
+    makespan: float
+    """Backend-clock seconds from the first start to the last end."""
+    busy: list[float] = field(default_factory=list)
+    """Per GPU: fraction of the makespan with at least one compute stream busy."""
+    transfer_stall: list[float] = field(default_factory=list)
+    """Per GPU: seconds with no compute running while a transfer of that GPU was in flight."""
+    bytes_offloaded: int = 0
+    bytes_reloaded: int = 0
+    bytes_moved: int = 0
+    h2d_bandwidth: float = 0.0
+    """Achieved bytes/s while the H2D engines were busy (reloads)."""
+    d2h_bandwidth: float = 0.0
+    peer_bandwidth: float = 0.0
+    arena_high_water: list[int] = field(default_factory=list)
+    """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
+
+    def lines(self) -> list[str]:
+        gb = 1e9
+        busy = ", ".join(f"gpu{d} {b:.0%}" for d, b in enumerate(self.busy))
+        stall = ", ".join(f"gpu{d} {s * 1e3:.3f} ms" for d, s in enumerate(self.transfer_stall))
+        arena = ", ".join(f"gpu{d} {_size(b)}" for d, b in enumerate(self.arena_high_water))
+        return [
+            f"backend {self.backend}, order {self.order}, {self.vertices} vertices",
+            f"wall time {self.wall_time:.4f} s, makespan {self.makespan * 1e3:.3f} ms",
+            f"busy: {busy}",
+            f"offloaded {_size(self.bytes_offloaded)} at {self.d2h_bandwidth / gb:.1f} GB/s, "
+            f"reloaded {_size(self.bytes_reloaded)} at {self.h2d_bandwidth / gb:.1f} GB/s, "
+            f"moved {_size(self.bytes_moved)} at {self.peer_bandwidth / gb:.1f} GB/s",
+            f"stall waiting on transfers: {stall}",
+            f"peak arena use: {arena}",
+        ]
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit}"
+    return f"{count} B"
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by a set of intervals."""
+    total = 0.0
+    end = float("-inf")
+    for lo, hi in sorted(intervals):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
+def summarize(graph: ExecGraph, completions: list[Completion], backend: str, order: str, wall: float) -> RunSummary:
+    starts = [c.start for c in completions]
+    makespan = max((c.end for c in completions), default=0.0) - min(starts, default=0.0)
+    summary = RunSummary(backend, order, len(graph), wall, makespan)
+    per_kind: dict[str, list[tuple[float, float]]] = {"h2d": [], "d2h": [], "peer": []}
+    volume = {"h2d": 0, "d2h": 0, "peer": 0}
+    compute: list[list[tuple[float, float]]] = [[] for _ in range(graph.memgraph.devices)]
+    transfers: list[list[tuple[float, float]]] = [[] for _ in range(graph.memgraph.devices)]
+    for done in completions:
+        lane = graph.lanes[done.lane]
+        span = (done.start, done.end)
+        if lane.kind == "compute":
+            compute[lane.device].append(span)
+            continue
+        transfers[lane.device].append(span)
+        per_kind[lane.kind].append(span)
+        volume[lane.kind] += graph.node(done.vertex).nbytes
+    for device in range(graph.memgraph.devices):
+        busy = union_length(compute[device])
+        summary.busy.append(busy / makespan if makespan > 0 else 0.0)
+        summary.transfer_stall.append(union_length(compute[device] + transfers[device]) - busy)
+    summary.bytes_reloaded, summary.bytes_offloaded, summary.bytes_moved = volume["h2d"], volume["d2h"], volume["peer"]
+    summary.h2d_bandwidth = _rate(volume["h2d"], per_kind["h2d"])
+    summary.d2h_bandwidth = _rate(volume["d2h"], per_kind["d2h"])
+    summary.peer_bandwidth = _rate(volume["peer"], per_kind["peer"])
+    summary.arena_high_water = _high_water(graph)
+    return summary
+
+
+def _rate(count: int, spans: list[tuple[float, float]]) -> float:
+    seconds = sum(hi - lo for lo, hi in spans)
+    return count / seconds if seconds > 0 else 0.0
+
+
+def _high_water(graph: ExecGraph) -> list[int]:
+    top = [0] * graph.memgraph.devices
+    for node in graph.memgraph.nodes:
+        if node.loc is not None and node.device is not None:
+            top[node.device] = max(top[node.device], node.loc[0] + node.loc[1])
+    return top

@@ -1,0 +1,123 @@
+"""The per-GPU allocator the offload planner simulates with: segments over [0, capacity), 256-byte aligned.
+
+Memory is a sorted list of segments that cover [0, capacity). A segment is either free, remembering the
+step at which it was last freed, or held by one tensor. Two choices make the memgraph good:
+
+- with room, `place_free` takes the fitting placement whose covered free segments were freed longest ago,
+  so the memory edges it implies point far into the past (loose constraints for the runtime);
+- without room, `best_window` picks the contiguous range of free or unpinned segments whose earliest next
+  use is latest (Belady's rule, generalised to mixed sizes), breaking ties by the fewest bytes to offload.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+
+ALIGN = 256
+FREE = -1
+NEVER = 1 << 62
+"""A next use that never comes."""
+
+
+def aligned(nbytes: int) -> int:
+    """Bytes rounded up to the allocator's alignment (at least one unit, so every tensor has a place)."""
+    return max(ALIGN, (nbytes + ALIGN - 1) // ALIGN * ALIGN)
+
+
+class DeviceMemory:
+    """Segments of one GPU: `starts`, `ends`, `owners` (a tensor or FREE), `stamps` (step last freed)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.starts = [0]
+        self.ends = [capacity]
+        self.owners = [FREE]
+        self.stamps = [-1]
+        self.where: dict[int, int] = {}
+        """tensor -> start offset of its segment."""
+
+    def place_free(self, size: int) -> int | None:
+        """The start of the loosest free placement of `size` bytes, or None when no free run fits."""
+        best = None
+        n = len(self.starts)
+        for i in range(n):
+            if self.owners[i] != FREE:
+                continue
+            end, stamp, j = self.starts[i] + size, self.stamps[i], i
+            while self.ends[j] < end and j + 1 < n and self.owners[j + 1] == FREE:
+                j += 1
+                stamp = max(stamp, self.stamps[j])
+            if self.ends[j] >= end and (best is None or stamp < best[0]):
+                best = (stamp, self.starts[i])
+        return None if best is None else best[1]
+
+    def best_window(self, size: int, pinned: set[int], score: Callable[[int], tuple[int, int]]) -> int | None:
+        """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
+
+        `score(tensor)` is (next use, bytes to offload); the window maximises its minimum next use and
+        then minimises the bytes it must offload.
+        """
+        best = None
+        n = len(self.starts)
+        for i in range(n):
+            end, j, soonest, cost = self.starts[i] + size, i, NEVER, 0
+            while True:
+                owner = self.owners[j]
+                if owner in pinned:
+                    break
+                if owner != FREE:
+                    use, bytes_out = score(owner)
+                    soonest, cost = min(soonest, use), cost + bytes_out
+                if self.ends[j] >= end:
+                    key = (-soonest, cost, self.starts[i])
+                    best = key if best is None or key < best else best
+                    break
+                j += 1
+                if j == n:
+                    break
+        return None if best is None else best[2]
+
+    def holders(self, start: int, size: int) -> list[int]:
+        """Tensors held in [start, start + size)."""
+        end = start + size
+        return [o for s, e, o in zip(self.starts, self.ends, self.owners) if s < end and e > start and o != FREE]
+
+    def take(self, start: int, size: int, tensor: int) -> None:
+        """Give [start, start + size), which must be free, to `tensor`."""
+        self._carve(start, start + size, tensor, -1)
+        self.where[tensor] = start
+
+    def release(self, tensor: int, step: int) -> None:
+        """Free the segment of `tensor`, stamping it with `step`; merge it with free neighbours."""
+        start = self.where.pop(tensor)
+        i = _find(self.starts, start)
+        self.owners[i], self.stamps[i] = FREE, step
+        for k in (i + 1, i):
+            if 0 < k < len(self.starts) and self.owners[k] == FREE and self.owners[k - 1] == FREE:
+                self.ends[k - 1] = self.ends[k]
+                self.stamps[k - 1] = max(self.stamps[k - 1], self.stamps[k])
+                for seq in (self.starts, self.ends, self.owners, self.stamps):
+                    del seq[k]
+
+    def _carve(self, start: int, end: int, owner: int, stamp: int) -> None:
+        i = _find(self.starts, start)
+        j = i
+        while self.ends[j] < end:
+            j += 1
+        assert all(o == FREE for o in self.owners[i : j + 1]), "allocator placed over a live tensor"
+        new = [(self.starts[i], start, FREE, self.stamps[i])] if self.starts[i] < start else []
+        new.append((start, end, owner, stamp))
+        if self.ends[j] > end:
+            new.append((end, self.ends[j], FREE, self.stamps[j]))
+        for seq, k in ((self.starts, 0), (self.ends, 1), (self.owners, 2), (self.stamps, 3)):
+            seq[i : j + 1] = [item[k] for item in new]
+
+    def used(self) -> int:
+        """Bytes held by tensors."""
+        return sum(e - s for s, e, o in zip(self.starts, self.ends, self.owners) if o != FREE)
+
+
+def _find(starts: list[int], offset: int) -> int:
+    """Index of the segment containing `offset`."""
+    return bisect_right(starts, offset) - 1

@@ -1,0 +1,191 @@
+"""Offload insertion by simulation: run the taskgraph once in a chosen order and write the memgraph it implies.
+
+State: one `DeviceMemory` per GPU, and per tensor its GPU copy (a memgraph node or -1), its storage copy
+(an offload or a storage input, or -1), and its remaining uses in the order.
+Per task: make every operand resident (a reload into a fresh location when it is in storage), pin them,
+allocate the output (evicting by farthest next use when there is no room), emit the node, then free the
+tensors nobody reads again. Eviction offloads a tensor only when it has no storage copy yet and is still
+needed (a later use, or a graph output); inputs are read-only, so their storage copy never goes stale.
+When pinned operands fragment a GPU so that nothing fits, the GPU is flushed (everything offloaded) and
+the operands are reloaded packed from offset 0: this cannot fail once the working set fits the budget.
+Inputs start on their GPU in first-use order while they leave room for the largest working set there;
+the rest start in CPU storage. Storage is a bump allocator, never reused, so storage needs no edges.
+`loc` sizes are the aligned sizes the allocator reserves (multiples of 256 bytes, at least the tensor).
+"""
+
+from __future__ import annotations
+
+from passes.allocator import ALIGN, NEVER, DeviceMemory, aligned
+from passes.compact import TaskView
+from passes.orders import execution_order
+from turnip_ir.errors import BudgetError
+from turnip_ir.memgraph import MemGraph, MemNode
+from turnip_ir.taskgraph import TaskGraph
+
+
+def insert_offload(graph: TaskGraph, budget: int, order: str = "given") -> MemGraph:
+    """The memgraph of one simulated run of the placed `graph` in `order` under a per-GPU `budget`."""
+    view = TaskView.build(graph)
+    return Planner(graph, view, budget, execution_order(view, order)).run()
+
+
+def minimum_budget(graph: TaskGraph) -> int:
+    """The smallest budget any op's working set allows: the largest aligned working set on one GPU."""
+    view = TaskView.build(graph)
+    return max((total for _, _, total in _working_sets(view)), default=ALIGN)
+
+
+def _working_sets(view: TaskView):
+    """(task, device, aligned bytes) of every op's operands plus output on each GPU it touches."""
+    for i, operands in enumerate(view.inputs):
+        need: dict[int, int] = {view.devices[i]: aligned(view.nbytes[i])}
+        for o in set(operands):
+            need[view.devices[o]] = need.get(view.devices[o], 0) + aligned(view.nbytes[o])
+        for device, total in need.items():
+            yield i, device, total
+
+
+def check_budget(graph: TaskGraph, view: TaskView, budget: int) -> None:
+    """Raise `BudgetError` naming the first op whose working set on one GPU exceeds the budget."""
+    capacity = budget // ALIGN * ALIGN
+    for i, device, total in _working_sets(view):
+        if total > capacity:
+            raise BudgetError(
+                f"op '{view.ids[i]}' ({view.ops[i]} on GPU {device}) needs {total} bytes but the budget is {budget} bytes"
+            )
+
+
+class Planner:
+    """One simulation; `run()` returns the memgraph."""
+
+    def __init__(self, graph: TaskGraph, view: TaskView, budget: int, order: list[int]) -> None:
+        check_budget(graph, view, budget)
+        self.graph, self.view, self.order = graph, view, order
+        self.out = MemGraph(graph.devices, budget)
+        self.memory = [DeviceMemory(budget // ALIGN * ALIGN) for _ in range(graph.devices)]
+        n = len(view)
+        self.gpu = [-1] * n
+        self.store = [-1] * n
+        self.readers: dict[int, list[int]] = {}
+        self.uses: list[list[int]] = [[] for _ in range(n)]
+        for step, i in enumerate(order):
+            for o in dict.fromkeys(view.inputs[i]):
+                self.uses[o].append(step)
+        self.next = [0] * n
+        self.is_output = [False] * n
+        for o in view.outputs:
+            self.is_output[o] = True
+        self.storage_top = 0
+
+    def run(self) -> MemGraph:
+        self._place_inputs()
+        for step, i in enumerate(self.order):
+            self._run_task(step, i)
+        for o in self.view.outputs:
+            holder = self.gpu[o] if self.gpu[o] >= 0 else self.store[o]
+            self.out.outputs[self.view.ids[o]] = holder
+        return self.out
+
+    def _place_inputs(self) -> None:
+        view = self.view
+        inputs = [i for i, op in enumerate(view.ops) if op == "input"]
+        inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
+        room = [m.capacity - self._largest_working_set(d) for d, m in enumerate(self.memory)]
+        for i in inputs:
+            d, size = view.devices[i], aligned(view.nbytes[i])
+            used = self.uses[i] or self.is_output[i]
+            if used and size <= room[d] and self.memory[d].place_free(size) is not None:
+                room[d] -= size
+                start = self.memory[d].place_free(size)
+                self.memory[d].take(start, size, i)
+                self.gpu[i] = self._emit("input", i, d, loc=(start, size), inputs=())
+            else:
+                self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
+
+    def _largest_working_set(self, device: int) -> int:
+        return max((total for _, d, total in _working_sets(self.view) if d == device), default=0)
+
+    def _run_task(self, step: int, i: int) -> None:
+        view = self.view
+        operands = list(dict.fromkeys(view.inputs[i]))
+        pinned = set(operands)
+        for o in operands:
+            if self.gpu[o] < 0 and not self._reload(o, step, pinned):
+                self._flush(view.devices[o], step, pinned, operands)
+        d, size = view.devices[i], aligned(view.nbytes[i])
+        start = self._allocate(d, size, step, pinned)
+        if start is None:
+            self._flush(d, step, pinned, operands)
+            start = self._allocate(d, size, step, pinned)
+        self.memory[d].take(start, size, i)
+        kind = "move" if view.ops[i] == "move" else "kernel"
+        node = self._emit(kind, i, d, loc=(start, size), inputs=tuple(self.gpu[o] for o in view.inputs[i]))
+        self.gpu[i] = node
+        for o in operands:
+            self.readers.setdefault(self.gpu[o], []).append(node)
+            self.next[o] += 1
+            self._drop_if_dead(o, step)
+        self._drop_if_dead(i, step)
+
+    def _drop_if_dead(self, t: int, step: int) -> None:
+        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0:
+            self.memory[self.view.devices[t]].release(t, step)
+            self.gpu[t] = -1
+
+    def _next_use(self, t: int) -> int:
+        return self.uses[t][self.next[t]] if self.next[t] < len(self.uses[t]) else NEVER
+
+    def _allocate(self, d: int, size: int, step: int, pinned: set[int]) -> int | None:
+        """A start for `size` bytes on GPU `d`, evicting unpinned tensors if needed; None if fragmented."""
+        memory = self.memory[d]
+        start = memory.place_free(size)
+        if start is not None:
+            return start
+        score = lambda t: (self._next_use(t), 0 if self.store[t] >= 0 else self.view.nbytes[t])
+        start = memory.best_window(size, pinned, score)
+        if start is None:
+            return None
+        for victim in memory.holders(start, size):
+            self._evict(victim, step)
+        return start
+
+    def _evict(self, t: int, step: int) -> None:
+        """Take tensor `t` off its GPU, offloading it first unless storage already holds it."""
+        d = self.view.devices[t]
+        if self.store[t] < 0:
+            copy = self.gpu[t]
+            deps = tuple(r for r in self.readers.get(copy, ()))
+            self.store[t] = self._emit("offload", t, d, storage=self._storage(t), inputs=(copy,), mem_deps=deps)
+        self.memory[d].release(t, step)
+        self.gpu[t] = -1
+
+    def _reload(self, t: int, step: int, pinned: set[int]) -> bool:
+        d, size = self.view.devices[t], aligned(self.view.nbytes[t])
+        start = self._allocate(d, size, step, pinned)
+        if start is None:
+            return False
+        self.memory[d].take(start, size, t)
+        self.gpu[t] = self._emit("reload", t, d, loc=(start, size), inputs=(self.store[t],))
+        return True
+
+    def _flush(self, d: int, step: int, pinned: set[int], operands: list[int]) -> None:
+        """Evict everything on GPU `d`, then reload this task's operands that live there, packed from 0."""
+        for t in list(self.memory[d].where):
+            self._evict(t, step)
+        for o in operands:
+            if self.view.devices[o] == d:
+                placed = self._reload(o, step, pinned)
+                assert placed, "a flushed GPU holds any working set within the budget"
+
+    def _storage(self, t: int) -> tuple[int, int]:
+        size = aligned(self.view.nbytes[t])
+        start, self.storage_top = self.storage_top, self.storage_top + size
+        return (start, size)
+
+    def _emit(self, op: str, t: int, device, loc=None, storage=None, inputs=(), mem_deps=()) -> int:
+        task = self.graph.nodes[self.view.ids[t]]
+        node_id = len(self.out.nodes)
+        kernel = task.op if op == "kernel" else None
+        attrs = dict(task.attrs) if op == "kernel" else {}
+        self.out.add(MemNode(node_id, op, task.id, device, loc, storage, tuple(inputs), tuple(mem_deps), kernel, task.shape, task.dtype, attrs))
+        return node_id

@@ -1,0 +1,89 @@
+"""`turnip run`: compile a taskgraph at a budget (or take a compiled memgraph) and execute it.
+
+Thin: it parses flags, calls `turnip_ir.io.load_graph`, `passes.pipeline.compile_taskgraph` and
+`runtime.execute`, prints the run summary, and writes the outputs and trace files only after success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import numpy as np
+
+from runtime import execute
+from runtime.backends import BACKENDS
+from runtime.callbacks import ProgressBar
+from runtime.inputs import load_npz
+from runtime.policies import ORDERS
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MemGraph
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """'4GiB' -> 4294967296; plain integers are bytes; KiB/MiB/GiB and KB/MB/GB suffixes."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise InputError(f"memory size '{text}' must be bytes or a number with KiB, MiB, GiB, KB, MB or GB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="taskgraph (.json/.mlir) or compiled memgraph")
+    parser.add_argument("--memory", help="per-GPU budget, e.g. 4GiB (required for a taskgraph)")
+    parser.add_argument("--backend", default="cpu", choices=BACKENDS)
+    parser.add_argument("--order", default="nondet", choices=ORDERS)
+    parser.add_argument("--seed", type=int, default=0, help="seeds --order random, missing inputs and jitter")
+    parser.add_argument("--inputs", help=".npz of input tensors keyed by taskgraph input id")
+    parser.add_argument("--outputs", help="write the outputs to this .npz, keyed by taskgraph id")
+    parser.add_argument("--trace", help="write a Chrome/Perfetto trace (open at ui.perfetto.dev)")
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="cpu: max random delay per vertex in seconds; sim: relative spread of durations")
+    parser.add_argument("--streams", type=int, default=2, help="compute streams per GPU")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.backend == "cuda":
+        raise InputError("the cuda backend is not available yet (use --backend cpu or sim)")
+    if args.outputs and args.backend == "sim":
+        raise InputError("the sim backend computes no values, so --outputs needs --backend cpu")
+    memgraph = _memgraph(args.file, args.memory)
+    inputs = load_npz(args.inputs) if args.inputs else None
+    result = execute(
+        memgraph,
+        backend=args.backend,
+        order=args.order,
+        seed=args.seed,
+        inputs=inputs,
+        jitter=args.jitter,
+        streams=args.streams,
+        callbacks=[ProgressBar()],
+    )
+    if args.outputs:
+        np.savez(args.outputs, **result.outputs)
+    if args.trace:
+        result.recorder.write_trace(args.trace)
+    print("\n".join(result.summary.lines()))
+    return 0
+
+
+def _memgraph(path: str, memory: str | None) -> MemGraph:
+    from turnip_ir.io import load_graph
+
+    graph = load_graph(path)
+    budget = parse_size(memory) if memory is not None else None
+    if isinstance(graph, MemGraph):
+        if budget is not None and budget < graph.budget:
+            raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget}")
+        return graph
+    if budget is None:
+        raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
+    try:
+        from passes.pipeline import compile_taskgraph
+    except ImportError:
+        raise InputError(f"{path}: the compiler (passes.pipeline) is missing from this install; give a compiled memgraph") from None
+    return compile_taskgraph(graph, budget)

@@ -1,0 +1,68 @@
+"""The default compiler pipeline on the compact structures: taskgraph in, verified memgraph out.
+
+Stages: place devices -> simulate (offload insertion) -> memory deps -> minimize -> reduce -> verify.
+Each works on Python lists and bitsets; nothing is printed or parsed between them. `compile_taskgraph`
+is the contract the runtime's `turnip run` calls for taskgraph files.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+from passes.insert_memory_deps import insert_memory_deps
+from passes.insert_offload import insert_offload
+from passes.minimize_memory_deps import minimize_memory_deps
+from passes.place_devices import place_devices
+from passes.reduce_memory_deps import reduce_memory_deps
+from passes.stats import CompileStats
+from passes.verify_memgraph import verify_memgraph
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MemGraph
+from turnip_ir.taskgraph import TaskGraph
+
+
+def compile_taskgraph(
+    graph: TaskGraph,
+    budget: int,
+    order: str = "given",
+    stats: CompileStats | None = None,
+    *,
+    devices: int = 0,
+    minimize: bool = True,
+    reduce: bool = True,
+    verify: bool = True,
+) -> MemGraph:
+    """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
+
+    `order` is the simulated order (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
+    taskgraph's count); `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
+    """
+    if budget <= 0:
+        raise InputError(f"budget must be a positive number of bytes, got {budget}")
+    stats = stats if stats is not None else CompileStats()
+    with _stage(stats, "place"):
+        placed = place_devices(graph, devices)
+    with _stage(stats, "simulate"):
+        memgraph = insert_offload(placed, budget, order)
+    with _stage(stats, "memory-deps"):
+        stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph)
+    stats.edges_added += sum(len(n.mem_deps) for n in memgraph.nodes if n.op == "offload")
+    if minimize:
+        with _stage(stats, "minimize"):
+            stats.edges_removed_minimize = minimize_memory_deps(memgraph)
+    if reduce:
+        with _stage(stats, "reduce"):
+            stats.edges_removed_reduce = reduce_memory_deps(memgraph)
+    if verify:
+        with _stage(stats, "verify"):
+            verify_memgraph(memgraph, placed)
+    stats.record_graph(memgraph)
+    return memgraph
+
+
+@contextmanager
+def _stage(stats: CompileStats, name: str):
+    start = time.perf_counter()
+    yield
+    stats.seconds[name] = stats.seconds.get(name, 0.0) + time.perf_counter() - start

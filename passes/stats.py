@@ -1,0 +1,75 @@
+"""Compile statistics: what the pipeline did, and a collector the CLI reads for `--stats`.
+
+`CompileStats` is filled by `compile_taskgraph`. Passes stay stateless: the xDSL pipeline pass records
+its stats into the `collected` context variable when the CLI has set one (`collecting()`), and nowhere
+otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+
+from turnip_ir.memgraph import MemGraph
+
+
+@dataclass
+class CompileStats:
+    """Counts, bytes and seconds of one compilation."""
+
+    ops: dict[str, int] = field(default_factory=dict)
+    bytes_offloaded: int = 0
+    bytes_reloaded: int = 0
+    edges_added: int = 0
+    edges_redundant: int = 0
+    edges_removed_minimize: int = 0
+    edges_removed_reduce: int = 0
+    peak_memory: dict[int, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def record_graph(self, graph: MemGraph) -> None:
+        """Fill the op counts, copy bytes and per-GPU peaks from the final memgraph."""
+        self.ops = {op: graph.count(op) for op in ("input", "kernel", "move", "offload", "reload")}
+        self.bytes_offloaded = sum(n.storage[1] for n in graph.nodes if n.op == "offload")
+        self.bytes_reloaded = sum(n.loc[1] for n in graph.nodes if n.op == "reload")
+        peaks: dict[int, int] = {}
+        for node in graph.nodes:
+            if node.loc is not None and node.device is not None:
+                peaks[node.device] = max(peaks.get(node.device, 0), node.loc[0] + node.loc[1])
+        self.peak_memory = dict(sorted(peaks.items()))
+
+    @property
+    def memory_edges(self) -> int:
+        return self.edges_added - self.edges_removed_minimize - self.edges_removed_reduce
+
+    def table(self) -> str:
+        """A plain-text table for `--stats`."""
+        rows = [(f"ops {op}", str(count)) for op, count in self.ops.items()]
+        rows += [("bytes offloaded", str(self.bytes_offloaded)), ("bytes reloaded", str(self.bytes_reloaded))]
+        rows += [
+            ("memory edges added", str(self.edges_added)),
+            ("memory edges redundant", str(self.edges_redundant)),
+            ("memory edges removed (minimize)", str(self.edges_removed_minimize)),
+            ("memory edges removed (reduce)", str(self.edges_removed_reduce)),
+            ("memory edges kept", str(self.memory_edges)),
+        ]
+        rows += [(f"peak memory GPU {d}", f"{peak} bytes") for d, peak in self.peak_memory.items()]
+        rows += [(f"seconds {stage}", f"{secs:.3f}") for stage, secs in self.seconds.items()]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+collected: contextvars.ContextVar[CompileStats | None] = contextvars.ContextVar("turnip_compile_stats", default=None)
+"""Where the `turnip-memgraph` pass records its stats when a caller asked for them."""
+
+
+@contextlib.contextmanager
+def collecting():
+    """Collect the stats of the pipeline passes run inside the block: `with collecting() as stats: ...`."""
+    stats = CompileStats()
+    token = collected.set(stats)
+    try:
+        yield stats
+    finally:
+        collected.reset(token)

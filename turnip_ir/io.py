@@ -74,8 +74,9 @@ def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> Mo
 def check_module(module: ModuleOp, name: str = "<input>", text: str | None = None) -> None:
     """Verify ops (xDSL) plus order, devices and budget; raise `InputError` at the offending op."""
     lines = _op_lines(text) if text is not None else []
-    devices = _int_attr(module, DEVICES_ATTR, name) if DEVICES_ATTR in module.attributes else module_devices(module)
-    budget = _int_attr(module, BUDGET_ATTR, name) if BUDGET_ATTR in module.attributes else None
+    at_module = _module_where(text, name)
+    devices = _int_attr(module, DEVICES_ATTR, at_module) if DEVICES_ATTR in module.attributes else module_devices(module)
+    budget = _int_attr(module, BUDGET_ATTR, at_module) if BUDGET_ATTR in module.attributes else None
     seen: set = set()
     for index, op in enumerate(module.ops):
         where = f"{name}:{lines[index]}:1" if index < len(lines) else name
@@ -89,6 +90,14 @@ def check_module(module: ModuleOp, name: str = "<input>", text: str | None = Non
         if isinstance(op, TurnipOp):
             _check_place(op, devices, budget, where)
         seen.add(op)
+
+
+def _module_where(text: str | None, name: str) -> str:
+    """`name:line:1` of the module's first line, for errors in its attributes."""
+    for number, line in enumerate((text or "").splitlines(), 1):
+        if re.match(r'\s*"?builtin\.module', line):
+            return f"{name}:{number}:1"
+    return name
 
 
 def _label(op) -> str:

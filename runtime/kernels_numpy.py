@@ -31,12 +31,16 @@ def _relu(xs, out, attrs):
 
 
 def _gelu(xs, out, attrs):
-    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation, built up in `out`."""
+    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), the tanh approximation, built up in `out`.
+
+    In float16 the inner product may overflow to inf for large |x|; tanh(+-inf) = +-1 is then exact.
+    """
     x = xs[0]
-    np.multiply(x, x, out=out)
-    out *= x
-    out *= 0.044715
-    out += x
+    with np.errstate(over="ignore"):
+        np.multiply(x, x, out=out)
+        out *= 0.044715
+        out += 1.0
+        out *= x
     out *= math.sqrt(2.0 / math.pi)
     np.tanh(out, out=out)
     out += 1.0
@@ -68,10 +72,17 @@ def _softmax(xs, out, attrs):
 
 
 def _rmsnorm(xs, out, attrs):
-    """x / sqrt(mean(x^2, last axis) + eps), times the optional weight."""
+    """x / sqrt(mean(x^2, last axis) + eps), times the optional weight.
+
+    float16 squares overflow past 256, so half inputs square into a float32 temporary of the full
+    shape (an allocation per call, as a GPU kernel would accumulate in fp32 registers instead).
+    """
     x = xs[0]
-    np.multiply(x, x, out=out)
-    scale = out.mean(axis=-1, keepdims=True)
+    if x.dtype == np.float16:
+        scale = np.square(x, dtype=np.float32).mean(axis=-1, keepdims=True)
+    else:
+        np.multiply(x, x, out=out)
+        scale = out.mean(axis=-1, keepdims=True)
     scale += KERNELS["rmsnorm"].attr(attrs, "eps")
     np.sqrt(scale, out=scale)
     np.divide(x, scale, out=out)

@@ -65,10 +65,14 @@ def reuse_memgraph(graph: TaskGraph, offload_inputs: bool = False) -> MemGraph:
     arenas = [_Arena() for _ in range(graph.devices)]
     plan = _Plan(graph.devices)
     left = {task: len(users) for task, users in readers.items()}
+    # Resident inputs are all in place before the run starts, so they are placed first.
+    resident = [] if offload_inputs else [task for task in graph.nodes.values() if task.op == "input"]
+    for task in resident:
+        plan.compute(task, arenas[task.device])
     for task in graph.nodes.values():
         if task.op == "input" and offload_inputs:
             plan.stored_input(task, arenas[task.device])
-        else:
+        elif task.op != "input":
             plan.compute(task, arenas[task.device])
         for src in task.inputs:
             left[src] -= 1
@@ -128,3 +132,16 @@ class _Plan:
         memgraph.nodes = self.nodes
         memgraph.outputs = {task: self.holder[task] for task in keep}
         return memgraph
+
+
+def dependency_violations(result) -> list[str]:
+    """Vertices that started before one of their dependencies ended, from the run's recorded timestamps."""
+    graph = result.recorder.graph
+    spans = {done.vertex: (done.start, done.end) for done in result.recorder.completions}
+    bad = []
+    for vertex, (start, _) in spans.items():
+        for dep in graph.memgraph.nodes[vertex].deps():
+            index = next(i for i, node in enumerate(graph.memgraph.nodes) if node.id == dep)
+            if index in spans and spans[index][1] > start:
+                bad.append(f"{graph.describe(vertex)} started at {start} before {graph.describe(index)} ended")
+    return bad

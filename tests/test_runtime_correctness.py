@@ -1,0 +1,70 @@
+"""Runtime outputs equal a float64 numpy reference, under every policy, tight plans, offloads and jitter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from runtime_plans import dependency_violations, naive_memgraph, reuse_memgraph
+
+from runtime import execute
+from runtime.inputs import input_specs, make_inputs
+from runtime.reference import evaluate
+from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
+
+
+def _check(taskgraph, result, memgraph, seed):
+    reference = evaluate(taskgraph, make_inputs(input_specs(memgraph), None, seed))
+    assert set(result.outputs) == set(reference)
+    for task, expected in reference.items():
+        # float32 rounding grows with the values' magnitude, so the absolute tolerance scales with it
+        atol = 2e-5 * max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(result.outputs[task], expected, rtol=2e-4, atol=atol, err_msg=task)
+    assert dependency_violations(result) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("plan", ["naive", "reuse", "reuse-offload"])
+def test_random_order_matches_reference(seed, plan):
+    taskgraph = random_taskgraph(seed, tasks=40, devices=2)
+    memgraph = {"naive": naive_memgraph, "reuse": reuse_memgraph}.get(plan, lambda g: reuse_memgraph(g, True))(taskgraph)
+    result = execute(memgraph, order="random", seed=seed, jitter=0.0003)
+    _check(taskgraph, result, memgraph, seed)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nondet_with_jitter_matches_reference(seed):
+    taskgraph = random_taskgraph(100 + seed, tasks=60, devices=3, sizes=(8, 16, 32))
+    memgraph = reuse_memgraph(taskgraph, offload_inputs=True)
+    result = execute(memgraph, order="nondet", seed=seed, jitter=0.0005, streams=3)
+    _check(taskgraph, result, memgraph, seed)
+
+
+@pytest.mark.parametrize("build", [lambda: ffn_stack(layers=3, devices=2), lambda: blocked_matmul(64, 2, 3)])
+def test_fixed_and_nondet_give_identical_outputs(build):
+    taskgraph = build()
+    memgraph = reuse_memgraph(taskgraph, offload_inputs=True)
+    fixed = execute(memgraph, order="fixed", seed=3)
+    nondet = execute(memgraph, order="nondet", seed=3, jitter=0.0005)
+    for task in fixed.outputs:
+        np.testing.assert_array_equal(fixed.outputs[task], nondet.outputs[task])
+    _check(taskgraph, nondet, memgraph, 3)
+
+
+def test_float16_graph_runs_close_to_reference():
+    taskgraph = ffn_stack(layers=2, tokens=16, hidden=32, ffn=64, dtype="float16")
+    memgraph = reuse_memgraph(taskgraph)
+    result = execute(memgraph, order="random", seed=1)
+    reference = evaluate(taskgraph, make_inputs(input_specs(memgraph), None, 1))
+    for task, expected in reference.items():
+        assert result.outputs[task].dtype == np.float16
+        atol = 1e-2 * max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(result.outputs[task], expected, rtol=2e-2, atol=atol)
+
+
+def test_given_inputs_are_used():
+    taskgraph = ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)
+    memgraph = naive_memgraph(taskgraph)
+    given = {"x": np.ones((4, 8), dtype=np.float32)}
+    result = execute(memgraph, inputs=given, seed=5)
+    inputs = make_inputs(input_specs(memgraph), given, 5)
+    np.testing.assert_allclose(result.outputs["res0"], evaluate(taskgraph, inputs)["res0"], rtol=1e-5, atol=1e-6)

@@ -34,13 +34,13 @@ from turnip_ir.taskgraph import TaskGraph, TaskNode
 
 DEVICES_ATTR = "turnip.devices"
 BUDGET_ATTR = "turnip.budget"
-_PLAIN_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*")
+_PLAIN_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*", re.ASCII)  # MLIR value names are ASCII
 _SUFFIX = re.compile(r"_\d+$")
 _NODE_NAME = re.compile(r"n(\d+)")
 
 
 def _safe_hint(text: str) -> str:
-    hint = _SUFFIX.sub(lambda m: "." + m.group(0)[1:], re.sub(r"[^\w$.-]", ".", text))
+    hint = _SUFFIX.sub(lambda m: "." + m.group(0)[1:], re.sub(r"[^\w$.-]", ".", text, flags=re.ASCII))
     return hint if _PLAIN_NAME.fullmatch(hint) else f"v{hint}"
 
 

@@ -12,6 +12,7 @@ from turnip_ir.errors import InputError, TurnipError
 from turnip_ir.json_taskgraph import topo_order
 from turnip_ir.kernels import DTYPE_BYTES, KERNELS
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MEMGRAPH_OPS, MemGraph, MemNode
+from turnip_ir.taskgraph import valid_id
 
 
 def _int(value) -> bool:
@@ -81,7 +82,7 @@ def _parse_node(raw, index: int) -> MemNode:
     kernel = _get(raw, "kernel", where, lambda v: isinstance(v, str), "a string", required=op == "kernel")
     if op == "kernel" and kernel not in KERNELS:
         raise InputError(f"{where}: unknown kernel '{kernel}' (known: {', '.join(KERNELS)})")
-    task = _get(raw, "task", where, lambda v: isinstance(v, str), "a string", required=True)
+    task = _get(raw, "task", where, lambda v: isinstance(v, str) and valid_id(v), "a printable ASCII string", required=True)
     device = _get(raw, "device", where, _int, "an integer")
     loc = _get(raw, "loc", where, _region, "[offset, size]")
     storage = _get(raw, "storage", where, _region, "[offset, size]")

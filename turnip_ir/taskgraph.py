@@ -51,6 +51,11 @@ class Tensor:
 TensorLike = Tensor | str
 
 
+def valid_id(text: str) -> bool:
+    """Printable ASCII: xDSL 0.74 prints other characters as byte escapes and parses them back as bytes."""
+    return text.isascii() and text.isprintable()
+
+
 class TaskGraph:
     """A taskgraph under construction or loaded from a file."""
 
@@ -214,6 +219,8 @@ class TaskGraph:
         if wanted is not None:
             if not isinstance(wanted, str) or not wanted:
                 raise InputError(f"node id {wanted!r} must be a non-empty string")
+            if not valid_id(wanted):
+                raise InputError(f"node {wanted!r}: an id must be printable ASCII (the IR text cannot carry other characters)")
             if wanted in self.nodes:
                 raise InputError(f"node '{wanted}': duplicate id")
             return wanted

@@ -10,6 +10,13 @@ in `redundant_deps` (kept for pictures, ignored by the runtime) instead of `mem_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.ir import read_memgraph, write_back
 from passes.compact import CompactMem, RegionMap, successor_counts
 from turnip_ir.memgraph import MemGraph
 
@@ -63,3 +70,19 @@ def _data_ancestors(view: CompactMem, w: int, ancestors: list, left: list[int]) 
             ancestors[p] = None
     ancestors[w] = anc if left[w] else None
     return anc
+
+
+@dataclass(frozen=True)
+class InsertMemoryDepsPass(ModulePass):
+    """Add a memory dependency wherever a location or storage region is reused.
+
+    A node that overwrites bytes waits for their last writer and every reader of it (or its offload).
+    Edges that a data path already implies are stored as redundant (drawn dashed, ignored at run time).
+    """
+
+    name = "turnip-insert-memory-deps"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        graph = read_memgraph(op, self.name)
+        insert_memory_deps(graph)
+        write_back(op, graph)

@@ -15,16 +15,26 @@ the rest start in CPU storage. Storage is a bump allocator, never reused, so sto
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.ir import check_budget_option, read_taskgraph, write_back
 from passes.allocator import ALIGN, NEVER, DeviceMemory, aligned
 from passes.compact import TaskView
 from passes.orders import execution_order
-from turnip_ir.errors import BudgetError
+from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
 
 def insert_offload(graph: TaskGraph, budget: int, order: str = "given") -> MemGraph:
     """The memgraph of one simulated run of the placed `graph` in `order` under a per-GPU `budget`."""
+    for node in graph.nodes.values():
+        if node.device is None:
+            raise InputError(f"op '{node.id}' ({node.op}) has no device: run turnip-place-devices first")
     view = TaskView.build(graph)
     return Planner(graph, view, budget, execution_order(view, order)).run()
 
@@ -189,3 +199,22 @@ class Planner:
         attrs = dict(task.attrs) if op == "kernel" else {}
         self.out.add(MemNode(node_id, op, task.id, device, loc, storage, tuple(inputs), tuple(mem_deps), kernel, task.shape, task.dtype, attrs))
         return node_id
+
+
+@dataclass(frozen=True)
+class InsertOffloadPass(ModulePass):
+    """Turn a placed taskgraph into a memgraph by simulating one run under a per-GPU budget.
+
+    The simulation runs the tasks in `order` (given, dfs, memory) with a 256-byte-aligned allocator per
+    GPU, gives every tensor a location, evicts by farthest next use (offloading only what is needed
+    again or is an output), reloads before the next use into a fresh location, and starts the inputs
+    that do not fit in CPU storage. It adds no reuse edges: run turnip-insert-memory-deps next.
+    """
+
+    name = "turnip-insert-offload"
+    budget: int = 0
+    order: str = "given"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        check_budget_option(self.budget, self.name)
+        write_back(op, insert_offload(read_taskgraph(op, self.name), self.budget, self.order))

@@ -10,6 +10,13 @@ typical case is reader -> offload -> new writer. Cost: one pass over the edges w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.ir import read_memgraph, write_back
 from passes.compact import CompactMem
 from turnip_ir.memgraph import MemGraph
 
@@ -37,3 +44,20 @@ def minimize_memory_deps(graph: MemGraph) -> int:
             node.mem_deps = tuple(view.ids[m] for m in dict.fromkeys(view.mem[w]) if m not in drop)
             pred_sets[w] -= drop - data
     return removed
+
+
+@dataclass(frozen=True)
+class MinimizeMemoryDepsPass(ModulePass):
+    """Drop memory edges implied by a two-step path through another kept edge.
+
+    The cheap local half of minimization (reader -> offload -> writer makes reader -> writer
+    unnecessary); the allocator already chose the loosest free regions, and
+    turnip-reduce-memory-deps removes what longer paths imply.
+    """
+
+    name = "turnip-minimize-memory-deps"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        graph = read_memgraph(op, self.name)
+        minimize_memory_deps(graph)
+        write_back(op, graph)

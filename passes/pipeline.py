@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
 
 from passes.insert_memory_deps import insert_memory_deps
 from passes.insert_offload import insert_offload
 from passes.minimize_memory_deps import minimize_memory_deps
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
-from passes.stats import CompileStats
+from passes.ir import check_budget_option, read_taskgraph, write_back
+from passes.stats import CompileStats, collected
 from passes.verify_memgraph import verify_memgraph
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -66,3 +72,25 @@ def _stage(stats: CompileStats, name: str):
     start = time.perf_counter()
     yield
     stats.seconds[name] = stats.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class MemgraphPipelinePass(ModulePass):
+    """The default pipeline: taskgraph in, verified memgraph out, under a per-GPU budget.
+
+    Runs placement, offload insertion by simulation, memory dependencies, minimization, transitive
+    reduction and the verifier on the compact structures, converting the module once each way.
+    Options: `budget` (bytes per GPU, required), `order` (given, dfs, memory), `devices` (0 keeps the
+    module's count). When the CLI collects stats (`passes.stats.collecting`), they are recorded there.
+    """
+
+    name = "turnip-memgraph"
+    budget: int = 0
+    order: str = "given"
+    devices: int = 0
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        check_budget_option(self.budget, self.name)
+        graph = read_taskgraph(op, self.name)
+        memgraph = compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices)
+        write_back(op, memgraph)

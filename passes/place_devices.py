@@ -12,6 +12,13 @@ The cost model is unit-free: FLOPS_PER_BYTE says how many FLOPs cost as much tim
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.ir import read_taskgraph, write_back
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TaskGraph, TaskNode
@@ -77,3 +84,19 @@ def _local(placed: TaskGraph, graph: TaskGraph, src: str, device: int, finish: d
 
 def _is_move(node: TaskNode, src: str, device: int) -> bool:
     return node.op == "move" and node.inputs == (src,) and node.device == device
+
+
+@dataclass(frozen=True)
+class PlaceDevicesPass(ModulePass):
+    """Give a GPU to every kernel without one, balancing load along the critical path.
+
+    List scheduling in topological order: each unplaced kernel goes to the GPU where it would finish
+    earliest, counting operand copies; operands on another GPU get a shared `move` inserted. Kernels
+    that already have a device keep it. Option `devices` widens the machine (0 keeps the module's count).
+    """
+
+    name = "turnip-place-devices"
+    devices: int = 0
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        write_back(op, place_devices(read_taskgraph(op, self.name), self.devices))

@@ -9,6 +9,13 @@ frontier's width times n/8 bytes. Work is O(edges * n / 64) word operations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.ir import read_memgraph, write_back
 from passes.compact import CompactMem, successor_counts
 from turnip_ir.memgraph import MemGraph
 
@@ -39,3 +46,19 @@ def reduce_memory_deps(graph: MemGraph) -> int:
             node.mem_deps = tuple(view.ids[m] for m in dict.fromkeys(view.mem[w]) if m not in drop)
         ancestors[w] = acc if left[w] else None
     return removed
+
+
+@dataclass(frozen=True)
+class ReduceMemoryDepsPass(ModulePass):
+    """Remove every memory edge that another path of data or memory edges implies.
+
+    A transitive reduction restricted to memory edges, with ancestor bitsets over the topological
+    order; data edges are never removed.
+    """
+
+    name = "turnip-reduce-memory-deps"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        graph = read_memgraph(op, self.name)
+        reduce_memory_deps(graph)
+        write_back(op, graph)

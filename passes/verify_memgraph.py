@@ -14,6 +14,13 @@ Checks, each failing with a `VerifyError` that names the nodes and the location:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.ir import read_memgraph
 from passes.compact import STORAGE, RegionMap, successor_counts, written_region
 from turnip_ir.errors import VerifyError
 from turnip_ir.kernels import nbytes
@@ -173,3 +180,18 @@ def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph
     for task_id in taskgraph.effective_outputs():
         if task_id not in graph.outputs:
             raise VerifyError(f"output '{task_id}' has no holder in the memgraph")
+
+
+@dataclass(frozen=True)
+class VerifyMemgraphPass(ModulePass):
+    """Prove a memgraph race-free, acyclic, in bounds, and that its outputs survive.
+
+    Any two nodes that write overlapping bytes (on a GPU or in CPU storage) must be ordered, and every
+    reader of the earlier one must happen before the later one, through inputs and memory edges.
+    Fails with a diagnostic naming both nodes and the location; leaves the module unchanged.
+    """
+
+    name = "turnip-verify-memgraph"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        verify_memgraph(read_memgraph(op, self.name))

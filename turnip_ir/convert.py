@@ -128,7 +128,7 @@ def is_memgraph(module: ModuleOp) -> bool:
     return BUDGET_ATTR in module.attributes
 
 
-def _task_ids(module: ModuleOp) -> dict[SSAValue, str]:
+def _task_ids(module: ModuleOp, memgraph: bool = False) -> dict[SSAValue, str]:
     """The taskgraph id of each vertex value: its `task` property, else its name, else a fresh one."""
     ids: dict[SSAValue, str] = {}
     taken: set[str] = set()
@@ -143,7 +143,7 @@ def _task_ids(module: ModuleOp) -> dict[SSAValue, str]:
             while ident in taken:  # the printer wrote a repeated name as name_1, name_2, ...
                 k += 1
                 ident = f"{base}_{k}"
-        if ident in taken:
+        if ident in taken and not memgraph:  # memgraph nodes share tasks (offload, reload)
             raise InputError(f"{op.name}: duplicate task id '{ident}'")
         taken.add(ident)
         ids[op.result] = ident
@@ -232,7 +232,7 @@ def _node_ids(module: ModuleOp) -> dict[SSAValue, int]:
 def memgraph_from_ir(module: ModuleOp) -> MemGraph:
     graph = MemGraph(module_devices(module), _module_int(module, BUDGET_ATTR))
     ids = _node_ids(module)
-    tasks = _task_ids(module)
+    tasks = _task_ids(module, memgraph=True)
     token_ids = {op.results[1]: ids[op.results[0]] for op in module.ops if isinstance(op, TurnipOp)}
     made: dict[int, MemNode] = {}
     for op in module.ops:

@@ -4,12 +4,12 @@ Each submitted vertex gets an amount of work when it starts: seconds for kernels
 reloads and offloads. Work drains at a rate: 1 for kernels and moves; for a GPU's host link, `h2d_bw`
 or `d2h_bw` when one direction is busy and `duplex_bw / 2` each while both are (the measured H200
 figures). `wait` advances the clock to the next completion. `jitter` J scales each vertex's work by
-a seeded factor drawn uniformly from [1 - J, 1 + J], so transfer and kernel times vary run to run.
+a factor drawn uniformly from [1 - J, 1 + J]. The factors are drawn per vertex in `prepare` from the
+seed, not in submit order, so two policies run with one seed see the same durations.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +41,7 @@ class SimBackend(Backend):
             raise InputError(f"sim jitter is a relative spread in [0, 1), got {jitter}")
         self.cost = cost or CostModel()
         self.jitter = jitter
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.clock = 0.0
         self.active: dict[int, Active] = {}
 
@@ -49,6 +49,8 @@ class SimBackend(Backend):
         self.graph = graph
         self.clock = 0.0
         self.active = {}
+        rng = np.random.default_rng(self.seed)
+        self.factor = rng.uniform(1.0 - self.jitter, 1.0 + self.jitter, size=len(graph)).tolist()
 
     def now(self) -> float:
         return self.clock
@@ -59,8 +61,7 @@ class SimBackend(Backend):
             work = float(node.nbytes)
         else:
             work = self.cost.duration(node, [self.graph.node(s) for s in self.graph.sources[vertex]])
-        if self.jitter:
-            work *= self.rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        work *= self.factor[vertex]
         self.active[lane.index] = Active(vertex, lane, self.clock, work)
 
     def _rate(self, job: Active) -> float:

@@ -1,0 +1,166 @@
+"""Unit tests of the event loop's state transitions, with a synchronous fake backend on a virtual clock."""
+
+from __future__ import annotations
+
+import heapq
+
+import pytest
+
+from runtime.backends.base import Backend, Completion
+from runtime.callbacks import Callback
+from runtime.executor import Executor
+from runtime.graph import build_exec_graph
+from runtime.policies import make_policy
+from turnip_ir.errors import KernelError
+from turnip_ir.memgraph import MemGraph, MemNode
+
+
+class FakeBackend(Backend):
+    """Each vertex takes `durations[task]` virtual seconds (default 1); `wait` returns the earliest end."""
+
+    name = "fake"
+
+    def __init__(self, durations=None, fail=None):
+        self.durations = durations or {}
+        self.fail = fail
+        self.clock = 0.0
+        self.heap = []
+        self.log = []
+
+    def prepare(self, graph, inputs):
+        self.graph = graph
+
+    def now(self):
+        return self.clock
+
+    def submit(self, vertex, lane):
+        task = self.graph.node(vertex).task
+        self.log.append(("submit", task, self.clock))
+        end = self.clock + self.durations.get(task, 1.0)
+        heapq.heappush(self.heap, (end, vertex, lane.index, self.clock))
+
+    def wait(self):
+        end, vertex, lane, start = heapq.heappop(self.heap)
+        self.clock = end
+        task = self.graph.node(vertex).task
+        self.log.append(("complete", task, end))
+        error = RuntimeError("boom") if task == self.fail else None
+        return [Completion(vertex, lane, start, end, error)]
+
+    def read_outputs(self):
+        return {}
+
+    def started(self, task):
+        return next(t for kind, name, t in self.log if kind == "submit" and name == task)
+
+
+def _graph(spec, devices=2) -> MemGraph:
+    """spec: (task, op, device, inputs, mem_deps) rows; ids are row numbers, every tensor 4 floats."""
+    graph = MemGraph(devices, 4096)
+    for i, (task, op, device, inputs, mem_deps) in enumerate(spec):
+        storage = (0, 16) if op == "input" and device is None else None
+        loc = None if storage else (i * 64 % 4096, 16)
+        kernel = "relu" if op == "kernel" else None
+        graph.add(MemNode(i, op, task, device, loc, storage, tuple(inputs), tuple(mem_deps), kernel=kernel, shape=(4,), dtype="float32"))
+    return graph
+
+
+def _run(memgraph, order="nondet", streams=1, seed=0, callbacks=(), **fake):
+    graph = build_exec_graph(memgraph, streams)
+    backend = FakeBackend(**fake)
+    backend.prepare(graph, {})
+    Executor(graph, backend, make_policy(order, graph, seed), callbacks).run()
+    return backend
+
+
+CHAIN = [("x", "input", 0, [], []), ("a", "kernel", 0, [0], []), ("b", "kernel", 0, [1], []), ("c", "kernel", 0, [0], [2])]
+
+
+@pytest.mark.parametrize("order", ["nondet", "fixed", "random"])
+def test_vertex_starts_only_after_data_and_memory_dependencies(order):
+    backend = _run(_graph(CHAIN), order=order, streams=2)
+    position = {(kind, task): i for i, (kind, task, _) in enumerate(backend.log)}
+    assert position[("complete", "a")] < position[("submit", "b")]
+    assert position[("complete", "b")] < position[("submit", "c")]  # c's memory dependency on b
+    assert backend.clock == 3.0
+
+
+def test_a_lane_runs_one_vertex_at_a_time():
+    spec = [("x", "input", 0, [], []), ("a", "kernel", 0, [0], []), ("b", "kernel", 0, [0], [])]
+    one = _run(_graph(spec), streams=1)
+    two = _run(_graph(spec), streams=2)
+    assert sorted([one.started("a"), one.started("b")]) == [0.0, 1.0]
+    assert two.started("a") == two.started("b") == 0.0
+
+
+def test_reload_and_offload_do_not_wait_behind_an_unrelated_kernel():
+    spec = [
+        ("x", "input", 0, [], []),
+        ("s", "input", None, [], []),
+        ("long", "kernel", 0, [0], []),
+        ("r", "reload", 0, [1], []),
+        ("o", "offload", 0, [0], []),
+        ("use", "kernel", 0, [3], []),
+    ]
+    memgraph = _graph(spec)
+    memgraph.nodes[4].loc, memgraph.nodes[4].storage = None, (64, 16)
+    backend = _run(memgraph, order="fixed", durations={"long": 10.0})
+    assert backend.started("r") == 0.0
+    assert backend.started("o") == 0.0
+    assert backend.started("use") == 10.0  # its only stream is busy with "long"
+
+
+# The seed's example: "ka" needs a slow move, "kb" a local tensor, and the memgraph lists ka first.
+LATE_INPUT = [
+    ("x", "input", 1, [], []),
+    ("m", "move", 0, [0], []),
+    ("y", "input", 0, [], []),
+    ("ka", "kernel", 0, [1], []),
+    ("kb", "kernel", 0, [2], []),
+]
+
+
+def test_fixed_waits_for_the_head_of_its_resource_and_nondet_does_not():
+    fixed = _run(_graph(LATE_INPUT), order="fixed", durations={"m": 5.0})
+    nondet = _run(_graph(LATE_INPUT), order="nondet", durations={"m": 5.0})
+    assert (fixed.started("ka"), fixed.started("kb"), fixed.clock) == (5.0, 6.0, 7.0)
+    assert (nondet.started("kb"), nondet.started("ka"), nondet.clock) == (0.0, 5.0, 6.0)
+
+
+def test_random_order_depends_on_its_seed():
+    spec = [("x", "input", 0, [], [])] + [(f"k{i}", "kernel", 0, [0], []) for i in range(8)]
+    orders = {tuple(t for kind, t, _ in _run(_graph(spec), order="random", seed=s).log if kind == "submit") for s in range(6)}
+    assert len(orders) > 1
+
+
+class Hooks(Callback):
+    def __init__(self):
+        self.events = []
+
+    def start(self, graph):
+        self.events.append("start")
+
+    def vertex_start(self, vertex, lane, time):
+        self.events.append(("start", vertex))
+
+    def vertex_end(self, completion):
+        self.events.append(("end", completion.vertex))
+
+    def finish(self, graph, failed):
+        self.events.append(("finish", failed))
+
+
+def test_callbacks_see_every_running_vertex_but_not_inputs():
+    hooks = Hooks()
+    _run(_graph(CHAIN), callbacks=[hooks])
+    assert hooks.events[0] == "start" and hooks.events[-1] == ("finish", False)
+    assert [e for e in hooks.events if e[0] == "start" and e != "start"] == [("start", 1), ("start", 2), ("start", 3)]
+    assert ("start", 0) not in hooks.events
+
+
+def test_a_failing_vertex_stops_the_run_and_is_named():
+    hooks = Hooks()
+    with pytest.raises(KernelError, match=r"vertex 1 \(a relu\) failed: RuntimeError: boom"):
+        _run(_graph(CHAIN), callbacks=[hooks], fail="a")
+    assert hooks.events[-1] == ("finish", True)
+    assert ("start", 2) not in hooks.events

@@ -8,8 +8,8 @@ tensors nobody reads again. Eviction offloads a tensor only when it has no stora
 needed (a later use, or a graph output); inputs are read-only, so their storage copy never goes stale.
 When pinned operands fragment a GPU so that nothing fits, the GPU is flushed (everything offloaded) and
 the operands are reloaded packed from offset 0: this cannot fail once the working set fits the budget.
-Inputs start on their GPU in first-use order while they leave room for the largest working set there;
-the rest start in CPU storage. Storage is a bump allocator, never reused, so storage needs no edges.
+Inputs start on their GPU in first-use order while they fit; one evicted before anyone read it is
+rewritten to start in CPU storage (it never needed the GPU), so unused room is the only cost. Storage is a bump allocator, never reused, so storage needs no edges.
 `loc` sizes are the aligned sizes the allocator reserves (multiples of 256 bytes, at least the tensor).
 """
 
@@ -86,6 +86,8 @@ class Planner:
         for o in view.outputs:
             self.is_output[o] = True
         self.storage_top = 0
+        self.unread: set[int] = set()
+        """Input nodes placed on a GPU that nobody has read yet."""
 
     def run(self) -> MemGraph:
         self._place_inputs()
@@ -100,20 +102,15 @@ class Planner:
         view = self.view
         inputs = [i for i, op in enumerate(view.ops) if op == "input"]
         inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
-        room = [m.capacity - self._largest_working_set(d) for d, m in enumerate(self.memory)]
         for i in inputs:
             d, size = view.devices[i], aligned(view.nbytes[i])
-            used = self.uses[i] or self.is_output[i]
-            if used and size <= room[d] and self.memory[d].place_free(size) is not None:
-                room[d] -= size
-                start = self.memory[d].place_free(size)
+            start = self.memory[d].place_free(size) if self.uses[i] or self.is_output[i] else None
+            if start is not None:
                 self.memory[d].take(start, size, i)
                 self.gpu[i] = self._emit("input", i, d, loc=(start, size), inputs=())
+                self.unread.add(self.gpu[i])
             else:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
-
-    def _largest_working_set(self, device: int) -> int:
-        return max((total for _, d, total in _working_sets(self.view) if d == device), default=0)
 
     def _run_task(self, step: int, i: int) -> None:
         view = self.view
@@ -132,6 +129,7 @@ class Planner:
         node = self._emit(kind, i, d, loc=(start, size), inputs=tuple(self.gpu[o] for o in view.inputs[i]))
         self.gpu[i] = node
         for o in operands:
+            self.unread.discard(self.gpu[o])
             self.readers.setdefault(self.gpu[o], []).append(node)
             self.next[o] += 1
             self._drop_if_dead(o, step)
@@ -151,7 +149,7 @@ class Planner:
         start = memory.place_free(size)
         if start is not None:
             return start
-        score = lambda t: (self._next_use(t), 0 if self.store[t] >= 0 else self.view.nbytes[t])
+        score = lambda t: (self._next_use(t), 0 if self.store[t] >= 0 or self.gpu[t] in self.unread else self.view.nbytes[t])
         start = memory.best_window(size, pinned, score)
         if start is None:
             return None
@@ -162,12 +160,21 @@ class Planner:
     def _evict(self, t: int, step: int) -> None:
         """Take tensor `t` off its GPU, offloading it first unless storage already holds it."""
         d = self.view.devices[t]
-        if self.store[t] < 0:
+        if self.gpu[t] in self.unread:
+            self._start_in_storage(t)
+        elif self.store[t] < 0:
             copy = self.gpu[t]
             deps = tuple(r for r in self.readers.get(copy, ()))
             self.store[t] = self._emit("offload", t, d, storage=self._storage(t), inputs=(copy,), mem_deps=deps)
         self.memory[d].release(t, step)
         self.gpu[t] = -1
+
+    def _start_in_storage(self, t: int) -> None:
+        """An input evicted before anyone read it never needed the GPU: it starts in CPU storage instead."""
+        node = self.out.nodes[self.gpu[t]]
+        self.unread.discard(node.id)
+        node.device, node.loc, node.storage = None, None, self._storage(t)
+        self.store[t] = node.id
 
     def _reload(self, t: int, step: int, pinned: set[int]) -> bool:
         d, size = self.view.devices[t], aligned(self.view.nbytes[t])

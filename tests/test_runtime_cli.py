@@ -1,0 +1,119 @@
+"""`turnip run` through a subprocess: exit codes, one-line errors, outputs and trace files."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from runtime_plans import naive_memgraph
+
+from runtime.reference import evaluate
+from turnip_ir.models import ffn_stack, random_taskgraph
+
+TURNIP = [sys.executable, "-m", "turnip_cli.main", "run"]
+
+
+def _turnip(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*TURNIP, *map(str, args)], capture_output=True, text=True, timeout=120, **kw)
+
+
+def _one_line_error(proc, code, text):
+    assert proc.returncode == code, proc.stderr
+    assert text in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def ffn(tmp_path):
+    taskgraph = ffn_stack(layers=3, tokens=16, hidden=32, ffn=64, devices=2)
+    path = tmp_path / "ffn.json"
+    path.write_text(taskgraph.dumps())
+    return taskgraph, path
+
+
+def test_taskgraph_is_compiled_run_and_outputs_match_reference(ffn, tmp_path):
+    taskgraph, path = ffn
+    inputs = {task: np.random.default_rng(7).standard_normal(node.shape).astype(np.float32)
+              for task, node in taskgraph.nodes.items() if node.op == "input"}
+    np.savez(tmp_path / "in.npz", **inputs)
+    proc = _turnip(path, "--memory", "24KiB", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz",
+                   "--trace", tmp_path / "trace.json", "--order", "random", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "reloaded" in proc.stdout and "busy" in proc.stdout and "peak arena use" in proc.stdout
+    with np.load(tmp_path / "out.npz") as out:
+        expected = evaluate(taskgraph, inputs)
+        assert set(out.files) == set(expected)
+        for task in expected:
+            np.testing.assert_allclose(out[task], expected[task], rtol=1e-4, atol=1e-3)
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in trace if e["name"] == "thread_name"}
+    assert {"gpu0 compute0", "gpu0 h2d", "gpu0 d2h", "gpu1 peer"} <= names
+    assert any(e["ph"] == "X" and e["name"] == "up0 matmul" for e in trace)
+
+
+def test_memgraph_file_runs_on_sim(tmp_path):
+    path = tmp_path / "mg.json"
+    path.write_text(naive_memgraph(random_taskgraph(2, tasks=20)).dumps())
+    proc = _turnip(path, "--backend", "sim", "--order", "fixed", "--jitter", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    assert "backend sim, order fixed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, code, text",
+    [
+        (["--backend", "cuda"], 1, "the cuda backend is not available yet"),
+        (["--memory", "lots"], 1, "memory size 'lots'"),
+        (["--memory", "1KiB"], 2, "budget"),
+        (["--backend", "sim", "--outputs", "o.npz"], 1, "--outputs needs --backend cpu"),
+        (["--inputs", "missing.npz"], 1, "inputs file 'missing.npz' does not exist"),
+    ],
+)
+def test_user_errors_are_one_line(ffn, tmp_path, args, code, text):
+    _, path = ffn
+    args = ["--memory", "1MiB", *args] if "--memory" not in args else args
+    _one_line_error(_turnip(path, *args, cwd=tmp_path), code, text)
+
+
+def test_wrongly_shaped_and_unknown_inputs_are_named(ffn, tmp_path):
+    _, path = ffn
+    np.savez(tmp_path / "bad.npz", x=np.zeros((3, 3), np.float32))
+    _one_line_error(_turnip(path, "--memory", "1MiB", "--inputs", tmp_path / "bad.npz"), 1, "input 'x': shape [3, 3]")
+    np.savez(tmp_path / "extra.npz", nope=np.zeros(3, np.float32))
+    _one_line_error(_turnip(path, "--memory", "1MiB", "--inputs", tmp_path / "extra.npz"), 1, "input 'nope'")
+
+
+def test_failing_kernel_names_the_vertex_and_writes_no_outputs(tmp_path):
+    doc = json.loads(naive_memgraph(ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)).dumps())
+    up = next(node for node in doc["nodes"] if node["task"] == "up0")
+    up["shape"] = [4, 8]  # the matmul really produces [4, 16]: numpy raises at run time
+    (tmp_path / "mg.json").write_text(json.dumps(doc))
+    proc = _turnip(tmp_path / "mg.json", "--outputs", tmp_path / "out.npz")
+    _one_line_error(proc, 4, f"vertex {up['id']} (up0 matmul) failed")
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_unknown_kernel_is_an_error(tmp_path):
+    doc = json.loads(naive_memgraph(ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)).dumps())
+    next(node for node in doc["nodes"] if node["task"] == "act0")["kernel"] = "frobnicate"
+    (tmp_path / "mg.json").write_text(json.dumps(doc))
+    _one_line_error(_turnip(tmp_path / "mg.json"), 1, "unknown kernel 'frobnicate'")
+
+
+def test_ctrl_c_stops_cleanly(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(naive_memgraph(random_taskgraph(5, tasks=400)).dumps())
+    proc = subprocess.Popen([*TURNIP, str(path), "--jitter", "0.05", "--outputs", str(tmp_path / "o.npz")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "o.npz").exists()

@@ -72,6 +72,8 @@ class TaskGraph:
         """An input tensor that lives on `device` before the run starts."""
         node_id = self._fresh(id, "in")
         self._check_dtype(dtype, node_id)
+        if not all(hasattr(d, "__index__") and not isinstance(d, bool) for d in shape):
+            raise InputError(f"node '{node_id}': shape {list(shape)} must hold integers")
         shape = tuple(int(d) for d in shape)
         if any(d < 0 for d in shape):
             raise InputError(f"node '{node_id}': negative dimension in shape {list(shape)}")
@@ -82,7 +84,7 @@ class TaskGraph:
         spec = kernel(name)
         node_id = self._fresh(id, name)
         ids = tuple(self._ref(x, node_id) for x in inputs)
-        attrs = {k: spec.attrs[k](v) if k in spec.attrs else v for k, v in attrs.items()}
+        attrs = {k: self._attr(spec.attrs.get(k), k, v, node_id) for k, v in attrs.items()}
         shape, dtype = self._infer(spec.name, ids, attrs, node_id)
         dev = None if device is None else self._check_device(device, node_id)
         return self._add(TaskNode(node_id, name, ids, shape, dtype, dev, attrs))
@@ -235,6 +237,16 @@ class TaskGraph:
         if ref not in self.nodes:
             raise InputError(f"node '{user}': input '{ref}' is not defined")
         return ref
+
+    def _attr(self, kind: type | None, name: str, value, node_id: str):
+        """A kernel attribute converted to its table type; unknown names are left for `infer` to reject."""
+        if kind is None:
+            return value
+        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"node '{node_id}': attribute '{name}' must be a number, got {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise InputError(f"node '{node_id}': attribute '{name}' must be a string, got {value!r}")
+        return kind(value)
 
     def _check_device(self, device: int, node_id: str) -> int:
         if not isinstance(device, int) or isinstance(device, bool) or not 0 <= device < self.devices:

@@ -1,0 +1,125 @@
+"""Golden tests of the compiler passes on the seed's small examples, through Python and through turnip-opt."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from passes.insert_memory_deps import insert_memory_deps
+from passes.insert_offload import insert_offload
+from passes.pipeline import compile_taskgraph
+from passes.stats import CompileStats
+from turnip_cli.opt import main as opt_main
+from turnip_ir.errors import BudgetError
+from turnip_ir.memgraph import MemGraph
+from turnip_ir.taskgraph import TaskGraph
+
+SLOT = 16 * 16 * 4  # one 16x16 float32 tile: 1024 bytes, a multiple of the 256-byte alignment
+
+
+def seven_tensors() -> TaskGraph:
+    """Seven equal tiles, five live at once at 'd' (x, a, b, c, d), with b needed again only at the end."""
+    g = TaskGraph(1)
+    x = g.input((16, 16), id="x")
+    a = g.relu(x, device=0, id="a")
+    b = g.scale(x, 0.5, device=0, id="b")
+    c = g.add(a, b, device=0, id="c")
+    d = g.mul(c, x, device=0, id="d")
+    e = g.add(d, a, device=0, id="e")
+    g.add(e, b, device=0, id="f")
+    g.output("f")
+    return g
+
+
+def _by_task(m: MemGraph, op: str) -> list:
+    return [n for n in m.nodes if n.op == op]
+
+
+def test_five_slots_reuse_locations_without_offload():
+    m = compile_taskgraph(seven_tensors(), 5 * SLOT)
+    assert _by_task(m, "offload") == [] and _by_task(m, "reload") == []
+    assert sum(len(n.mem_deps) + len(n.redundant_deps) for n in m.nodes) > 0
+    assert max(n.loc[0] + n.loc[1] for n in m.nodes) <= 5 * SLOT
+
+
+def test_four_slots_offload_and_reload_the_farthest_tensor():
+    m = compile_taskgraph(seven_tensors(), 4 * SLOT)
+    offloads, reloads = _by_task(m, "offload"), _by_task(m, "reload")
+    assert [n.task for n in offloads] == ["b"] and [n.task for n in reloads] == ["b"]
+    by_id = m.by_id()
+    assert reloads[0].inputs == (offloads[0].id,)
+    f = next(n for n in m.nodes if n.task == "f")
+    assert reloads[0].id in f.inputs
+    c = next(n for n in m.nodes if n.task == "c")
+    assert by_id[offloads[0].inputs[0]].task == "b" and c.id in offloads[0].mem_deps
+
+
+def test_redundant_edge_is_marked_not_kept():
+    m = insert_offload(seven_tensors(), 5 * SLOT)
+    added, redundant = insert_memory_deps(m)
+    assert redundant >= 1
+    marked = [(n, dep) for n in m.nodes for dep in n.redundant_deps]
+    by_id = m.by_id()
+    for node, dep in marked:
+        assert dep not in node.mem_deps
+        assert _data_path(by_id, dep, node.id)
+
+
+def _data_path(by_id, src: int, dst: int) -> bool:
+    stack, seen = [dst], set()
+    while stack:
+        node_id = stack.pop()
+        if node_id == src:
+            return True
+        for i in by_id[node_id].inputs:
+            if i not in seen:
+                seen.add(i)
+                stack.append(i)
+    return False
+
+
+def test_impossible_budget_names_the_op_and_bytes():
+    with pytest.raises(BudgetError) as err:
+        compile_taskgraph(seven_tensors(), 2 * SLOT)
+    assert str(err.value) == "op 'c' (add on GPU 0) needs 3072 bytes but the budget is 2048 bytes"
+
+
+def test_stats_count_offload_bytes_and_edges():
+    stats = CompileStats()
+    compile_taskgraph(seven_tensors(), 4 * SLOT, stats=stats)
+    assert stats.ops["offload"] == 1 and stats.bytes_offloaded == SLOT == stats.bytes_reloaded
+    assert stats.edges_added >= stats.edges_removed_minimize + stats.edges_removed_reduce
+    assert "bytes offloaded" in stats.table() and stats.peak_memory == {0: 4 * SLOT}
+
+
+def test_turnip_opt_pipeline_writes_memgraph_json(tmp_path, capsys):
+    src, out = tmp_path / "g.json", tmp_path / "m.json"
+    src.write_text(seven_tensors().dumps())
+    code = opt_main([str(src), "-p", f"turnip-memgraph{{budget={4 * SLOT} order=dfs}}", "--emit", "json", "-o", str(out), "--stats"])
+    assert code == 0
+    m = MemGraph.from_json(json.loads(out.read_text()))
+    assert m.count("offload") == 1 and m.outputs["f"] in m.by_id()
+    assert "memory edges added" in capsys.readouterr().out
+
+
+def test_turnip_opt_budget_error_exits_2_and_writes_nothing(tmp_path, capsys):
+    src, out = tmp_path / "g.json", tmp_path / "m.json"
+    src.write_text(seven_tensors().dumps())
+    code = opt_main([str(src), "-p", "turnip-memgraph{budget=2048}", "-o", str(out)])
+    assert code == 2 and not out.exists()
+    assert "op 'c' (add on GPU 0) needs 3072 bytes" in capsys.readouterr().err
+
+
+def test_single_passes_compose_to_a_verified_memgraph(tmp_path, capsys):
+    src = tmp_path / "g.json"
+    g = seven_tensors()
+    for node in g.nodes.values():
+        if node.op != "input":
+            node.device = None
+    src.write_text(g.dumps())
+    steps = f"turnip-place-devices,turnip-insert-offload{{budget={4 * SLOT}}},turnip-insert-memory-deps,"
+    steps += "turnip-minimize-memory-deps,turnip-reduce-memory-deps,turnip-verify-memgraph"
+    assert opt_main([str(src), "-p", steps]) == 0
+    text = capsys.readouterr().out
+    assert "turnip.offload" in text and "turnip.reload" in text

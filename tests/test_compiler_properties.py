@@ -1,0 +1,108 @@
+"""Property tests: every compiled random taskgraph verifies and computes the right values in random orders,
+and the verifier catches deliberately broken memgraphs (a dropped edge, a shifted location, a cycle)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from interp import execute, input_values, reference
+
+from passes.insert_offload import minimum_budget
+from passes.pipeline import compile_taskgraph
+from passes.verify_memgraph import verify_memgraph
+from turnip_ir.errors import VerifyError
+from turnip_ir.models import random_taskgraph
+
+FACTORS = (1.0, 1.05, 1.3, 2.0, 100.0)
+
+
+@st.composite
+def cases(draw):
+    seed = draw(st.integers(0, 10_000))
+    devices = draw(st.integers(1, 4))
+    sizes = draw(st.sampled_from([(8,), (8, 16), (4, 12, 20), (16, 8, 24)]))
+    graph = random_taskgraph(seed, tasks=draw(st.integers(3, 40)), devices=devices, sizes=sizes, move_prob=0.2)
+    if draw(st.booleans()):
+        for node in graph.nodes.values():
+            if node.op not in ("input", "move") and random.Random(seed + len(node.id)).random() < 0.5:
+                node.device = None
+    factor = draw(st.sampled_from(FACTORS))
+    order = draw(st.sampled_from(["given", "dfs", "memory"]))
+    return graph, factor, order, seed
+
+
+def _compile(graph, factor, order):
+    from passes.place_devices import place_devices
+
+    placed = place_devices(graph)
+    budget = int(minimum_budget(placed) * factor)
+    return placed, compile_taskgraph(graph, budget, order=order)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_compiled_memgraph_verifies_and_computes_the_reference(case):
+    graph, factor, order, seed = case
+    placed, memgraph = _compile(graph, factor, order)
+    verify_memgraph(memgraph, placed)
+    inputs = input_values(graph, seed)
+    expected = reference(graph, inputs)
+    for run in range(2):
+        got = execute(memgraph, inputs, seed=seed * 7 + run)
+        for task, value in expected.items():
+            np.testing.assert_allclose(got[task], value, rtol=2e-3, atol=2e-4, err_msg=f"output '{task}'")
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.randoms(use_true_random=False))
+def test_verifier_catches_a_dropped_memory_edge(case, rng):
+    graph, factor, order, _ = case
+    _, memgraph = _compile(graph, factor, order)
+    edges = [(n, d) for n in memgraph.nodes if n.op != "offload" for d in n.mem_deps]
+    if not edges:
+        return
+    node, dep = rng.choice(edges)
+    node.mem_deps = tuple(d for d in node.mem_deps if d != dep)
+    with pytest.raises(VerifyError, match="race"):
+        verify_memgraph(memgraph)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.randoms(use_true_random=False))
+def test_verifier_catches_a_location_shifted_onto_an_operand(case, rng):
+    graph, factor, order, _ = case
+    _, memgraph = _compile(graph, factor, order)
+    by_id = memgraph.by_id()
+    candidates = [n for n in memgraph.nodes if n.op == "kernel" and n.inputs and by_id[n.inputs[0]].loc[1] >= n.loc[1]]
+    if not candidates:
+        return
+    node = rng.choice(candidates)
+    node.loc = (by_id[node.inputs[0]].loc[0], node.loc[1])
+    with pytest.raises(VerifyError, match="race"):
+        verify_memgraph(memgraph)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases(), st.randoms(use_true_random=False))
+def test_verifier_catches_an_added_cycle(case, rng):
+    graph, factor, order, _ = case
+    _, memgraph = _compile(graph, factor, order)
+    edges = [(n, d) for n in memgraph.nodes for d in n.inputs]
+    if not edges:
+        return
+    node, dep = rng.choice(edges)
+    source = memgraph.by_id()[dep]
+    source.mem_deps = source.mem_deps + (node.id,)
+    with pytest.raises(VerifyError, match="cycle"):
+        verify_memgraph(memgraph)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_no_budget_error_at_the_minimum_budget(case):
+    graph, _, order, _ = case
+    _compile(graph, 1.0, order)

@@ -115,10 +115,14 @@ def _check_placement(node: MemNode, where: str) -> None:
         pass
     else:
         if node.loc is None or node.device is None:
-            raise InputError(f"{where}: a {node.op} needs 'device' and 'loc'")
+            raise InputError(f"{where}: {_article(node.op)} {node.op} needs 'device' and 'loc'")
     arity = {"input": (0, 0), "move": (1, 1), "offload": (1, 1), "reload": (1, 1)}.get(node.op)
     if arity and not arity[0] <= len(node.inputs) <= arity[1]:
-        raise InputError(f"{where}: a {node.op} takes {arity[1]} input(s), got {len(node.inputs)}")
+        raise InputError(f"{where}: {_article(node.op)} {node.op} takes {arity[1]} input(s), got {len(node.inputs)}")
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def _with_types(node: MemNode, parsed: dict[int, MemNode]) -> MemNode:

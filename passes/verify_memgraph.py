@@ -9,6 +9,7 @@ Checks, each failing with a `VerifyError` that names the nodes and the location:
   overwrites bytes must come after their last writer and after every reader of it, through `inputs`
   and `mem_deps` (never `redundant_deps`). Happens-before is a bitset of ancestors per node, freed after
   its last successor;
+- inputs are written before the run starts: they come first in the sweep and two of them may not overlap;
 - outputs survive: at the end of the sweep an output's holder is still the last writer of its region.
 """
 
@@ -21,6 +22,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_memgraph
+from collections import deque
+
 from passes.compact import STORAGE, RegionMap, successor_counts, written_region
 from turnip_ir.errors import VerifyError
 from turnip_ir.kernels import nbytes
@@ -63,10 +66,11 @@ def _topological(graph: MemGraph) -> list[MemNode]:
         for dep in deps:
             users[dep].append(node.id)
         waiting[node.id] = len(deps)
-    ready = [node.id for node in graph.nodes if waiting[node.id] == 0]
+    # inputs are in place before the run starts, so they come first: FIFO keeps them ahead of all users
+    ready = deque(sorted((n.id for n in graph.nodes if waiting[n.id] == 0), key=lambda i: by_id[i].op != "input"))
     order = []
     while ready:
-        node_id = ready.pop()
+        node_id = ready.popleft()
         order.append(by_id[node_id])
         for user in users[node_id]:
             waiting[user] -= 1
@@ -125,7 +129,9 @@ def _check_races(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
         regions = spaces.setdefault(region[0], RegionMap())
         for start, end, x in regions.overlapping(region[1], region[2]):
             where = _where(region[0], max(start, region[1]), min(end, region[2]))
-            if not (anc >> x) & 1:
+            if _preloaded(nodes[x]) and _preloaded(node):
+                raise VerifyError(f"race: {_name(node)} and {_name(nodes[x])} both start in {where}")
+            if not _preloaded(nodes[x]) and not (anc >> x) & 1:
                 raise VerifyError(f"race: {_name(node)} overwrites {where} while {_name(nodes[x])} may still write it")
             for r in readers[x]:
                 if not (anc >> r) & 1:
@@ -133,6 +139,11 @@ def _check_races(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
                     raise VerifyError(f"race: {_name(node)} overwrites {where} before {reader} has read {old}")
         regions.write(region[1], region[2], w)
     _check_outputs(graph, nodes, pos, spaces)
+
+
+def _preloaded(node: MemNode) -> bool:
+    """An input without dependencies is written before the run starts."""
+    return node.op == "input" and not node.mem_deps
 
 
 def _check_outputs(graph: MemGraph, nodes: list[MemNode], pos: dict, spaces: dict[int, RegionMap]) -> None:

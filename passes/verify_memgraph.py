@@ -15,6 +15,7 @@ Checks, each failing with a `VerifyError` that names the nodes and the location:
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -22,8 +23,6 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_memgraph
-from collections import deque
-
 from passes.compact import STORAGE, RegionMap, successor_counts, written_region
 from turnip_ir.errors import VerifyError
 from turnip_ir.kernels import nbytes

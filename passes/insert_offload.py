@@ -48,6 +48,8 @@ def minimum_budget(graph: TaskGraph) -> int:
 def _working_sets(view: TaskView):
     """(task, device, aligned bytes) of every op's operands plus output on each GPU it touches."""
     for i, operands in enumerate(view.inputs):
+        if view.ops[i] == "input":
+            continue  # an input may start in storage; the ops that read it are checked
         need: dict[int, int] = {view.devices[i]: aligned(view.nbytes[i])}
         for o in set(operands):
             need[view.devices[o]] = need.get(view.devices[o], 0) + aligned(view.nbytes[o])

@@ -44,7 +44,10 @@ def execute(
     callbacks: Sequence[Callback] = (),
     cost: CostModel | None = None,
 ) -> RunResult:
-    """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter."""
+    """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
+
+    `backend` is a name ("cpu", "sim") built with `jitter` and `seed`, or a Backend instance used as is.
+    """
     graph = build_exec_graph(memgraph, streams, cost)
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed) if isinstance(backend, str) else backend

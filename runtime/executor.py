@@ -123,7 +123,7 @@ class Executor:
 
     def _complete(self, completion: Completion) -> None:
         vertex = completion.vertex
-        assert self.state[vertex] == RUNNING and self.on_lane[completion.lane] == vertex, (completion, self.state[vertex], self.on_lane[completion.lane])
+        assert self.state[vertex] == RUNNING and self.on_lane[completion.lane] == vertex, f"completion of a vertex not running on its lane: {completion}"
         if completion.error is not None:
             err = completion.error
             raise KernelError(f"{self.graph.describe(vertex)} failed: {type(err).__name__}: {err}") from err

@@ -151,13 +151,18 @@ class Planner:
         start = memory.place_free(size)
         if start is not None:
             return start
-        score = lambda t: (self._next_use(t), 0 if self.store[t] >= 0 or self.gpu[t] in self.unread else self.view.nbytes[t])
-        start = memory.best_window(size, pinned, score)
+        start = memory.best_window(size, pinned, self._victim_score)
         if start is None:
             return None
         for victim in memory.holders(start, size):
             self._evict(victim, step)
         return start
+
+    def _victim_score(self, t: int) -> tuple[int, int]:
+        """(next use, bytes to offload); an unread input is free to drop, as if it had started in storage."""
+        if self.gpu[t] in self.unread:
+            return NEVER, 0
+        return self._next_use(t), 0 if self.store[t] >= 0 else self.view.nbytes[t]
 
     def _evict(self, t: int, step: int) -> None:
         """Take tensor `t` off its GPU, offloading it first unless storage already holds it."""

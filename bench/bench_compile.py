@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[20000, 100000])
     args = parser.parse_args()
     print("| tasks | taskgraph nodes | memgraph nodes | budget | " + " | ".join(STAGES) + " | total s |")
-    print("|" + " --- |" * (6 + len(STAGES)))
+    print("|" + " --- |" * (5 + len(STAGES)))
     for tasks in args.sizes:
         print(compile_time(tasks), flush=True)
     print()

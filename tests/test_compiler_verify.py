@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -103,8 +104,6 @@ def test_turnip_opt_verify_exits_3_with_the_diagnostic(tmp_path, capsys):
     doc = copy.deepcopy(DOC)
     doc["nodes"][3]["mem_deps"] = []
     path = tmp_path / "m.json"
-    import json
-
     path.write_text(json.dumps(doc))
     assert opt_main([str(path), "-p", "turnip-verify-memgraph"]) == 3
     assert "race: node 3 (relu 'v') overwrites [1024, 2048) on GPU 0" in capsys.readouterr().err

@@ -98,9 +98,11 @@ class TaskGraph:
 
     def output(self, *xs: TensorLike) -> None:
         """Mark tensors as outputs of the graph: they survive to the end of the run."""
+        marked = set(self.outputs)  # a set: graphs with 10k outputs made the list lookup quadratic
         for x in xs:
             ref = self._ref(x, "output")
-            if ref not in self.outputs:
+            if ref not in marked:
+                marked.add(ref)
                 self.outputs.append(ref)
 
     def matmul(self, a: TensorLike, b: TensorLike, **kw) -> Tensor:

@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_memgraph, write_back
+from passes.stats import collected, timed
 from passes.compact import CompactMem, RegionMap, successor_counts
 from turnip_ir.memgraph import MemGraph
 
@@ -84,5 +85,10 @@ class InsertMemoryDepsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         graph = read_memgraph(op, self.name)
-        insert_memory_deps(graph)
+        stats = collected.get()
+        with timed(stats, "memory-deps"):
+            added, redundant = insert_memory_deps(graph)
+        if stats is not None:
+            stats.edges_added += added
+            stats.edges_redundant += redundant
         write_back(op, graph)

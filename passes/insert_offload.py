@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import check_budget_option, read_taskgraph, write_back
+from passes.stats import collected, timed
 from passes.allocator import ALIGN, NEVER, DeviceMemory, aligned
 from passes.compact import TaskView
 from passes.orders import execution_order
@@ -231,4 +232,11 @@ class InsertOffloadPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         check_budget_option(self.budget, self.name)
-        write_back(op, insert_offload(read_taskgraph(op, self.name), self.budget, self.order))
+        graph = read_taskgraph(op, self.name)
+        stats = collected.get()
+        with timed(stats, "simulate"):
+            memgraph = insert_offload(graph, self.budget, self.order)
+        if stats is not None:
+            stats.edges_added += sum(len(n.mem_deps) for n in memgraph.nodes if n.op == "offload")
+            stats.record_graph(memgraph)
+        write_back(op, memgraph)

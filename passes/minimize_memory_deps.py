@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_memgraph, write_back
+from passes.stats import collected, timed
 from passes.compact import CompactMem
 from turnip_ir.memgraph import MemGraph
 
@@ -59,5 +60,9 @@ class MinimizeMemoryDepsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         graph = read_memgraph(op, self.name)
-        minimize_memory_deps(graph)
+        stats = collected.get()
+        with timed(stats, "minimize"):
+            removed = minimize_memory_deps(graph)
+        if stats is not None:
+            stats.edges_removed_minimize += removed
         write_back(op, graph)

@@ -7,8 +7,6 @@ is the contract the runtime's `turnip run` calls for taskgraph files.
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -21,7 +19,7 @@ from passes.minimize_memory_deps import minimize_memory_deps
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
 from passes.ir import check_budget_option, read_taskgraph, write_back
-from passes.stats import CompileStats, collected
+from passes.stats import CompileStats, collected, timed
 from passes.verify_memgraph import verify_memgraph
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -47,31 +45,24 @@ def compile_taskgraph(
     if budget <= 0:
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
     stats = stats if stats is not None else CompileStats()
-    with _stage(stats, "place"):
+    with timed(stats, "place"):
         placed = place_devices(graph, devices)
-    with _stage(stats, "simulate"):
+    with timed(stats, "simulate"):
         memgraph = insert_offload(placed, budget, order)
-    with _stage(stats, "memory-deps"):
+    with timed(stats, "memory-deps"):
         stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph)
     stats.edges_added += sum(len(n.mem_deps) for n in memgraph.nodes if n.op == "offload")
     if minimize:
-        with _stage(stats, "minimize"):
+        with timed(stats, "minimize"):
             stats.edges_removed_minimize = minimize_memory_deps(memgraph)
     if reduce:
-        with _stage(stats, "reduce"):
+        with timed(stats, "reduce"):
             stats.edges_removed_reduce = reduce_memory_deps(memgraph)
     if verify:
-        with _stage(stats, "verify"):
+        with timed(stats, "verify"):
             verify_memgraph(memgraph, placed)
     stats.record_graph(memgraph)
     return memgraph
-
-
-@contextmanager
-def _stage(stats: CompileStats, name: str):
-    start = time.perf_counter()
-    yield
-    stats.seconds[name] = stats.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 @dataclass(frozen=True)

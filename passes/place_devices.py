@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_taskgraph, write_back
+from passes.stats import collected, timed
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TaskGraph, TaskNode
@@ -99,4 +100,7 @@ class PlaceDevicesPass(ModulePass):
     devices: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        write_back(op, place_devices(read_taskgraph(op, self.name), self.devices))
+        graph = read_taskgraph(op, self.name)
+        with timed(collected.get(), "place"):
+            graph = place_devices(graph, self.devices)
+        write_back(op, graph)

@@ -16,6 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_memgraph, write_back
+from passes.stats import collected, timed
 from passes.compact import CompactMem, successor_counts
 from turnip_ir.memgraph import MemGraph
 
@@ -60,5 +61,9 @@ class ReduceMemoryDepsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         graph = read_memgraph(op, self.name)
-        reduce_memory_deps(graph)
+        stats = collected.get()
+        with timed(stats, "reduce"):
+            removed = reduce_memory_deps(graph)
+        if stats is not None:
+            stats.edges_removed_reduce += removed
         write_back(op, graph)

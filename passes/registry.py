@@ -6,61 +6,29 @@ pipeline names it, which keeps `turnip-opt` start-up short.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
 
-def _place_devices() -> type[ModulePass]:
-    from passes.place_devices import PlaceDevicesPass
-
-    return PlaceDevicesPass
-
-
-def _insert_offload() -> type[ModulePass]:
-    from passes.insert_offload import InsertOffloadPass
-
-    return InsertOffloadPass
-
-
-def _insert_memory_deps() -> type[ModulePass]:
-    from passes.insert_memory_deps import InsertMemoryDepsPass
-
-    return InsertMemoryDepsPass
+_PASSES: dict[str, tuple[str, str]] = {
+    "turnip-place-devices": ("passes.place_devices", "PlaceDevicesPass"),
+    "turnip-insert-offload": ("passes.insert_offload", "InsertOffloadPass"),
+    "turnip-insert-memory-deps": ("passes.insert_memory_deps", "InsertMemoryDepsPass"),
+    "turnip-minimize-memory-deps": ("passes.minimize_memory_deps", "MinimizeMemoryDepsPass"),
+    "turnip-reduce-memory-deps": ("passes.reduce_memory_deps", "ReduceMemoryDepsPass"),
+    "turnip-verify-memgraph": ("passes.verify_memgraph", "VerifyMemgraphPass"),
+    "turnip-memgraph": ("passes.pipeline", "MemgraphPipelinePass"),
+}
+"""Pass name -> (module, class)."""
 
 
-def _minimize_memory_deps() -> type[ModulePass]:
-    from passes.minimize_memory_deps import MinimizeMemoryDepsPass
-
-    return MinimizeMemoryDepsPass
-
-
-def _reduce_memory_deps() -> type[ModulePass]:
-    from passes.reduce_memory_deps import ReduceMemoryDepsPass
-
-    return ReduceMemoryDepsPass
-
-
-def _verify_memgraph() -> type[ModulePass]:
-    from passes.verify_memgraph import VerifyMemgraphPass
-
-    return VerifyMemgraphPass
-
-
-def _memgraph() -> type[ModulePass]:
-    from passes.pipeline import MemgraphPipelinePass
-
-    return MemgraphPipelinePass
+def _load(module: str, cls: str) -> type[ModulePass]:
+    return getattr(importlib.import_module(module), cls)
 
 
 def all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Every turnip pass by its kebab-case name, as a factory returning the pass class."""
-    return {
-        "turnip-place-devices": _place_devices,
-        "turnip-insert-offload": _insert_offload,
-        "turnip-insert-memory-deps": _insert_memory_deps,
-        "turnip-minimize-memory-deps": _minimize_memory_deps,
-        "turnip-reduce-memory-deps": _reduce_memory_deps,
-        "turnip-verify-memgraph": _verify_memgraph,
-        "turnip-memgraph": _memgraph,
-    }
+    return {name: functools.partial(_load, module, cls) for name, (module, cls) in _PASSES.items()}

@@ -1,14 +1,15 @@
 """Compile statistics: what the pipeline did, and a collector the CLI reads for `--stats`.
 
-`CompileStats` is filled by `compile_taskgraph`. Passes stay stateless: the xDSL pipeline pass records
-its stats into the `collected` context variable when the CLI has set one (`collecting()`), and nowhere
-otherwise.
+`CompileStats` is filled by `compile_taskgraph`. Passes stay stateless: each xDSL pass wrapper records
+what it did into the `collected` context variable when the CLI has set one (`collecting()`), and
+nowhere otherwise, so `--stats` works for the named pipeline and for a list of single passes alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from dataclasses import dataclass, field
 
 from turnip_ir.memgraph import MemGraph
@@ -55,9 +56,18 @@ class CompileStats:
             ("memory edges kept", str(self.memory_edges)),
         ]
         rows += [(f"peak memory GPU {d}", f"{peak} bytes") for d, peak in self.peak_memory.items()]
-        rows += [(f"seconds {stage}", f"{secs:.3f}") for stage, secs in self.seconds.items()]
+        rows += [(f"time {stage}", f"{secs * 1000:.1f} ms") for stage, secs in self.seconds.items()]
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+@contextlib.contextmanager
+def timed(stats: CompileStats | None, stage: str):
+    """Add the block's wall time to `stats.seconds[stage]` (no-op when `stats` is None)."""
+    start = time.perf_counter()
+    yield
+    if stats is not None:
+        stats.seconds[stage] = stats.seconds.get(stage, 0.0) + time.perf_counter() - start
 
 
 collected: contextvars.ContextVar[CompileStats | None] = contextvars.ContextVar("turnip_compile_stats", default=None)

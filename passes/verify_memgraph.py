@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.ir import read_memgraph
+from passes.stats import collected, timed
 from passes.compact import STORAGE, RegionMap, successor_counts, written_region
 from turnip_ir.errors import VerifyError
 from turnip_ir.kernels import nbytes
@@ -204,4 +205,6 @@ class VerifyMemgraphPass(ModulePass):
     name = "turnip-verify-memgraph"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        verify_memgraph(read_memgraph(op, self.name))
+        graph = read_memgraph(op, self.name)
+        with timed(collected.get(), "verify"):
+            verify_memgraph(graph)

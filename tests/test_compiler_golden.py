@@ -123,3 +123,17 @@ def test_single_passes_compose_to_a_verified_memgraph(tmp_path, capsys):
     assert opt_main([str(src), "-p", steps]) == 0
     text = capsys.readouterr().out
     assert "turnip.offload" in text and "turnip.reload" in text
+
+
+def test_single_passes_report_the_same_stats_as_the_named_pipeline(tmp_path, capsys):
+    src = tmp_path / "g.json"
+    src.write_text(seven_tensors().dumps())
+    steps = f"turnip-place-devices,turnip-insert-offload{{budget={4 * SLOT}}},turnip-insert-memory-deps,"
+    steps += "turnip-minimize-memory-deps,turnip-reduce-memory-deps,turnip-verify-memgraph"
+    tables = []
+    for pipeline in (steps, f"turnip-memgraph{{budget={4 * SLOT}}}"):
+        assert opt_main([str(src), "-p", pipeline, "-o", str(tmp_path / "out.mlir"), "--stats"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        tables.append([line for line in lines if not line.startswith("time ")])
+    assert tables[0] == tables[1]
+    assert any(line.split()[:3] == ["ops", "offload", "1"] for line in tables[0])

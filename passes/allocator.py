@@ -25,10 +25,17 @@ def aligned(nbytes: int) -> int:
     return max(ALIGN, (nbytes + ALIGN - 1) // ALIGN * ALIGN)
 
 
+PLACEMENTS = ("loosest", "first-fit")
+"""`loosest`: the free placement freed longest ago (the default); `first-fit`: the lowest one (for ablations)."""
+
+
 class DeviceMemory:
     """Segments of one GPU: `starts`, `ends`, `owners` (a tensor or FREE), `stamps` (step last freed)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, placement: str = "loosest") -> None:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
+        self.first_fit = placement == "first-fit"
         self.capacity = capacity
         self.starts = [0]
         self.ends = [capacity]
@@ -50,6 +57,8 @@ class DeviceMemory:
                 stamp = max(stamp, self.stamps[j])
             if self.ends[j] >= end and (best is None or stamp < best[0]):
                 best = (stamp, self.starts[i])
+                if self.first_fit:
+                    break
         return None if best is None else best[1]
 
     def best_window(self, size: int, pinned: set[int], score: Callable[[int], tuple[int, int]]) -> int | None:

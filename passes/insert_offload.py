@@ -23,7 +23,7 @@ from xdsl.passes import ModulePass
 
 from passes.ir import check_budget_option, read_taskgraph, write_back
 from passes.stats import collected, timed
-from passes.allocator import ALIGN, NEVER, DeviceMemory, aligned
+from passes.allocator import ALIGN, NEVER, PLACEMENTS, DeviceMemory, aligned
 from passes.compact import TaskView
 from passes.orders import execution_order
 from turnip_ir.errors import BudgetError, InputError
@@ -31,13 +31,18 @@ from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
 
-def insert_offload(graph: TaskGraph, budget: int, order: str = "given") -> MemGraph:
-    """The memgraph of one simulated run of the placed `graph` in `order` under a per-GPU `budget`."""
+def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placement: str = "loosest") -> MemGraph:
+    """The memgraph of one simulated run of the placed `graph` in `order` under a per-GPU `budget`.
+
+    `placement` chooses among free regions that fit: `loosest` (freed longest ago) or `first-fit`.
+    """
     for node in graph.nodes.values():
         if node.device is None:
             raise InputError(f"op '{node.id}' ({node.op}) has no device: run turnip-place-devices first")
     view = TaskView.build(graph)
-    return Planner(graph, view, budget, execution_order(view, order)).run()
+    if placement not in PLACEMENTS:
+        raise InputError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
+    return Planner(graph, view, budget, execution_order(view, order), placement).run()
 
 
 def minimum_budget(graph: TaskGraph) -> int:
@@ -71,11 +76,11 @@ def check_budget(graph: TaskGraph, view: TaskView, budget: int) -> None:
 class Planner:
     """One simulation; `run()` returns the memgraph."""
 
-    def __init__(self, graph: TaskGraph, view: TaskView, budget: int, order: list[int]) -> None:
+    def __init__(self, graph: TaskGraph, view: TaskView, budget: int, order: list[int], placement: str = "loosest") -> None:
         check_budget(graph, view, budget)
         self.graph, self.view, self.order = graph, view, order
         self.out = MemGraph(graph.devices, budget)
-        self.memory = [DeviceMemory(budget // ALIGN * ALIGN) for _ in range(graph.devices)]
+        self.memory = [DeviceMemory(budget // ALIGN * ALIGN, placement) for _ in range(graph.devices)]
         n = len(view)
         self.gpu = [-1] * n
         self.store = [-1] * n
@@ -229,13 +234,14 @@ class InsertOffloadPass(ModulePass):
     name = "turnip-insert-offload"
     budget: int = 0
     order: str = "given"
+    placement: str = "loosest"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         check_budget_option(self.budget, self.name)
         graph = read_taskgraph(op, self.name)
         stats = collected.get()
         with timed(stats, "simulate"):
-            memgraph = insert_offload(graph, self.budget, self.order)
+            memgraph = insert_offload(graph, self.budget, self.order, self.placement)
         if stats is not None:
             stats.edges_added += sum(len(n.mem_deps) for n in memgraph.nodes if n.op == "offload")
             stats.record_graph(memgraph)

@@ -33,6 +33,7 @@ def compile_taskgraph(
     stats: CompileStats | None = None,
     *,
     devices: int = 0,
+    placement: str = "loosest",
     minimize: bool = True,
     reduce: bool = True,
     verify: bool = True,
@@ -40,7 +41,8 @@ def compile_taskgraph(
     """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
 
     `order` is the simulated order (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
-    taskgraph's count); `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
+    taskgraph's count); `placement` picks among free regions (`loosest`, the default, or `first-fit`);
+    `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
     """
     if budget <= 0:
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
@@ -48,7 +50,7 @@ def compile_taskgraph(
     with timed(stats, "place"):
         placed = place_devices(graph, devices)
     with timed(stats, "simulate"):
-        memgraph = insert_offload(placed, budget, order)
+        memgraph = insert_offload(placed, budget, order, placement)
     with timed(stats, "memory-deps"):
         stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph)
     stats.edges_added += sum(len(n.mem_deps) for n in memgraph.nodes if n.op == "offload")
@@ -72,16 +74,18 @@ class MemgraphPipelinePass(ModulePass):
     Runs placement, offload insertion by simulation, memory dependencies, minimization, transitive
     reduction and the verifier on the compact structures, converting the module once each way.
     Options: `budget` (bytes per GPU, required), `order` (given, dfs, memory), `devices` (0 keeps the
-    module's count). When the CLI collects stats (`passes.stats.collecting`), they are recorded there.
+    module's count), `placement` (loosest, first-fit). When the CLI collects stats
+    (`passes.stats.collecting`), they are recorded there.
     """
 
     name = "turnip-memgraph"
     budget: int = 0
     order: str = "given"
     devices: int = 0
+    placement: str = "loosest"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         check_budget_option(self.budget, self.name)
         graph = read_taskgraph(op, self.name)
-        memgraph = compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices)
+        memgraph = compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices, placement=self.placement)
         write_back(op, memgraph)

@@ -137,3 +137,26 @@ def test_single_passes_report_the_same_stats_as_the_named_pipeline(tmp_path, cap
         tables.append([line for line in lines if not line.startswith("time ")])
     assert tables[0] == tables[1]
     assert any(line.split()[:3] == ["ops", "offload", "1"] for line in tables[0])
+
+
+@pytest.mark.parametrize("placement", ["loosest", "first-fit"])
+def test_both_placements_give_verified_memgraphs(placement):
+    from turnip_ir.models import random_taskgraph
+    from passes.insert_offload import minimum_budget
+
+    graph = random_taskgraph(5, tasks=120, devices=3, sizes=(8, 16, 24), window=10)
+    memgraph = compile_taskgraph(graph, minimum_budget(graph), placement=placement)
+    assert memgraph.count("offload") > 0
+
+
+def test_loosest_placement_reuses_the_region_freed_longest_ago():
+    from passes.allocator import DeviceMemory
+
+    # loosest takes [512, 768), freed at step 1; first-fit the lowest free region, [0, 256), freed at step 5
+    for placement, want in (("loosest", 512), ("first-fit", 0)):
+        memory = DeviceMemory(3 * 256, placement)
+        for tensor in range(3):
+            memory.take(tensor * 256, 256, tensor)
+        memory.release(2, step=1)
+        memory.release(0, step=5)
+        assert memory.place_free(256) == want

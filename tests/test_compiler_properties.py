@@ -1,5 +1,9 @@
 """Property tests: every compiled random taskgraph verifies and computes the right values in random orders,
-and the verifier catches deliberately broken memgraphs (a dropped edge, a shifted location, a cycle)."""
+and the verifier catches deliberately broken memgraphs (a dropped edge, a shifted location, a cycle).
+
+Values are checked twice: with `interp` (an independent sequential interpreter over NaN-filled arenas,
+random topological order) and with the runtime's real cpu backend (threads, `--order random`, jitter).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from interp import execute, input_values, reference
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.verify_memgraph import verify_memgraph
+from runtime import execute as run_on_cpu
 from turnip_ir.errors import VerifyError
 from turnip_ir.models import random_taskgraph
 
@@ -55,6 +60,10 @@ def test_compiled_memgraph_verifies_and_computes_the_reference(case):
         got = execute(memgraph, inputs, seed=seed * 7 + run)
         for task, value in expected.items():
             np.testing.assert_allclose(got[task], value, rtol=2e-3, atol=2e-4, err_msg=f"output '{task}'")
+    as_float32 = {task: value.astype(np.float32) for task, value in inputs.items()}
+    result = run_on_cpu(memgraph, backend="cpu", order="random", seed=seed, inputs=as_float32, jitter=0.0002)
+    for task, value in expected.items():
+        np.testing.assert_allclose(result.outputs[task], value, rtol=2e-3, atol=2e-4, err_msg=f"cpu backend, output '{task}'")
 
 
 @settings(max_examples=40, deadline=None)

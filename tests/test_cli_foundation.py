@@ -61,7 +61,7 @@ def test_syntax_error_prints_file_line_col_and_leaves_out_alone(tmp_path) -> Non
 def test_failure_does_not_create_out(tmp_path) -> None:
     out = tmp_path / "new.json"
     line = _failed(_run("turnip-opt", GOLDEN / "invalid" / "wrong_result_shape.mlir", "--emit", "json", "-o", out))
-    assert line.endswith("wrong_result_shape.mlir:5:1: turnip.matmul 'c': result must be tensor<4x2xf32>, got tensor<4x8xf32>")
+    assert line.endswith("wrong_result_shape.mlir:5:3: turnip.matmul 'c': result must be tensor<4x2xf32>, got tensor<4x8xf32>")
     assert not out.exists()
     assert not list(tmp_path.iterdir())  # no temporary file left behind either
 
@@ -69,8 +69,8 @@ def test_failure_does_not_create_out(tmp_path) -> None:
 @pytest.mark.parametrize(
     "case,expected",
     [
-        ("cycle", "cycle.mlir:3:1: turnip.relu 'p' uses %q before its definition (order or cycle)"),
-        ("device_out_of_range", "device_out_of_range.mlir:3:1: turnip.input 'a' is on device 2, but the module has 2 devices"),
+        ("cycle", "cycle.mlir:3:3: turnip.relu 'p' uses %q before its definition (order or cycle)"),
+        ("device_out_of_range", "device_out_of_range.mlir:3:3: turnip.input 'a' is on device 2, but the module has 2 devices"),
         ("unknown_op", "unknown_op.mlir:4:25: operation turnip.tanh is not registered"),
     ],
 )
@@ -165,7 +165,7 @@ def test_viz_renders_svg(tmp_path) -> None:
 def test_viz_bad_input_is_one_line(tmp_path) -> None:
     out = tmp_path / "graph.svg"
     line = _failed(_run("turnip", "viz", GOLDEN / "invalid" / "cycle.mlir", "-o", out))
-    assert line.startswith("turnip viz: error: ") and line.endswith("cycle.mlir:3:1: turnip.relu 'p' uses %q before its definition (order or cycle)")
+    assert line.startswith("turnip viz: error: ") and line.endswith("cycle.mlir:3:3: turnip.relu 'p' uses %q before its definition (order or cycle)")
     assert not out.exists()
 
 

@@ -53,10 +53,14 @@ def _read(path: str | Path) -> str:
         raise InputError(f"{path}: cannot read: {err.__class__.__name__}") from None
 
 
-def _op_lines(text: str) -> list[int]:
-    """1-based line numbers of the op lines, in order (one op per line in the custom format)."""
+def _op_lines(text: str) -> list[str]:
+    """`line:col` (1-based) of each op's first character, in order (one op per line in the custom format)."""
     op_line = re.compile(r'\s*(%[^=]*=\s*)?"?turnip\.')
-    return [i + 1 for i, line in enumerate(text.splitlines()) if op_line.match(line)]
+    starts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if op_line.match(line):
+            starts.append(f"{number}:{len(line) - len(line.lstrip()) + 1}")
+    return starts
 
 
 def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> ModuleOp:
@@ -79,7 +83,7 @@ def check_module(module: ModuleOp, name: str = "<input>", text: str | None = Non
     budget = _int_attr(module, BUDGET_ATTR, at_module) if BUDGET_ATTR in module.attributes else None
     seen: set = set()
     for index, op in enumerate(module.ops):
-        where = f"{name}:{lines[index]}:1" if index < len(lines) else name
+        where = f"{name}:{lines[index]}" if index < len(lines) else name
         try:
             op.verify()
         except VerifyException as err:

@@ -173,3 +173,25 @@ def test_module_entry_point() -> None:
     result = subprocess.run([sys.executable, "-m", "turnip_cli.opt", str(MEMGRAPH)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "turnip.reload %n1 at <0, 16384, 16384>" in result.stdout
+
+
+def _memgraph_json(tmp_path: Path, change) -> Path:
+    from test_ir_roundtrip import ISSUE_MEMGRAPH
+
+    doc = json.loads(json.dumps(ISSUE_MEMGRAPH))
+    change(doc)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_memgraph_json_checked_as_ir_names_the_file(tmp_path) -> None:
+    wrong_shape = _memgraph_json(tmp_path, lambda d: d["nodes"][6].update(shape=[3, 3]))
+    line = _failed(_run("turnip-opt", wrong_shape, "--emit", "json"))
+    assert line == f"turnip-opt: error: {wrong_shape}: turnip.relu 'v': result must be tensor<64x64xf32>, got tensor<3x3xf32>"
+    untyped = _memgraph_json(tmp_path, lambda d: d["nodes"][1].pop("shape"))
+    line = _failed(_run("turnip-opt", untyped))
+    assert line == f"turnip-opt: error: {untyped}: node 1: needs 'shape' and 'dtype' to be written as IR"
+    past = _memgraph_json(tmp_path, lambda d: d["nodes"][6].update(loc=[40000, 16384]))
+    line = _failed(_run("turnip-opt", past))
+    assert line == f"turnip-opt: error: {past}: turnip.relu 'v' location [40000, 56384) ends past the budget of 49152 bytes"

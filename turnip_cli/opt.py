@@ -36,8 +36,14 @@ class TurnipOptMain(xDSLOptMain):
             return parse_ir(stream.read().decode("utf-8", "replace"), self.get_input_name(), self.ctx)
 
         def json_graph(stream: IO[bytes]) -> ModuleOp:
-            graph = parse_json(stream.read().decode("utf-8", "replace"), self.get_input_name())
-            return graph_to_module(graph)
+            name = self.get_input_name()
+            graph = parse_json(stream.read().decode("utf-8", "replace"), name)
+            try:
+                module = graph_to_module(graph)
+            except InputError as err:
+                raise InputError(f"{name}: {err}") from None
+            check_module(module, name)  # a memgraph's given shapes are checked here, with the file named
+            return module
 
         self.available_frontends["mlir"] = mlir
         self.available_frontends["json"] = json_graph

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import string
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 # TURNIP_EXAMPLES=600 searches harder (about a minute); the default keeps the suite quick.
+GOLDEN = Path(__file__).parent / "golden" / "valid"
 PROPERTY = settings(max_examples=int(os.environ.get("TURNIP_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ISSUE_TASKGRAPH = {
@@ -104,7 +106,7 @@ def test_issue_memgraph_json_ir_json() -> None:
 
 
 def test_memgraph_ir_json_ir_keeps_redundant_edges_and_ids() -> None:
-    text = open("tests/golden/valid/after_redundant.out.mlir").read()
+    text = (GOLDEN / "after_redundant.out.mlir").read_text()
     graph = memgraph_from_ir(parse_ir(text))
     node4 = graph.by_id()[4]
     assert (node4.op, node4.mem_deps, node4.redundant_deps) == ("move", (0, 1), (2,))
@@ -114,7 +116,7 @@ def test_memgraph_ir_json_ir_keeps_redundant_edges_and_ids() -> None:
 
 
 def test_taskgraph_ir_json_ir() -> None:
-    text = module_text(parse_ir(open("tests/golden/valid/kernels.mlir").read()))
+    text = module_text(parse_ir((GOLDEN / "kernels.mlir").read_text()))
     graph = taskgraph_from_ir(parse_ir(text))
     assert graph["es"].attrs == {"equation": "ij,jk->ki"} and graph["nw"].attrs == {"eps": 1e-6}
     loaded = TaskGraph.from_json(json.loads(graph.dumps()))

@@ -1,0 +1,10 @@
+// PIPELINE: turnip-verify-memgraph
+// A correct hand-written memgraph: c reuses a's location after a's reader b is done (a data path
+// c <- b <- a already orders them, so no memory edge is needed). The verifier leaves it unchanged.
+builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 3072 : i64} {
+  %n0, %n0t = turnip.input at <0, 0, 1024> {task = "x"} : tensor<16x16xf32>
+  %n1, %n1t = turnip.relu %n0 at <0, 1024, 1024> {task = "a"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %n2, %n2t = turnip.relu %n1 at <0, 2048, 1024> {task = "b"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %n3, %n3t = turnip.relu %n2 at <0, 1024, 1024> {task = "c"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  turnip.output %n3 : tensor<16x16xf32>
+}

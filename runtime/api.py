@@ -21,6 +21,7 @@ from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
 from runtime.stats import RunSummary, summarize
+from turnip_ir.json_memgraph import infer_types
 from turnip_ir.memgraph import MemGraph
 
 
@@ -48,6 +49,9 @@ def execute(
 
     `backend` is a name ("cpu", "sim") built with `jitter` and `seed`, or a Backend instance used as is.
     """
+    if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
+        known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
+        infer_types(memgraph, known)  # a hand-written memgraph without types: learn them from the inputs
     graph = build_exec_graph(memgraph, streams, cost)
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed) if isinstance(backend, str) else backend

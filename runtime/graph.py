@@ -82,7 +82,9 @@ def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | Non
     sources: list[list[int]] = []
     for i, node in enumerate(memgraph.nodes):
         if node.shape is None or node.dtype is None:
-            raise InputError(f"node {node.id} ({node.task}): no shape or dtype; the runtime needs both")
+            raise InputError(
+                f"node {node.id} ({node.task}): no shape or dtype; give them in the memgraph, or give the inputs (--inputs)"
+            )
         if node.op == "kernel":
             _check_kernel(node)
         deps = sorted({index[d] for d in node.deps()})

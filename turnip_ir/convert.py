@@ -160,6 +160,8 @@ def taskgraph_from_ir(module: ModuleOp) -> TaskGraph:
             raise InputError(f"{op.label()}: a taskgraph has no locations, offloads or reloads (this is a memgraph)")
         elif isinstance(op, TurnipOp):
             shape, dtype = shape_and_dtype(op.result.type)
+            if shape is None:
+                raise InputError(f"{op.label()}: a taskgraph tensor needs a float element type, not {op.result.type}")
             device = op.device.value.data if op.device is not None else None
             inputs = tuple(ids[v] for v in _data_operands(op))
             kind = "input" if isinstance(op, InputOp) else "move" if isinstance(op, MoveOp) else op.KERNEL
@@ -183,15 +185,13 @@ def memgraph_to_ir(graph: MemGraph) -> ModuleOp:
     values: dict[int, IRDLOperation] = {}
     ops: list[Operation] = []
     for node in graph.nodes:
-        if node.shape is None or node.dtype is None:
-            raise InputError(f"node {node.id}: needs 'shape' and 'dtype' to be written as IR")
         op = _vertex_op(
             node.op,
             node.kernel,
             [values[i].results[0] for i in node.inputs],
             [values[i].results[1] for i in node.mem_deps],
             [values[i].results[1] for i in node.redundant_deps],
-            tensor_type(node.shape, node.dtype),
+            _mem_type(node, values),
             _mem_props(node),
         )
         _name(op, f"n{node.id}")
@@ -200,6 +200,23 @@ def memgraph_to_ir(graph: MemGraph) -> ModuleOp:
     if graph.outputs:
         ops.append(OutputOp.build(operands=[[values[i].results[0] for i in graph.outputs.values()]]))
     return _module(graph.devices, graph.budget, ops)
+
+
+def _mem_type(node: MemNode, values: dict[int, IRDLOperation]):
+    """The node's tensor type; an untyped node (no shape in the JSON) is `tensor<Nxi8>` of its region."""
+    typed = node.shape is not None and node.dtype is not None
+    if node.op in ("move", "offload", "reload"):
+        source = values[node.inputs[0]].results[0].type  # a copy has its source's type
+        if typed and source != tensor_type(node.shape, node.dtype):
+            raise InputError(
+                f"node {node.id} ({node.op} '{node.task}'): type {tensor_type(node.shape, node.dtype)} differs from its input "
+                f"node {node.inputs[0]}'s {source} (give both the same shape and dtype)"
+            )
+        return source
+    if typed:
+        return tensor_type(node.shape, node.dtype)
+    region = node.loc or node.storage
+    return tensor_type(None, None, region[1] if region else 0)
 
 
 def _mem_props(node: MemNode) -> dict:

@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntAttr,
     IntegerAttr,
+    IntegerType,
     StringAttr,
     TensorType,
 )
@@ -58,7 +59,14 @@ ELEMENT_TYPES: dict[str, type[Attribute]] = {
 }
 
 
-def tensor_type(shape, dtype: str) -> TensorType:
+RAW_ELEMENT = IntegerType(8)
+"""`tensor<Nxi8>` is an untyped memgraph tensor of N bytes: a hand-written memgraph that gives no shape."""
+
+
+def tensor_type(shape, dtype: str | None, raw_bytes: int = 0) -> TensorType:
+    """The IR type of a tensor; without a shape or dtype, `raw_bytes` untyped bytes."""
+    if shape is None or dtype is None:
+        return TensorType(RAW_ELEMENT, [raw_bytes])
     return TensorType(ELEMENT_TYPES[dtype](), list(shape))
 
 
@@ -69,9 +77,20 @@ def dtype_of(element: Attribute) -> str:
     raise VerifyException(f"element type {element} is not one of {', '.join(ELEMENT_TYPES)}")
 
 
-def shape_and_dtype(kind: Attribute) -> tuple[tuple[int, ...], str]:
+def shape_and_dtype(kind: Attribute) -> tuple[tuple[int, ...] | None, str | None]:
+    """A tensor type's shape and dtype; (None, None) for an untyped `tensor<Nxi8>`."""
     assert isinstance(kind, TensorType)
+    if kind.get_element_type() == RAW_ELEMENT:
+        return None, None
     return tuple(kind.get_shape()), dtype_of(kind.get_element_type())
+
+
+def type_bytes(kind: Attribute) -> int:
+    """Bytes a tensor of this type needs (an untyped one: its N bytes)."""
+    shape, dtype = shape_and_dtype(kind)
+    if shape is None:
+        return kind.get_shape()[0]
+    return nbytes(shape, dtype)
 
 
 @irdl_attr_definition
@@ -164,15 +183,15 @@ class TurnipOp(IRDLOperation):
         return f"{self.name} '{task}'" if task else self.name
 
     def verify_placement(self) -> None:
-        shape, dtype = shape_and_dtype(self.result.type)
-        if any(d < 0 for d in shape):
+        shape, _ = shape_and_dtype(self.result.type)
+        if any(d < 0 for d in shape or self.result.type.get_shape()):
             raise VerifyException(f"{self.label()}: negative dimension in {list(shape)}")
         if self.device is not None and self.device.value.data < 0:
             raise VerifyException(f"{self.label()}: negative device {self.device.value.data}")
         if self.loc is not None:
             if self.device is not None and self.device.value.data != self.loc.device.data:
                 raise VerifyException(f"{self.label()}: placed on {self.device.value.data} but its location is on {self.loc.device.data}")
-            need = nbytes(shape, dtype)
+            need = type_bytes(self.result.type)
             if self.loc.size.data < need:
                 raise VerifyException(f"{self.label()}: location size {self.loc.size.data} is below the tensor's {need} bytes")
 
@@ -223,6 +242,8 @@ class KernelOp(TurnipOp):
             if getattr(self, name) is not None and name not in spec.attrs:
                 raise VerifyException(f"{self.label()}: {self.KERNEL} has no attribute '{name}'")
         operands = [shape_and_dtype(x.type) for x in self.ins]
+        if any(shape is None for shape, _ in operands) or shape_and_dtype(self.result.type)[0] is None:
+            return  # an untyped memgraph tensor: nothing to infer
         try:
             shape, dtype = spec.infer([s for s, _ in operands], [d for _, d in operands], self.kernel_attrs())
         except TurnipError as err:

@@ -87,7 +87,7 @@ def check_module(module: ModuleOp, name: str = "<input>", text: str | None = Non
         try:
             op.verify()
         except VerifyException as err:
-            raise InputError(f"{where}: {err}") from None
+            raise InputError(f"{where}: {' '.join(str(err).split())}") from None
         for operand in op.operands:
             if operand.owner not in seen:
                 raise InputError(f"{where}: {_label(op)} uses {_value_name(operand)} before its definition (order or cycle)")

@@ -125,6 +125,17 @@ def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
+def infer_types(graph: MemGraph, known: dict[str, tuple[tuple[int, ...], str]]) -> None:
+    """Give untyped nodes a shape and dtype: inputs from `known` (task -> (shape, dtype)), the rest
+    inferred from their inputs in order. A hand-written memgraph may leave types out; running it needs
+    them, and the runtime learns the inputs' types from the arrays it is given."""
+    by_id = graph.by_id()
+    for node in graph.nodes:
+        if node.op == "input" and node.shape is None and node.task in known:
+            node.shape, node.dtype = known[node.task]
+        _with_types(node, by_id)
+
+
 def _with_types(node: MemNode, parsed: dict[int, MemNode]) -> MemNode:
     """Fill in shape and dtype from the inputs where the node lacks them (inputs are already typed)."""
     if node.shape is not None and node.dtype is not None:

@@ -5,7 +5,7 @@ and each GPU the pass estimates when the kernel would finish there: its operands
 copy time for operands on another GPU, then the GPU's busy-until time plus the kernel's FLOPs. It takes
 the GPU with the earliest estimated finish, so the longest chain stays on the fastest path while
 parallel branches spread out. Placed nodes keep their device.
-When an operand lives on another GPU the pass inserts a `move` (id `'<operand>@<gpu>'`, shared by every
+When an operand lives on another GPU the pass inserts a `move` (id `'<operand>.to<gpu>'`, shared by every
 reader on that GPU) rather than moving the kernel, so a placed producer is never second-guessed.
 The cost model is unit-free: FLOPS_PER_BYTE says how many FLOPs cost as much time as one copied byte.
 """
@@ -74,7 +74,7 @@ def _local(placed: TaskGraph, graph: TaskGraph, src: str, device: int, finish: d
     operand = placed.nodes[src]
     if operand.device == device:
         return src
-    name = f"{src}@{device}"
+    name = f"{src}.to{device}"
     while name in graph.nodes and not _is_move(graph.nodes[name], src, device):
         name += "'"
     if name not in placed.nodes:

@@ -38,3 +38,17 @@ def write_back(module: ModuleOp, graph: TaskGraph | MemGraph) -> None:
 def check_budget_option(budget: int, pass_name: str) -> None:
     if budget <= 0:
         raise InputError(f"{pass_name} needs the option budget=BYTES with a positive number of bytes, got {budget}")
+
+
+def rewrite_memgraph(module: ModuleOp, pass_name: str, stage: str, algorithm, counter: str) -> None:
+    """Read the memgraph, run `algorithm(graph) -> count` in place, add the count to the collected stats'
+    field `counter` (when the CLI collects), and write the graph back once."""
+    from passes.stats import collected, timed
+
+    graph = read_memgraph(module, pass_name)
+    stats = collected.get()
+    with timed(stats, stage):
+        count = algorithm(graph)
+    if stats is not None:
+        setattr(stats, counter, getattr(stats, counter) + count)
+    write_back(module, graph)

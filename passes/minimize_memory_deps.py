@@ -16,8 +16,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.ir import read_memgraph, write_back
-from passes.stats import collected, timed
+from passes.ir import rewrite_memgraph
 from passes.compact import CompactMem
 from turnip_ir.memgraph import MemGraph
 
@@ -59,10 +58,4 @@ class MinimizeMemoryDepsPass(ModulePass):
     name = "turnip-minimize-memory-deps"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        graph = read_memgraph(op, self.name)
-        stats = collected.get()
-        with timed(stats, "minimize"):
-            removed = minimize_memory_deps(graph)
-        if stats is not None:
-            stats.edges_removed_minimize += removed
-        write_back(op, graph)
+        rewrite_memgraph(op, self.name, "minimize", minimize_memory_deps, "edges_removed_minimize")

@@ -15,8 +15,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.ir import read_memgraph, write_back
-from passes.stats import collected, timed
+from passes.ir import rewrite_memgraph
 from passes.compact import CompactMem, successor_counts
 from turnip_ir.memgraph import MemGraph
 
@@ -60,10 +59,4 @@ class ReduceMemoryDepsPass(ModulePass):
     name = "turnip-reduce-memory-deps"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        graph = read_memgraph(op, self.name)
-        stats = collected.get()
-        with timed(stats, "reduce"):
-            removed = reduce_memory_deps(graph)
-        if stats is not None:
-            stats.edges_removed_reduce += removed
-        write_back(op, graph)
+        rewrite_memgraph(op, self.name, "reduce", reduce_memory_deps, "edges_removed_reduce")

@@ -7,31 +7,23 @@ then review the diff: a golden file is only as good as the reading it got.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from goldens import compare
 
 from turnip_ir.errors import InputError
 from turnip_ir.io import module_text, parse_ir
 
 GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("TURNIP_UPDATE_GOLDEN") == "1"
 VALID = sorted(p for p in (GOLDEN / "valid").glob("*.mlir") if not p.name.endswith(".out.mlir"))
 INVALID = sorted((GOLDEN / "invalid").glob("*.mlir"))
-
-
-def _compare(expected_path: Path, actual: str) -> None:
-    if UPDATE:
-        expected_path.write_text(actual)
-    assert expected_path.exists(), f"{expected_path.name} is missing: run with TURNIP_UPDATE_GOLDEN=1 and review it"
-    assert actual == expected_path.read_text()
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.stem)
 def test_valid_prints_as_expected(path: Path) -> None:
     module = parse_ir(path.read_text(), path.name)
-    _compare(path.with_suffix(".out.mlir"), module_text(module))
+    compare(path.with_suffix(".out.mlir"), module_text(module))
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.stem)
@@ -51,7 +43,7 @@ def test_invalid_gives_its_diagnostic(path: Path) -> None:
         parse_ir(path.read_text(), path.name)
     message = str(caught.value)
     assert "\n" not in message
-    _compare(path.with_suffix(".err"), message + "\n")
+    compare(path.with_suffix(".err"), message + "\n")
 
 
 def test_every_golden_input_has_its_expectation() -> None:

@@ -7,30 +7,22 @@ diagnostic in `X.err` and write nothing. Regenerate with `TURNIP_UPDATE_GOLDEN=1
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
+from goldens import compare
 
 from turnip_cli.opt import main as opt_main
 from turnip_ir.io import load_memgraph
 
 GOLDEN = Path(__file__).parent / "golden_passes"
-UPDATE = os.environ.get("TURNIP_UPDATE_GOLDEN") == "1"
 CASES = sorted(p for p in GOLDEN.glob("*.mlir") if not p.name.endswith(".out.mlir"))
 
 
 def _header(path: Path, key: str) -> str | None:
     match = re.search(rf"^// {key}: (.*)$", path.read_text(), re.MULTILINE)
     return match.group(1).strip() if match else None
-
-
-def _compare(expected: Path, actual: str) -> None:
-    if UPDATE:
-        expected.write_text(actual)
-    assert expected.exists(), f"{expected.name} is missing: run with TURNIP_UPDATE_GOLDEN=1 and review it"
-    assert actual == expected.read_text()
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
@@ -42,9 +34,9 @@ def test_pass_golden(path: Path, tmp_path: Path, capsys) -> None:
     assert code == want_exit, err
     if want_exit:
         assert not out.exists() and err.count("\n") == 1 and "Traceback" not in err
-        _compare(path.with_suffix(".err"), err.replace(str(path), path.name))
+        compare(path.with_suffix(".err"), err.replace(str(path), path.name))
     else:
-        _compare(path.with_suffix(".out.mlir"), out.read_text())
+        compare(path.with_suffix(".out.mlir"), out.read_text())
 
 
 def test_seed_example_five_slots_reuses_without_offload_four_slots_offloads() -> None:

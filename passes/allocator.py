@@ -20,9 +20,9 @@ NEVER = 1 << 62
 """A next use that never comes."""
 
 
-def aligned(nbytes: int) -> int:
-    """Bytes rounded up to the allocator's alignment (at least one unit, so every tensor has a place)."""
-    return max(ALIGN, (nbytes + ALIGN - 1) // ALIGN * ALIGN)
+def aligned(nbytes: int, align: int = ALIGN) -> int:
+    """Bytes rounded up to `align` (at least one unit, so every tensor has a place)."""
+    return max(align, (nbytes + align - 1) // align * align)
 
 
 PLACEMENTS = ("loosest", "first-fit")

@@ -62,7 +62,9 @@ class RegionMap:
         self.owners: list[int] = []
 
     def overlapping(self, start: int, end: int) -> list[tuple[int, int, int]]:
-        """(start, end, writer) for every segment meeting [start, end)."""
+        """(start, end, writer) for every segment meeting [start, end); an empty range meets nothing."""
+        if start >= end:
+            return []
         i = max(bisect_right(self.starts, start) - 1, 0)
         found = []
         while i < len(self.starts) and self.starts[i] < end:
@@ -73,6 +75,8 @@ class RegionMap:
 
     def write(self, start: int, end: int, owner: int) -> None:
         """Make `owner` the last writer of [start, end), trimming the segments it covers."""
+        if start >= end:
+            return  # a zero-byte tensor writes nothing
         lo = max(bisect_right(self.starts, start) - 1, 0)
         hi = lo
         keep_s, keep_e, keep_o = [], [], []

@@ -9,8 +9,11 @@ needed (a later use, or a graph output); inputs are read-only, so their storage 
 When pinned operands fragment a GPU so that nothing fits, the GPU is flushed (everything offloaded) and
 the operands are reloaded packed from offset 0: this cannot fail once the working set fits the budget.
 Inputs start on their GPU in first-use order while they fit; one evicted before anyone read it is
-rewritten to start in CPU storage (it never needed the GPU), so unused room is the only cost. Storage is a bump allocator, never reused, so storage needs no edges.
-`loc` sizes are the aligned sizes the allocator reserves (multiples of 256 bytes, at least the tensor).
+rewritten to start in CPU storage (it never needed the GPU), so unused room is the only cost.
+Storage is a bump allocator, never reused, so storage needs no edges.
+Alignment: offsets are multiples of 256 bytes while every working set still fits so padded; a budget
+tighter than that packs at element alignment, so any budget that holds the largest working set works.
+`loc` and `storage` sizes are the tensors' exact byte sizes (the allocator reserves the padded size).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from passes.allocator import ALIGN, NEVER, PLACEMENTS, DeviceMemory, aligned
 from passes.compact import TaskView
 from passes.orders import execution_order
 from turnip_ir.errors import BudgetError, InputError
+from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
@@ -42,31 +46,52 @@ def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placemen
     view = TaskView.build(graph)
     if placement not in PLACEMENTS:
         raise InputError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
-    return Planner(graph, view, budget, execution_order(view, order), placement).run()
+    align = alignment(graph, view, budget)
+    return Planner(graph, view, budget, execution_order(view, order), placement, align).run()
+
+
+def fine_alignment(graph: TaskGraph) -> int:
+    """The element alignment: the largest element size in the graph (sizes are multiples of it)."""
+    return max((DTYPE_BYTES[node.dtype] for node in graph.nodes.values()), default=1)
+
+
+def alignment(graph: TaskGraph, view: TaskView, budget: int) -> int:
+    """256 bytes when every working set still fits the budget so aligned, else the element alignment.
+
+    Aligned offsets are what GPU kernels like; but a budget that holds the largest working set must
+    never fail, so a tight budget packs tensors at element alignment instead."""
+    if _largest_working_set(view, ALIGN) <= budget // ALIGN * ALIGN:
+        return ALIGN
+    fine = fine_alignment(graph)
+    check_budget(graph, view, budget, fine)
+    return fine
 
 
 def minimum_budget(graph: TaskGraph) -> int:
-    """The smallest budget any op's working set allows: the largest aligned working set on one GPU."""
-    view = TaskView.build(graph)
-    return max((total for _, _, total in _working_sets(view)), default=ALIGN)
+    """The smallest budget that can work: the largest working set of one op on one GPU (element-aligned)."""
+    return _largest_working_set(TaskView.build(graph), fine_alignment(graph))
 
 
-def _working_sets(view: TaskView):
+def _largest_working_set(view: TaskView, align: int) -> int:
+    return max((total for _, _, total in _working_sets(view, align)), default=align)
+
+
+def _working_sets(view: TaskView, align: int):
     """(task, device, aligned bytes) of every op's operands plus output on each GPU it touches."""
     for i, operands in enumerate(view.inputs):
         if view.ops[i] == "input":
             continue  # an input may start in storage; the ops that read it are checked
-        need: dict[int, int] = {view.devices[i]: aligned(view.nbytes[i])}
+        need: dict[int, int] = {view.devices[i]: aligned(view.nbytes[i], align)}
         for o in set(operands):
-            need[view.devices[o]] = need.get(view.devices[o], 0) + aligned(view.nbytes[o])
+            need[view.devices[o]] = need.get(view.devices[o], 0) + aligned(view.nbytes[o], align)
         for device, total in need.items():
             yield i, device, total
 
 
-def check_budget(graph: TaskGraph, view: TaskView, budget: int) -> None:
+def check_budget(graph: TaskGraph, view: TaskView, budget: int, align: int) -> None:
     """Raise `BudgetError` naming the first op whose working set on one GPU exceeds the budget."""
-    capacity = budget // ALIGN * ALIGN
-    for i, device, total in _working_sets(view):
+    capacity = budget // align * align
+    for i, device, total in _working_sets(view, align):
         if total > capacity:
             raise BudgetError(
                 f"op '{view.ids[i]}' ({view.ops[i]} on GPU {device}) needs {total} bytes but the budget is {budget} bytes"
@@ -76,11 +101,13 @@ def check_budget(graph: TaskGraph, view: TaskView, budget: int) -> None:
 class Planner:
     """One simulation; `run()` returns the memgraph."""
 
-    def __init__(self, graph: TaskGraph, view: TaskView, budget: int, order: list[int], placement: str = "loosest") -> None:
-        check_budget(graph, view, budget)
-        self.graph, self.view, self.order = graph, view, order
+    def __init__(
+        self, graph: TaskGraph, view: TaskView, budget: int, order: list[int], placement: str = "loosest", align: int = ALIGN
+    ) -> None:
+        check_budget(graph, view, budget, align)
+        self.graph, self.view, self.order, self.align = graph, view, order, align
         self.out = MemGraph(graph.devices, budget)
-        self.memory = [DeviceMemory(budget // ALIGN * ALIGN, placement) for _ in range(graph.devices)]
+        self.memory = [DeviceMemory(budget // align * align, placement) for _ in range(graph.devices)]
         n = len(view)
         self.gpu = [-1] * n
         self.store = [-1] * n
@@ -111,11 +138,11 @@ class Planner:
         inputs = [i for i, op in enumerate(view.ops) if op == "input"]
         inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
         for i in inputs:
-            d, size = view.devices[i], aligned(view.nbytes[i])
+            d, size = view.devices[i], aligned(view.nbytes[i], self.align)
             start = self.memory[d].place_free(size) if self.uses[i] or self.is_output[i] else None
             if start is not None:
                 self.memory[d].take(start, size, i)
-                self.gpu[i] = self._emit("input", i, d, loc=(start, size), inputs=())
+                self.gpu[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
                 self.unread.add(self.gpu[i])
             else:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
@@ -127,14 +154,14 @@ class Planner:
         for o in operands:
             if self.gpu[o] < 0 and not self._reload(o, step, pinned):
                 self._flush(view.devices[o], step, pinned, operands)
-        d, size = view.devices[i], aligned(view.nbytes[i])
+        d, size = view.devices[i], aligned(view.nbytes[i], self.align)
         start = self._allocate(d, size, step, pinned)
         if start is None:
             self._flush(d, step, pinned, operands)
             start = self._allocate(d, size, step, pinned)
         self.memory[d].take(start, size, i)
         kind = "move" if view.ops[i] == "move" else "kernel"
-        node = self._emit(kind, i, d, loc=(start, size), inputs=tuple(self.gpu[o] for o in view.inputs[i]))
+        node = self._emit(kind, i, d, loc=(start, view.nbytes[i]), inputs=tuple(self.gpu[o] for o in view.inputs[i]))
         self.gpu[i] = node
         for o in operands:
             self.unread.discard(self.gpu[o])
@@ -190,12 +217,12 @@ class Planner:
         self.store[t] = node.id
 
     def _reload(self, t: int, step: int, pinned: set[int]) -> bool:
-        d, size = self.view.devices[t], aligned(self.view.nbytes[t])
+        d, size = self.view.devices[t], aligned(self.view.nbytes[t], self.align)
         start = self._allocate(d, size, step, pinned)
         if start is None:
             return False
         self.memory[d].take(start, size, t)
-        self.gpu[t] = self._emit("reload", t, d, loc=(start, size), inputs=(self.store[t],))
+        self.gpu[t] = self._emit("reload", t, d, loc=(start, self.view.nbytes[t]), inputs=(self.store[t],))
         return True
 
     def _flush(self, d: int, step: int, pinned: set[int], operands: list[int]) -> None:
@@ -208,9 +235,9 @@ class Planner:
                 assert placed, "a flushed GPU holds any working set within the budget"
 
     def _storage(self, t: int) -> tuple[int, int]:
-        size = aligned(self.view.nbytes[t])
-        start, self.storage_top = self.storage_top, self.storage_top + size
-        return (start, size)
+        start = self.storage_top
+        self.storage_top += aligned(self.view.nbytes[t], self.align)
+        return (start, self.view.nbytes[t])
 
     def _emit(self, op: str, t: int, device, loc=None, storage=None, inputs=(), mem_deps=()) -> int:
         task = self.graph.nodes[self.view.ids[t]]

@@ -154,7 +154,7 @@ def _check_outputs(graph: MemGraph, nodes: list[MemNode], pos: dict, spaces: dic
         region = written_region(holder)
         if holder.task != task or region is None:
             raise VerifyError(f"output '{task}': {_name(holder)} does not hold it")
-        for start, end, x in spaces[region[0]].overlapping(region[1], region[2]):
+        for start, end, x in spaces.get(region[0], RegionMap()).overlapping(region[1], region[2]):
             if x != pos[holder_id]:
                 where = _where(region[0], max(start, region[1]), min(end, region[2]))
                 raise VerifyError(f"output '{task}': {_name(nodes[x])} overwrites {where} held by {_name(holder)}")

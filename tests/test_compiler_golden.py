@@ -160,3 +160,40 @@ def test_loosest_placement_reuses_the_region_freed_longest_ago():
         memory.release(2, step=1)
         memory.release(0, step=5)
         assert memory.place_free(256) == want
+
+
+def _odd_tiles() -> TaskGraph:
+    """10x10 float32 tiles: 400 bytes, not a multiple of the 256-byte alignment."""
+    g = TaskGraph(1)
+    x = g.input((10, 10), id="x")
+    w = g.input((10, 10), id="w")
+    y = g.matmul(x, w, device=0, id="y")
+    z = g.add(y, x, device=0, id="z")
+    g.output(g.relu(z, device=0, id="out"))
+    return g
+
+
+def test_a_budget_equal_to_the_exact_working_set_compiles():
+    from passes.insert_offload import minimum_budget
+
+    graph = _odd_tiles()
+    assert minimum_budget(graph) == 3 * 400  # matmul: x, w and y, packed at element alignment
+    memgraph = compile_taskgraph(graph, 1200)
+    assert all(node.loc[1] == 400 for node in memgraph.nodes if node.loc is not None)
+    with pytest.raises(BudgetError, match=r"op 'y' \(matmul on GPU 0\) needs 1200 bytes but the budget is 1199 bytes"):
+        compile_taskgraph(graph, 1199)
+
+
+def test_ample_budgets_keep_offsets_256_aligned_and_sizes_exact():
+    memgraph = compile_taskgraph(_odd_tiles(), 1 << 20)
+    placed = [node.loc for node in memgraph.nodes if node.loc is not None]
+    assert all(offset % 256 == 0 and size == 400 for offset, size in placed)
+
+
+def test_zero_size_tensors_compile_and_verify():
+    g = TaskGraph(1)
+    x = g.input((0, 4), id="x")
+    y = g.relu(x, device=0, id="y")
+    g.output(g.scale(y, 2.0, device=0, id="z"))
+    memgraph = compile_taskgraph(g, 256)
+    assert [node.loc[1] for node in memgraph.nodes] == [0, 0, 0]

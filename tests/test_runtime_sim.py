@@ -110,3 +110,21 @@ def test_nondet_beats_fixed_when_transfer_times_vary():
         gains.append(fixed / nondet)
     assert sum(gains) / len(gains) > 1.04  # 1.051 measured: fixed guesses right half of the time
     assert max(gains) > 1.2
+
+
+def test_kernels_on_two_streams_of_one_gpu_share_it_but_overlap_a_reload():
+    n = MB // 4
+    rows = [
+        ("a", "input", 0, [], n, None),
+        ("s", "input", None, [], n, None),
+        ("k1", "kernel", 0, [0], n, "relu"),
+        ("k2", "kernel", 0, [0], n, "exp"),
+        ("r", "reload", 0, [1], n, None),
+    ]
+    result = execute(_memgraph(rows), backend="sim", streams=2)
+    # k1 and k2 start together and drain at half speed each: both end at 2 x one kernel's time;
+    # the reload (1 ms on the host link) runs beside them at full speed.
+    assert result.summary.makespan == pytest.approx(max(2 * _relu_time(n), 1e-3), rel=1e-9)
+    ends = {c.vertex: c.end for c in result.recorder.completions}
+    assert ends[2] == pytest.approx(2 * _relu_time(n), rel=1e-9) and ends[3] == pytest.approx(2 * _relu_time(n), rel=1e-9)
+    assert ends[4] == pytest.approx(1e-3, rel=1e-9)

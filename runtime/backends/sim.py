@@ -1,8 +1,10 @@
 """The sim backend: a virtual clock and the cost model, no real compute, any number of GPUs.
 
 Each submitted vertex gets an amount of work when it starts: seconds for kernels and moves, bytes for
-reloads and offloads. Work drains at a rate: 1 for kernels and moves; for a GPU's host link, `h2d_bw`
-or `d2h_bw` when one direction is busy and `duplex_bw / 2` each while both are (the measured H200
+reloads and offloads. Work drains at a rate: 1 for moves; 1/k for each of the k kernels running on
+one GPU's compute streams at once (they share the SMs: two concurrent GEMMs do not each run at full
+speed, so streams buy overlap with transfers, not extra FLOPs); for a GPU's host link, `h2d_bw` or
+`d2h_bw` when one direction is busy and `duplex_bw / 2` each while both are (the measured H200
 figures). `wait` advances the clock to the next completion. `jitter` J scales each vertex's work by
 a factor drawn uniformly from [1 - J, 1 + J]. The factors are drawn per vertex in `prepare` from the
 seed, not in submit order, so two policies run with one seed see the same durations.
@@ -66,6 +68,9 @@ class SimBackend(Backend):
 
     def _rate(self, job: Active) -> float:
         kind = job.lane.kind
+        if kind == "compute":
+            sharing = sum(1 for a in self.active.values() if a.lane.device == job.lane.device and a.lane.kind == "compute")
+            return 1.0 / sharing
         if kind not in ("h2d", "d2h"):
             return 1.0
         other = "d2h" if kind == "h2d" else "h2d"

@@ -11,12 +11,14 @@ import re
 
 import numpy as np
 
+from passes.pipeline import compile_taskgraph
 from runtime import execute
 from runtime.backends import BACKENDS
 from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_ir.errors import InputError
+from turnip_ir.io import load_graph
 from turnip_ir.memgraph import MemGraph
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
@@ -72,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _memgraph(path: str, memory: str | None) -> MemGraph:
-    from turnip_ir.io import load_graph
-
     graph = load_graph(path)
     budget = parse_size(memory) if memory is not None else None
     if isinstance(graph, MemGraph):
@@ -82,8 +82,4 @@ def _memgraph(path: str, memory: str | None) -> MemGraph:
         return graph
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    try:
-        from passes.pipeline import compile_taskgraph
-    except ImportError:
-        raise InputError(f"{path}: the compiler (passes.pipeline) is missing from this install; give a compiled memgraph") from None
     return compile_taskgraph(graph, budget)

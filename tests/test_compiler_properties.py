@@ -30,7 +30,7 @@ def cases(draw):
     seed = draw(st.integers(0, 10_000))
     devices = draw(st.integers(1, 4))
     sizes = draw(st.sampled_from([(8,), (8, 16), (4, 12, 20), (16, 8, 24)]))
-    graph = random_taskgraph(seed, tasks=draw(st.integers(3, 40)), devices=devices, sizes=sizes, move_prob=0.2)
+    graph = random_taskgraph(seed, tasks=draw(st.integers(3, 80)), devices=devices, sizes=sizes, move_prob=0.2)
     if draw(st.booleans()):
         for node in graph.nodes.values():
             if node.op not in ("input", "move") and random.Random(seed + len(node.id)).random() < 0.5:
@@ -48,7 +48,7 @@ def _compile(graph, factor, order):
     return placed, compile_taskgraph(graph, budget, order=order)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_compiled_memgraph_verifies_and_computes_the_reference(case):
     graph, factor, order, seed = case
@@ -66,7 +66,7 @@ def test_compiled_memgraph_verifies_and_computes_the_reference(case):
         np.testing.assert_allclose(result.outputs[task], value, rtol=2e-3, atol=2e-4, err_msg=f"cpu backend, output '{task}'")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(cases(), st.randoms(use_true_random=False))
 def test_verifier_catches_a_dropped_memory_edge(case, rng):
     graph, factor, order, _ = case
@@ -80,7 +80,7 @@ def test_verifier_catches_a_dropped_memory_edge(case, rng):
         verify_memgraph(memgraph)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(cases(), st.randoms(use_true_random=False))
 def test_verifier_catches_a_location_shifted_onto_an_operand(case, rng):
     graph, factor, order, _ = case
@@ -95,7 +95,7 @@ def test_verifier_catches_a_location_shifted_onto_an_operand(case, rng):
         verify_memgraph(memgraph)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(cases(), st.randoms(use_true_random=False))
 def test_verifier_catches_an_added_cycle(case, rng):
     graph, factor, order, _ = case
@@ -110,7 +110,7 @@ def test_verifier_catches_an_added_cycle(case, rng):
         verify_memgraph(memgraph)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(cases())
 def test_no_budget_error_at_the_minimum_budget(case):
     graph, _, order, _ = case

@@ -19,9 +19,9 @@ from turnip_ir.memgraph import MemGraph
 from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
-# TURNIP_EXAMPLES=600 searches harder (about a minute); the default keeps the suite quick.
+# TURNIP_EXAMPLES=600 searches harder (about a minute); the default, 150, keeps the suite quick.
 GOLDEN = Path(__file__).parent / "golden" / "valid"
-PROPERTY = settings(max_examples=int(os.environ.get("TURNIP_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=int(os.environ.get("TURNIP_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ISSUE_TASKGRAPH = {
     "format": "turnip.taskgraph/1",

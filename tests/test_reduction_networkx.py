@@ -36,7 +36,7 @@ def _memory_only_edges(memgraph) -> set[tuple[int, int]]:
 CASES = st.tuples(st.integers(0, 5000), st.integers(1, 3), st.sampled_from([1.0, 1.2, 1.6, 3.0]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(CASES)
 def test_reduction_keeps_exactly_the_memory_edges_networkx_keeps(case):
     taskgraph, memgraph = _unreduced(*case)
@@ -48,7 +48,7 @@ def test_reduction_keeps_exactly_the_memory_edges_networkx_keeps(case):
     verify_memgraph(memgraph, taskgraph)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(CASES)
 def test_minimization_preserves_reachability(case):
     taskgraph, memgraph = _unreduced(*case)

@@ -30,7 +30,12 @@ def cases(draw):
     seed = draw(st.integers(0, 10_000))
     devices = draw(st.integers(1, 4))
     sizes = draw(st.sampled_from([(8,), (8, 16), (4, 12, 20), (16, 8, 24)]))
-    graph = random_taskgraph(seed, tasks=draw(st.integers(3, 80)), devices=devices, sizes=sizes, move_prob=0.2)
+    # float64 graphs: a wrong schedule reads the wrong bytes and is off by far more than rounding, while
+    # float32 rounding through 80 chained ops can cancel to 10% errors that prove nothing; the smaller
+    # float32 graphs keep the float32 kernels honest too
+    tasks = draw(st.integers(3, 80))
+    dtype = "float32" if tasks <= 30 and draw(st.booleans()) else "float64"
+    graph = random_taskgraph(seed, tasks=tasks, devices=devices, sizes=sizes, move_prob=0.2, dtype=dtype)
     if draw(st.booleans()):
         for node in graph.nodes.values():
             if node.op not in ("input", "move") and random.Random(seed + len(node.id)).random() < 0.5:
@@ -54,16 +59,17 @@ def test_compiled_memgraph_verifies_and_computes_the_reference(case):
     graph, factor, order, seed = case
     placed, memgraph = _compile(graph, factor, order)
     verify_memgraph(memgraph, placed)
-    inputs = input_values(graph, seed)
+    dtype = next(iter(graph.nodes.values())).dtype
+    tol = {"rtol": 1e-6, "atol": 1e-9} if dtype == "float64" else {"rtol": 2e-3, "atol": 2e-4}
+    inputs = {task: value.astype(dtype) for task, value in input_values(graph, seed).items()}
     expected = reference(graph, inputs)
     for run in range(2):
         got = execute(memgraph, inputs, seed=seed * 7 + run)
         for task, value in expected.items():
-            np.testing.assert_allclose(got[task], value, rtol=2e-3, atol=2e-4, err_msg=f"output '{task}'")
-    as_float32 = {task: value.astype(np.float32) for task, value in inputs.items()}
-    result = run_on_cpu(memgraph, backend="cpu", order="random", seed=seed, inputs=as_float32, jitter=0.0002)
+            np.testing.assert_allclose(got[task], value, **tol, err_msg=f"output '{task}'")
+    result = run_on_cpu(memgraph, backend="cpu", order="random", seed=seed, inputs=inputs, jitter=0.0002)
     for task, value in expected.items():
-        np.testing.assert_allclose(result.outputs[task], value, rtol=2e-3, atol=2e-4, err_msg=f"cpu backend, output '{task}'")
+        np.testing.assert_allclose(result.outputs[task], value, **tol, err_msg=f"cpu backend, output '{task}'")
 
 
 @settings(max_examples=150, deadline=None)

@@ -169,6 +169,13 @@ def test_viz_bad_input_is_one_line(tmp_path) -> None:
     assert not out.exists()
 
 
+def test_viz_bad_output_paths_are_one_line(tmp_path) -> None:
+    line = _failed(_run("turnip", "viz", MEMGRAPH, "-o", tmp_path / "graph.bogus"))
+    assert line.endswith("the suffix must be one of .svg, .png, .pdf, .jpg, .dot, .gv")
+    line = _failed(_run("turnip", "viz", MEMGRAPH, "-o", tmp_path / "missing" / "graph.dot"))
+    assert line.startswith("turnip viz: error: ") and line.endswith("No such file or directory")
+
+
 def test_module_entry_point() -> None:
     result = subprocess.run([sys.executable, "-m", "turnip_cli.opt", str(MEMGRAPH)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -73,6 +73,10 @@ def test_memgraph_file_runs_on_sim(tmp_path):
         (["--memory", "1KiB"], 2, "budget"),
         (["--backend", "sim", "--outputs", "o.npz"], 1, "--outputs needs --backend cpu"),
         (["--inputs", "missing.npz"], 1, "inputs file 'missing.npz' does not exist"),
+        (["--outputs", "no/such/dir/o.npz"], 1, "cannot write no/such/dir/o.npz: its folder does not exist"),
+        (["--trace", "no/such/dir/t.json"], 1, "cannot write no/such/dir/t.json: its folder does not exist"),
+        (["--jitter", "-1"], 1, "--jitter must be 0 or more"),
+        (["--streams", "0"], 1, "streams must be at least 1"),
     ],
 )
 def test_user_errors_are_one_line(ffn, tmp_path, args, code, text):

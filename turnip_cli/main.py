@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     except TurnipError as err:
         print(f"turnip {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:  # a path the user gave that cannot be read or written
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"turnip {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"turnip {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -53,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the cuda backend is not available yet (use --backend cpu or sim)")
     if args.outputs and args.backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs --backend cpu")
+    if args.jitter < 0:
+        raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
+    for path in (args.outputs, args.trace):
+        _check_writable(path)  # before a long run, not after it
     memgraph = _memgraph(args.file, args.memory)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
@@ -66,11 +71,25 @@ def run(args: argparse.Namespace) -> int:
         callbacks=[ProgressBar()],
     )
     if args.outputs:
-        np.savez(args.outputs, **result.outputs)
+        _save_outputs(args.outputs, result.outputs)
     if args.trace:
         result.recorder.write_trace(args.trace)
     print("\n".join(result.summary.lines()))
     return 0
+
+
+def _check_writable(path: str | None) -> None:
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise InputError(f"cannot write {path}: its folder does not exist")
+
+
+def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
+    """Write the .npz through a temporary file, so a failure leaves no partial outputs file."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as out:
+        np.savez(out, **outputs)
+    tmp.replace(target)
 
 
 def _memgraph(path: str, memory: str | None) -> MemGraph:

@@ -95,6 +95,9 @@ def graph_dot(graph: TaskGraph | MemGraph) -> graphviz.Digraph:
     return memgraph_dot(graph) if isinstance(graph, MemGraph) else taskgraph_dot(graph)
 
 
+PICTURE_FORMATS = ("svg", "png", "pdf", "jpg", "dot", "gv")
+
+
 def have_dot() -> bool:
     return shutil.which("dot") is not None
 
@@ -105,8 +108,10 @@ def render(graph: TaskGraph | MemGraph, path: str) -> str:
     Returns the path written. Without the `dot` binary only `.dot` can be written; asking for another
     format raises an `InputError` that says how to install graphviz.
     """
-    dot = graph_dot(graph)
     suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "svg"
+    if suffix not in PICTURE_FORMATS:
+        raise InputError(f"cannot draw {path}: the suffix must be one of {', '.join('.' + f for f in PICTURE_FORMATS)}")
+    dot = graph_dot(graph)
     if suffix in ("dot", "gv"):
         with open(path, "w") as out:
             out.write(dot.source)

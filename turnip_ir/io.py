@@ -206,5 +206,10 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write via a temporary file and rename, so a failure never leaves a half-written file."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
+    try:
+        tmp.write_text(text)
+        tmp.replace(target)
+    except OSError as err:
+        if tmp.parent.is_dir():
+            tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write {target}: {err.strerror}") from None

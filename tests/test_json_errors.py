@@ -31,6 +31,9 @@ def _error(base: dict, change, name: str) -> str:
 
 
 TASKGRAPH_CASES = [
+    ("device past 64 bits", lambda d: _node(d, "x").update(device=10**20), f"node 'x': field 'device' must be int, got {10**20}"),
+    ("shape past 64 bits", lambda d: _node(d, "x").update(shape=[10**20]),
+     f"node 'x': field 'shape' must be a list of integers, got [{10**20}]"),
     ("missing op", lambda d: _node(d, "y").pop("op"), "node 'y': missing field 'op'"),
     ("unknown op", lambda d: _node(d, "y").update(op="tanh"), f"node 'y': unknown op 'tanh' (known: {KNOWN_OPS})"),
     ("op not a string", lambda d: _node(d, "y").update(op=3), "node 'y': field 'op' must be str, got 3"),
@@ -116,6 +119,10 @@ def test_json_syntax_error_has_line_and_column() -> None:
 
 
 MEMGRAPH_CASES = [
+    ("negative device", lambda d: _node(d, 0).update(device=-1), "node 0: field 'device' must be a non-negative integer, got -1"),
+    ("dtype not a string", lambda d: _node(d, 0).update(dtype=["float32"]),
+     "node 0: field 'dtype' must be one of float16, bfloat16, float32, float64, got ['float32']"),
+    ("loc past 64 bits", lambda d: _node(d, 0).update(loc=[0, 10**20]), f"node 0: field 'loc' must be [offset, size], got [0, {10**20}]"),
     ("loc too short", lambda d: _node(d, 0).update(loc=[0]), "node 0: field 'loc' must be [offset, size], got [0]"),
     ("negative loc", lambda d: _node(d, 0).update(loc=[-1, 16384]), "node 0: field 'loc' must be [offset, size], got [-1, 16384]"),
     ("loc not a list", lambda d: _node(d, 3).update(loc="0:16384"), "node 3: field 'loc' must be [offset, size], got '0:16384'"),

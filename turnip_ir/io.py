@@ -63,16 +63,53 @@ def _op_lines(text: str) -> list[str]:
     return starts
 
 
+def _check_strings(text: str, name: str) -> None:
+    """Reject a string literal left open at the end of its line, before xDSL's lexer sees it.
+
+    xDSL 0.74 matches string literals with a nested-quantifier regex that backtracks exponentially when
+    the closing quote is missing: a stray `"` followed by ~35 characters hangs the parser for minutes.
+    MLIR strings never span lines, so a per-line scan finds the same error in linear time.
+    """
+    for number, line in enumerate(text.splitlines(), start=1):
+        opened, i = None, 0
+        while i < len(line):
+            char = line[i]
+            if opened is not None:
+                if char == "\\":
+                    i += 1
+                elif char == '"':
+                    opened = None
+            elif char == '"':
+                opened = i
+            elif line.startswith("//", i):
+                break
+            i += 1
+        if opened is not None:
+            raise InputError(f"{name}:{number}:{opened + 1}: string literal is not closed on its line")
+
+
 def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> ModuleOp:
     """Parse and fully check turnip IR; errors are `InputError('name:line:col: message')`."""
+    _check_strings(text, name)
+    parser = None
     try:
-        module = Parser(ctx or context(), text, name).parse_module()
+        parser = Parser(ctx or context(), text, name)  # lexes the first token already
+        module = parser.parse_module()
     except ParseError as err:
         where = err.span.get_location()
-        message = err.msg[:1].lower() + err.msg[1:]
-        raise InputError(f"{name}:{where.line}:{where.col}: {message}") from None
+        raise InputError(f"{name}:{where.line}:{where.col}: {_lower(err.msg)}") from None
+    except (VerifyException, ValueError) as err:
+        # xDSL checks attributes and format constraints while parsing, without a span: use its position
+        pos = parser.pos if parser is not None else 0
+        line = text.count("\n", 0, pos) + 1
+        column = pos - text.rfind("\n", 0, pos)
+        raise InputError(f"{name}:{line}:{column}: {_lower(' '.join(str(err).split()))}") from None
     check_module(module, name, text)
     return module
+
+
+def _lower(message: str) -> str:
+    return message[:1].lower() + message[1:]
 
 
 def check_module(module: ModuleOp, name: str = "<input>", text: str | None = None) -> None:

@@ -9,14 +9,14 @@ verified without them, but only run with them.
 from __future__ import annotations
 
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.json_taskgraph import topo_order
+from turnip_ir.json_taskgraph import INT_LIMIT, topo_order
 from turnip_ir.kernels import DTYPE_BYTES, KERNELS
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MEMGRAPH_OPS, MemGraph, MemNode
 from turnip_ir.taskgraph import valid_id
 
 
 def _int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < INT_LIMIT
 
 
 def _get(node: dict, name: str, where: str, check, what: str, required: bool = False):
@@ -83,11 +83,11 @@ def _parse_node(raw, index: int) -> MemNode:
     if op == "kernel" and kernel not in KERNELS:
         raise InputError(f"{where}: unknown kernel '{kernel}' (known: {', '.join(KERNELS)})")
     task = _get(raw, "task", where, lambda v: isinstance(v, str) and valid_id(v), "a printable ASCII string", required=True)
-    device = _get(raw, "device", where, _int, "an integer")
+    device = _get(raw, "device", where, lambda v: _int(v) and v >= 0, "a non-negative integer")
     loc = _get(raw, "loc", where, _region, "[offset, size]")
     storage = _get(raw, "storage", where, _region, "[offset, size]")
     shape = _get(raw, "shape", where, lambda v: _int_list(v) and all(d >= 0 for d in v), "a list of sizes")
-    dtype = _get(raw, "dtype", where, lambda v: v in DTYPE_BYTES, f"one of {', '.join(DTYPE_BYTES)}")
+    dtype = _get(raw, "dtype", where, lambda v: isinstance(v, str) and v in DTYPE_BYTES, f"one of {', '.join(DTYPE_BYTES)}")
     node = MemNode(
         id=node_id,
         op=op,

@@ -6,6 +6,9 @@ Every error is an `InputError` whose message names the node and the field at fau
 from __future__ import annotations
 
 from turnip_ir.errors import InputError
+
+INT_LIMIT = 1 << 62
+"""JSON integers must stay below this in magnitude: IR stores them as 64-bit integers."""
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -16,7 +19,7 @@ def _field(node: dict, name: str, kind, where: str, required: bool = True):
             raise InputError(f"{where}: missing field '{name}'")
         return None
     value = node[name]
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    ok = isinstance(value, kind) and not (kind is int and (isinstance(value, bool) or abs(value) >= INT_LIMIT))
     if not ok:
         raise InputError(f"{where}: field '{name}' must be {getattr(kind, '__name__', kind)}, got {value!r}")
     return value
@@ -100,7 +103,7 @@ def _add_node(graph: TaskGraph, node: dict, inputs: list[str], where: str) -> No
     shape = _field(node, "shape", list, where, required=op == "input")
     dtype = _field(node, "dtype", str, where, required=op == "input")
     attrs = _field(node, "attrs", dict, where, required=False) or {}
-    if shape is not None and not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+    if shape is not None and not all(isinstance(d, int) and not isinstance(d, bool) and abs(d) < INT_LIMIT for d in shape):
         raise InputError(f"{where}: field 'shape' must be a list of integers, got {shape!r}")
     if op == "input":
         if inputs:

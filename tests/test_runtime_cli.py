@@ -121,3 +121,12 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_a_given_memgraph_with_a_race_is_refused_unless_told(tmp_path):
+    from pathlib import Path
+
+    race = Path(__file__).parent / "golden_passes" / "verify_race.mlir"
+    proc = _turnip(race)
+    _one_line_error(proc, 3, "race: node 3 (exp 'c') overwrites [1024, 2048) on GPU 0")
+    assert _turnip(race, "--no-verify").returncode == 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from passes.pipeline import compile_taskgraph
+from passes.verify_memgraph import verify_memgraph
 from runtime import execute
 from runtime.backends import BACKENDS
 from runtime.callbacks import ProgressBar
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="cpu: max random delay per vertex in seconds; sim: relative spread of durations")
     parser.add_argument("--streams", type=int, default=2, help="compute streams per GPU")
+    parser.add_argument("--no-verify", action="store_true", help="run a given memgraph without proving it race-free first")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
-    memgraph = _memgraph(args.file, args.memory)
+    memgraph = _memgraph(args.file, args.memory, verify=not args.no_verify)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
         memgraph,
@@ -92,12 +94,15 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     tmp.replace(target)
 
 
-def _memgraph(path: str, memory: str | None) -> MemGraph:
+def _memgraph(path: str, memory: str | None, verify: bool = True) -> MemGraph:
+    """The memgraph to run: compiled (and so verified) from a taskgraph, or a given one, verified here."""
     graph = load_graph(path)
     budget = parse_size(memory) if memory is not None else None
     if isinstance(graph, MemGraph):
         if budget is not None and budget < graph.budget:
             raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget}")
+        if verify:
+            verify_memgraph(graph)  # a hand-written or edited memgraph may race: refuse it before running
         return graph
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")

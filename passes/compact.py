@@ -98,9 +98,6 @@ class RegionMap:
         self.ends[lo:hi] = keep_e
         self.owners[lo:hi] = keep_o
 
-    def owner_segments(self) -> list[tuple[int, int, int]]:
-        return list(zip(self.starts, self.ends, self.owners))
-
 
 def successor_counts(preds: list[list[int]]) -> list[int]:
     """How many times each position is named as a predecessor (for freeing bitsets early)."""

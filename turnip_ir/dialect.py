@@ -170,14 +170,6 @@ class TurnipOp(IRDLOperation):
     loc = opt_prop_def(MemLocAttr)
     task = opt_prop_def(StringAttr)
 
-    @property
-    def tensor_shape(self) -> tuple[int, ...]:
-        return shape_and_dtype(self.result.type)[0]
-
-    @property
-    def tensor_dtype(self) -> str:
-        return shape_and_dtype(self.result.type)[1]
-
     def label(self) -> str:
         task = self.task.data if self.task else self.result.name_hint
         return f"{self.name} '{task}'" if task else self.name

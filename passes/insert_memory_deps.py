@@ -12,11 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
-from passes.ir import read_memgraph, write_back
+from passes.ir import GraphPass, memgraph_of
 from passes.stats import collected, timed
 from passes.compact import CompactMem, RegionMap, successor_counts
 from turnip_ir.memgraph import MemGraph
@@ -74,7 +71,7 @@ def _data_ancestors(view: CompactMem, w: int, ancestors: list, left: list[int]) 
 
 
 @dataclass(frozen=True)
-class InsertMemoryDepsPass(ModulePass):
+class InsertMemoryDepsPass(GraphPass):
     """Add a memory dependency wherever a location or storage region is reused.
 
     A node that overwrites bytes waits for their last writer and every reader of it (or its offload).
@@ -83,12 +80,12 @@ class InsertMemoryDepsPass(ModulePass):
 
     name = "turnip-insert-memory-deps"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        graph = read_memgraph(op, self.name)
+    def transform(self, graph: MemGraph) -> MemGraph:
+        graph = memgraph_of(graph, self.name)
         stats = collected.get()
         with timed(stats, "memory-deps"):
             added, redundant = insert_memory_deps(graph)
         if stats is not None:
             stats.edges_added += added
             stats.edges_redundant += redundant
-        write_back(op, graph)
+        return graph

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
-from passes.ir import check_budget_option, read_taskgraph, write_back
+from passes.ir import GraphPass, check_budget_option, taskgraph_of
 from passes.stats import collected, timed
 from passes.allocator import ALIGN, NEVER, PLACEMENTS, DeviceMemory, aligned
 from passes.compact import TaskView
@@ -249,7 +246,7 @@ class Planner:
 
 
 @dataclass(frozen=True)
-class InsertOffloadPass(ModulePass):
+class InsertOffloadPass(GraphPass):
     """Turn a placed taskgraph into a memgraph by simulating one run under a per-GPU budget.
 
     The simulation runs the tasks in `order` (given, dfs, memory) with a 256-byte-aligned allocator per
@@ -263,13 +260,13 @@ class InsertOffloadPass(ModulePass):
     order: str = "given"
     placement: str = "loosest"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def transform(self, graph: TaskGraph) -> MemGraph:
         check_budget_option(self.budget, self.name)
-        graph = read_taskgraph(op, self.name)
+        graph = taskgraph_of(graph, self.name)
         stats = collected.get()
         with timed(stats, "simulate"):
             memgraph = insert_offload(graph, self.budget, self.order, self.placement)
         if stats is not None:
             stats.edges_added += sum(len(n.mem_deps) for n in memgraph.nodes if n.op == "offload")
             stats.record_graph(memgraph)
-        write_back(op, memgraph)
+        return memgraph

@@ -1,54 +1,62 @@
-"""The one read and one write each xDSL pass wrapper does: IR module <-> TaskGraph / MemGraph.
+"""`GraphPass`: an xDSL pass whose work is a function from graph to graph.
 
-Wrappers convert on entry, run the algorithm on the Python structures, and swap the module body once.
+Every turnip pass is a `GraphPass`: `transform(graph)` works on a `TaskGraph` or `MemGraph`, and
+`apply`, the xDSL entry point, converts the module once on entry and once on exit around it. Because
+the work never needs IR, `turnip-opt` can run a whole pipeline of them on the Python graphs and build
+IR only if the output asks for it (xDSL op construction costs about 0.1 ms per op: see benchmarks.md).
 """
 
 from __future__ import annotations
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
 
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
+Graph = TaskGraph | MemGraph
 
-def read_taskgraph(module: ModuleOp, pass_name: str) -> TaskGraph:
-    from turnip_ir.convert import is_memgraph, taskgraph_from_ir
 
-    if is_memgraph(module):
+class GraphPass(ModulePass):
+    """A pass defined on the Python graphs; subclasses implement `transform`."""
+
+    def transform(self, graph: Graph) -> Graph:
+        raise NotImplementedError
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from turnip_ir.convert import replace_module
+        from turnip_ir.io import graph_to_module, module_to_graph
+
+        replace_module(op, graph_to_module(self.transform(module_to_graph(op))))
+
+
+def taskgraph_of(graph: Graph, pass_name: str) -> TaskGraph:
+    if not isinstance(graph, TaskGraph):
         raise InputError(f"{pass_name} needs a taskgraph, got a memgraph")
-    return taskgraph_from_ir(module)
+    return graph
 
 
-def read_memgraph(module: ModuleOp, pass_name: str) -> MemGraph:
-    from turnip_ir.convert import is_memgraph, memgraph_from_ir
-
-    if not is_memgraph(module):
+def memgraph_of(graph: Graph, pass_name: str) -> MemGraph:
+    if not isinstance(graph, MemGraph):
         raise InputError(f"{pass_name} needs a memgraph (run turnip-insert-offload first), got a taskgraph")
-    return memgraph_from_ir(module)
+    return graph
 
 
-def write_back(module: ModuleOp, graph: TaskGraph | MemGraph) -> None:
-    from turnip_ir.convert import memgraph_to_ir, replace_module, taskgraph_to_ir
-
-    new = memgraph_to_ir(graph) if isinstance(graph, MemGraph) else taskgraph_to_ir(graph)
-    replace_module(module, new)
-
-
-def check_budget_option(budget: int, pass_name: str) -> None:
-    if budget <= 0:
-        raise InputError(f"{pass_name} needs the option budget=BYTES with a positive number of bytes, got {budget}")
-
-
-def rewrite_memgraph(module: ModuleOp, pass_name: str, stage: str, algorithm, counter: str) -> None:
-    """Read the memgraph, run `algorithm(graph) -> count` in place, add the count to the collected stats'
-    field `counter` (when the CLI collects), and write the graph back once."""
+def count_into(graph: MemGraph, stage: str, algorithm, counter: str) -> MemGraph:
+    """Run `algorithm(graph) -> count` in place, timed, adding the count to the collected stats'
+    field `counter` when the CLI collects stats."""
     from passes.stats import collected, timed
 
-    graph = read_memgraph(module, pass_name)
     stats = collected.get()
     with timed(stats, stage):
         count = algorithm(graph)
     if stats is not None:
         setattr(stats, counter, getattr(stats, counter) + count)
-    write_back(module, graph)
+    return graph
+
+
+def check_budget_option(budget: int, pass_name: str) -> None:
+    if budget <= 0:
+        raise InputError(f"{pass_name} needs the option budget=BYTES with a positive number of bytes, got {budget}")

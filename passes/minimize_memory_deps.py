@@ -12,11 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
-from passes.ir import rewrite_memgraph
+from passes.ir import GraphPass, count_into, memgraph_of
 from passes.compact import CompactMem
 from turnip_ir.memgraph import MemGraph
 
@@ -47,7 +44,7 @@ def minimize_memory_deps(graph: MemGraph) -> int:
 
 
 @dataclass(frozen=True)
-class MinimizeMemoryDepsPass(ModulePass):
+class MinimizeMemoryDepsPass(GraphPass):
     """Drop memory edges implied by a two-step path through another kept edge.
 
     The cheap local half of minimization (reader -> offload -> writer makes reader -> writer
@@ -57,5 +54,5 @@ class MinimizeMemoryDepsPass(ModulePass):
 
     name = "turnip-minimize-memory-deps"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        rewrite_memgraph(op, self.name, "minimize", minimize_memory_deps, "edges_removed_minimize")
+    def transform(self, graph: MemGraph) -> MemGraph:
+        return count_into(memgraph_of(graph, self.name), "minimize", minimize_memory_deps, "edges_removed_minimize")

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
 from passes.insert_memory_deps import insert_memory_deps
 from passes.insert_offload import insert_offload
 from passes.minimize_memory_deps import minimize_memory_deps
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
-from passes.ir import check_budget_option, read_taskgraph, write_back
+from passes.ir import GraphPass, check_budget_option, taskgraph_of
 from passes.stats import CompileStats, collected, timed
 from passes.verify_memgraph import verify_memgraph
 from turnip_ir.errors import InputError
@@ -68,7 +65,7 @@ def compile_taskgraph(
 
 
 @dataclass(frozen=True)
-class MemgraphPipelinePass(ModulePass):
+class MemgraphPipelinePass(GraphPass):
     """The default pipeline: taskgraph in, verified memgraph out, under a per-GPU budget.
 
     Runs placement, offload insertion by simulation, memory dependencies, minimization, transitive
@@ -84,8 +81,7 @@ class MemgraphPipelinePass(ModulePass):
     devices: int = 0
     placement: str = "loosest"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def transform(self, graph: TaskGraph) -> MemGraph:
         check_budget_option(self.budget, self.name)
-        graph = read_taskgraph(op, self.name)
-        memgraph = compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices, placement=self.placement)
-        write_back(op, memgraph)
+        graph = taskgraph_of(graph, self.name)
+        return compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices, placement=self.placement)

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
-from passes.ir import read_taskgraph, write_back
+from passes.ir import GraphPass, taskgraph_of
 from passes.stats import collected, timed
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
@@ -88,7 +85,7 @@ def _is_move(node: TaskNode, src: str, device: int) -> bool:
 
 
 @dataclass(frozen=True)
-class PlaceDevicesPass(ModulePass):
+class PlaceDevicesPass(GraphPass):
     """Give a GPU to every kernel without one, balancing load along the critical path.
 
     List scheduling in topological order: each unplaced kernel goes to the GPU where it would finish
@@ -99,8 +96,6 @@ class PlaceDevicesPass(ModulePass):
     name = "turnip-place-devices"
     devices: int = 0
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        graph = read_taskgraph(op, self.name)
+    def transform(self, graph: TaskGraph) -> TaskGraph:
         with timed(collected.get(), "place"):
-            graph = place_devices(graph, self.devices)
-        write_back(op, graph)
+            return place_devices(taskgraph_of(graph, self.name), self.devices)

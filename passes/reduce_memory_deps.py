@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
-from passes.ir import rewrite_memgraph
+from passes.ir import GraphPass, count_into, memgraph_of
 from passes.compact import CompactMem, successor_counts
 from turnip_ir.memgraph import MemGraph
 
@@ -49,7 +46,7 @@ def reduce_memory_deps(graph: MemGraph) -> int:
 
 
 @dataclass(frozen=True)
-class ReduceMemoryDepsPass(ModulePass):
+class ReduceMemoryDepsPass(GraphPass):
     """Remove every memory edge that another path of data or memory edges implies.
 
     A transitive reduction restricted to memory edges, with ancestor bitsets over the topological
@@ -58,5 +55,5 @@ class ReduceMemoryDepsPass(ModulePass):
 
     name = "turnip-reduce-memory-deps"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        rewrite_memgraph(op, self.name, "reduce", reduce_memory_deps, "edges_removed_reduce")
+    def transform(self, graph: MemGraph) -> MemGraph:
+        return count_into(memgraph_of(graph, self.name), "reduce", reduce_memory_deps, "edges_removed_reduce")

@@ -18,11 +18,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
-from passes.ir import read_memgraph
+from passes.ir import GraphPass, memgraph_of
 from passes.stats import collected, timed
 from passes.compact import STORAGE, RegionMap, successor_counts, written_region
 from turnip_ir.errors import VerifyError
@@ -194,7 +191,7 @@ def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph
 
 
 @dataclass(frozen=True)
-class VerifyMemgraphPass(ModulePass):
+class VerifyMemgraphPass(GraphPass):
     """Prove a memgraph race-free, acyclic, in bounds, and that its outputs survive.
 
     Any two nodes that write overlapping bytes (on a GPU or in CPU storage) must be ordered, and every
@@ -204,7 +201,8 @@ class VerifyMemgraphPass(ModulePass):
 
     name = "turnip-verify-memgraph"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        graph = read_memgraph(op, self.name)
+    def transform(self, graph: MemGraph) -> MemGraph:
+        graph = memgraph_of(graph, self.name)
         with timed(collected.get(), "verify"):
             verify_memgraph(graph)
+        return graph

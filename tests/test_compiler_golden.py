@@ -197,3 +197,16 @@ def test_zero_size_tensors_compile_and_verify():
     g.output(g.scale(y, 2.0, device=0, id="z"))
     memgraph = compile_taskgraph(g, 256)
     assert [node.loc[1] for node in memgraph.nodes] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("emit", ["mlir", "json", "dot"])
+def test_graph_driver_and_xdsl_driver_print_the_same(tmp_path, capsys, emit):
+    """turnip-opt runs GraphPasses on the Python graphs; --split-input-file forces xDSL's own driver."""
+    src = tmp_path / "g.json"
+    src.write_text(seven_tensors().dumps())
+    outputs = []
+    for extra in ([], ["--split-input-file"]):
+        out = tmp_path / f"out{len(outputs)}"
+        assert opt_main([str(src), "-p", f"turnip-memgraph{{budget={4 * SLOT}}}", "--emit", emit, "-o", str(out), *extra]) == 0
+        outputs.append(out.read_text())
+    assert outputs[0] == outputs[1] and "offload" in outputs[0]

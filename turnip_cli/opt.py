@@ -2,6 +2,10 @@
 
 `turnip-opt FILE [-p PIPELINE] [--emit mlir|json|dot] [-o OUT] [--stats]`. FILE is `.mlir` or `.json`
 (either format). Only the builtin and turnip dialects are registered, which keeps start-up short.
+When every pass is a `GraphPass` (all of turnip's are) and no per-pass IR is asked for
+(`--print-between-passes` and the like), the pipeline runs on the Python graphs and IR is built only
+for `--emit mlir`: at 20k tasks that is 6 s instead of 33 s, most of it xDSL op construction and
+verification. Otherwise xDSL's own driver runs the passes on the module.
 Output is written only when everything succeeded (atomically), so a failed run leaves OUT untouched.
 Exit codes: 0 ok, 1 bad input (syntax, fields, pipeline), 2 impossible budget, 3 verifier failure.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from io import StringIO
 from typing import IO
 
@@ -17,9 +22,21 @@ from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from passes.ir import GraphPass
 from turnip_ir.dialect import Turnip
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.io import check_module, graph_to_module, module_to_graph, module_text, parse_ir, parse_json, write_atomic
+from turnip_ir.io import (
+    Graph,
+    check_module,
+    graph_text,
+    graph_to_module,
+    module_to_graph,
+    module_text,
+    parse_ir,
+    parse_json,
+    write_atomic,
+)
+from turnip_ir.memgraph import MemGraph
 
 EMITS = ("mlir", "json", "dot")
 
@@ -38,12 +55,7 @@ class TurnipOptMain(xDSLOptMain):
         def json_graph(stream: IO[bytes]) -> ModuleOp:
             name = self.get_input_name()
             graph = parse_json(stream.read().decode("utf-8", "replace"), name)
-            try:
-                module = graph_to_module(graph)
-            except InputError as err:
-                raise InputError(f"{name}: {err}") from None
-            check_module(module, name)  # a memgraph's given shapes are checked here, with the file named
-            return module
+            return _check_as_ir(graph, name)
 
         self.available_frontends["mlir"] = mlir
         self.available_frontends["json"] = json_graph
@@ -77,6 +89,42 @@ class TurnipOptMain(xDSLOptMain):
         super().apply_passes(prog)
         check_module(prog, self.get_input_name())
 
+    def run(self) -> None:
+        if not self._on_graphs():
+            super().run()
+            return
+        graph = self._load()
+        for step in self.pipeline.passes:
+            start = time.perf_counter()
+            graph = step.transform(graph)
+            if self.args.time_passes:
+                print(f"Pass {step.name} took {time.perf_counter() - start} seconds")
+        self.buffer = _Buffer()
+        self.buffer.write(_emit_graph(graph, self.args.target, self.args.print_op_generic))
+
+    def _on_graphs(self) -> bool:
+        """Whether the whole run can stay on the Python graphs (no per-pass IR is needed)."""
+        args = self.args
+        per_pass_ir = args.print_between_passes or args.split_input_file or args.verify_diagnostics
+        printing = args.parsing_diagnostics or args.shrink or args.print_no_properties or args.print_debuginfo
+        graph_passes = all(isinstance(step, GraphPass) for step in self.pipeline.passes)
+        return graph_passes and args.target in EMITS and not (per_pass_ir or printing or args.syntax_highlight)
+
+    def _load(self) -> Graph:
+        stream, extension = self.get_input_stream()
+        extension = self.args.frontend or extension
+        with stream:
+            text = stream.read().decode("utf-8", "replace")
+        name = self.get_input_name()
+        if extension == "json":
+            graph = parse_json(text, name)
+            if isinstance(graph, MemGraph):
+                _check_as_ir(graph, name)
+            return graph
+        if extension == "mlir":
+            return module_to_graph(parse_ir(text, name, self.ctx))
+        raise ValueError(f"Unrecognized file extension '{extension}'")
+
 
 class _Buffer(StringIO):
     """Collects the output; xDSL closes its output stream, but we write the file only on success."""
@@ -85,13 +133,28 @@ class _Buffer(StringIO):
         pass
 
 
-def _emit(module: ModuleOp, emit: str) -> str:
-    graph = module_to_graph(module)
-    if emit == "json":
-        return graph.dumps() if hasattr(graph, "budget") else graph.dumps() + "\n"
-    from turnip_ir.dot import graph_dot
+def _check_as_ir(graph: Graph, name: str) -> ModuleOp:
+    """The graph as a checked module: a memgraph's given shapes and types are checked here, file named."""
+    try:
+        module = graph_to_module(graph)
+    except InputError as err:
+        raise InputError(f"{name}: {err}") from None
+    check_module(module, name)
+    return module
 
-    return graph_dot(graph).source
+
+def _emit(module: ModuleOp, emit: str) -> str:
+    return _emit_graph(module_to_graph(module), emit)
+
+
+def _emit_graph(graph: Graph, emit: str, generic: bool = False) -> str:
+    if emit == "dot":
+        from turnip_ir.dot import graph_dot
+
+        return graph_dot(graph).source
+    if emit == "mlir":
+        return module_text(graph_to_module(graph), generic) + "\n"  # as xDSL's mlir target ends
+    return graph_text(graph, "json")
 
 
 def _fail(message: str, code: int) -> int:

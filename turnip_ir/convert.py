@@ -234,10 +234,12 @@ def _mem_props(node: MemNode) -> dict:
 def _node_ids(module: ModuleOp) -> dict[SSAValue, int]:
     named = [op for op in module.ops if isinstance(op, TurnipOp)]
     ids: dict[SSAValue, int] = {}
+    taken: set[int] = set()
     for op in named:
         match = _NODE_NAME.fullmatch(op.result.name_hint or "")
-        if match and int(match.group(1)) not in ids.values():
+        if match and int(match.group(1)) not in taken:
             ids[op.result] = int(match.group(1))
+            taken.add(ids[op.result])
     fresh = max(ids.values(), default=-1) + 1
     for op in named:
         if op.result not in ids:

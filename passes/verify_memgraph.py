@@ -196,13 +196,24 @@ class VerifyMemgraphPass(GraphPass):
 
     Any two nodes that write overlapping bytes (on a GPU or in CPU storage) must be ordered, and every
     reader of the earlier one must happen before the later one, through inputs and memory edges.
-    Fails with a diagnostic naming both nodes and the location; leaves the module unchanged.
+    With `taskgraph=FILE` (the taskgraph the memgraph was compiled from, placed as the compiler places
+    it), condition (a) is proved too: every data dependency of the taskgraph is present, directly or
+    through offload -> reload. Fails with a diagnostic naming the nodes and the location; leaves the
+    module unchanged.
     """
 
     name = "turnip-verify-memgraph"
+    taskgraph: str = ""
 
     def transform(self, graph: MemGraph) -> MemGraph:
         graph = memgraph_of(graph, self.name)
+        source = self._taskgraph(graph.devices) if self.taskgraph else None
         with timed(collected.get(), "verify"):
-            verify_memgraph(graph)
+            verify_memgraph(graph, source)
         return graph
+
+    def _taskgraph(self, devices: int):
+        from passes.place_devices import place_devices
+        from turnip_ir.io import load_taskgraph
+
+        return place_devices(load_taskgraph(self.taskgraph), devices)

@@ -210,3 +210,19 @@ def test_graph_driver_and_xdsl_driver_print_the_same(tmp_path, capsys, emit):
         assert opt_main([str(src), "-p", f"turnip-memgraph{{budget={4 * SLOT}}}", "--emit", emit, "-o", str(out), *extra]) == 0
         outputs.append(out.read_text())
     assert outputs[0] == outputs[1] and "offload" in outputs[0]
+
+
+def test_verify_pass_checks_data_dependencies_against_a_given_taskgraph(tmp_path, capsys):
+    src, good, bad = tmp_path / "g.json", tmp_path / "m.json", tmp_path / "bad.json"
+    src.write_text(seven_tensors().dumps())
+    assert opt_main([str(src), "-p", f"turnip-memgraph{{budget={4 * SLOT}}}", "--emit", "json", "-o", str(good)]) == 0
+    check = f'turnip-verify-memgraph{{taskgraph="{src}"}}'
+    assert opt_main([str(good), "-p", check, "--emit", "json"]) == 0
+    doc = json.loads(good.read_text())
+    c = next(node for node in doc["nodes"] if node["task"] == "c")
+    c["inputs"] = [c["inputs"][0], c["inputs"][0]]  # c = a + a instead of a + b: race-free, but wrong
+    bad.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert opt_main([str(bad), "-p", "turnip-verify-memgraph", "--emit", "json"]) == 0  # no taskgraph: cannot tell
+    assert opt_main([str(bad), "-p", check, "--emit", "json"]) == 3
+    assert "node 3 (add 'c'): operand 1 comes from 'a', not 'b'" in capsys.readouterr().err

@@ -19,6 +19,14 @@ SUBCOMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # also while the subcommands import, not only while they run
+        print("turnip: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="turnip", description="Turnip: run computations larger than GPU memory")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
@@ -36,9 +44,6 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"turnip {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"turnip {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -189,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(" ".join(str(err).split()), 1)
     except OSError as err:
         return _fail(f"{err.filename}: {err.strerror}", 1)
+    except KeyboardInterrupt:
+        print("turnip-opt: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

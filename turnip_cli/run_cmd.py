@@ -7,6 +7,7 @@ Thin: it parses flags, calls `turnip_ir.io.load_graph`, `passes.pipeline.compile
 from __future__ import annotations
 
 import argparse
+import io
 import re
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_ir.errors import InputError
-from turnip_ir.io import load_graph
+from turnip_ir.io import load_graph, write_atomic
 from turnip_ir.memgraph import MemGraph
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
@@ -86,12 +87,10 @@ def _check_writable(path: str | None) -> None:
 
 
 def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
-    """Write the .npz through a temporary file, so a failure leaves no partial outputs file."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "wb") as out:
-        np.savez(out, **outputs)
-    tmp.replace(target)
+    """Write the .npz atomically, so a failure leaves no partial outputs file."""
+    data = io.BytesIO()
+    np.savez(data, **outputs)
+    write_atomic(path, data.getvalue())
 
 
 def _memgraph(path: str, memory: str | None, verify: bool = True) -> MemGraph:

@@ -239,12 +239,15 @@ def graph_text(graph: Graph, emit: str) -> str:
     return module_text(graph_to_module(graph))
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write via a temporary file and rename, so a failure never leaves a half-written file."""
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write text or bytes via a temporary file and rename, so a failure never leaves a half-written file."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        tmp.write_text(text)
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
         tmp.replace(target)
     except OSError as err:
         if tmp.parent.is_dir():

@@ -30,6 +30,7 @@ from turnip_ir.io import (
     check_module,
     graph_text,
     graph_to_module,
+    lower_first,
     module_to_graph,
     module_text,
     parse_ir,
@@ -158,8 +159,7 @@ def _emit_graph(graph: Graph, emit: str, generic: bool = False) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    message = message[:1].lower() + message[1:]
-    print(f"turnip-opt: error: {message}", file=sys.stderr)
+    print(f"turnip-opt: error: {lower_first(message)}", file=sys.stderr)
     return code
 
 

@@ -97,18 +97,19 @@ def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> Mo
         module = parser.parse_module()
     except ParseError as err:
         where = err.span.get_location()
-        raise InputError(f"{name}:{where.line}:{where.col}: {_lower(err.msg)}") from None
+        raise InputError(f"{name}:{where.line}:{where.col}: {lower_first(err.msg)}") from None
     except (VerifyException, ValueError) as err:
         # xDSL checks attributes and format constraints while parsing, without a span: use its position
         pos = parser.pos if parser is not None else 0
         line = text.count("\n", 0, pos) + 1
         column = pos - text.rfind("\n", 0, pos)
-        raise InputError(f"{name}:{line}:{column}: {_lower(' '.join(str(err).split()))}") from None
+        raise InputError(f"{name}:{line}:{column}: {lower_first(' '.join(str(err).split()))}") from None
     check_module(module, name, text)
     return module
 
 
-def _lower(message: str) -> str:
+def lower_first(message: str) -> str:
+    """A diagnostic starts lowercase (style), whatever the library that raised it wrote."""
     return message[:1].lower() + message[1:]
 
 
@@ -186,7 +187,7 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
-        raise InputError(f"{name}:{err.lineno}:{err.colno}: {err.msg[:1].lower()}{err.msg[1:]}") from None
+        raise InputError(f"{name}:{err.lineno}:{err.colno}: {lower_first(err.msg)}") from None
     fmt = doc.get("format") if isinstance(doc, dict) else None
     try:
         if fmt == MEMGRAPH_FORMAT:

@@ -57,5 +57,9 @@ class Backend:
         """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data)."""
         raise NotImplementedError
 
+    def notes(self) -> list[str]:
+        """Extra lines for the run summary (memory taken, providers chosen); none by default."""
+        return []
+
     def close(self) -> None:
         """Stop and join workers; safe to call twice and after a failure."""

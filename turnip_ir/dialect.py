@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    I1,
     I64,
     BFloat16Type,
     Float16Type,
@@ -47,7 +48,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from turnip_ir.errors import TurnipError
-from turnip_ir.kernels import KERNELS, nbytes
+from turnip_ir.kernels import KERNELS, attribute_types, nbytes
 
 # ----- types and attributes -------------------------------------------------------------------------
 
@@ -210,9 +211,6 @@ class KernelOp(TurnipOp):
     ins = var_operand_def(TensorType)
     deps = var_operand_def(TokenType)
     redundant = var_operand_def(TokenType)
-    equation = opt_prop_def(StringAttr)
-    factor = opt_prop_def(FloatAttr)
-    eps = opt_prop_def(FloatAttr)
     assembly_format = (
         "$ins (`on` $device^)? (`at` $loc^)? (`after` `[` $deps^ `]`)? (`redundant` `[` $redundant^ `]`)?"
         " attr-dict `:` functional-type($ins, $result)"
@@ -220,18 +218,19 @@ class KernelOp(TurnipOp):
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
 
     def kernel_attrs(self) -> dict:
+        """The kernel attributes as Python values (str, float, int, bool), by name."""
         attrs = {}
-        for name in KERNELS[self.KERNEL].attrs:
-            value = getattr(self, name)
+        for name, kind in KERNELS[self.KERNEL].attrs.items():
+            value = self.properties.get(name)
             if value is not None:
-                attrs[name] = value.data if isinstance(value, StringAttr) else value.value.data
+                attrs[name] = value.data if isinstance(value, StringAttr) else kind(value.value.data)
         return attrs
 
     def verify_(self) -> None:
         self.verify_placement()
         spec = KERNELS[self.KERNEL]
-        for name in ("equation", "factor", "eps"):
-            if getattr(self, name) is not None and name not in spec.attrs:
+        for name in ATTRIBUTE_PROPS:
+            if name in self.properties and name not in spec.attrs:
                 raise VerifyException(f"{self.label()}: {self.KERNEL} has no attribute '{name}'")
         operands = [shape_and_dtype(x.type) for x in self.ins]
         if any(shape is None for shape, _ in operands) or shape_and_dtype(self.result.type)[0] is None:
@@ -244,9 +243,18 @@ class KernelOp(TurnipOp):
             raise VerifyException(f"{self.label()}: result must be {tensor_type(shape, dtype)}, got {self.result.type}")
 
 
+ATTRIBUTE_PROPS: dict[str, type[Attribute]] = {
+    name: {str: StringAttr, float: FloatAttr, int: IntegerAttr[I64], bool: IntegerAttr[I1]}[kind]
+    for name, kind in attribute_types().items()
+}
+"""Every kernel op has each kernel attribute of the table as an optional property; `verify_` rejects
+the ones its kernel does not have, so a new attribute needs no edit here."""
+
+
 def _kernel_op(kernel_name: str) -> type[KernelOp]:
     class_name = "".join(part.capitalize() for part in kernel_name.split("_")) + "Op"
     fields = {"name": f"turnip.{kernel_name}", "KERNEL": kernel_name, "__module__": __name__, "__qualname__": class_name}
+    fields.update({name: opt_prop_def(constraint) for name, constraint in ATTRIBUTE_PROPS.items()})
     fields["__annotations__"] = {"KERNEL": ClassVar[str]}
     fields["__doc__"] = f"Kernel `{kernel_name}`: {KERNELS[kernel_name].summary}."
     return irdl_op_definition(type(class_name, (KernelOp,), fields))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
-    I1,
     I64,
     BFloat16Type,
     Float16Type,
@@ -229,9 +228,13 @@ class KernelOp(TurnipOp):
     def verify_(self) -> None:
         self.verify_placement()
         spec = KERNELS[self.KERNEL]
-        for name in ATTRIBUTE_PROPS:
-            if name in self.properties and name not in spec.attrs:
+        for name in ATTRIBUTE_TYPES:
+            value = self.properties.get(name)
+            if value is not None and name not in spec.attrs:
                 raise VerifyException(f"{self.label()}: {self.KERNEL} has no attribute '{name}'")
+            if value is not None and not _fits(spec.attrs[name], value):
+                form = _ATTRIBUTE_FORMS[spec.attrs[name]]
+                raise VerifyException(f"{self.label()}: attribute '{name}' must be {form}, got {value}")
         operands = [shape_and_dtype(x.type) for x in self.ins]
         if any(shape is None for shape, _ in operands) or shape_and_dtype(self.result.type)[0] is None:
             return  # an untyped memgraph tensor: nothing to infer
@@ -243,18 +246,28 @@ class KernelOp(TurnipOp):
             raise VerifyException(f"{self.label()}: result must be {tensor_type(shape, dtype)}, got {self.result.type}")
 
 
-ATTRIBUTE_PROPS: dict[str, type[Attribute]] = {
-    name: {str: StringAttr, float: FloatAttr, int: IntegerAttr[I64], bool: IntegerAttr[I1]}[kind]
-    for name, kind in attribute_types().items()
-}
-"""Every kernel op has each kernel attribute of the table as an optional property; `verify_` rejects
-the ones its kernel does not have, so a new attribute needs no edit here."""
+ATTRIBUTE_TYPES: dict[str, type] = attribute_types()
+"""Every kernel op has each attribute of the kernel table as an optional property, of any attribute
+type so that `verify_` can name the op and the attribute at fault; it also rejects the attributes its
+kernel does not have. A new kernel attribute needs no edit here."""
+
+_ATTRIBUTE_FORMS = {str: "a string", float: "a float", int: "an i64 integer", bool: "true or false"}
+
+
+def _fits(kind: type, value: Attribute) -> bool:
+    """Whether an IR attribute holds a kernel attribute of type `kind` (str, float, int, bool)."""
+    if kind is str:
+        return isinstance(value, StringAttr)
+    if kind is float:
+        return isinstance(value, FloatAttr)
+    width = 1 if kind is bool else 64
+    return isinstance(value, IntegerAttr) and value.type == IntegerType(width)
 
 
 def _kernel_op(kernel_name: str) -> type[KernelOp]:
     class_name = "".join(part.capitalize() for part in kernel_name.split("_")) + "Op"
     fields = {"name": f"turnip.{kernel_name}", "KERNEL": kernel_name, "__module__": __name__, "__qualname__": class_name}
-    fields.update({name: opt_prop_def(constraint) for name, constraint in ATTRIBUTE_PROPS.items()})
+    fields.update({name: opt_prop_def(Attribute) for name in ATTRIBUTE_TYPES})
     fields["__annotations__"] = {"KERNEL": ClassVar[str]}
     fields["__doc__"] = f"Kernel `{kernel_name}`: {KERNELS[kernel_name].summary}."
     return irdl_op_definition(type(class_name, (KernelOp,), fields))

@@ -67,3 +67,16 @@ def random_memgraph(
     last = [ids[-1] for ids in on_gpu if ids]
     graph.outputs = {nodes[i].task: i for i in last}
     return graph
+
+
+def chain_memgraph(length: int, elements: int = 64, dtype: str = "float32") -> MemGraph:
+    """x -> relu -> relu -> ... on one GPU, each result at its own location: every vertex waits for the one
+    before it, so a run measures the completion round trip per vertex (or hides it, when queued ahead)."""
+    size = elements * DTYPE_BYTES[dtype]
+    slot = (size + 255) // 256 * 256
+    graph = MemGraph(1, slot * (length + 1))
+    graph.add(MemNode(0, "input", "x", 0, (0, size), None, (), shape=(elements,), dtype=dtype))
+    for i in range(1, length + 1):
+        graph.add(MemNode(i, "kernel", f"r{i}", 0, (i * slot, size), None, (i - 1,), kernel="relu", shape=(elements,), dtype=dtype))
+    graph.outputs = {f"r{length}": length}
+    return graph

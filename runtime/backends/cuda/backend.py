@@ -38,6 +38,7 @@ from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_h
 from runtime.backends.cuda.completion import NOTIFIERS, make_notifier
 from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_view
 from runtime.graph import ExecGraph, Lane
+from runtime.inputs import Tiled, fill
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.memgraph import MemNode
 
@@ -161,12 +162,13 @@ class CudaBackend(Backend):
         for i, node in enumerate(graph.memgraph.nodes):
             if node.op != "input" or node.nbytes == 0:
                 continue
-            data = np.ascontiguousarray(inputs[node.task])
+            value = inputs[node.task]
             if node.loc is not None:
+                data = value.materialize() if isinstance(value, Tiled) else np.ascontiguousarray(value)
                 with self._on(node.device):
                     self.gpu_view[i].copy_to_device(data)
             else:
-                np.copyto(self.host_view[i], data)
+                fill(self.host_view[i], value)
 
     # ----- per-vertex work -----------------------------------------------------------------------------
     def _build(self, graph: ExecGraph, vertex: int):
@@ -418,6 +420,7 @@ class CudaBackend(Backend):
 
     def read_outputs(self) -> dict[str, np.ndarray]:
         self._synchronize()
+        self._count_library_allocations()
         nodes = self.graph.memgraph.nodes
         index = {node.id: i for i, node in enumerate(nodes)}
         outputs = {}
@@ -432,6 +435,15 @@ class CudaBackend(Backend):
             else:
                 outputs[task] = np.array(self.host_view[i])
         return outputs
+
+    def _count_library_allocations(self) -> None:
+        """What libraries allocated while the loop ran: CuPy calls refused or served, torch segments added."""
+        allocator = getattr(self, "allocator", None)
+        if allocator is not None:
+            self.stats["cupy_refused"], self.stats["cupy_served"] = allocator.refused, allocator.served
+        if not self.simulated and self.attention.startswith("torch") and "torch_segments" in self.stats:
+            now = attention.segments_allocated(self)
+            self.stats["torch_new_segments"] = sum(now) - sum(self.stats["torch_segments"])
 
     def notes(self) -> list[str]:
         """What the run summary adds for this backend: memory taken and where library memory went."""

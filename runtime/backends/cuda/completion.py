@@ -164,16 +164,22 @@ class HostFuncNotifier(Notifier):
             self.records[lane, ONE_ADDRESS] = base + (lane * 4 + ONE) * 8
         self.seen = np.zeros(lanes, dtype=np.int64)
         self.function = _host_function()
-        libcuda = ctypes.CDLL("libcuda.so.1")
-        self.launch_host_func = libcuda.cuLaunchHostFunc
-        self.launch_host_func.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self.launch_host_func.restype = ctypes.c_int
         self.address = self.function.address
         self.user_data = [base + lane * 4 * 8 for lane in range(lanes)]
+        self.launch_host_func = None
+
+    def _driver_entry(self):
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        entry = libcuda.cuLaunchHostFunc
+        entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        entry.restype = ctypes.c_int
+        return entry
 
     def after(self, lane, stream, event):
         from runtime.backends.cuda.compat import stream_handle
 
+        if self.launch_host_func is None:
+            self.launch_host_func = self._driver_entry()
         status = self.launch_host_func(stream_handle(stream), self.address, self.user_data[lane])
         if status != 0:
             raise RuntimeError(f"cuLaunchHostFunc failed with CUresult {status}")

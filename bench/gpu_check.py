@@ -34,7 +34,7 @@ def versions(out: Path) -> str:
 
 def tests(out: Path, extra: list[str]) -> str:
     began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rfE", *extra, "tests/test_cuda_gpu.py"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rfE", "--timeout", "240", *extra, "tests/test_cuda_gpu.py"],
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "0"})
     (out / "pytest.log").write_text(proc.stdout + proc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR")) or " passed" in line or " failed" in line]

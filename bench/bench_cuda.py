@@ -123,6 +123,8 @@ def loops(memgraph: MemGraph, backend, orders=("nondet",), repeats: int = 3, inp
         out["outputs"] = backend.read_outputs()
     finally:
         backend.close()
+    out["stats"] = dict(backend.stats)
+    out["notes"] = backend.notes()
     return out
 
 
@@ -140,16 +142,17 @@ def _zeros_free(shape, dtype):
 def notifiers(quick: bool) -> dict:
     out = {}
     print("\n### Completion notifiers\n")
-    row("notifier", "chain latency us/vertex (no queueing)", "stress 100k random us/vertex", "stress 100k nondet us/vertex")
-    row("---", "---", "---", "---")
+    row("notifier", "chain latency us/vertex (no queueing)", "stress vertices", "random us/vertex", "nondet us/vertex")
+    row("---", "---", "---", "---", "---")
     chain = chain_memgraph(2000)
-    stress = random_memgraph(7, vertices=20_000 if quick else 100_000, devices=1)
     for kind in ("hostfunc", "poll", "thread"):
+        size = 100_000 if kind == "hostfunc" and not quick else 20_000
+        stress = random_memgraph(7, vertices=size, devices=1)
         lat = loops(chain, CudaBackend(notifier=kind, lookahead=False), repeats=2)["nondet"]["wall"] / len(chain)
         runs = loops(stress, CudaBackend(notifier=kind), orders=("random", "nondet"), repeats=1)
         per = {o: runs[o]["wall"] / len(stress) for o in ("random", "nondet")}
-        out[kind] = {"latency": lat, **per}
-        row(kind, f"{lat * 1e6:.1f}", f"{per['random'] * 1e6:.1f}", f"{per['nondet'] * 1e6:.1f}")
+        out[kind] = {"latency": lat, "vertices": size, **per}
+        row(kind, f"{lat * 1e6:.1f}", f"{size:,}", f"{per['random'] * 1e6:.1f}", f"{per['nondet'] * 1e6:.1f}")
     return out
 
 
@@ -208,7 +211,7 @@ def kernels(quick: bool, hbm: float) -> dict:
             "softmax": g.softmax(x, device=0, id="softmax"), "rope": g.rope(x, c, s, device=0, id="rope"), "swiglu": g.swiglu(x, y, device=0, id="swiglu")}
     g.output(*made.values())
     memgraph = compile_taskgraph(g, 12 * rows * cols * 2)
-    run = loops(memgraph, CudaBackend(), repeats=3)["nondet"]
+    run = loops(memgraph, CudaBackend(), repeats=3, streams=1)["nondet"]  # one stream: kernels one at a time
     by_task = {}
     for done in run["recorder"].completions:
         node = memgraph.nodes[done.vertex]
@@ -245,10 +248,16 @@ def attention_bench(quick: bool) -> dict:
     g.output(g.attention(q, k, v, first, heads=heads, kv_heads=heads, causal=True, device=0, id="diagonal"))
     memgraph = compile_taskgraph(g, 1 << 30)
     out = {"torch_sdpa_full": best_full, "torch_sdpa_causal": best_causal}
+    strided = torch.randn(block, heads * width, device="cuda", dtype=torch.float16).view(block, heads, width).transpose(0, 1).unsqueeze(0)
+    cudnn = lambda x, causal: torch.ops.aten._scaled_dot_product_cudnn_attention(x, x, x, None, True, 0.0, causal, False)  # noqa: E731
+    op_alone = {"full": full / cuda_time(lambda: cudnn(strided, False), repeats=10), "causal": full / 2 / cuda_time(lambda: cudnn(strided, True), repeats=10)}
+    out["cudnn_op_alone_strided"] = op_alone
+    del strided
     print("\n### Attention providers on a 7B block (32 heads, 4096 x 4096, d128, fp16), merge included\n")
     row("provider", "full block TFLOP/s", "causal block TFLOP/s", "full / torch best SDPA")
     row("---", "---", "---", "---")
     row("torch SDPA (public, no lse)", f"{best_full / 1e12:.0f}", f"{best_causal / 1e12:.0f}", "1.00")
+    row("cudnn op alone, lse, heads strided (no merge)", f"{op_alone['full'] / 1e12:.0f}", f"{op_alone['causal'] / 1e12:.0f}", f"{op_alone['full'] / best_full:.2f}")
     for provider in ("torch-cudnn", "torch-flash", "torch-efficient", "cublas"):
         try:
             run = loops(memgraph, CudaBackend(attention_provider=provider), repeats=5)["nondet"]
@@ -334,7 +343,8 @@ def ffn(quick: bool, ceiling: dict) -> dict:
     row("hand double-buffered prefetch", f"{base['prefetch']:.3f}", f"{base['prefetch'] / floor:.3f}", "")
     row("PCIe floor (weights / H2D)", f"{floor:.3f}", "1.000", "")
     print(f"\nturnip vs torch output, max relative difference: {agree:.2e}; turnip nondet summary:")
-    print("\n".join(runs["nondet"]["summary"].lines()))
+    print("\n".join(runs["nondet"]["summary"].lines() + runs["notes"]))
+    out["stats"] = runs["stats"]
     del base
     torch.cuda.empty_cache()
     return out
@@ -410,7 +420,29 @@ def _pinned(value):
     return tensor
 
 
-SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "attention", "copies", "ffn")
+def sim(quick: bool) -> dict:
+    """The sim backend's prediction beside the measured run, on the graphs of bench_runtime.py that fit one GPU."""
+    from turnip_ir.models import blocked_matmul
+
+    cases = [("ffn 16x8192x32768 fp16", ffn_graph(16, 2048, 8192, 32768), b) for b in ((8, 4) if quick else (24, 8, 4, 2))]
+    cases += [("blocked matmul 16384 fp32, 4x4 tiles", blocked_matmul(16384, 4, devices=1), b) for b in (2, 1)]
+    out = []
+    print("\n### The sim model against the GPU (same memgraph; 2 compute streams)\n")
+    row("graph", "budget GiB", "order", "measured ms", "sim ms", "sim / measured")
+    row("---", "---", "---", "---", "---", "---")
+    for label, graph, gib in cases:
+        memgraph = compile_taskgraph(graph, arena_budget(graph, gib * GIB, "cuda"))
+        inputs = {task: _zeros_free(node.shape, node.dtype) for task, node in graph.nodes.items() if node.op == "input"}
+        runs = loops(memgraph, CudaBackend(), orders=("nondet", "fixed"), repeats=2, inputs=inputs)
+        for order in ("nondet", "fixed"):
+            predicted = execute(memgraph, backend="sim", order=order).summary.makespan
+            measured = runs[order]["makespan"]
+            out.append({"graph": label, "budget": gib, "order": order, "measured": measured, "sim": predicted})
+            row(label, gib, order, f"{measured * 1e3:.1f}", f"{predicted * 1e3:.1f}", f"{predicted / measured:.2f}")
+    return {"rows": out}
+
+
+SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "attention", "copies", "ffn", "sim")
 
 
 def main(argv=None) -> int:

@@ -95,7 +95,7 @@ def _mixed_graph(size=2048):
 
 def test_nothing_is_allocated_while_the_loop_runs_and_free_memory_stays_within_the_budget():
     graph = _mixed_graph()
-    budget = 96 << 20
+    budget = 512 << 20
     memgraph = compile_taskgraph(graph, arena_budget(graph, budget, "cuda"))
     backend = _backend(sample_memory=0.0002)
     execute(memgraph, backend=backend, order="nondet")

@@ -136,15 +136,15 @@ def build_cublas(node, inputs, out, env):
                 second = cublas_call(values_plan, _pointer(s), _pointer(v) + g * d * item, _pointer(o), dtype)
                 plans.append((first, second))
         soft = prepare_launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
-        grid = kn.element_grid(tq * group * d)
-        merges = [prepare_launch(merge, grid[0], grid[1], (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
+        grid, block = kn.merge_grid(tq, group, d)
+        merges = [prepare_launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
         return plans, soft, merges
 
     def work(lane):
         if lane not in steps:
             steps[lane] = prepare(lane)
         plans, soft, merges = steps[lane]
-        stream = env.streams[lane]
+        stream = env.launch_streams[lane]
         for (first, second), merge_go in zip(plans, merges):
             if env.simulated:
                 values = first()
@@ -190,7 +190,7 @@ def build_torch(node, inputs, out, env, provider: str):
     group = heads // kv_heads
     op = TORCH_OPS[provider]
     kernel, argtypes = _merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype))
-    grid, block = kn.element_grid(tq * heads * d)
+    grid, block = kn.merge_grid(tq, heads, d)
     merge = compiled_launch(kernel, argtypes, grid, block)
     out_params = array_args(_pointer(out), out.shape, out.strides, out.dtype.itemsize)
     prev_params = None if prev is None else array_args(_pointer(prev), prev.shape, prev.strides, 4)
@@ -212,7 +212,7 @@ def build_torch(node, inputs, out, env, provider: str):
             lse = lse[:, :tq]
             o_params = array_args(o.data_ptr(), tuple(o.shape), tuple(s * o.element_size() for s in o.stride()), o.element_size())
             lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(s * 4 for s in lse.stride()), 4)
-            merge(env.streams[lane], o_params + lse_params + (prev_params or lse_params) + out_params + tail)
+            merge(env.launch_streams[lane], o_params + lse_params + (prev_params or lse_params) + out_params + tail)
 
     def warm(lane):
         """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""

@@ -106,6 +106,8 @@ class CudaBackend(Backend):
                 for lane in graph.lanes:
                     if lane.device == device:
                         self.streams[lane.index] = cuda.stream()
+        self.launch_streams = [_launch_stream(stream) for stream in self.streams]
+        """What kernel launches take: cuda.core streams made once from the handles (numba's under the simulator)."""
         self.slot_of = [lane.slot if lane.kind == "compute" else -1 for lane in graph.lanes]
         self.lane_device = [lane.device for lane in graph.lanes]
         self.current_device = 0
@@ -504,6 +506,14 @@ def _as_op(node) -> _Op:
     else:
         kernel = None if node.op in ("input", "move") else node.op
     return _Op(node.id, kernel, tuple(node.inputs), dict(node.attrs), tuple(node.shape), node.dtype, node.nbytes)
+
+
+def _launch_stream(stream):
+    if simulated():
+        return stream
+    from cuda.core import Stream
+
+    return Stream.from_handle(stream_handle(stream))
 
 
 def _device_pointer(array) -> int:

@@ -57,7 +57,7 @@ def unary(name: str, dtype: str):
     zero, half, one = acc(0.0), acc(0.5), acc(1.0)
     c0, c1 = acc(SQRT_2_OVER_PI), acc(0.044715)
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(x, out, factor):
         start, step = cuda.grid(1), cuda.gridsize(1)
         for i in range(start, out.size, step):
@@ -156,7 +156,7 @@ def swiglu(dtype: str):
     acc = acc_type(dtype)
     one = acc(1.0)
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(gate, up, out):
         start, step = cuda.grid(1), cuda.gridsize(1)
         for i in range(start, out.size, step):
@@ -168,27 +168,34 @@ def swiglu(dtype: str):
 
 @lru_cache(maxsize=None)
 def rope(dtype: str):
-    """Hugging Face rotate_half rope on x [t, n] with cos, sin [t, d]: each head is d columns of x."""
+    """Hugging Face rotate_half rope on x [t, n] with cos, sin [t, d]: each head is d columns of x.
+
+    One block per token; a thread takes column j of the head width and walks the heads, so it loads its
+    cos and sin once and no thread divides by a runtime value."""
     acc = acc_type(dtype)
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(x, cos, sin, out):
-        width, d = x.shape[1], cos.shape[1]
+        t = cuda.blockIdx.x
+        d = cos.shape[1]
         half = d // 2
-        start, step = cuda.grid(1), cuda.gridsize(1)
-        for i in range(start, x.shape[0] * width, step):
-            t = i // width
-            col = i % width
-            j = col % d
-            base = col - j
+        heads = x.shape[1] // d
+        for j in range(cuda.threadIdx.x, d, cuda.blockDim.x):
+            c = acc(cos[t, j])
+            s = acc(sin[t, j])
             if j < half:
-                partner = -acc(x[t, base + j + half])
+                partner, sign = j + half, acc(-1.0)
             else:
-                partner = acc(x[t, base + j - half])
-            out[t, col] = acc(x[t, col]) * acc(cos[t, j]) + partner * acc(sin[t, j])
+                partner, sign = j - half, acc(1.0)
+            for h in range(heads):
+                base = h * d
+                out[t, base + j] = acc(x[t, base + j]) * c + sign * acc(x[t, base + partner]) * s
 
     return kernel
 
+
+def rope_grid(tokens: int, width: int) -> tuple[int, int]:
+    return max(tokens, 1), min(width, 128 if not simulated() else ROW_THREADS)
 
 
 @lru_cache(maxsize=None)
@@ -197,7 +204,7 @@ def softmax(dtype: str):
     acc = acc_type(dtype)
     threads = ROW_THREADS
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(x, out):
         row = cuda.blockIdx.x
         tid = cuda.threadIdx.x
@@ -242,7 +249,7 @@ def rmsnorm(dtype: str, weighted: bool):
     acc = acc_type(dtype)
     threads = ROW_THREADS
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(x, w, out, eps):
         row = cuda.blockIdx.x
         tid = cuda.threadIdx.x
@@ -274,38 +281,43 @@ def rmsnorm(dtype: str, weighted: bool):
 def attention_merge(out_dtype: str, has_prev: bool, final: bool):
     """Fold one key block's attention (o [heads, tq, d], lse [heads, tq], for heads h0..h0+heads) into
     the packed partial `prev` [tq, H*d + H] (float32), writing `out`: the normalised output [tq, H*d]
-    when `final`, else the new packed partial. Threads cover (t, local head, d)."""
+    when `final`, else the new packed partial. Grid (tq, heads): one block per query row and head,
+    its threads over d, so the weights are computed once per row and nothing divides per element."""
     acc = acc_type("float32")
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(o, lse, prev, out, h0, total_heads):
-        heads, tq, d = o.shape[0], o.shape[1], o.shape[2]
+        t = cuda.blockIdx.x
+        h = cuda.blockIdx.y
+        d = o.shape[2]
         width = total_heads * d
-        start, step = cuda.grid(1), cuda.gridsize(1)
-        for i in range(start, tq * heads * d, step):
-            t = i // (heads * d)
-            r = i % (heads * d)
-            h = r // d
-            col = (h0 + h) * d + r % d
-            lb = acc(lse[h, t])
-            ob = acc(o[h, t, r % d])
+        base = (h0 + h) * d
+        lb = acc(lse[h, t])
+        wp = acc(0.0)
+        wb = acc(1.0)
+        merged = lb
+        if has_prev:
+            lp = acc(prev[t, width + h0 + h])
+            top = max(lp, lb)
+            wp = math.exp(lp - top)
+            wb = math.exp(lb - top)
+            total = wp + wb
+            merged = top + math.log(total)
+            wp = wp / total
+            wb = wb / total
+        for j in range(cuda.threadIdx.x, d, cuda.blockDim.x):
+            value = acc(o[h, t, j]) * wb
             if has_prev:
-                lp = acc(prev[t, width + h0 + h])
-                op = acc(prev[t, col])
-                top = max(lp, lb)
-                wp = math.exp(lp - top)
-                wb = math.exp(lb - top)
-                s = wp + wb
-                value = (op * wp + ob * wb) / s
-                merged = top + math.log(s)
-            else:
-                value = ob
-                merged = lb
-            out[t, col] = value
-            if not final and r % d == 0:
-                out[t, width + h0 + h] = merged
+                value += acc(prev[t, base + j]) * wp
+            out[t, base + j] = value
+        if not final and cuda.threadIdx.x == 0:
+            out[t, width + h0 + h] = merged
 
     return kernel
+
+
+def merge_grid(tq: int, heads: int, d: int) -> tuple[tuple[int, int], int]:
+    return (max(tq, 1), max(heads, 1)), min(d, 128 if not simulated() else ROW_THREADS)
 
 
 @lru_cache(maxsize=None)
@@ -315,7 +327,7 @@ def attention_scores_softmax(dtype: str, causal: bool):
     acc = acc_type(dtype)
     threads = ROW_THREADS
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)
     def kernel(s, lse):
         tq, tk = s.shape[1], s.shape[2]
         h = cuda.blockIdx.x // tq

@@ -85,7 +85,7 @@ def build_unary(node, inputs, out, env) -> Work:
     factor = float(node.attrs.get("factor", 1.0))
     blocks, threads = kn.element_grid(out.size)
     go = prepare_launch(kn.unary(node.kernel, str(out.dtype)), blocks, threads, (x, _flat(out), factor))
-    return lambda lane: go(env.streams[lane])
+    return lambda lane: go(env.launch_streams[lane])
 
 
 def build_binary(node, inputs, out, env) -> Work:
@@ -101,13 +101,13 @@ def build_binary(node, inputs, out, env) -> Work:
         (d1, d2, d3), sa, sb = folded
         args = (_flat(a), _flat(b), _flat(out), d1, d2, d3, *sa, *sb)
         go = prepare_launch(kn.binary_broadcast(node.kernel, dtype), blocks, threads, args)
-    return lambda lane: go(env.streams[lane])
+    return lambda lane: go(env.launch_streams[lane])
 
 
 def build_softmax(node, inputs, out, env) -> Work:
     rows = _rows(out)
     go = prepare_launch(kn.softmax(str(out.dtype)), rows.shape[0], kn.ROW_THREADS, (_rows(inputs[0]), rows))
-    return lambda lane: go(env.streams[lane])
+    return lambda lane: go(env.launch_streams[lane])
 
 
 def build_rmsnorm(node, inputs, out, env) -> Work:
@@ -116,21 +116,21 @@ def build_rmsnorm(node, inputs, out, env) -> Work:
     weight = inputs[1] if weighted else _flat(inputs[0])
     eps = float(KERNELS["rmsnorm"].attr(node.attrs, "eps"))
     go = prepare_launch(kn.rmsnorm(str(out.dtype), weighted), rows.shape[0], kn.ROW_THREADS, (x, weight, rows, eps))
-    return lambda lane: go(env.streams[lane])
+    return lambda lane: go(env.launch_streams[lane])
 
 
 def build_rope(node, inputs, out, env) -> Work:
     x, cos, sin = inputs
-    blocks, threads = kn.element_grid(out.size)
+    blocks, threads = kn.rope_grid(tuple(x.shape)[0], tuple(cos.shape)[1])
     go = prepare_launch(kn.rope(str(out.dtype)), blocks, threads, (x, cos, sin, out))
-    return lambda lane: go(env.streams[lane])
+    return lambda lane: go(env.launch_streams[lane])
 
 
 def build_swiglu(node, inputs, out, env) -> Work:
     gate, up = inputs
     blocks, threads = kn.element_grid(out.size)
     go = prepare_launch(kn.swiglu(str(out.dtype)), blocks, threads, (_flat(gate), _flat(up), _flat(out)))
-    return lambda lane: go(env.streams[lane])
+    return lambda lane: go(env.launch_streams[lane])
 
 
 BUILDERS: dict[str, Callable] = {

@@ -272,7 +272,7 @@ class CudaBackend(Backend):
         for device in range(graph.memgraph.devices):
             with self._on(device), cupy.cuda.Device(device):
                 self.cublas_handles.append(cupy_device.get_cublas_handle())
-        self.cupy_streams = [cupy.cuda.ExternalStream(stream_handle(s), self.lane_device[i]) for i, s in enumerate(self.streams)]
+        self.cupy_streams = [_cupy_stream(cupy, s, self.lane_device[i]) for i, s in enumerate(self.streams)]
         if self.attention.startswith("torch"):
             import torch
 
@@ -506,6 +506,15 @@ def _as_op(node) -> _Op:
     else:
         kernel = None if node.op in ("input", "move") else node.op
     return _Op(node.id, kernel, tuple(node.inputs), dict(node.attrs), tuple(node.shape), node.dtype, node.nbytes)
+
+
+def _cupy_stream(cupy, stream, device: int):
+    """CuPy's view of a numba stream: `Stream.from_external` (CuPy 14+), else the older ExternalStream."""
+    make = getattr(cupy.cuda.Stream, "from_external", None)
+    if make is not None:
+        with cupy.cuda.Device(device):
+            return make(stream)
+    return cupy.cuda.ExternalStream(stream_handle(stream), device)
 
 
 def _launch_stream(stream):

@@ -54,7 +54,7 @@ def unary(name: str, dtype: str):
     """out[i] = f(x[i]) over flat arrays; `scale` takes its factor as a scalar argument."""
     acc = acc_type(dtype)
     kind = UNARY[name]
-    zero, half, one = acc(0.0), acc(0.5), acc(1.0)
+    zero, one, two = acc(0.0), acc(1.0), acc(2.0)
     c0, c1 = acc(SQRT_2_OVER_PI), acc(0.044715)
 
     @cuda.jit(fastmath=True)
@@ -64,8 +64,8 @@ def unary(name: str, dtype: str):
             v = acc(x[i])
             if kind == 0:
                 r = v if v > zero else zero
-            elif kind == 1:
-                r = half * v * (one + math.tanh(c0 * v * (one + c1 * v * v)))
+            elif kind == 1:  # the tanh GELU: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), one exp instead of a tanh
+                r = v / (one + math.exp(-two * c0 * v * (one + c1 * v * v)))
             elif kind == 2:
                 r = v / (one + math.exp(-v))
             elif kind == 3:
@@ -170,8 +170,8 @@ def swiglu(dtype: str):
 def rope(dtype: str):
     """Hugging Face rotate_half rope on x [t, n] with cos, sin [t, d]: each head is d columns of x.
 
-    One block per token; a thread takes column j of the head width and walks the heads, so it loads its
-    cos and sin once and no thread divides by a runtime value."""
+    One block per token. A thread owns a pair (j, j + d/2) of one head, so it reads each element once
+    and writes both results; the block's threads cover several heads and step over the rest."""
     acc = acc_type(dtype)
 
     @cuda.jit(fastmath=True)
@@ -180,27 +180,39 @@ def rope(dtype: str):
         d = cos.shape[1]
         half = d // 2
         heads = x.shape[1] // d
-        for j in range(cuda.threadIdx.x, d, cuda.blockDim.x):
-            c = acc(cos[t, j])
-            s = acc(sin[t, j])
-            if j < half:
-                partner, sign = j + half, acc(-1.0)
-            else:
-                partner, sign = j - half, acc(1.0)
-            for h in range(heads):
-                base = h * d
-                out[t, base + j] = acc(x[t, base + j]) * c + sign * acc(x[t, base + partner]) * s
+        tid = cuda.threadIdx.x
+        span = cuda.blockDim.x // half  # heads one sweep of the block covers
+        if span == 0:
+            span = 1
+        j = tid % half
+        first = tid // half
+        if first >= span:
+            return
+        c1, s1 = acc(cos[t, j]), acc(sin[t, j])
+        c2, s2 = acc(cos[t, j + half]), acc(sin[t, j + half])
+        for h in range(first, heads, span):
+            base = h * d
+            a = acc(x[t, base + j])
+            b = acc(x[t, base + j + half])
+            out[t, base + j] = a * c1 - b * s1
+            out[t, base + j + half] = b * c2 + a * s2
 
     return kernel
 
 
 def rope_grid(tokens: int, width: int) -> tuple[int, int]:
-    return max(tokens, 1), min(width, 128 if not simulated() else ROW_THREADS)
+    """One block per token; threads cover whole pairs of heads' columns (at least one head's d/2 pairs)."""
+    half = max(width // 2, 1)
+    threads = ROW_THREADS if simulated() else 256
+    return max(tokens, 1), max(half, threads // half * half)
 
 
 @lru_cache(maxsize=None)
 def softmax(dtype: str):
-    """Softmax over the last axis of x viewed as [rows, cols]; one block per row."""
+    """Softmax over the last axis of x viewed as [rows, cols]; one block per row.
+
+    Two passes over the row: an online pass keeps each thread's running maximum and its rescaled sum
+    (the block then merges the pairs), and a second pass writes exp(x - max) / sum."""
     acc = acc_type(dtype)
     threads = ROW_THREADS
 
@@ -209,43 +221,42 @@ def softmax(dtype: str):
         row = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         cols = x.shape[1]
-        shared = cuda.shared.array(ROW_THREADS, acc)
-        best = -math.inf
-        for j in range(tid, cols, threads):
-            v = acc(x[row, j])
-            if v > best:
-                best = v
-        shared[tid] = best
-        cuda.syncthreads()
-        width = threads // 2
-        while width > 0:
-            if tid < width and shared[tid + width] > shared[tid]:
-                shared[tid] = shared[tid + width]
-            cuda.syncthreads()
-            width //= 2
-        top = shared[0]
-        cuda.syncthreads()
+        tops = cuda.shared.array(ROW_THREADS, acc)
+        sums = cuda.shared.array(ROW_THREADS, acc)
+        top = -math.inf
         total = acc(0.0)
         for j in range(tid, cols, threads):
-            total += math.exp(acc(x[row, j]) - top)
-        shared[tid] = total
+            v = acc(x[row, j])
+            if v > top:
+                total = total * math.exp(top - v) + acc(1.0)
+                top = v
+            else:
+                total += math.exp(v - top)
+        tops[tid] = top
+        sums[tid] = total
         cuda.syncthreads()
         width = threads // 2
         while width > 0:
             if tid < width:
-                shared[tid] += shared[tid + width]
+                a, b = tops[tid], tops[tid + width]
+                m = max(a, b)
+                if m > -math.inf:
+                    sums[tid] = sums[tid] * math.exp(a - m) + sums[tid + width] * math.exp(b - m)
+                tops[tid] = m
             cuda.syncthreads()
             width //= 2
-        total = shared[0]
+        top = tops[0]
+        scale = acc(1.0) / sums[0]
         for j in range(tid, cols, threads):
-            out[row, j] = math.exp(acc(x[row, j]) - top) / total
+            out[row, j] = math.exp(acc(x[row, j]) - top) * scale
 
     return kernel
 
 
 @lru_cache(maxsize=None)
 def rmsnorm(dtype: str, weighted: bool):
-    """x / sqrt(mean(x^2) + eps) [* w] over the last axis of x viewed as [rows, cols]; one block per row."""
+    """x / sqrt(mean(x^2) + eps) [* w] over the last axis of x viewed as [rows, cols]; one block per row.
+    The sum of squares loads four elements per step, so four loads are in flight per thread."""
     acc = acc_type(dtype)
     threads = ROW_THREADS
 
@@ -256,9 +267,18 @@ def rmsnorm(dtype: str, weighted: bool):
         cols = x.shape[1]
         shared = cuda.shared.array(ROW_THREADS, acc)
         total = acc(0.0)
-        for j in range(tid, cols, threads):
-            v = acc(x[row, j])
-            total += v * v
+        j = tid
+        while j + 3 * threads < cols:
+            a = acc(x[row, j])
+            b = acc(x[row, j + threads])
+            c = acc(x[row, j + 2 * threads])
+            d = acc(x[row, j + 3 * threads])
+            total += a * a + b * b + c * c + d * d
+            j += 4 * threads
+        while j < cols:
+            a = acc(x[row, j])
+            total += a * a
+            j += threads
         shared[tid] = total
         cuda.syncthreads()
         width = threads // 2
@@ -281,43 +301,47 @@ def rmsnorm(dtype: str, weighted: bool):
 def attention_merge(out_dtype: str, has_prev: bool, final: bool):
     """Fold one key block's attention (o [heads, tq, d], lse [heads, tq], for heads h0..h0+heads) into
     the packed partial `prev` [tq, H*d + H] (float32), writing `out`: the normalised output [tq, H*d]
-    when `final`, else the new packed partial. Grid (tq, heads): one block per query row and head,
-    its threads over d, so the weights are computed once per row and nothing divides per element."""
+    when `final`, else the new packed partial. One block per query row; each warp takes a head at a time
+    (its weights computed once) and its lanes sweep d, so nothing divides per element."""
     acc = acc_type("float32")
 
     @cuda.jit(fastmath=True)
     def kernel(o, lse, prev, out, h0, total_heads):
         t = cuda.blockIdx.x
-        h = cuda.blockIdx.y
-        d = o.shape[2]
+        heads, d = o.shape[0], o.shape[2]
         width = total_heads * d
-        base = (h0 + h) * d
-        lb = acc(lse[h, t])
-        wp = acc(0.0)
-        wb = acc(1.0)
-        merged = lb
-        if has_prev:
-            lp = acc(prev[t, width + h0 + h])
-            top = max(lp, lb)
-            wp = math.exp(lp - top)
-            wb = math.exp(lb - top)
-            total = wp + wb
-            merged = top + math.log(total)
-            wp = wp / total
-            wb = wb / total
-        for j in range(cuda.threadIdx.x, d, cuda.blockDim.x):
-            value = acc(o[h, t, j]) * wb
+        lanes = 32 if cuda.blockDim.x >= 32 else cuda.blockDim.x
+        lane = cuda.threadIdx.x % lanes
+        warps = cuda.blockDim.x // lanes
+        for h in range(cuda.threadIdx.x // lanes, heads, warps):
+            base = (h0 + h) * d
+            lb = acc(lse[h, t])
+            wp = acc(0.0)
+            wb = acc(1.0)
+            merged = lb
             if has_prev:
-                value += acc(prev[t, base + j]) * wp
-            out[t, base + j] = value
-        if not final and cuda.threadIdx.x == 0:
-            out[t, width + h0 + h] = merged
+                lp = acc(prev[t, width + h0 + h])
+                top = max(lp, lb)
+                wp = math.exp(lp - top)
+                wb = math.exp(lb - top)
+                total = wp + wb
+                merged = top + math.log(total)
+                wp = wp / total
+                wb = wb / total
+            for j in range(lane, d, lanes):
+                value = acc(o[h, t, j]) * wb
+                if has_prev:
+                    value += acc(prev[t, base + j]) * wp
+                out[t, base + j] = value
+            if not final and lane == 0:
+                out[t, width + h0 + h] = merged
 
     return kernel
 
 
-def merge_grid(tq: int, heads: int, d: int) -> tuple[tuple[int, int], int]:
-    return (max(tq, 1), max(heads, 1)), min(d, 128 if not simulated() else ROW_THREADS)
+def merge_grid(tq: int, heads: int, d: int) -> tuple[int, int]:
+    """One block per query row: 8 warps on a GPU (one head each at a time), a few threads in the simulator."""
+    return max(tq, 1), ROW_THREADS if simulated() else 256
 
 
 @lru_cache(maxsize=None)

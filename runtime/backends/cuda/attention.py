@@ -72,6 +72,23 @@ def scratch_bytes(node, sources, provider: str) -> int:
     return chunk * (tq * tk * item + tq * d * item + tq * 4) + 3 * 256
 
 
+TORCH_ALLOWANCE = 64 << 20
+"""cuDNN's own workspace and handle per lane (an allowance: checked by the GPU test's free-memory bound)."""
+
+
+def library_bytes(node, sources, provider: str) -> int:
+    """Memory torch's caching allocator holds per compute lane for one attention vertex: the block's output
+    and log-sum-exp, the expanded k and v when heads are grouped, and an allowance for cuDNN."""
+    if not provider.startswith("torch"):
+        return 0
+    q, k = sources[0], sources[1]
+    heads, kv_heads, _, _, _ = attention_attrs(node)
+    item = np.dtype(q.dtype).itemsize
+    tq, width = q.shape
+    expanded = 0 if heads == kv_heads else 2 * k.shape[0] * width * item
+    return tq * width * item + heads * tq * 4 + expanded + TORCH_ALLOWANCE
+
+
 def _pointer(array) -> int:
     return array.__cuda_array_interface__["data"][0]
 

@@ -42,9 +42,9 @@ from runtime.inputs import Tiled, fill
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.memgraph import MemNode
 
-LIBRARY_RESERVE = 64 << 20
-"""Bytes per compute lane reserved for library memory outside our two allocations (cuBLAS's workspace
-pool per stream, cuDNN handles): measured on the H200, see docs/benchmarks.md."""
+LIBRARY_RESERVE = 32 << 20
+"""Bytes per compute lane held back for cuBLAS's workspace pool on the lane's stream (14 MiB measured
+per lane on the H200, docs/benchmarks.md); torch's attention memory is added per graph (attention.py)."""
 
 
 class CudaBackend(Backend):
@@ -241,24 +241,30 @@ class CudaBackend(Backend):
             self.allocator.close()
 
     @staticmethod
-    def scratch_per_lane(nodes, provider: str = "auto", is_simulated: bool | None = None) -> int:
+    def scratch_per_lane(nodes, provider: str = "auto", is_simulated: bool | None = None, rule=None) -> int:
         """Scratch bytes one compute lane needs: the most any kernel vertex needs (256-byte granules).
 
-        `nodes` are memgraph nodes, or taskgraph nodes (so the budget can be split before planning)."""
+        `nodes` are memgraph nodes, or taskgraph nodes (so the budget can be split before planning);
+        `rule` (default `registry.scratch_bytes`) says what one vertex needs."""
         is_simulated = simulated() if is_simulated is None else is_simulated
         chosen = attention.resolve(provider, is_simulated)
+        rule = rule or registry.scratch_bytes
         nodes = [_as_op(node) for node in nodes]
         by_id = {node.id: node for node in nodes}
         need = 0
         for node in nodes:
             if node.kernel is not None:
-                need = max(need, registry.scratch_bytes(node, [by_id[s] for s in node.inputs], chosen))
+                need = max(need, rule(node, [by_id[s] for s in node.inputs], chosen))
         return (need + 255) // 256 * 256
 
     @classmethod
     def reserve_bytes(cls, nodes, streams: int = 2, provider: str = "auto") -> int:
-        """What to hold back from a per-GPU budget before planning the arena: scratch plus library memory."""
-        return streams * (cls.scratch_per_lane(nodes, provider) + LIBRARY_RESERVE)
+        """What to hold back from a per-GPU budget before planning the arena: per compute lane, the scratch,
+        cuBLAS's pool and what torch's attention keeps cached."""
+        nodes = list(nodes)
+        scratch = cls.scratch_per_lane(nodes, provider)
+        library = cls.scratch_per_lane(nodes, provider, rule=registry.library_bytes)
+        return streams * (scratch + LIBRARY_RESERVE + library)
 
     def _warm_up(self, graph: ExecGraph) -> None:
         """Create library state now (CuPy handles and streams, cuBLAS pools, torch caches), not in the loop."""

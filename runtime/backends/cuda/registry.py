@@ -159,6 +159,17 @@ SCRATCH: dict[str, Callable] = {
 """Kernels that need lane scratch: name -> bytes(node, source nodes, attention provider)."""
 
 
+LIBRARY: dict[str, Callable] = {
+    "attention": attention.library_bytes,
+}
+"""Kernels whose libraries hold memory of their own per lane (torch's caching allocator): name -> bytes."""
+
+
+def library_bytes(node, sources, provider: str) -> int:
+    rule = LIBRARY.get(node.kernel)
+    return rule(node, sources, provider) if rule else 0
+
+
 def missing_kernels() -> list[str]:
     """Kernels of the table that the cuda backend cannot run."""
     return sorted(name for name in KERNELS if name not in BUILDERS)

@@ -17,7 +17,7 @@ from interp import execute, input_values, reference
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
-from passes.verify_memgraph import verify_memgraph
+from turnip_ir.verifier import verify_memgraph
 from runtime import execute as run_on_cpu
 from turnip_ir.errors import VerifyError
 from turnip_ir.models import random_taskgraph

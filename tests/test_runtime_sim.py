@@ -14,15 +14,19 @@ COST = CostModel()
 
 
 def _memgraph(rows, devices=1, budget=1 << 40) -> MemGraph:
-    """rows: (task, op, device, inputs, elements, kernel); float32 vectors; storage for offloads/storage inputs."""
+    """rows: (task, op, device, inputs, elements, kernel); float32 vectors; storage for offloads/storage inputs.
+
+    Every tensor gets its own region, so the plan is race-free (`execute` verifies it)."""
     graph = MemGraph(devices, budget)
-    storage = 0
+    storage, top = 0, [0] * devices
     for i, (task, op, device, inputs, elements, kernel) in enumerate(rows):
         size = elements * 4
         in_storage = op == "offload" or (op == "input" and device is None)
-        loc = None if in_storage else (0, size)
-        region = (storage, size) if in_storage else None
-        storage += size if in_storage else 0
+        loc = region = None
+        if in_storage:
+            region, storage = (storage, size), storage + size
+        else:
+            loc, top[device] = (top[device], size), top[device] + size
         graph.add(MemNode(i, op, task, device, loc, region, tuple(inputs), kernel=kernel, shape=(elements,), dtype="float32"))
     return graph
 

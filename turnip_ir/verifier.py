@@ -35,8 +35,7 @@ def verify_memgraph(graph: MemGraph, taskgraph=None) -> None:
 
 
 def _name(node: MemNode) -> str:
-    what = node.kernel or node.op
-    return f"node {node.id} ({what} '{node.task}')"
+    return node.label()
 
 
 def _where(space: int, start: int, end: int) -> str:

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from runtime import execute  # noqa: E402
 from runtime.backends.cpu import CpuBackend  # noqa: E402
 from runtime.backends.sim import SimBackend  # noqa: E402
-from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph  # noqa: E402
+from turnip_ir.models import blocked_matmul, ffn_stack  # noqa: E402
+from turnip_ir.random_graphs import random_taskgraph  # noqa: E402
 
 GIB = 1 << 30
 

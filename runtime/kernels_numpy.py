@@ -65,8 +65,8 @@ def _scale(xs, out, attrs):
 
 
 def _softmax(xs, out, attrs):
-    """Numerically stable: subtract the row max before exponentiating."""
-    np.subtract(xs[0], xs[0].max(axis=-1, keepdims=True), out=out)
+    """Numerically stable: subtract the row max before exponentiating (-inf for an empty row)."""
+    np.subtract(xs[0], xs[0].max(axis=-1, keepdims=True, initial=-np.inf), out=out)
     np.exp(out, out=out)
     out /= out.sum(axis=-1, keepdims=True)
 
@@ -79,10 +79,11 @@ def _rmsnorm(xs, out, attrs):
     """
     x = xs[0]
     if x.dtype == np.float16:
-        scale = np.square(x, dtype=np.float32).mean(axis=-1, keepdims=True)
+        scale = np.square(x, dtype=np.float32).sum(axis=-1, keepdims=True)
     else:
         np.multiply(x, x, out=out)
-        scale = out.mean(axis=-1, keepdims=True)
+        scale = out.sum(axis=-1, keepdims=True)
+    scale /= max(x.shape[-1], 1)  # the mean, without numpy's warning for an empty last axis
     scale += KERNELS["rmsnorm"].attr(attrs, "eps")
     np.sqrt(scale, out=scale)
     np.divide(x, scale, out=out)

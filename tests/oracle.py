@@ -37,13 +37,14 @@ COPIES = ("offload", "reload")
 def violations(graph: MemGraph, taskgraph=None) -> list[str]:
     """Every broken condition of `graph` (and of `graph` implementing `taskgraph`, when given)."""
     nodes = {node.id: node for node in graph.nodes}
-    problems = _structure(graph, nodes)
+    problems = _references(graph, nodes)
     if problems:
         return problems
+    problems = _structure(graph)
     order = _topological(nodes)
     if len(order) < len(nodes):
         stuck = sorted(set(nodes) - set(order))
-        return [f"cycle: nodes {stuck[:8]} wait for each other through data and memory edges"]
+        return [f"cycle: nodes {stuck[:8]} wait for each other through data and memory edges", *problems]
     hb = _HappensBefore(order, nodes)
     pairs = _sharing(nodes)
     problems += _overlaps(nodes, pairs, hb)
@@ -57,15 +58,20 @@ def _name(node: MemNode) -> str:
     return f"node {node.id} ({node.kernel if node.op == 'kernel' else node.op} '{node.task}')"
 
 
-def _structure(graph: MemGraph, nodes: dict[int, MemNode]) -> list[str]:
-    """Ids unique, edges name existing nodes, inputs wait for nothing, memory inside its bounds."""
-    problems = []
-    if len(nodes) != len(graph.nodes):
-        problems.append("two nodes share an id")
+def _references(graph: MemGraph, nodes: dict[int, MemNode]) -> list[str]:
+    """Ids unique and edges naming existing nodes: without these there is no graph to check."""
+    problems = [] if len(nodes) == len(graph.nodes) else ["two nodes share an id"]
     for node in graph.nodes:
         for dep in node.inputs + node.mem_deps:
             if dep not in nodes:
                 problems.append(f"{_name(node)} depends on node {dep}, which does not exist")
+    return problems
+
+
+def _structure(graph: MemGraph) -> list[str]:
+    """Inputs wait for nothing; locations on a real GPU, inside the budget; regions hold their tensors."""
+    problems = []
+    for node in graph.nodes:
         if node.op == "input" and node.mem_deps:
             problems.append(f"{_name(node)} is an input, in place before the run, but waits for {list(node.mem_deps)}")
         if node.loc is not None and (node.device is None or not 0 <= node.device < graph.devices):

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from turnip_ir.convert import memgraph_from_ir, memgraph_to_ir, taskgraph_from_ir, taskgraph_to_ir
 from turnip_ir.io import module_text, parse_ir, parse_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
+from turnip_ir.models import blocked_matmul, ffn_stack
+from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 # TURNIP_EXAMPLES=600 searches harder (about a minute); the default, 150, keeps the suite quick.

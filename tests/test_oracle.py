@@ -19,7 +19,7 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from turnip_ir.errors import VerifyError
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import random_taskgraph
+from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.sweep import STORAGE, RegionMap
 from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.verifier import verify_memgraph

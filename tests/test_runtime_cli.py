@@ -10,10 +10,11 @@ import time
 
 import numpy as np
 import pytest
+from reference_formulas import evaluate
 from runtime_plans import naive_memgraph
 
-from runtime.reference import evaluate
-from turnip_ir.models import ffn_stack, random_taskgraph
+from turnip_ir.models import ffn_stack
+from turnip_ir.random_graphs import random_taskgraph
 
 TURNIP = [sys.executable, "-m", "turnip_cli.main", "run"]
 

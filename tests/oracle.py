@@ -6,7 +6,8 @@ every pair of nodes whose memory overlaps (spans sorted by start, each paired wi
 it ends), with full ancestor sets for happens-before: quadratic, fine for a few hundred nodes.
 
 - structure: ids unique, edges name existing nodes, inputs wait for nothing, locations on a real GPU
-  inside the budget, regions large enough for the tensor;
+  inside the budget, regions large enough for the tensor, operands where the op reads them (a kernel
+  or offload: a location on its own GPU; a move: a GPU location; a reload: CPU storage);
 - (c) no cycle in the graph of data edges (`inputs`) and memory edges (`mem_deps`); `redundant_deps`
   are not edges, the runtime ignores them;
 - happens-before: a happens before b in every execution when b is reachable from a, or when a is an
@@ -16,8 +17,7 @@ it ends), with full ancestor sets for happens-before: quadratic, fine for a few 
   before the later one, so no value is overwritten while it is still to be read;
 - (a) every taskgraph node has a memgraph node that computes it (same op, kernel, attributes, device,
   shape and dtype), and each operand of that node holds the taskgraph operand's value, directly or through
-  offload -> reload copies, and lies where the op reads (a kernel or offload: a location on its own GPU;
-  a move: a GPU location; a reload: CPU storage);
+  offload -> reload copies;
 - outputs: each output's holder holds that task's value, and every node whose memory overlaps the
   holder's happens before it, so the value is still there when the run ends.
 
@@ -40,7 +40,7 @@ def violations(graph: MemGraph, taskgraph=None) -> list[str]:
     problems = _references(graph, nodes)
     if problems:
         return problems
-    problems = _structure(graph)
+    problems = _structure(graph) + [p for node in graph.nodes for p in _reads_where_it_may(node, nodes)]
     order = _topological(nodes)
     if len(order) < len(nodes):
         stuck = sorted(set(nodes) - set(order))
@@ -179,6 +179,7 @@ def _value(node: MemNode, nodes: dict[int, MemNode]) -> str:
 
 
 def _outputs(graph: MemGraph, nodes: dict[int, MemNode], pairs, hb: _HappensBefore) -> list[str]:
+    """Each holder holds its output's value, and everything sharing its memory happens before it."""
     problems = []
     holders = {}
     for task, holder_id in graph.outputs.items():
@@ -196,10 +197,9 @@ def _outputs(graph: MemGraph, nodes: dict[int, MemNode], pairs, hb: _HappensBefo
 
 
 def _implements(graph: MemGraph, nodes: dict[int, MemNode], taskgraph) -> list[str]:
-    """(a): every task computed with the right operands, read where its op reads; every output held."""
+    """(a): every task computed, each operand holding the right value; every output held."""
     problems, computed = [], set()
     for node in nodes.values():
-        problems += _reads_where_it_may(node, nodes)
         if node.op in COPIES:
             if node.task != _value(node, nodes):
                 problems.append(f"{_name(node)} copies the value of '{_value(node, nodes)}'")
@@ -229,6 +229,7 @@ def _same_task(node: MemNode, task) -> list[str]:
 
 
 def _reads_where_it_may(node: MemNode, nodes: dict[int, MemNode]) -> list[str]:
+    """A kernel or offload reads a location on its own GPU, a move any GPU location, a reload storage."""
     problems = []
     for dep in node.inputs:
         src = nodes[dep]

@@ -24,8 +24,9 @@ def check_types(graph: MemGraph) -> None:
     for node in graph.nodes:
         if node.op == "kernel":
             _check_attrs(node, _spec(node))
+        declared = None if node.shape is None or node.dtype is None else (tuple(node.shape), node.dtype)
         want = _inferred(node, by_id)
-        if want is not None and node.shape is not None and node.dtype is not None and (tuple(node.shape), node.dtype) != want:
+        if want is not None and declared is not None and declared != want:
             source = f"{node.kernel} computes" if node.op == "kernel" else f"its input node {node.inputs[0]} holds"
             raise InputError(f"{node.label()}: declared {_type(node.shape, node.dtype)} but {source} {_type(*want)}")
 

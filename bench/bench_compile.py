@@ -20,7 +20,8 @@ from passes.orders import execution_order
 from passes.pipeline import compile_taskgraph
 from passes.stats import CompileStats
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
+from turnip_ir.models import blocked_matmul, ffn_stack
+from turnip_ir.random_graphs import random_taskgraph
 
 STAGES = ("place", "simulate", "memory-deps", "minimize", "reduce", "verify")
 

@@ -14,7 +14,8 @@ from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.stats import CompileStats
 from runtime import execute
-from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
+from turnip_ir.models import blocked_matmul, ffn_stack
+from turnip_ir.random_graphs import random_taskgraph
 
 GIB = 1 << 30
 SEEDS = 3

@@ -22,8 +22,9 @@ from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
 from runtime.stats import RunSummary, summarize
 from turnip_ir.errors import BudgetError
-from turnip_ir.json_memgraph import infer_types
 from turnip_ir.memgraph import MemGraph
+from turnip_ir.memgraph_types import check_types, infer_types
+from turnip_ir.verifier import verify_memgraph
 
 
 def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2) -> int:
@@ -61,14 +62,20 @@ def execute(
     streams: int = 2,
     callbacks: Sequence[Callback] = (),
     cost: CostModel | None = None,
+    verify: bool = True,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
     `backend` is a name ("cpu", "sim") built with `jitter` and `seed`, or a Backend instance used as is.
+    Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
+    plan race-free first (`VerifyError` otherwise); pass False to skip that for a plan verified already.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
         infer_types(memgraph, known)  # a hand-written memgraph without types: learn them from the inputs
+    check_types(memgraph)
+    if verify:
+        verify_memgraph(memgraph)
     graph = build_exec_graph(memgraph, streams, cost)
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed) if isinstance(backend, str) else backend

@@ -66,8 +66,8 @@ def _scale(xs, out, attrs):
 
 
 def _softmax(xs, out, attrs):
-    """Numerically stable: subtract the row max before exponentiating."""
-    np.subtract(xs[0], xs[0].max(axis=-1, keepdims=True), out=out)
+    """Numerically stable: subtract the row max before exponentiating (-inf for an empty row)."""
+    np.subtract(xs[0], xs[0].max(axis=-1, keepdims=True, initial=-np.inf), out=out)
     np.exp(out, out=out)
     out /= out.sum(axis=-1, keepdims=True)
 
@@ -80,10 +80,11 @@ def _rmsnorm(xs, out, attrs):
     """
     x = xs[0]
     if x.dtype == np.float16:
-        scale = np.square(x, dtype=np.float32).mean(axis=-1, keepdims=True)
+        scale = np.square(x, dtype=np.float32).sum(axis=-1, keepdims=True)
     else:
         np.multiply(x, x, out=out)
-        scale = out.mean(axis=-1, keepdims=True)
+        scale = out.sum(axis=-1, keepdims=True)
+    scale /= max(x.shape[-1], 1)  # the mean, without numpy's warning for an empty last axis
     scale += KERNELS["rmsnorm"].attr(attrs, "eps")
     np.sqrt(scale, out=scale)
     np.divide(x, scale, out=out)
@@ -96,8 +97,8 @@ def _rope(xs, out, attrs):
     x, cos, sin = xs
     tokens, width = cos.shape
     half = width // 2
-    x3 = x.reshape(tokens, -1, width)
-    o3 = out.reshape(tokens, -1, width)  # a view: `out` is contiguous
+    x3 = x.reshape(tokens, x.shape[1] // width, width)
+    o3 = out.reshape(tokens, x.shape[1] // width, width)  # a view: `out` is contiguous
     cos3, sin3 = cos[:, None, :], sin[:, None, :]
     np.multiply(x3, cos3, out=o3)
     o3[..., :half] -= x3[..., half:] * sin3[..., :half]
@@ -118,7 +119,7 @@ def _swiglu(xs, out, attrs):
 def _heads(x: np.ndarray, kv_heads: int, width: int, work) -> np.ndarray:
     """[t, heads*D] -> [kv_heads, heads/kv_heads, t, D] in `work` precision (head h = kv*group + g)."""
     tokens = x.shape[0]
-    return x.reshape(tokens, kv_heads, -1, width).transpose(1, 2, 0, 3).astype(work, copy=False)
+    return x.reshape(tokens, kv_heads, x.shape[1] // (kv_heads * width), width).transpose(1, 2, 0, 3).astype(work, copy=False)
 
 
 def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:

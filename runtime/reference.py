@@ -1,7 +1,8 @@
-"""A float64 numpy evaluation of a taskgraph: the ground truth that runtime tests compare against.
+"""A float64 numpy evaluation of a taskgraph, with no memory plan: what a run of a plan should give.
 
 It runs the same kernel implementations as the cpu backend, on fresh float64 arrays, in the
-taskgraph's order, with no memory plan at all.
+taskgraph's order, so it checks a plan and a schedule (examples/demo.py uses it), not the kernels.
+Tests compare against tests/reference_formulas.py, which writes every kernel again from its formula.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 It runs the nodes in a random topological order of `inputs` + `mem_deps` (never `redundant_deps`),
 reading and writing only through each node's location, so a missing memory edge shows up as a wrong
-value under some order. Arenas start as NaN so reading unwritten memory is visible too.
-`reference` evaluates the taskgraph in float64 with the same numpy kernels.
+value under some order. Arenas start as NaN so reading unwritten memory is visible too. Kernels are
+the formulas of `reference_formulas` (float64, then stored in the node's dtype), not the runtime's.
 """
 
 from __future__ import annotations
@@ -12,54 +12,15 @@ import random
 
 import numpy as np
 
+from reference_formulas import apply
+
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
-
-
-def _rmsnorm(xs, attrs):
-    x = xs[0]
-    out = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + attrs.get("eps", 1e-6))
-    return out * xs[1] if len(xs) == 2 else out
-
-
-def _softmax(xs, attrs):
-    e = np.exp(xs[0] - xs[0].max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-KERNELS = {
-    "matmul": lambda xs, a: xs[0] @ xs[1],
-    "einsum": lambda xs, a: np.einsum(a["equation"], *xs),
-    "add": lambda xs, a: xs[0] + xs[1],
-    "sub": lambda xs, a: xs[0] - xs[1],
-    "mul": lambda xs, a: xs[0] * xs[1],
-    "relu": lambda xs, a: np.maximum(xs[0], 0),
-    "gelu": lambda xs, a: 0.5 * xs[0] * (1 + np.tanh(0.7978845608 * (xs[0] + 0.044715 * xs[0] ** 3))),
-    "silu": lambda xs, a: xs[0] / (1 + np.exp(-xs[0])),
-    "exp": lambda xs, a: np.exp(xs[0]),
-    "scale": lambda xs, a: xs[0] * a["factor"],
-    "softmax": _softmax,
-    "rmsnorm": _rmsnorm,
-}
 
 
 def input_values(graph: TaskGraph, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {n.id: rng.standard_normal(n.shape) for n in graph.nodes.values() if n.op == "input"}
-
-
-def reference(graph: TaskGraph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every output of `graph` evaluated in float64."""
-    values: dict[str, np.ndarray] = {}
-    for node in graph.nodes.values():
-        xs = [values[i] for i in node.inputs]
-        if node.op == "input":
-            values[node.id] = inputs[node.id].astype(np.float64)
-        elif node.op == "move":
-            values[node.id] = xs[0]
-        else:
-            values[node.id] = KERNELS[node.op](xs, node.attrs)
-    return {task: values[task] for task in graph.effective_outputs()}
 
 
 def random_topological(graph: MemGraph, rng: random.Random) -> list:
@@ -116,7 +77,7 @@ def execute(graph: MemGraph, inputs: dict[str, np.ndarray], seed: int) -> dict[s
     for node in random_topological(graph, random.Random(seed)):
         srcs = [by_id[i] for i in node.inputs]
         if node.op == "kernel":
-            machine.write(node, "loc", KERNELS[node.kernel]([machine.read(s, "loc") for s in srcs], node.attrs))
+            machine.write(node, "loc", apply(node.kernel, [machine.read(s, "loc") for s in srcs], node.attrs))
         elif node.op in ("move", "reload"):
             machine.write(node, "loc", machine.read(srcs[0], "loc" if node.op == "move" else "storage"))
         elif node.op == "offload":

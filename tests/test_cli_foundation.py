@@ -195,7 +195,7 @@ def _memgraph_json(tmp_path: Path, change) -> Path:
 def test_memgraph_json_checked_as_ir_names_the_file(tmp_path) -> None:
     wrong_shape = _memgraph_json(tmp_path, lambda d: d["nodes"][6].update(shape=[3, 3]))
     line = _failed(_run("turnip-opt", wrong_shape, "--emit", "json"))
-    assert line == f"turnip-opt: error: {wrong_shape}: turnip.relu 'v': result must be tensor<64x64xf32>, got tensor<3x3xf32>"
+    assert line == f"turnip-opt: error: {wrong_shape}: node 6 (relu 'v'): declared [3, 3] float32 but relu computes [64, 64] float32"
     untyped = _memgraph_json(tmp_path, lambda d: d["nodes"][1].pop("shape"))
     done = _run("turnip-opt", untyped)  # w, its reload and y stay untyped: raw bytes in IR
     assert done.returncode == 0 and "turnip.reload %n1 at <0, 16384, 16384> {task = \"w\"} : tensor<16384xi8>" in done.stdout

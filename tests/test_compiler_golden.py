@@ -141,7 +141,7 @@ def test_single_passes_report_the_same_stats_as_the_named_pipeline(tmp_path, cap
 
 @pytest.mark.parametrize("placement", ["loosest", "first-fit"])
 def test_both_placements_give_verified_memgraphs(placement):
-    from turnip_ir.models import random_taskgraph
+    from turnip_ir.random_graphs import random_taskgraph
     from passes.insert_offload import minimum_budget
 
     graph = random_taskgraph(5, tasks=120, devices=3, sizes=(8, 16, 24), window=10)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from passes.verify_memgraph import verify_memgraph
+from turnip_ir.verifier import verify_memgraph
 from turnip_cli.opt import main as opt_main
 from turnip_ir.errors import VerifyError
 from turnip_ir.memgraph import MemGraph

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from passes.pipeline import compile_taskgraph
-from passes.verify_memgraph import verify_memgraph
+from turnip_ir.verifier import verify_memgraph
 from turnip_ir.errors import TurnipError
 from turnip_ir.io import check_module, graph_to_module, module_to_graph, parse_ir, parse_json
 from turnip_ir.memgraph import MemGraph

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from turnip_ir.convert import memgraph_from_ir, memgraph_to_ir, taskgraph_from_ir, taskgraph_to_ir
 from turnip_ir.io import module_text, parse_ir, parse_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
+from turnip_ir.models import blocked_matmul, ffn_stack
+from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 # TURNIP_EXAMPLES=600 searches harder (about a minute); the default, 150, keeps the suite quick.
@@ -140,9 +141,9 @@ def test_memgraph_node_ids_survive_gaps() -> None:
 
 @PROPERTY
 @given(seed=st.integers(0, 10**6), devices=st.integers(1, 4), tasks=st.integers(1, 40),
-       sizes=st.sampled_from([(4,), (4, 8), (2, 4, 8)]))
-def test_random_taskgraphs_round_trip(seed: int, devices: int, tasks: int, sizes: tuple[int, ...]) -> None:
-    graph = random_taskgraph(seed, tasks=tasks, devices=devices, sizes=sizes)
+       sizes=st.sampled_from([(4,), (4, 8), (2, 4, 8)]), mixed=st.booleans())
+def test_random_taskgraphs_round_trip(seed: int, devices: int, tasks: int, sizes: tuple[int, ...], mixed: bool) -> None:
+    graph = random_taskgraph(seed, tasks=tasks, devices=devices, sizes=sizes, mixed=mixed)
     doc = graph.to_json()
     assert TaskGraph.from_json(json.loads(json.dumps(doc))).to_json() == doc
     assert _taskgraph_via_ir(graph).to_json() == doc

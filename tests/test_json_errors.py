@@ -140,7 +140,7 @@ MEMGRAPH_CASES = [
     ("dangling redundant dep", lambda d: _node(d, 4).update(redundant_deps=[8]), "node 4: refers to node 8, which does not exist"),
     ("mem_deps not a list", lambda d: _node(d, 6).update(mem_deps=3), "node 6: field 'mem_deps' must be a list of node ids, got 3"),
     ("reload of nothing", lambda d: _node(d, 2).update(inputs=[]), "node 2: a reload takes 1 input(s), got 0"),
-    ("kernel shape error", lambda d: _node(d, 3).update(inputs=[0]), "node 3: matmul takes 2 operands, got 1"),
+    ("kernel shape error", lambda d: _node(d, 3).update(inputs=[0]), "node 3 (matmul 'y'): matmul takes 2 operands, got 1"),
     ("duplicate id", lambda d: _node(d, 2).update(id=1), "node 1: duplicate id"),
     ("id not an integer", lambda d: _node(d, 2).update(id="2"), "node #2: field 'id' must be an integer, got '2'"),
     ("missing task", lambda d: _node(d, 4).pop("task"), "node 4: missing field 'task'"),

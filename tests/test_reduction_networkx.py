@@ -12,8 +12,8 @@ from passes.minimize_memory_deps import minimize_memory_deps
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
-from passes.verify_memgraph import verify_memgraph
-from turnip_ir.models import random_taskgraph
+from turnip_ir.verifier import verify_memgraph
+from turnip_ir.random_graphs import random_taskgraph
 
 
 def _unreduced(seed: int, devices: int, factor: float):

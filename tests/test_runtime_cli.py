@@ -11,10 +11,11 @@ import time
 
 import numpy as np
 import pytest
+from reference_formulas import evaluate
 from runtime_plans import naive_memgraph
 
-from runtime.reference import evaluate
-from turnip_ir.models import ffn_stack, random_taskgraph
+from turnip_ir.models import ffn_stack
+from turnip_ir.random_graphs import random_taskgraph
 
 TURNIP = [sys.executable, "-m", "turnip_cli.main", "run"]
 
@@ -96,13 +97,30 @@ def test_wrongly_shaped_and_unknown_inputs_are_named(ffn, tmp_path):
     _one_line_error(_turnip(path, "--memory", "1MiB", "--inputs", tmp_path / "extra.npz"), 1, "input 'nope'")
 
 
-def test_failing_kernel_names_the_vertex_and_writes_no_outputs(tmp_path):
+def test_failing_kernel_names_the_vertex_and_writes_no_outputs(tmp_path, monkeypatch, capsys):
+    from runtime.kernels_numpy import NUMPY_KERNELS
+    from turnip_cli.main import main
+
+    def broken(xs, out, attrs):
+        raise FloatingPointError("overflow")
+
+    monkeypatch.setitem(NUMPY_KERNELS, "gelu", broken)  # in-process: no plan that checks can make numpy raise
     doc = json.loads(naive_memgraph(ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)).dumps())
-    up = next(node for node in doc["nodes"] if node["task"] == "up0")
-    up["shape"] = [4, 8]  # the matmul really produces [4, 16]: numpy raises at run time
+    act = next(node for node in doc["nodes"] if node["task"] == "act0")
     (tmp_path / "mg.json").write_text(json.dumps(doc))
-    proc = _turnip(tmp_path / "mg.json", "--outputs", tmp_path / "out.npz")
-    _one_line_error(proc, 4, f"vertex {up['id']} (up0 matmul) failed")
+    assert main(["run", str(tmp_path / "mg.json"), "--outputs", str(tmp_path / "out.npz")]) == 4
+    err = capsys.readouterr().err
+    assert f"vertex {act['id']} (act0 gelu) failed: FloatingPointError: overflow" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_declared_shape_that_would_broadcast_is_refused_before_running(tmp_path):
+    doc = json.loads(naive_memgraph(ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)).dumps())
+    act = next(node for node in doc["nodes"] if node["task"] == "act0")
+    act["shape"] = [2, 4, 16]  # numpy would broadcast gelu's [4, 16] into it and run on
+    (tmp_path / "mg.json").write_text(json.dumps(doc))
+    proc = _turnip(tmp_path / "mg.json", "--no-verify", "--outputs", tmp_path / "out.npz")
+    _one_line_error(proc, 1, f"node {act['id']} (gelu 'act0'): declared [2, 4, 16] float32 but gelu computes [4, 16] float32")
     assert not (tmp_path / "out.npz").exists()
 
 

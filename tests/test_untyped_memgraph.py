@@ -15,7 +15,7 @@ from turnip_ir.errors import InputError
 from turnip_ir.io import graph_text, parse_ir
 from turnip_ir.convert import memgraph_from_ir
 from turnip_ir.memgraph import MemGraph
-from passes.verify_memgraph import verify_memgraph
+from turnip_ir.verifier import verify_memgraph
 
 EXAMPLE = {
     "format": "turnip.memgraph/1",

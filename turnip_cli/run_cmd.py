@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 from passes.pipeline import compile_taskgraph
-from passes.verify_memgraph import verify_memgraph
 from runtime import arena_budget, execute
 from runtime.backends import BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
     backend_object = make_backend(backend, args.jitter, args.seed)  # before compiling: a missing GPU fails fast
-    memgraph = _memgraph(args.file, args.memory, backend, args.streams, verify=not args.no_verify)
+    memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
         memgraph,
@@ -72,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         streams=args.streams,
         callbacks=[ProgressBar()],
+        verify=not (compiled or args.no_verify),  # the compiler verifies its own plans
     )
     if args.outputs:
         _save_outputs(args.outputs, result.outputs)
@@ -93,8 +93,8 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     write_atomic(path, data.getvalue())
 
 
-def _memgraph(path: str, memory: str | None, backend: str, streams: int, verify: bool = True) -> MemGraph:
-    """The memgraph to run: compiled (and so verified) from a taskgraph, or a given one, verified here.
+def _memgraph(path: str, memory: str | None, backend: str, streams: int) -> tuple[MemGraph, bool]:
+    """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
 
     The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
     graph = load_graph(path)
@@ -102,9 +102,7 @@ def _memgraph(path: str, memory: str | None, backend: str, streams: int, verify:
     if isinstance(graph, MemGraph):
         if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams):
             raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget} allows the {backend} backend's arena")
-        if verify:
-            verify_memgraph(graph)  # a hand-written or edited memgraph may race: refuse it before running
-        return graph
+        return graph, False
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_taskgraph(graph, arena_budget(graph, budget, backend, streams))
+    return compile_taskgraph(graph, arena_budget(graph, budget, backend, streams)), True

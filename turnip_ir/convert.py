@@ -31,6 +31,7 @@ from turnip_ir.dialect import (
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import attribute_types
 from turnip_ir.memgraph import MemGraph, MemNode
+from turnip_ir.memgraph_types import check_types
 from turnip_ir.taskgraph import TaskGraph, TaskNode
 
 DEVICES_ATTR = "turnip.devices"
@@ -272,6 +273,7 @@ def memgraph_from_ir(module: ModuleOp) -> MemGraph:
         elif isinstance(op, TurnipOp):
             node = graph.add(_mem_node(op, ids, tasks, token_ids, made))
             made[node.id] = node
+    check_types(graph)  # the dialect's verifiers check typed ops already; this is the path every reader shares
     return graph
 
 

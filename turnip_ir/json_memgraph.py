@@ -3,7 +3,8 @@
 Fields are checked and every error names the node. Nodes may come in any order; they are stored in a
 topological order of data and memory edges (a cycle is an error naming a node on it). Where `shape`
 and `dtype` are absent they are inferred from the node's inputs when possible; a memgraph can be
-verified without them, but only run with them.
+verified without them, but only run with them. Where they are given, `check_types` holds them to the
+kernels' shape rules.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from turnip_ir.errors import InputError, TurnipError
 from turnip_ir.json_taskgraph import INT_LIMIT, checked_attrs, topo_order
 from turnip_ir.kernels import DTYPE_BYTES, KERNELS
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MEMGRAPH_OPS, MemGraph, MemNode
+from turnip_ir.memgraph_types import check_types, fill_types
 from turnip_ir.taskgraph import valid_id
 
 
@@ -64,11 +66,12 @@ def memgraph_from_json(doc) -> MemGraph:
         raise InputError(str(err).replace("node '", "node ").replace("': taskgraph", ": memgraph")) from None
     graph = MemGraph(devices, budget)
     for node_id in order:
-        graph.add(_with_types(parsed[node_id], parsed))
+        graph.add(fill_types(parsed[node_id], parsed))
     for task, node_id in outputs.items():
         if not _int(node_id) or node_id not in parsed:
             raise InputError(f"output '{task}': node {node_id!r} does not exist")
         graph.outputs[task] = node_id
+    check_types(graph)
     return graph
 
 
@@ -126,33 +129,3 @@ def _check_placement(node: MemNode, where: str) -> None:
 
 def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
-
-
-def infer_types(graph: MemGraph, known: dict[str, tuple[tuple[int, ...], str]]) -> None:
-    """Give untyped nodes a shape and dtype: inputs from `known` (task -> (shape, dtype)), the rest
-    inferred from their inputs in order. A hand-written memgraph may leave types out; running it needs
-    them, and the runtime learns the inputs' types from the arrays it is given."""
-    by_id = graph.by_id()
-    for node in graph.nodes:
-        if node.op == "input" and node.shape is None and node.task in known:
-            node.shape, node.dtype = known[node.task]
-        _with_types(node, by_id)
-
-
-def _with_types(node: MemNode, parsed: dict[int, MemNode]) -> MemNode:
-    """Fill in shape and dtype from the inputs where the node lacks them (inputs are already typed)."""
-    if node.shape is not None and node.dtype is not None:
-        return node
-    sources = [parsed[i] for i in node.inputs]
-    if any(src.shape is None or src.dtype is None for src in sources) or not sources:
-        return node
-    if node.op == "kernel":
-        try:
-            shape, dtype = KERNELS[node.kernel].infer([s.shape for s in sources], [s.dtype for s in sources], node.attrs)
-        except TurnipError as err:
-            raise InputError(f"node {node.id}: {err}") from None
-    else:
-        shape, dtype = sources[0].shape, sources[0].dtype
-    node.shape = node.shape or shape
-    node.dtype = node.dtype or dtype
-    return node

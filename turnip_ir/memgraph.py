@@ -53,6 +53,10 @@ class MemNode:
         """Every node that must finish before this one starts."""
         return self.inputs + self.mem_deps
 
+    def label(self) -> str:
+        """How diagnostics name the node: `node 6 (relu 'v')`."""
+        return f"node {self.id} ({self.kernel or self.op} '{self.task}')"
+
 
 class MemGraph:
     """A planned graph: `nodes` in topological order, a per-GPU `budget`, and the outputs' final holders."""

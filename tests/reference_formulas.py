@@ -1,0 +1,132 @@
+"""The tests' ground truth: every kernel written from its formula, in float64, independently of the runtime.
+
+`runtime/kernels_numpy.py` (what the cpu backend runs) builds results in place with `out=` and ufunc
+tricks; these are the textbook formulas, written differently on purpose so that a test comparing the two
+can see a kernel bug: matmul as a sum of products, einsum by indexing one grid of all its letters,
+silu through tanh, softmax and rmsnorm from sums. `FORMULAS` maps a kernel name to `f(xs, attrs)`;
+`evaluate(taskgraph, inputs)` runs a taskgraph on fresh float64 arrays, with no memory plan.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tests import formulas_llama as llama
+from turnip_ir.taskgraph import TaskGraph
+
+
+def _matmul(xs, attrs):
+    a, b = xs
+    return (a[:, :, None] * b[None, :, :]).sum(axis=1)
+
+
+def _einsum(xs, attrs):
+    """Index a grid of every letter's range with each operand's letters, multiply, sum the letters dropped."""
+    inputs, output = attrs["equation"].replace(" ", "").split("->")
+    operands = inputs.split(",")
+    sizes: dict[str, int] = {}
+    for letters, x in zip(operands, xs):
+        sizes.update(zip(letters, x.shape))
+    letters = sorted(sizes)
+    grid = np.ix_(*[np.arange(sizes[letter]) for letter in letters]) if letters else ()
+    product = np.ones([sizes[letter] for letter in letters])
+    for subscripts, x in zip(operands, xs):
+        product = product * x[tuple(grid[letters.index(letter)] for letter in subscripts)]
+    dropped = tuple(i for i, letter in enumerate(letters) if letter not in output)
+    kept = [letter for letter in letters if letter in output]
+    return product.sum(axis=dropped).transpose([kept.index(letter) for letter in output])
+
+
+def _gelu(xs, attrs):
+    x = xs[0]
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _silu(xs, attrs):
+    x = xs[0]
+    return x * 0.5 * (1.0 + np.tanh(x / 2.0))  # x * sigmoid(x), with sigmoid(x) = (1 + tanh(x/2)) / 2
+
+
+def _softmax(xs, attrs):
+    x = xs[0]
+    top = np.max(x, axis=-1, keepdims=True, initial=-np.inf)
+    e = np.exp(x - top) if x.size else x.copy()
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _rmsnorm(xs, attrs):
+    x = xs[0]
+    n = max(x.shape[-1], 1)
+    out = x / np.sqrt((x * x).sum(axis=-1, keepdims=True) / n + attrs.get("eps", 1e-6))
+    return out * xs[1] if len(xs) == 2 else out
+
+
+def _attention(xs, attrs):
+    """One (query block, key block) step from its definition: with the previous keys' normalised output
+    o_p and log-sum-exp l_p, out = (o_p e^(l_p) + sum_j e^(s_j) v_j) / (e^(l_p) + sum_j e^(s_j)) per head,
+    s_j = scale q.k_j (masked to j <= i on a causal block); the packed partial appends log of the denominator."""
+    q, k, v = xs[:3]
+    prev = xs[3] if len(xs) > 3 else None
+    heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
+    width = q.shape[1] // heads
+    scale = attrs.get("softmax_scale")
+    scale = 1.0 / math.sqrt(width) if scale is None else float(scale)
+    outs, lses = [], []
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+        scores = q[:, h * width : (h + 1) * width] @ k[:, g * width : (g + 1) * width].T * scale
+        if attrs.get("causal", False):
+            scores = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], scores, -np.inf)
+        top = scores.max(axis=1)
+        if prev is not None:
+            top = np.maximum(top, prev[:, heads * width + h])
+        weights = np.exp(scores - top[:, None])
+        numerator, denominator = weights @ v[:, g * width : (g + 1) * width], weights.sum(axis=1)
+        if prev is not None:
+            carried = np.exp(prev[:, heads * width + h] - top)
+            numerator = numerator + prev[:, h * width : (h + 1) * width] * carried[:, None]
+            denominator = denominator + carried
+        outs.append(numerator / denominator[:, None])
+        lses.append(top + np.log(denominator))
+    out = np.concatenate(outs, axis=1)
+    return out if attrs.get("final", True) else np.concatenate([out, np.stack(lses, axis=1)], axis=1)
+
+
+FORMULAS = {
+    "matmul": _matmul,
+    "einsum": _einsum,
+    "add": lambda xs, attrs: xs[0] + xs[1],
+    "sub": lambda xs, attrs: xs[0] - xs[1],
+    "mul": lambda xs, attrs: xs[0] * xs[1],
+    "relu": lambda xs, attrs: np.where(xs[0] > 0, xs[0], 0.0),
+    "gelu": _gelu,
+    "silu": _silu,
+    "exp": lambda xs, attrs: np.exp(xs[0]),
+    "scale": lambda xs, attrs: xs[0] * float(attrs["factor"]),
+    "softmax": _softmax,
+    "rmsnorm": _rmsnorm,
+    "rope": lambda xs, attrs: llama.rope(*xs),
+    "swiglu": lambda xs, attrs: llama.swiglu(*xs),
+    "attention": _attention,
+}
+
+
+def apply(kernel: str, xs: list[np.ndarray], attrs: dict) -> np.ndarray:
+    """One kernel's formula on float64 copies of `xs`."""
+    return np.asarray(FORMULAS[kernel]([np.asarray(x, dtype=np.float64) for x in xs], attrs), dtype=np.float64)
+
+
+def evaluate(graph: TaskGraph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of `graph` (its effective outputs) in float64, by taskgraph id."""
+    values: dict[str, np.ndarray] = {}
+    for node in graph.nodes.values():
+        if node.op == "input":
+            values[node.id] = np.asarray(inputs[node.id], dtype=np.float64)
+        elif node.op == "move":
+            values[node.id] = values[node.inputs[0]]
+        else:
+            values[node.id] = apply(node.op, [values[i] for i in node.inputs], node.attrs)
+        assert values[node.id].shape == tuple(node.shape), f"{node.id}: formula gives {values[node.id].shape}, taskgraph says {node.shape}"
+    return {task: values[task] for task in graph.effective_outputs()}

@@ -1,0 +1,77 @@
+"""The cpu backend's kernels equal the formulas of tests/reference_formulas.py, kernel by kernel, on
+broadcasting, zero-size and batched operands (the property tests then check them inside whole plans)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference_formulas import FORMULAS, apply
+
+from runtime.kernels_numpy import NUMPY_KERNELS
+from turnip_ir.kernels import KERNELS
+
+UNARY_SHAPES = [(3, 4), (5,), (2, 3, 4), (0, 4), (4, 0)]
+BROADCAST = [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)), ((3, 4), ()), ((0, 4), (4,)), ((3, 0), (1, 0))]
+CASES = {
+    "matmul": [((3, 4), (4, 5)), ((0, 4), (4, 5)), ((3, 0), (0, 5))],
+    "einsum": [
+        ("ij,jk->ik", (3, 4), (4, 5)),
+        ("ij->ji", (3, 4)),
+        ("ij->j", (3, 4)),
+        ("ij,ij->i", (3, 4), (3, 4)),
+        ("i,j->ij", (3,), (5,)),
+        ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
+        ("ii->i", (3, 3)),
+        ("ij->", (0, 4)),
+    ],
+    "add": BROADCAST,
+    "sub": BROADCAST,
+    "mul": BROADCAST,
+    "rmsnorm": [(s,) for s in UNARY_SHAPES] + [((3, 4), (4,)), ((2, 3, 4), (4,)), ((4, 0), (0,))],
+    "rope": [((6, 8), (6, 4), (6, 4)), ((5, 4), (5, 4), (5, 4)), ((0, 8), (0, 4), (0, 4))],
+    "swiglu": [((3, 4), (3, 4)), ((0, 4), (0, 4))],
+    "attention": [],  # its own test below: a float32 partial beside float64 blocks
+}
+
+
+def _cases():
+    for name in KERNELS:
+        for case in CASES.get(name, [(s,) for s in UNARY_SHAPES]):
+            yield pytest.param(name, case, id=f"{name}-{case}")
+
+
+def test_every_kernel_has_a_formula():
+    assert set(FORMULAS) == set(KERNELS), "write the missing kernels' formulas in tests/reference_formulas.py"
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # an empty row is no reason to warn
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name, case", list(_cases()))
+def test_cpu_kernel_equals_its_formula(name, case, dtype):
+    attrs = {"einsum": {"equation": case[0]}, "scale": {"factor": 0.5}, "rmsnorm": {"eps": 1e-5}}.get(name, {})
+    shapes = case[1:] if name == "einsum" else case
+    rng = np.random.default_rng(len(shapes))
+    xs = [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+    shape, _ = KERNELS[name].infer([x.shape for x in xs], [dtype] * len(xs), attrs)
+    out = np.full(shape, np.nan, dtype=dtype)
+    NUMPY_KERNELS[name](xs, out, attrs)
+    tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == "float64" else {"rtol": 2e-6, "atol": 2e-6}
+    np.testing.assert_allclose(out, apply(name, xs, attrs), **tol)
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("causal, final, with_prev", [(True, True, False), (False, False, False), (False, True, True), (True, True, True), (False, False, True)])
+def test_cpu_attention_equals_its_formula(heads, kv_heads, causal, final, with_prev):
+    rng = np.random.default_rng(heads * 7 + kv_heads)
+    tokens, width = 5, 3
+    q = rng.standard_normal((tokens, heads * width))
+    k, v = (rng.standard_normal((tokens, kv_heads * width)) for _ in range(2))
+    xs = [q, k, v]
+    if with_prev:  # the partial a previous key block leaves, made by the formula itself
+        earlier = [q, rng.standard_normal(k.shape), rng.standard_normal(v.shape)]
+        xs.append(apply("attention", earlier, {"heads": heads, "kv_heads": kv_heads, "final": False}).astype(np.float32))
+    attrs = {"heads": heads, "kv_heads": kv_heads, "causal": causal, "final": final}
+    shape, dtype = KERNELS["attention"].infer([x.shape for x in xs], [str(x.dtype) for x in xs], attrs)
+    out = np.full(shape, np.nan, dtype=dtype)
+    NUMPY_KERNELS["attention"](xs, out, attrs)
+    np.testing.assert_allclose(out, apply("attention", xs, attrs), rtol=1e-6, atol=1e-6)

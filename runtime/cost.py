@@ -42,7 +42,9 @@ class CostModel:
         shapes = [tuple(src.shape) for src in inputs]
         flops = spec.flops(shapes, tuple(node.shape), node.attrs)
         traffic = node.nbytes + sum(src.nbytes for src in inputs)
-        return max(flops / self.flop_rate(node.dtype), traffic / self.hbm_bw) + self.launch
+        # the rate of the operands' dtype: a non-final attention multiplies fp16 into a float32 partial
+        rate = self.flop_rate(inputs[0].dtype if inputs else node.dtype)
+        return max(flops / rate, traffic / self.hbm_bw) + self.launch
 
     def duration(self, node: MemNode, inputs: list[MemNode]) -> float:
         """Seconds the vertex occupies its resource when it has the link or the GPU to itself."""

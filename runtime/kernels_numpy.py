@@ -2,8 +2,9 @@
 
 Each function is `impl(inputs, out, attrs)`: `out` is a view into a GPU arena (or a fresh float64 array
 for the reference), so results go straight to their planned location with `out=`. softmax and rmsnorm
-allocate one small temporary of the reduced shape (a row max or a row mean), which is the only
-allocation a kernel makes; elementwise kernels work in place in `out`.
+allocate one small temporary of the reduced shape (a row max or a row mean); elementwise kernels work in
+place in `out`. rope allocates half-width products, and attention its block's score matrix
+[heads, tq, tk] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in registers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from turnip_ir.kernels import KERNELS
+from turnip_ir.kernels import KERNELS, softmax_scale
 
 KernelImpl = Callable[[list[np.ndarray], np.ndarray, dict], None]
 
@@ -90,6 +91,90 @@ def _rmsnorm(xs, out, attrs):
         out *= xs[1]
 
 
+def _rope(xs, out, attrs):
+    """Per head of width D (cos's width): out = x*cos + rotate_half(x)*sin, rotate_half(y) = [-y2, y1]."""
+    x, cos, sin = xs
+    tokens, width = cos.shape
+    half = width // 2
+    x3 = x.reshape(tokens, -1, width)
+    o3 = out.reshape(tokens, -1, width)  # a view: `out` is contiguous
+    cos3, sin3 = cos[:, None, :], sin[:, None, :]
+    np.multiply(x3, cos3, out=o3)
+    o3[..., :half] -= x3[..., half:] * sin3[..., :half]
+    o3[..., half:] += x3[..., :half] * sin3[..., half:]
+
+
+def _swiglu(xs, out, attrs):
+    """silu(gate) * up = gate / (1 + exp(-gate)) * up, built up in `out` (exp may overflow to inf: exact)."""
+    gate, up = xs
+    np.negative(gate, out=out)
+    with np.errstate(over="ignore"):
+        np.exp(out, out=out)
+    out += 1.0
+    np.divide(gate, out, out=out)
+    out *= up
+
+
+def _heads(x: np.ndarray, kv_heads: int, width: int, work) -> np.ndarray:
+    """[t, heads*D] -> [kv_heads, heads/kv_heads, t, D] in `work` precision (head h = kv*group + g)."""
+    tokens = x.shape[0]
+    return x.reshape(tokens, kv_heads, -1, width).transpose(1, 2, 0, 3).astype(work, copy=False)
+
+
+def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:
+    """This key block's normalised output [kv, group, tq, D] and log-sum-exp [kv, group, tq]."""
+    kv_heads = attrs["kv_heads"]
+    width = q.shape[1] // attrs["heads"]
+    qh = _heads(q, kv_heads, width, work)
+    kh = _heads(k, kv_heads, width, work)  # [kv, 1, tk, D]: broadcast over the group
+    vh = _heads(v, kv_heads, width, work)
+    scores = np.matmul(qh, kh.swapaxes(-1, -2))
+    scores *= softmax_scale(q.shape, attrs)
+    if KERNELS["attention"].attr(attrs, "causal"):
+        hidden = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)  # key j > query i
+        scores[..., hidden] = -np.inf
+    top = scores.max(axis=-1, initial=-np.inf)
+    if scores.shape[-1]:
+        scores -= top[..., None]
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=-1)
+    with np.errstate(divide="ignore"):
+        lse = top + np.log(total)
+    output = np.matmul(scores, vh)
+    output /= np.where(total > 0, total, 1.0)[..., None]
+    return output, lse
+
+
+def _merge(prev: np.ndarray, output, lse, heads: int, work) -> tuple[np.ndarray, np.ndarray]:
+    """Log-sum-exp merge of a packed partial [tq, heads*D + heads] with this block's (output, lse)."""
+    kv_heads, group, tokens, width = output.shape
+    prev_out = _heads(prev[:, : heads * width], kv_heads, width, work)
+    prev_lse = prev[:, heads * width :].astype(work).reshape(tokens, kv_heads, group).transpose(1, 2, 0)
+    both = np.logaddexp(prev_lse, lse)
+    seen = np.isfinite(both)  # a row with no key yet in either part keeps zeros
+    with np.errstate(invalid="ignore"):
+        old = np.where(seen, np.exp(prev_lse - both), 0.0)
+        new = np.where(seen, np.exp(lse - both), 0.0)
+    return prev_out * old[..., None] + output * new[..., None], both
+
+
+def _attention(xs, out, attrs):
+    """One key block of grouped-query attention merged into `prev` (see the kernel table)."""
+    q, k, v = xs[:3]
+    heads = attrs["heads"]
+    work = np.float64 if q.dtype == np.float64 else np.float32
+    output, lse = _block_attention(q, k, v, attrs, work)
+    if len(xs) == 4:
+        output, lse = _merge(xs[3], output, lse, heads, work)
+    tokens = q.shape[0]
+    flat = output.transpose(2, 0, 1, 3).reshape(tokens, q.shape[1])
+    if KERNELS["attention"].attr(attrs, "final"):
+        out[...] = flat
+    else:
+        out[:, : q.shape[1]] = flat
+        out[:, q.shape[1] :] = lse.transpose(2, 0, 1).reshape(tokens, heads)
+
+
 def _binary(ufunc) -> KernelImpl:
     def impl(xs, out, attrs):
         ufunc(xs[0], xs[1], out=out)
@@ -110,6 +195,9 @@ NUMPY_KERNELS: dict[str, KernelImpl] = {
     "scale": _scale,
     "softmax": _softmax,
     "rmsnorm": _rmsnorm,
+    "rope": _rope,
+    "swiglu": _swiglu,
+    "attention": _attention,
 }
 
 assert set(NUMPY_KERNELS) == set(KERNELS), "every kernel in the table needs a numpy implementation"

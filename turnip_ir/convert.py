@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i1, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.irdl import IRDLOperation
 
@@ -29,6 +29,7 @@ from turnip_ir.dialect import (
     tensor_type,
 )
 from turnip_ir.errors import InputError
+from turnip_ir.kernels import attribute_types
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph, TaskNode
 
@@ -51,10 +52,20 @@ def _module(devices: int, budget: int | None, ops: list[Operation]) -> ModuleOp:
     return ModuleOp(Region(Block(ops)), attributes=attrs)
 
 
-def _kernel_props(name: str, attrs: dict) -> dict:
+def _kernel_props(attrs: dict) -> dict:
+    """IR properties for kernel attributes, typed by the kernel table (a bool is not an int here)."""
+    kinds = attribute_types()
     props = {}
     for key, value in attrs.items():
-        props[key] = StringAttr(value) if isinstance(value, str) else FloatAttr(float(value), f64)
+        kind = kinds.get(key, type(value))
+        if kind is str:
+            props[key] = StringAttr(value)
+        elif kind is bool:
+            props[key] = IntegerAttr(int(value), i1)
+        elif kind is int:
+            props[key] = IntegerAttr(value, i64)
+        else:
+            props[key] = FloatAttr(float(value), f64)
     return props
 
 
@@ -91,7 +102,7 @@ def taskgraph_to_ir(graph: TaskGraph) -> ModuleOp:
         plain = _PLAIN_NAME.fullmatch(node.id) and not _SUFFIX.search(node.id)
         if not plain:
             props["task"] = StringAttr(node.id)
-        props.update(_kernel_props(node.op, node.attrs))
+        props.update(_kernel_props(node.attrs))
         kind = node.op if node.op in ("input", "move") else "kernel"
         op = _vertex_op(kind, node.op, [values[i] for i in node.inputs], [], [], tensor_type(node.shape, node.dtype), props)
         _name(op, node.id if plain else _safe_hint(node.id))
@@ -227,7 +238,7 @@ def _mem_props(node: MemNode) -> dict:
         props["storage"] = StorageAttr.get(*node.storage)
     if node.device is not None and (node.loc is None or node.op == "move"):
         props["device"] = IntegerAttr(node.device, i64)
-    props.update(_kernel_props(node.kernel or "", node.attrs))
+    props.update(_kernel_props(node.attrs))
     return props
 
 

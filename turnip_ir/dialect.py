@@ -47,7 +47,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from turnip_ir.errors import TurnipError
-from turnip_ir.kernels import KERNELS, nbytes
+from turnip_ir.kernels import KERNELS, attribute_types, nbytes
 
 # ----- types and attributes -------------------------------------------------------------------------
 
@@ -210,9 +210,6 @@ class KernelOp(TurnipOp):
     ins = var_operand_def(TensorType)
     deps = var_operand_def(TokenType)
     redundant = var_operand_def(TokenType)
-    equation = opt_prop_def(StringAttr)
-    factor = opt_prop_def(FloatAttr)
-    eps = opt_prop_def(FloatAttr)
     assembly_format = (
         "$ins (`on` $device^)? (`at` $loc^)? (`after` `[` $deps^ `]`)? (`redundant` `[` $redundant^ `]`)?"
         " attr-dict `:` functional-type($ins, $result)"
@@ -220,19 +217,24 @@ class KernelOp(TurnipOp):
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
 
     def kernel_attrs(self) -> dict:
+        """The kernel attributes as Python values (str, float, int, bool), by name."""
         attrs = {}
-        for name in KERNELS[self.KERNEL].attrs:
-            value = getattr(self, name)
+        for name, kind in KERNELS[self.KERNEL].attrs.items():
+            value = self.properties.get(name)
             if value is not None:
-                attrs[name] = value.data if isinstance(value, StringAttr) else value.value.data
+                attrs[name] = value.data if isinstance(value, StringAttr) else kind(value.value.data)
         return attrs
 
     def verify_(self) -> None:
         self.verify_placement()
         spec = KERNELS[self.KERNEL]
-        for name in ("equation", "factor", "eps"):
-            if getattr(self, name) is not None and name not in spec.attrs:
+        for name in ATTRIBUTE_TYPES:
+            value = self.properties.get(name)
+            if value is not None and name not in spec.attrs:
                 raise VerifyException(f"{self.label()}: {self.KERNEL} has no attribute '{name}'")
+            if value is not None and not _fits(spec.attrs[name], value):
+                form = _ATTRIBUTE_FORMS[spec.attrs[name]]
+                raise VerifyException(f"{self.label()}: attribute '{name}' must be {form}, got {value}")
         operands = [shape_and_dtype(x.type) for x in self.ins]
         if any(shape is None for shape, _ in operands) or shape_and_dtype(self.result.type)[0] is None:
             return  # an untyped memgraph tensor: nothing to infer
@@ -244,9 +246,28 @@ class KernelOp(TurnipOp):
             raise VerifyException(f"{self.label()}: result must be {tensor_type(shape, dtype)}, got {self.result.type}")
 
 
+ATTRIBUTE_TYPES: dict[str, type] = attribute_types()
+"""Every kernel op has each attribute of the kernel table as an optional property, of any attribute
+type so that `verify_` can name the op and the attribute at fault; it also rejects the attributes its
+kernel does not have. A new kernel attribute needs no edit here."""
+
+_ATTRIBUTE_FORMS = {str: "a string", float: "a float", int: "an i64 integer", bool: "true or false"}
+
+
+def _fits(kind: type, value: Attribute) -> bool:
+    """Whether an IR attribute holds a kernel attribute of type `kind` (str, float, int, bool)."""
+    if kind is str:
+        return isinstance(value, StringAttr)
+    if kind is float:
+        return isinstance(value, FloatAttr)
+    width = 1 if kind is bool else 64
+    return isinstance(value, IntegerAttr) and value.type == IntegerType(width)
+
+
 def _kernel_op(kernel_name: str) -> type[KernelOp]:
     class_name = "".join(part.capitalize() for part in kernel_name.split("_")) + "Op"
     fields = {"name": f"turnip.{kernel_name}", "KERNEL": kernel_name, "__module__": __name__, "__qualname__": class_name}
+    fields.update({name: opt_prop_def(Attribute) for name in ATTRIBUTE_TYPES})
     fields["__annotations__"] = {"KERNEL": ClassVar[str]}
     fields["__doc__"] = f"Kernel `{kernel_name}`: {KERNELS[kernel_name].summary}."
     return irdl_op_definition(type(class_name, (KernelOp,), fields))

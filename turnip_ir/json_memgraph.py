@@ -9,7 +9,7 @@ verified without them, but only run with them.
 from __future__ import annotations
 
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.json_taskgraph import INT_LIMIT, topo_order
+from turnip_ir.json_taskgraph import INT_LIMIT, checked_attrs, topo_order
 from turnip_ir.kernels import DTYPE_BYTES, KERNELS
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MEMGRAPH_OPS, MemGraph, MemNode
 from turnip_ir.taskgraph import valid_id
@@ -88,6 +88,9 @@ def _parse_node(raw, index: int) -> MemNode:
     storage = _get(raw, "storage", where, _region, "[offset, size]")
     shape = _get(raw, "shape", where, lambda v: _int_list(v) and all(d >= 0 for d in v), "a list of sizes")
     dtype = _get(raw, "dtype", where, lambda v: isinstance(v, str) and v in DTYPE_BYTES, f"one of {', '.join(DTYPE_BYTES)}")
+    attrs = _get(raw, "attrs", where, lambda v: isinstance(v, dict), "an object") or {}
+    if attrs and op != "kernel":
+        raise InputError(f"{where}: {_article(op)} {op} has no attributes")
     node = MemNode(
         id=node_id,
         op=op,
@@ -100,7 +103,7 @@ def _parse_node(raw, index: int) -> MemNode:
         kernel=kernel,
         shape=tuple(shape) if shape is not None else None,
         dtype=dtype,
-        attrs=_get(raw, "attrs", where, lambda v: isinstance(v, dict), "an object") or {},
+        attrs=checked_attrs(kernel, attrs, where) if attrs else {},
         redundant_deps=tuple(_get(raw, "redundant_deps", where, _int_list, "a list of node ids") or ()),
     )
     _check_placement(node, where)

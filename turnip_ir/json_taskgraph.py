@@ -9,7 +9,7 @@ from turnip_ir.errors import InputError
 
 INT_LIMIT = 1 << 62
 """JSON integers must stay below this in magnitude: IR stores them as 64-bit integers."""
-from turnip_ir.kernels import KERNELS
+from turnip_ir.kernels import KERNELS, accepts
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
 
@@ -114,7 +114,7 @@ def _add_node(graph: TaskGraph, node: dict, inputs: list[str], where: str) -> No
             raise InputError(f"{where}: a move takes exactly 1 input, got {len(inputs)}")
         made = graph.move(inputs[0], device, id=node_id)
     elif op in KERNELS:
-        made = graph.kernel(op, *inputs, device=device, id=node_id, **_checked_attrs(op, attrs, where))
+        made = graph.kernel(op, *inputs, device=device, id=node_id, **checked_attrs(op, attrs, where))
     else:
         raise InputError(f"{where}: unknown op '{op}' (known: input, move, {', '.join(KERNELS)})")
     if shape is not None and tuple(shape) != made.shape:
@@ -123,13 +123,13 @@ def _add_node(graph: TaskGraph, node: dict, inputs: list[str], where: str) -> No
         raise InputError(f"{where}: field 'dtype' is '{dtype}' but the op gives '{made.dtype}'")
 
 
-def _checked_attrs(op: str, attrs: dict, where: str) -> dict:
+def checked_attrs(op: str, attrs: dict, where: str) -> dict:
+    """Kernel `op`'s attributes from JSON, each of its table type (a float may be written as 1)."""
     spec = KERNELS[op]
     for name, value in attrs.items():
         kind = spec.attrs.get(name)
         if kind is None:
             raise InputError(f"{where}: {op} has no attribute '{name}'")
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else isinstance(value, kind)
-        if not ok:
+        if not accepts(kind, value):
             raise InputError(f"{where}: attribute '{name}' must be {kind.__name__}, got {value!r}")
-    return attrs
+    return {name: spec.attrs[name](value) for name, value in attrs.items()}

@@ -35,10 +35,13 @@ class KernelSpec:
     infer_shape: Callable[[list[Shape], dict], Shape]
     flops: Callable[[list[Shape], Shape, dict], int]
     attrs: dict[str, type] = field(default_factory=dict)
-    """Attribute name -> Python type; attributes named in `required` must be given."""
+    """Attribute name -> one of ATTR_TYPES; attributes named in `required` must be given."""
     required: tuple[str, ...] = ()
     defaults: dict[str, object] = field(default_factory=dict)
     summary: str = ""
+    infer_dtype: Callable[[list[str], dict], str] | None = None
+    """The result dtype from the operands' dtypes and the attributes, raising `ShapeError`; None means
+    every operand has one dtype and the result has it too."""
 
     def infer(self, shapes: list[Shape], dtypes: list[str], attrs: dict) -> tuple[Shape, str]:
         """The output shape and dtype, or a `ShapeError`."""
@@ -52,13 +55,40 @@ class KernelSpec:
         for name in attrs:
             if name not in self.attrs:
                 raise ShapeError(f"{self.name} has no attribute '{name}'")
-        if len(set(dtypes)) > 1:
+        for name, value in attrs.items():
+            if not accepts(self.attrs[name], value):
+                raise ShapeError(f"{self.name} attribute '{name}' must be {self.attrs[name].__name__}, got {value!r}")
+        if self.infer_dtype is not None:
+            dtype = self.infer_dtype(dtypes, attrs)
+        elif len(set(dtypes)) > 1:
             raise ShapeError(f"{self.name} operands have mixed dtypes {sorted(set(dtypes))}")
-        return tuple(self.infer_shape(shapes, attrs)), dtypes[0]
+        else:
+            dtype = dtypes[0]
+        return tuple(self.infer_shape(shapes, attrs)), dtype
 
     def attr(self, attrs: dict, name: str):
         """An attribute's value, or its default."""
         return attrs.get(name, self.defaults.get(name))
+
+
+ATTR_TYPES: tuple[type, ...] = (str, float, int, bool)
+"""The types a kernel attribute may have: IR `StringAttr`, `f64`, `i64` and `i1` (`true`/`false`)."""
+
+INT64 = (-(1 << 63), 1 << 63)
+
+
+def accepts(kind: type, value) -> bool:
+    """Whether `value` is an attribute of type `kind`: a float takes any non-bool number, an int only
+    a non-bool integer that fits 64 bits, a bool only True or False."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind is float:
+        return isinstance(value, (int, float))
+    if kind is int:
+        return isinstance(value, int) and INT64[0] <= value < INT64[1]
+    return isinstance(value, kind)
 
 
 def _same(shapes: list[Shape], attrs: dict) -> Shape:
@@ -138,6 +168,76 @@ def _softmax(shapes: list[Shape], attrs: dict) -> Shape:
     return shapes[0]
 
 
+def _same_shape(name: str) -> Callable[[list[Shape], dict], Shape]:
+    def infer(shapes: list[Shape], attrs: dict) -> Shape:
+        if len(set(shapes)) > 1:
+            raise ShapeError(f"{name}: operand shapes differ: {' and '.join(str(list(s)) for s in shapes)}")
+        return shapes[0]
+
+    return infer
+
+
+def _rope(shapes: list[Shape], attrs: dict) -> Shape:
+    x, cos, sin = shapes
+    if len(x) != 2 or len(cos) != 2:
+        raise ShapeError(f"rope: x {list(x)} and cos {list(cos)} must be 2-D [tokens, width]")
+    if cos != sin:
+        raise ShapeError(f"rope: cos {list(cos)} and sin {list(sin)} differ")
+    head = cos[1]
+    if cos[0] != x[0]:
+        raise ShapeError(f"rope: cos has {cos[0]} rows, x has {x[0]} tokens")
+    if head == 0 or head % 2:
+        raise ShapeError(f"rope: head width {head} (cos columns) must be even and positive")
+    if x[1] % head:
+        raise ShapeError(f"rope: head width {head} does not divide x width {x[1]}")
+    return x
+
+
+def head_width(q: Shape, attrs: dict) -> int:
+    """D of an attention op: q's width over `heads` (the shape rule has checked it divides)."""
+    return q[1] // attrs["heads"]
+
+
+def softmax_scale(q: Shape, attrs: dict) -> float:
+    """The attention score scale: the `softmax_scale` attribute, or 1/sqrt(D)."""
+    scale = attrs.get("softmax_scale")
+    return 1.0 / math.sqrt(head_width(q, attrs)) if scale is None else scale
+
+
+def _attention(shapes: list[Shape], attrs: dict) -> Shape:
+    heads, kv_heads = attrs["heads"], attrs["kv_heads"]
+    if any(len(s) != 2 for s in shapes):
+        raise ShapeError(f"attention: operands must be 2-D [tokens, width], got {[list(s) for s in shapes]}")
+    q, k, v = shapes[:3]
+    if heads < 1 or kv_heads < 1 or heads % kv_heads:
+        raise ShapeError(f"attention: kv_heads {kv_heads} must be positive and divide heads {heads}")
+    if q[1] % heads or q[1] == 0:
+        raise ShapeError(f"attention: heads {heads} does not divide q width {q[1]}")
+    width = q[1] // heads * kv_heads
+    if k != v or k[1] != width:
+        raise ShapeError(f"attention: k {list(k)} and v {list(v)} must both be [tokens, {width}] (kv_heads * D)")
+    if attrs.get("causal", False) and q[0] != k[0]:
+        raise ShapeError(f"attention: a causal block needs as many queries as keys, got {q[0]} and {k[0]}")
+    packed = (q[0], q[1] + heads)
+    if len(shapes) == 4 and shapes[3] != packed:
+        raise ShapeError(f"attention: prev {list(shapes[3])} must be the packed partial {list(packed)}")
+    return q if attrs.get("final", True) else packed
+
+
+def _attention_dtype(dtypes: list[str], attrs: dict) -> str:
+    if len(set(dtypes[:3])) > 1:
+        raise ShapeError(f"attention: q, k and v have mixed dtypes {sorted(set(dtypes[:3]))}")
+    if len(dtypes) == 4 and dtypes[3] != "float32":
+        raise ShapeError(f"attention: prev must be float32 (a packed partial), got {dtypes[3]}")
+    return dtypes[0] if attrs.get("final", True) else "float32"
+
+
+def _attention_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
+    (tq, width), (tk, _) = shapes[0], shapes[1]
+    flops = 4 * tq * tk * width
+    return flops // 2 if attrs.get("causal", False) else flops
+
+
 def _elementwise(per_element: int) -> Callable[[list[Shape], Shape, dict], int]:
     return lambda shapes, out, attrs: per_element * math.prod(out)
 
@@ -199,8 +299,44 @@ KERNELS: dict[str, KernelSpec] = {
             defaults={"eps": 1e-6},
             summary="x / sqrt(mean(x*x, last axis) + eps), times an optional weight over the last axis",
         ),
+        KernelSpec(
+            "rope",
+            (3, 3),
+            _rope,
+            _elementwise(3),
+            summary="rotary embedding per head of width D: x*cos + rotate_half(x)*sin, cos and sin [tokens, D]",
+        ),
+        KernelSpec(
+            "swiglu",
+            (2, 2),
+            _same_shape("swiglu"),
+            _elementwise(5),
+            summary="silu(gate) * up",
+        ),
+        KernelSpec(
+            "attention",
+            (3, 4),
+            _attention,
+            _attention_flops,
+            attrs={"heads": int, "kv_heads": int, "causal": bool, "final": bool, "softmax_scale": float},
+            required=("heads", "kv_heads"),
+            defaults={"causal": False, "final": True},
+            infer_dtype=_attention_dtype,
+            summary="one key block of grouped-query attention, merged into the packed partial prev; "
+            "final: the output, else the next packed partial (float32, [tq, heads*D + heads])",
+        ),
     ]
 }
+
+
+def attribute_types() -> dict[str, type]:
+    """Every attribute name any kernel has, with its type (one name has one type across kernels)."""
+    union: dict[str, type] = {}
+    for spec in KERNELS.values():
+        for name, kind in spec.attrs.items():
+            assert kind in ATTR_TYPES, f"{spec.name}: attribute '{name}' has type {kind}"
+            assert union.setdefault(name, kind) is kind, f"attribute '{name}' has two types"
+    return union
 
 
 def kernel(name: str) -> KernelSpec:

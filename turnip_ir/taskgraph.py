@@ -9,12 +9,13 @@ well-typed. `to_json`/`from_json` implement the `turnip.taskgraph/1` contract; `
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, kernel, nbytes
+from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, accepts, kernel, nbytes
 
 TASKGRAPH_FORMAT = "turnip.taskgraph/1"
 
@@ -143,6 +144,20 @@ class TaskGraph:
         operands = (x,) if weight is None else (x, weight)
         return self.kernel("rmsnorm", *operands, **extra, **kw)
 
+    def rope(self, x: TensorLike, cos: TensorLike, sin: TensorLike, **kw) -> Tensor:
+        return self.kernel("rope", x, cos, sin, **kw)
+
+    def swiglu(self, gate: TensorLike, up: TensorLike, **kw) -> Tensor:
+        return self.kernel("swiglu", gate, up, **kw)
+
+    def attention(
+        self, q: TensorLike, k: TensorLike, v: TensorLike, prev: TensorLike | None = None, *, heads: int, kv_heads: int, **kw
+    ) -> Tensor:
+        """One key block of attention, merged into the packed partial `prev`; attributes `causal`,
+        `final` and `softmax_scale` go in `kw` with `device` and `id`."""
+        operands = (q, k, v) if prev is None else (q, k, v, prev)
+        return self.kernel("attention", *operands, heads=heads, kv_heads=kv_heads, **kw)
+
     # ----- queries ----------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.nodes)
@@ -244,10 +259,11 @@ class TaskGraph:
         """A kernel attribute converted to its table type; unknown names are left for `infer` to reject."""
         if kind is None:
             return value
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise InputError(f"node '{node_id}': attribute '{name}' must be a number, got {value!r}")
-        if kind is str and not isinstance(value, str):
-            raise InputError(f"node '{node_id}': attribute '{name}' must be a string, got {value!r}")
+        if kind is int and hasattr(value, "__index__") and not isinstance(value, bool):
+            value = operator.index(value)  # numpy integers too
+        if not accepts(kind, value):
+            what = {float: "a number", int: "an integer", bool: "True or False", str: "a string"}[kind]
+            raise InputError(f"node '{node_id}': attribute '{name}' must be {what}, got {value!r}")
         return kind(value)
 
     def _check_device(self, device: int, node_id: str) -> int:

@@ -55,7 +55,7 @@ def build(config: FfnConfig) -> Program:
         w1 = prog.input(f"w1.{layer}", (config.ffn, config.hidden), config.dtype, (config.ffn_blocks,))
         w2 = prog.input(f"w2.{layer}", (config.hidden, config.ffn), config.dtype, (None, config.ffn_blocks))
         h = prog.einsum("ti,oi->to", x, w1, name=f"up{layer}", place=place)
-        h = prog.map("gelu", h, name=f"act{layer}", place=place)
+        h = prog.map("gelu", h, name=f"act{layer}", signature="tf->tf", place=place)
         x = prog.einsum("tf,of->to", h, w2, name="y" if layer == config.layers - 1 else f"down{layer}", place=place)
     prog.output(x)
     return prog

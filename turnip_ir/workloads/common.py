@@ -1,9 +1,11 @@
-"""Helpers every workload shares: seeded random arrays and config checks."""
+"""Helpers every workload shares: seeded random arrays, config checks and configs from text."""
 
 from __future__ import annotations
 
+import json
 import zlib
-from dataclasses import fields
+from dataclasses import fields, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -29,3 +31,23 @@ def check_positive(config, *names: str) -> None:
 
 def field_names(config_type) -> list[str]:
     return [f.name for f in fields(config_type)]
+
+
+def config_from_text(config_type, presets: dict, text: str | None, default: str):
+    """A workload config from a preset name, a JSON file, or inline JSON ('{"n": 512}'); JSON keys
+    override the `default` preset's fields."""
+    text = default if text is None else text
+    if text in presets:
+        return presets[text]
+    path = Path(text)
+    try:
+        doc = json.loads(path.read_text() if path.is_file() else text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"config '{text}' is neither a preset ({', '.join(presets)}), a JSON file nor inline JSON") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"config '{text}': expected a JSON object")
+    known = field_names(config_type)
+    for key in doc:
+        if key not in known:
+            raise InputError(f"config '{text}': unknown key '{key}' (known: {', '.join(known)})")
+    return replace(presets[default], **doc)

@@ -13,7 +13,8 @@ import pytest
 from runtime_plans import naive_memgraph
 
 from runtime.reference import evaluate
-from turnip_ir.models import ffn_stack, random_taskgraph
+from turnip_ir.models import random_taskgraph
+from turnip_ir.workloads import ffn as ffn_workload
 
 TURNIP = [sys.executable, "-m", "turnip_cli.main", "run"]
 
@@ -29,9 +30,13 @@ def _one_line_error(proc, code, text):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def _one_layer_ffn():
+    return ffn_workload.build(ffn_workload.FfnConfig(layers=1, tokens=4, hidden=8, ffn=16, block=4)).taskgraph()
+
+
 @pytest.fixture
 def ffn(tmp_path):
-    taskgraph = ffn_stack(layers=3, tokens=16, hidden=32, ffn=64, devices=2)
+    taskgraph = ffn_workload.build(ffn_workload.FfnConfig(layers=3, tokens=16, hidden=32, ffn=64, block=16, gpus=2, placement="layers")).taskgraph()
     path = tmp_path / "ffn.json"
     path.write_text(taskgraph.dumps())
     return taskgraph, path
@@ -54,7 +59,7 @@ def test_taskgraph_is_compiled_run_and_outputs_match_reference(ffn, tmp_path):
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     names = {e["args"]["name"] for e in trace if e["name"] == "thread_name"}
     assert {"gpu0 compute0", "gpu0 h2d", "gpu0 d2h", "gpu1 peer"} <= names
-    assert any(e["ph"] == "X" and e["name"] == "up0 matmul" for e in trace)
+    assert any(e["ph"] == "X" and e["name"] == "up0 einsum" for e in trace)
 
 
 def test_memgraph_file_runs_on_sim(tmp_path):
@@ -94,17 +99,17 @@ def test_wrongly_shaped_and_unknown_inputs_are_named(ffn, tmp_path):
 
 
 def test_failing_kernel_names_the_vertex_and_writes_no_outputs(tmp_path):
-    doc = json.loads(naive_memgraph(ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)).dumps())
+    doc = json.loads(naive_memgraph(_one_layer_ffn()).dumps())
     up = next(node for node in doc["nodes"] if node["task"] == "up0")
     up["shape"] = [4, 8]  # the matmul really produces [4, 16]: numpy raises at run time
     (tmp_path / "mg.json").write_text(json.dumps(doc))
     proc = _turnip(tmp_path / "mg.json", "--outputs", tmp_path / "out.npz")
-    _one_line_error(proc, 4, f"vertex {up['id']} (up0 matmul) failed")
+    _one_line_error(proc, 4, f"vertex {up['id']} (up0 einsum) failed")
     assert not (tmp_path / "out.npz").exists()
 
 
 def test_unknown_kernel_is_an_error(tmp_path):
-    doc = json.loads(naive_memgraph(ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)).dumps())
+    doc = json.loads(naive_memgraph(_one_layer_ffn()).dumps())
     next(node for node in doc["nodes"] if node["task"] == "act0")["kernel"] = "frobnicate"
     (tmp_path / "mg.json").write_text(json.dumps(doc))
     _one_line_error(_turnip(tmp_path / "mg.json"), 1, "unknown kernel 'frobnicate'")

@@ -31,6 +31,8 @@ from turnip_ir.kernels import KERNELS, Shape, nbytes, parse_equation
 from turnip_ir.taskgraph import TaskGraph, Tensor
 
 Coords = tuple[int, ...]
+ROW_KERNELS = ("rmsnorm", "softmax")
+"""Kernels that reduce over the last axis: `map` needs that axis in one block."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,8 @@ class Program:
         for letter, split in cut.items():
             if letter not in out and len(split) > 1:
                 raise InputError(f"op '{name}': '{letter}' is split but {kernel} does not reduce over it")
+        if kernel in ROW_KERNELS and len(operands[0].splits[-1]) > 1:
+            raise InputError(f"op '{name}': {kernel} reduces over the last axis, which is cut in {len(operands[0].splits[-1])} blocks")
         place = place or follow
         grid = tuple(len(cut[l]) for l in out)
         blocks: dict[Coords, Tensor] = {}

@@ -1,0 +1,330 @@
+"""Safetensors files, read lazily and written, without the `safetensors` package.
+
+The format: an 8-byte little-endian header length N, N bytes of JSON header, then raw little-endian
+data. The header maps each tensor name to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets
+into the data that follows the header) and may hold `"__metadata__"`, a str -> str map. A sharded
+checkpoint is a `model.safetensors.index.json` whose `weight_map` names each tensor's file.
+
+`SafeTensors.open(path)` reads the headers only; each file is mapped once with `np.memmap`, and a tensor
+is a read-only view into that map, so weights are never copied unless a conversion is asked for. BF16
+(the top 16 bits of a float32; numpy has no bfloat16) comes back as float32, exactly, or in a requested
+dtype. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor.
+`save_file` and `save_sharded` write the format, for tests and for converting random weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from turnip_ir.errors import InputError
+
+FORMATS: dict[str, tuple[str, np.dtype]] = {
+    "F16": ("float16", np.dtype("<f2")),
+    "BF16": ("bfloat16", np.dtype("<u2")),
+    "F32": ("float32", np.dtype("<f4")),
+    "F64": ("float64", np.dtype("<f8")),
+    "I32": ("int32", np.dtype("<i4")),
+    "I64": ("int64", np.dtype("<i8")),
+}
+"""Safetensors dtype code -> (its name here, the stored element type; BF16 is read as raw 16-bit words)."""
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+HEADER_LIMIT = 100 << 20
+"""The format caps the JSON header at 100 MB; a larger length means a corrupt or foreign file."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one tensor lives: its file, stored dtype code, shape, and byte range in the file."""
+
+    name: str
+    file: Path
+    code: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+class SafeTensors:
+    """The tensors of one safetensors file or a sharded index, by name: `names()`, `shape`, `dtype`,
+    `get`; also `st[name]` (= `st.get(name)`), `name in st`, `len(st)` and iteration over the names.
+    Not a `Mapping`: `get` raises on a missing name and takes a dtype, where `Mapping.get` has a default."""
+
+    def __init__(self, source: Path, entries: dict[str, TensorEntry], metadata: dict[str, str]):
+        self.source = source
+        self.metadata = metadata
+        self._entries = entries
+        self._maps: dict[Path, np.memmap] = {}
+
+    @classmethod
+    def open(cls, path: str | Path) -> SafeTensors:
+        """A `.safetensors` file, a `model.safetensors.index.json`, or a folder holding either."""
+        path = Path(path)
+        if path.is_dir():
+            path = _model_file(path)
+        if not path.is_file():
+            raise InputError(f"safetensors file '{path}' does not exist")
+        if path.name.endswith(".json"):
+            return cls(path, *_read_index(path))
+        entries, metadata = read_header(path)
+        return cls(path, entries, metadata)
+
+    # ----- queries ----------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    keys = names
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._entry(name).shape
+
+    def dtype(self, name: str) -> str:
+        """The stored dtype: float16, bfloat16, float32, float64, int32 or int64."""
+        return FORMATS[self._entry(name).code][0]
+
+    def file(self, name: str) -> Path:
+        return self._entry(name).file
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name) -> bool:
+        return name in self._entries
+
+    # ----- reading ----------------------------------------------------------------------------------
+    def raw(self, name: str) -> np.ndarray:
+        """The stored tensor as a read-only view of the mapped file (BF16 as uint16 words), no copy."""
+        entry = self._entry(name)
+        data = self._map(entry.file)[entry.begin : entry.end]
+        return data.view(FORMATS[entry.code][1]).reshape(entry.shape)
+
+    def get(self, name: str, dtype: str | np.dtype | None = None, shape=None) -> np.ndarray:
+        """The tensor, converted to `dtype` when given (a copy), else as stored (a view; BF16 as float32).
+
+        With `shape`, a tensor of another shape is an error naming the expected and found shapes.
+        """
+        entry = self._entry(name)
+        if shape is not None and tuple(shape) != entry.shape:
+            raise InputError(
+                f"tensor '{name}' in '{entry.file}': expected shape {list(shape)}, found {list(entry.shape)}"
+            )
+        array = self.raw(name)
+        if entry.code == "BF16":
+            array = bfloat16_to_float32(array)
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            array = array.astype(dtype)
+        return array
+
+    def _entry(self, name: str) -> TensorEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise InputError(f"tensor '{name}' is not in '{self.source}'")
+        return entry
+
+    def _map(self, file: Path) -> np.memmap:
+        if file not in self._maps:
+            try:
+                self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
+            except (OSError, ValueError) as err:
+                raise InputError(f"cannot map safetensors file '{file}': {err}") from None
+        return self._maps[file]
+
+
+def bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) as float32: the same 16 bits on top, zeros below. Exact."""
+    return (words.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even, as torch does), as uint16 words.
+
+    NaNs stay NaN (a quiet NaN with the sign kept); values that round past the largest bfloat16 become inf.
+    """
+    bits = np.asarray(values, dtype=np.float32, order="C").view(np.uint32)  # 0-d stays 0-d
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (bits >> 16) | 0x0040, rounded).astype(np.uint16)
+
+
+# ----- reading headers -------------------------------------------------------------------------------------
+
+
+def _model_file(folder: Path) -> Path:
+    for name in (INDEX_FILE, SINGLE_FILE):
+        if (folder / name).is_file():
+            return folder / name
+    raise InputError(f"folder '{folder}' has neither {SINGLE_FILE} nor {INDEX_FILE}")
+
+
+def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """The tensors of one file (offsets made absolute) and its `__metadata__`; checks every entry."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise InputError(f"safetensors file '{path}' is shorter than its 8-byte header length")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(HEADER_LIMIT, size - 8):
+            raise InputError(f"safetensors file '{path}': header length {length} runs past the end of the file ({size} bytes)")
+        text = handle.read(length)
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"safetensors file '{path}': malformed header: {err}") from None
+    if not isinstance(header, dict):
+        raise InputError(f"safetensors file '{path}': malformed header: not a JSON object")
+    metadata = _metadata(header.pop("__metadata__", {}), path)
+    start = 8 + length
+    entries = {name: _entry(name, raw, path, start, size) for name, raw in header.items()}
+    return entries, metadata
+
+
+def _metadata(raw, path: Path) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise InputError(f"safetensors file '{path}': malformed header: __metadata__ must map strings to strings")
+    return raw
+
+
+def _entry(name: str, raw, path: Path, start: int, size: int) -> TensorEntry:
+    where = f"tensor '{name}' in '{path}'"
+    if not isinstance(raw, dict) or set(raw) != {"dtype", "shape", "data_offsets"}:
+        raise InputError(f"{where}: malformed header entry (needs exactly dtype, shape, data_offsets)")
+    code, shape, offsets = raw["dtype"], raw["shape"], raw["data_offsets"]
+    if code not in FORMATS:
+        raise InputError(f"{where}: dtype {code!r} is not supported (supported: {', '.join(FORMATS)})")
+    if not isinstance(shape, list) or not all(_count(d) for d in shape):
+        raise InputError(f"{where}: malformed header: shape {shape!r} must be a list of sizes")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets):
+        raise InputError(f"{where}: malformed header: data_offsets {offsets!r} must be [begin, end]")
+    begin, end = offsets
+    need = math.prod(shape) * FORMATS[code][1].itemsize
+    if end - begin != need:
+        raise InputError(f"{where}: data_offsets {offsets} hold {end - begin} bytes, its {code} shape {shape} needs {need}")
+    if start + end > size:
+        raise InputError(f"{where}: data_offsets {offsets} run past the end of the file (data section of {size - start} bytes)")
+    return TensorEntry(name, path, code, tuple(shape), start + begin, start + end)
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """The tensors of every shard an index's `weight_map` names; each must be in the file it is mapped to."""
+    try:
+        index = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"safetensors index '{path}' is not valid JSON: {err}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InputError(f"safetensors index '{path}' needs a 'weight_map' of tensor name -> file name")
+    shards: dict[str, dict[str, TensorEntry]] = {}
+    entries: dict[str, TensorEntry] = {}
+    for name, file_name in weight_map.items():
+        if file_name not in shards:
+            shard = path.parent / file_name
+            if not shard.is_file():
+                raise InputError(f"safetensors index '{path}': shard '{shard}' does not exist")
+            shards[file_name] = read_header(shard)[0]
+        if name not in shards[file_name]:
+            raise InputError(f"tensor '{name}' is not in '{path.parent / file_name}' (the index '{path}' maps it there)")
+        entries[name] = shards[file_name][name]
+    metadata = index.get("metadata") or {}
+    return entries, {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {}
+
+
+# ----- writing -----------------------------------------------------------------------------------------------
+
+CODES = {(stored.kind, stored.itemsize): code for code, (_, stored) in FORMATS.items() if code != "BF16"}
+"""(numpy kind, itemsize) -> the dtype code an array of that type is written as."""
+
+
+def save_file(
+    tensors: Mapping[str, np.ndarray],
+    path: str | Path,
+    metadata: Mapping[str, str] | None = None,
+    bfloat16: tuple[str, ...] = (),
+) -> int:
+    """Write `tensors` (in name order) to one safetensors file, via a temporary file; returns the data bytes.
+
+    float16, float32, float64, int32 and int64 arrays are stored as such; names in `bfloat16` (float
+    arrays, rounded to float32 first) are stored as BF16, rounded to nearest even.
+    """
+    target = Path(path)
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    if metadata and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise InputError(f"safetensors file '{target}': metadata must map strings to strings")
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        code, data = _stored(name, tensors[name], name in bfloat16, target)
+        header[name] = {"dtype": code, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
+        blobs.append(data)
+        offset += data.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # keep the data 8-byte aligned, as the reference writer does
+    _write(target, struct.pack("<Q", len(text)) + text, blobs)
+    return offset
+
+
+def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.ndarray]:
+    array = np.asarray(array)
+    if as_bfloat16:
+        if array.dtype.kind != "f":
+            raise InputError(f"tensor '{name}' for '{target}': only a float array can be stored as BF16, not {array.dtype}")
+        return "BF16", float32_to_bfloat16(array)
+    code = CODES.get((array.dtype.kind, array.dtype.itemsize))
+    if code is None:
+        known = ", ".join(FORMATS[c][0] for c in CODES.values())
+        raise InputError(f"tensor '{name}' for '{target}': dtype {array.dtype} cannot be stored (use {known})")
+    return code, array.astype(FORMATS[code][1], order="C", copy=False)  # keeps a 0-d array 0-d
+
+
+def _write(target: Path, head: bytes, blobs: list[np.ndarray]) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(head)
+            for blob in blobs:
+                handle.write(memoryview(blob.reshape(-1)).cast("B"))
+        tmp.replace(target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write '{target}': {err.strerror}") from None
+
+
+def save_sharded(
+    tensors: Mapping[str, np.ndarray],
+    folder: str | Path,
+    shards: int = 2,
+    metadata: Mapping[str, str] | None = None,
+    bfloat16: tuple[str, ...] = (),
+) -> Path:
+    """Write `tensors` as `shards` files `model-0000i-of-0000n.safetensors` (names dealt round-robin)
+    plus `model.safetensors.index.json`, as Hugging Face lays them out; returns the index's path."""
+    folder = Path(folder)
+    names = sorted(tensors)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for i in range(shards):
+        part = names[i::shards]
+        file_name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        total += save_file({n: tensors[n] for n in part}, folder / file_name, metadata, bfloat16)
+        weight_map.update({n: file_name for n in part})
+    index = {"metadata": {"total_size": total, **(metadata or {})}, "weight_map": weight_map}
+    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2))
+    return folder / INDEX_FILE

@@ -16,7 +16,6 @@ are `x[i,j].pK`, inner sums `x[i,j].sK`, moves `<block>.to<gpu>`.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
@@ -25,6 +24,7 @@ import numpy as np
 
 from turnip_ir.errors import InputError
 from turnip_ir.frontend import attention
+from turnip_ir.frontend.order import ordered
 from turnip_ir.frontend.partition import Split, SplitSpec, as_split, block_slice
 from turnip_ir.frontend.placement import Placement, Site, follow, round_robin
 from turnip_ir.kernels import KERNELS, Shape, nbytes, parse_equation
@@ -293,36 +293,6 @@ class Program:
                 paired.append(self.graph.add(left, self._on(right, left.device), device=left.device, id=add_id))
             parts = paired + parts[len(parts) // 2 * 2:]
         return parts[0]
-
-
-def ordered(graph: TaskGraph, marks: list[tuple[int, tuple]]) -> dict:
-    """The nodes of `graph` in a topological order that takes the smallest key first.
-
-    `marks` are (position, key) pairs: a node takes the key of the last mark at or before its position."""
-    nodes = list(graph.nodes.values())
-    keys: list[tuple] = []
-    bounds = marks + [(len(nodes), None)]
-    for (begin, key), (end, _) in zip(bounds, bounds[1:]):
-        keys += [key] * (end - begin)
-    keys = [(0, ())] * (len(nodes) - len(keys)) + keys  # nodes before the first mark
-    position = {node.id: i for i, node in enumerate(nodes)}
-    waiting = [len(set(node.inputs)) for node in nodes]
-    readers: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        for src in set(node.inputs):
-            readers[position[src]].append(i)
-    ready = [(keys[i], i) for i in range(len(nodes)) if waiting[i] == 0]
-    heapq.heapify(ready)
-    result = {}
-    while ready:
-        _, i = heapq.heappop(ready)
-        result[nodes[i].id] = nodes[i]
-        for r in readers[i]:
-            waiting[r] -= 1
-            if waiting[r] == 0:
-                heapq.heappush(ready, (keys[r], r))
-    assert len(result) == len(nodes), "the taskgraph has a cycle"
-    return result
 
 
 def _is_matmul(ins: list[str], out: str) -> bool:

@@ -63,6 +63,8 @@ def test_random_weights_from_a_seed_are_reproducible_over_gpus(tmp_path, capsys)
 @pytest.mark.parametrize("make, args, code, message", [
     (lambda d: None, ["--weights", "{d}/absent"], 1, "weights folder '{d}/absent' does not exist"),
     (lambda d: d.mkdir(), ["--weights", "{d}"], 1, "weights folder '{d}' has no config.json"),
+    (lambda d: d.mkdir() or (d / "config.json").write_text(json.dumps(CONFIG)), ["--weights", "{d}"], 1,
+     "has neither model.safetensors nor model.safetensors.index.json"),
     (lambda d: checkpoint(d, drop="model.layers.1.mlp.up_proj.weight"), ["--weights", "{d}"], 1,
      "tensor 'model.layers.1.mlp.up_proj.weight' is missing"),
     (lambda d: checkpoint(d, reshape="model.layers.0.self_attn.k_proj.weight"), ["--weights", "{d}"], 1,
@@ -121,3 +123,13 @@ def test_build_writes_a_loadable_taskgraph(tmp_path, capsys, args, nodes, suffix
 def test_build_errors(tmp_path, capsys, args, message):
     assert turnip(["build", *args, "-o", str(tmp_path / "g.json")]) == 1
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("placement", llama.PLACEMENTS)
+def test_every_placement_runs_on_the_sim_backend_over_two_gpus(capsys, placement):
+    args = ["llama", "--config", "tiny", "--tokens", "128", "--memory", "200KiB", "--gpus", "2", "--placement", placement,
+            "--backend", "sim"]
+    assert turnip(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "backend sim" in out and "busy: gpu0" in out and "gpu1" in out
+    assert " moved 0 B" not in out  # every placement moves something between the GPUs

@@ -32,11 +32,19 @@ from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
 
-def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placement: str = "loosest") -> MemGraph:
+INPUTS_START = ("gpu", "host")
+"""Where inputs start: `gpu` (on their GPU while they fit, the rest in CPU storage) or `host` (all in
+CPU storage, as weights loaded into host memory do; the plan reloads them)."""
+
+
+def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placement: str = "loosest", inputs: str = "gpu") -> MemGraph:
     """The memgraph of one simulated run of the placed `graph` in `order` under a per-GPU `budget`.
 
-    `placement` chooses among free regions that fit: `loosest` (freed longest ago) or `first-fit`.
+    `placement` chooses among free regions that fit: `loosest` (freed longest ago) or `first-fit`;
+    `inputs` says where inputs start (INPUTS_START).
     """
+    if inputs not in INPUTS_START:
+        raise InputError(f"unknown inputs start '{inputs}' (known: {', '.join(INPUTS_START)})")
     for node in graph.nodes.values():
         if node.device is None:
             raise InputError(f"op '{node.id}' ({node.op}) has no device: run turnip-place-devices first")
@@ -44,7 +52,9 @@ def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placemen
     if placement not in PLACEMENTS:
         raise InputError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
     align = alignment(graph, view, budget)
-    return Planner(graph, view, budget, execution_order(view, order), placement, align).run()
+    planner = Planner(graph, view, budget, execution_order(view, order), placement, align)
+    planner.inputs_on_gpu = inputs == "gpu"
+    return planner.run()
 
 
 def offload_waits(memgraph: MemGraph) -> int:
@@ -123,6 +133,7 @@ class Planner:
         for o in view.outputs:
             self.is_output[o] = True
         self.storage_top = 0
+        self.inputs_on_gpu = True
         self.unread: set[int] = set()
         """Input nodes placed on a GPU that nobody has read yet."""
 
@@ -141,7 +152,8 @@ class Planner:
         inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
         for i in inputs:
             d, size = view.devices[i], aligned(view.nbytes[i], self.align)
-            start = self.memory[d].place_free(size) if self.uses[i] or self.is_output[i] else None
+            wanted = self.inputs_on_gpu and (self.uses[i] or self.is_output[i])
+            start = self.memory[d].place_free(size) if wanted else None
             if start is not None:
                 self.memory[d].take(start, size, i)
                 self.gpu[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())

@@ -31,6 +31,7 @@ def compile_taskgraph(
     *,
     devices: int = 0,
     placement: str = "loosest",
+    inputs: str = "gpu",
     minimize: bool = True,
     reduce: bool = True,
     verify: bool = True,
@@ -39,6 +40,7 @@ def compile_taskgraph(
 
     `order` is the simulated order (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
     taskgraph's count); `placement` picks among free regions (`loosest`, the default, or `first-fit`);
+    `inputs` says where inputs start (`gpu` while they fit, or `host`: all in CPU storage);
     `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
     """
     if budget <= 0:
@@ -47,7 +49,7 @@ def compile_taskgraph(
     with timed(stats, "place"):
         placed = place_devices(graph, devices)
     with timed(stats, "simulate"):
-        memgraph = insert_offload(placed, budget, order, placement)
+        memgraph = insert_offload(placed, budget, order, placement, inputs)
     with timed(stats, "memory-deps"):
         stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph)
     stats.edges_added += offload_waits(memgraph)

@@ -4,6 +4,6 @@
 the design (states, resources, invariants, policies) and docs/runtime.md for a guide.
 """
 
-from runtime.api import RunResult, execute
+from runtime.api import RunResult, arena_budget, execute
 
-__all__ = ["RunResult", "execute"]
+__all__ = ["RunResult", "arena_budget", "execute"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.backends import Backend, make_backend
+from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Callback, Recorder
 from runtime.cost import CostModel
 from runtime.executor import Executor
@@ -21,8 +21,25 @@ from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
 from runtime.stats import RunSummary, summarize
+from turnip_ir.errors import BudgetError
 from turnip_ir.json_memgraph import infer_types
 from turnip_ir.memgraph import MemGraph
+
+
+def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2) -> int:
+    """The bytes per GPU the planner may give tensors when a run may take `budget` bytes per GPU in all.
+
+    The cuda backend holds back a workspace (per-lane scratch and library memory) inside the budget;
+    other backends take nothing beside their arena. `graph` is the taskgraph (or memgraph) to run."""
+    if resolve_backend(backend) != "cuda":
+        return budget
+    from runtime.backends.cuda import CudaBackend
+
+    nodes = graph.nodes.values() if isinstance(graph.nodes, dict) else graph.nodes
+    reserve = CudaBackend.reserve_bytes(list(nodes), streams)
+    if reserve >= budget:
+        raise BudgetError(f"a budget of {budget} bytes per GPU leaves nothing for tensors after the cuda workspace of {reserve} bytes")
+    return budget - reserve
 
 
 @dataclass
@@ -66,4 +83,5 @@ def execute(
     finally:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
+    summary.notes = machine.notes()
     return RunResult(outputs, summary, recorder)

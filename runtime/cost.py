@@ -1,4 +1,4 @@
-"""The cost model: how long a memgraph vertex takes on a GPU, from the H200 ceilings in GPU-NOTES.md.
+"""The cost model: how long a memgraph vertex takes on a GPU, from the H200 ceilings in docs/hardware.md.
 
 The sim backend uses it as its clock, and the `nondet` policy uses it for critical-path priorities.
 A kernel costs max(FLOPs / GEMM rate, bytes read and written / HBM bandwidth) plus a launch overhead;
@@ -29,7 +29,7 @@ class CostModel:
     """fp16 and bf16 GEMM rate."""
     fp64_flops: float = 0.8e12
     launch: float = 10e-6
-    """Per-kernel overhead. GPU-NOTES measured 28 us for a host-side numba launch; an async launch queued
+    """Per-kernel overhead. A host-side numba launch costs 28 us (docs/hardware.md); an async launch queued
     on a busy stream hides most of it, so the default is smaller. Configurable."""
 
     def flop_rate(self, dtype: str) -> float:

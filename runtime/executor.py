@@ -1,12 +1,20 @@
 """The event loop that runs a memgraph: the runtime's design document.
 
 States. Every vertex is in exactly one state, and only moves forward:
-  WAITING  some data or memory dependency is not done (`remaining[v] > 0`);
-  READY    all dependencies done, held by the policy until a lane of its resource is free;
-  RUNNING  submitted to the backend on a lane, which it holds alone;
+  WAITING  a dependency is not yet far enough along (below);
+  READY    held by the policy until a lane of its resource has room;
+  RUNNING  submitted to the backend on a lane (queued there or executing);
   DONE     the backend reported its completion.
 Input vertices need no resource: the backend put their data in place before the loop, so they go
 straight to DONE at the start (without vertex callbacks) and count down their dependents.
+
+When is a vertex READY? On a host backend (cpu, sim) when every data and memory dependency is DONE.
+A device backend (cuda) enforces dependencies itself, with stream order and event waits, so it may be
+handed a vertex whose dependencies are merely submitted (`Backend.device_deps`): the vertex is READY
+once every dependency is RUNNING or DONE, and the GPU starts it the moment the last one finishes,
+without a host round trip in between. Each lane then holds up to `Backend.queue_depth` vertices,
+which run in submission order; a host backend's lanes hold one. The policy still chooses among what
+may be queued, so `nondet`, `random` and `fixed` keep their meaning; a small depth keeps the choice late.
 
 Resources. Each GPU has `streams` compute lanes (kernels), one H2D engine (reloads), one D2H engine
 (offloads) and one peer-in engine (moves, issued by the destination GPU, which pulls: NVLink is full
@@ -14,26 +22,29 @@ duplex, so a GPU's incoming and outgoing copies do not compete, but two moves in
 engine). A vertex needs exactly one lane of its resource class, so a reload never waits behind a kernel
 it does not depend on, and an offload never waits behind a reload.
 
-The loop. Start: inputs complete, every vertex without dependencies becomes READY, dispatch. Then,
-until every vertex is DONE: block in `backend.wait()` for the next completions; for each, free its
-lane, mark the vertex DONE and count down its dependents (those reaching zero become READY); then
-dispatch: for every resource class whose lanes or ready set changed, while a lane is free and the
-policy offers a vertex, submit it. Nothing else wakes the loop, so when nothing can run it sleeps.
+The loop. Start: inputs complete, every vertex whose dependencies allow it becomes READY, dispatch.
+Then, until every vertex is DONE: block in `backend.wait()` for the next completions; for each, give
+its lane the room back, mark the vertex DONE and count down its dependents; then dispatch: for every
+resource class whose lanes or ready set changed, while a lane has room and the policy offers a vertex,
+submit it to the least loaded lane (submitting may make dependents READY on a device backend, so
+dispatch repeats until nothing changes). Nothing else wakes the loop: when nothing can run it sleeps.
 
-Invariants (asserted): a vertex starts only when `remaining[v] == 0`; a lane runs one vertex at a time;
-a completion is for a RUNNING vertex; if vertices remain, something is RUNNING (else the policy or the
-graph deadlocked). Dependencies are counted from the memgraph's data and memory edges.
+Invariants (asserted): a vertex is submitted only when its dependencies are DONE (host backends) or at
+least RUNNING (device backends); a lane holds at most its depth; completions of a lane arrive in its
+submission order and are for RUNNING vertices; if vertices remain, something is RUNNING (else the
+policy or the graph deadlocked).
 
 Selection policy (runtime/policies.py): `nondet` picks the ready vertex with the longest critical path;
 `random` a seeded random one; `fixed` only the earliest unstarted vertex of the resource in memgraph
 order. A vertex that raises stops the loop: nothing new is dispatched and a `KernelError` naming the
-vertex propagates; the caller closes the backend, which joins its workers.
+vertex propagates; the caller closes the backend, which waits for or joins its workers.
 
 Callbacks (runtime/callbacks.py) see start, vertex_start, vertex_end and finish, like Dask's.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from runtime.backends.base import Backend, Completion
@@ -53,10 +64,14 @@ class Executor:
         self.backend = backend
         self.policy = policy
         self.callbacks = list(callbacks)
+        self.ahead = bool(backend.device_deps)
+        self.depth = max(1, int(backend.queue_depth)) if self.ahead else 1
         self.state = [WAITING] * len(graph)
         self.remaining = list(graph.dep_count)
-        self.free = [list(reversed(lanes)) for lanes in graph.lanes_of]
-        self.on_lane: list[int | None] = [None] * len(graph.lanes)
+        """Dependencies not DONE."""
+        self.unsubmitted = list(graph.dep_count)
+        """Dependencies not yet RUNNING or DONE (what a device backend waits for)."""
+        self.queued: list[deque[int]] = [deque() for _ in graph.lanes]
         self.dirty: set[int] = set()
         self.done = 0
         self.running = 0
@@ -83,8 +98,9 @@ class Executor:
             if self.graph.resource[vertex] == NO_RESOURCE:
                 self.state[vertex] = DONE
                 self.done += 1
-                self._count_down(vertex)
-            elif self.remaining[vertex] == 0 and self.state[vertex] == WAITING:
+                self._submitted(vertex)
+                self._finished(vertex)
+            elif self.unsubmitted[vertex] == 0 and self.state[vertex] == WAITING:
                 self._make_ready(vertex)
         self._dispatch()
 
@@ -93,47 +109,62 @@ class Executor:
         self.policy.ready(vertex)
         self.dirty.add(self.graph.resource[vertex])
 
-    def _count_down(self, vertex: int) -> None:
+    def _submitted(self, vertex: int) -> None:
+        """`vertex` is RUNNING (or an input): on a device backend its dependents may now be queued."""
+        for user in self.graph.dependents[vertex]:
+            self.unsubmitted[user] -= 1
+            if self.ahead and self.unsubmitted[user] == 0 and self.graph.resource[user] != NO_RESOURCE:
+                self._make_ready(user)
+
+    def _finished(self, vertex: int) -> None:
         for user in self.graph.dependents[vertex]:
             self.remaining[user] -= 1
-            if self.remaining[user] == 0 and self.graph.resource[user] != NO_RESOURCE:
+            if not self.ahead and self.remaining[user] == 0 and self.graph.resource[user] != NO_RESOURCE:
                 self._make_ready(user)
 
     def _dispatch(self) -> None:
-        dirty, self.dirty = self.dirty, set()
-        for resource in dirty:
-            free = self.free[resource]
-            while free:
-                vertex = self.policy.pick(resource)
-                if vertex is None:
-                    break
-                self._start(vertex, free.pop())
+        while self.dirty:
+            dirty, self.dirty = self.dirty, set()
+            for resource in dirty:
+                lanes = self.graph.lanes_of[resource]
+                while True:
+                    lane = min(lanes, key=lambda index: len(self.queued[index]))
+                    if len(self.queued[lane]) >= self.depth:
+                        break
+                    vertex = self.policy.pick(resource)
+                    if vertex is None:
+                        break
+                    self._start(vertex, lane)
 
     def _start(self, vertex: int, lane_index: int) -> None:
-        assert self.state[vertex] == READY and self.remaining[vertex] == 0, f"vertex {vertex} started early"
-        assert self.on_lane[lane_index] is None, f"lane {lane_index} is busy"
+        assert self.state[vertex] == READY, f"vertex {vertex} started twice"
+        if self.ahead:
+            assert self.unsubmitted[vertex] == 0, f"vertex {vertex} submitted before a dependency"
+        else:
+            assert self.remaining[vertex] == 0, f"vertex {vertex} started before a dependency finished"
+        assert len(self.queued[lane_index]) < self.depth, f"lane {lane_index} is full"
         lane = self.graph.lanes[lane_index]
         self.state[vertex] = RUNNING
-        self.on_lane[lane_index] = vertex
+        self.queued[lane_index].append(vertex)
         self.running += 1
         now = self.backend.now()
         for callback in self.callbacks:
             callback.vertex_start(vertex, lane, now)
         self.backend.submit(vertex, lane)
+        self._submitted(vertex)
 
     def _complete(self, completion: Completion) -> None:
         vertex = completion.vertex
-        assert self.state[vertex] == RUNNING and self.on_lane[completion.lane] == vertex, f"completion of a vertex not running on its lane: {completion}"
+        queue = self.queued[completion.lane]
+        assert self.state[vertex] == RUNNING and queue and queue[0] == vertex, f"completion out of lane order: {completion}"
         if completion.error is not None:
             err = completion.error
             raise KernelError(f"{self.graph.describe(vertex)} failed: {type(err).__name__}: {err}") from err
+        queue.popleft()
         self.state[vertex] = DONE
-        self.on_lane[completion.lane] = None
         self.running -= 1
         self.done += 1
-        resource = self.graph.resource[vertex]
-        self.free[resource].append(completion.lane)
-        self.dirty.add(resource)
+        self.dirty.add(self.graph.resource[vertex])
         for callback in self.callbacks:
             callback.vertex_end(completion)
-        self._count_down(vertex)
+        self._finished(vertex)

@@ -8,11 +8,49 @@ from __future__ import annotations
 
 import zlib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from turnip_ir.errors import InputError
+
+
+@dataclass(frozen=True)
+class Tiled:
+    """A big input made by repeating `block` along the first axis, never built whole on the host.
+
+    Benchmarks and random weights need many gigabytes of non-zero values; drawing them costs minutes,
+    repeating a drawn block costs a memory copy. Backends write it straight into their buffers (`fill`)."""
+
+    block: np.ndarray
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        rows = self.block.shape[0] if self.block.ndim else 0
+        if self.block.shape[1:] != tuple(self.shape[1:]) or rows == 0 or self.shape[0] % rows:
+            raise InputError(f"a tiled input of shape {list(self.shape)} cannot repeat a block of shape {list(self.block.shape)}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.block.dtype
+
+    def write_into(self, out: np.ndarray) -> None:
+        rows = self.block.shape[0]
+        out.reshape(self.shape[0] // rows, *self.block.shape)[...] = self.block
+
+    def materialize(self) -> np.ndarray:
+        out = np.empty(self.shape, self.block.dtype)
+        self.write_into(out)
+        return out
+
+
+def fill(out: np.ndarray, value) -> None:
+    """Write an input (an array or a `Tiled`) into its buffer view."""
+    if isinstance(value, Tiled):
+        value.write_into(out)
+    else:
+        np.copyto(out, value)
 
 
 def load_npz(path: str | Path) -> dict[str, np.ndarray]:
@@ -40,7 +78,7 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
     arrays = {}
     for task, (shape, dtype) in specs.items():
         if task in given:
-            arrays[task] = _checked(task, np.asarray(given[task]), shape, dtype)
+            arrays[task] = _checked(task, given[task], shape, dtype)
         else:
             arrays[task] = random_input(task, shape, dtype, seed)
     return arrays
@@ -53,7 +91,9 @@ def random_input(task: str, shape: tuple[int, ...], dtype: str, seed: int) -> np
     return rng.standard_normal(shape).astype(dtype)
 
 
-def _checked(task: str, array: np.ndarray, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+def _checked(task: str, array, shape: tuple[int, ...], dtype: str):
+    if not isinstance(array, (np.ndarray, Tiled)):
+        array = np.asarray(array)
     if tuple(array.shape) != shape:
         raise InputError(f"input '{task}': shape {list(array.shape)} does not match the graph's {list(shape)}")
     if array.dtype.name != dtype:

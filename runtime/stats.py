@@ -35,6 +35,8 @@ class RunSummary:
     peer_bandwidth: float = 0.0
     arena_high_water: list[int] = field(default_factory=list)
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
+    notes: list[str] = field(default_factory=list)
+    """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
 
     def lines(self) -> list[str]:
         gb = 1e9
@@ -50,6 +52,7 @@ class RunSummary:
             f"moved {_size(self.bytes_moved)} at {self.peer_bandwidth / gb:.1f} GB/s",
             f"stall waiting on transfers: {stall}",
             f"peak arena use: {arena}",
+            *self.notes,
         ]
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from passes.pipeline import compile_taskgraph
 from passes.verify_memgraph import verify_memgraph
-from runtime import execute
-from runtime.backends import BACKENDS
+from runtime import arena_budget, execute
+from runtime.backends import BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
@@ -40,7 +40,7 @@ def parse_size(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="taskgraph (.json/.mlir) or compiled memgraph")
     parser.add_argument("--memory", help="per-GPU budget, e.g. 4GiB (required for a taskgraph)")
-    parser.add_argument("--backend", default="cpu", choices=BACKENDS)
+    parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
     parser.add_argument("--seed", type=int, default=0, help="seeds --order random, missing inputs and jitter")
     parser.add_argument("--inputs", help=".npz of input tensors keyed by taskgraph input id")
@@ -53,19 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.backend == "cuda":
-        raise InputError("the cuda backend is not available yet (use --backend cpu or sim)")
-    if args.outputs and args.backend == "sim":
+    backend = resolve_backend(args.backend)
+    if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs --backend cpu")
     if args.jitter < 0:
         raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
-    memgraph = _memgraph(args.file, args.memory, verify=not args.no_verify)
+    backend_object = make_backend(backend, args.jitter, args.seed)  # before compiling: a missing GPU fails fast
+    memgraph = _memgraph(args.file, args.memory, backend, args.streams, verify=not args.no_verify)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
         memgraph,
-        backend=args.backend,
+        backend=backend_object,
         order=args.order,
         seed=args.seed,
         inputs=inputs,
@@ -93,16 +93,18 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     write_atomic(path, data.getvalue())
 
 
-def _memgraph(path: str, memory: str | None, verify: bool = True) -> MemGraph:
-    """The memgraph to run: compiled (and so verified) from a taskgraph, or a given one, verified here."""
+def _memgraph(path: str, memory: str | None, backend: str, streams: int, verify: bool = True) -> MemGraph:
+    """The memgraph to run: compiled (and so verified) from a taskgraph, or a given one, verified here.
+
+    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
     graph = load_graph(path)
     budget = parse_size(memory) if memory is not None else None
     if isinstance(graph, MemGraph):
-        if budget is not None and budget < graph.budget:
-            raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget}")
+        if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams):
+            raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget} allows the {backend} backend's arena")
         if verify:
             verify_memgraph(graph)  # a hand-written or edited memgraph may race: refuse it before running
         return graph
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_taskgraph(graph, budget)
+    return compile_taskgraph(graph, arena_budget(graph, budget, backend, streams))

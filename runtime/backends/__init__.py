@@ -1,15 +1,39 @@
-"""Backends by name: `cpu` (numpy, threads), `sim` (virtual clock); `cuda` is the next issue."""
+"""Backends by name: `cpu` (numpy, threads), `sim` (virtual clock), `cuda` (NVIDIA GPUs), and `auto`
+(cuda when a GPU and numba-cuda are there, else cpu)."""
 
 from __future__ import annotations
 
 from runtime.backends.base import Backend, Completion
 from turnip_ir.errors import InputError
 
-BACKENDS = ("cpu", "sim", "cuda")
+BACKENDS = ("auto", "cpu", "sim", "cuda")
 
 
-def make_backend(name: str, jitter: float = 0.0, seed: int = 0) -> Backend:
-    """A fresh backend of the given kind."""
+def cuda_usable() -> bool:
+    """True when a real GPU is there with numba-cuda and CuPy (never the simulator: `auto` picks no test instrument)."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        from runtime.backends.cuda.compat import gpu_count, simulated
+    except ImportError:
+        return False
+    return not simulated() and gpu_count() > 0
+
+
+def resolve_backend(name: str) -> str:
+    """The concrete backend `name` stands for (`auto` -> cuda or cpu)."""
+    if name == "auto":
+        return "cuda" if cuda_usable() else "cpu"
+    if name not in BACKENDS:
+        raise InputError(f"unknown backend '{name}' (known: {', '.join(BACKENDS)})")
+    return name
+
+
+def make_backend(name: str, jitter: float = 0.0, seed: int = 0, **options) -> Backend:
+    """A fresh backend of the given kind; `options` go to the cuda backend's constructor."""
+    name = resolve_backend(name)
     if name == "cpu":
         from runtime.backends.cpu import CpuBackend
 
@@ -18,9 +42,13 @@ def make_backend(name: str, jitter: float = 0.0, seed: int = 0) -> Backend:
         from runtime.backends.sim import SimBackend
 
         return SimBackend(jitter=jitter, seed=seed)
-    if name == "cuda":
-        raise InputError("the cuda backend is not available yet (use --backend cpu or sim)")
-    raise InputError(f"unknown backend '{name}' (known: {', '.join(BACKENDS)})")
+    try:
+        from runtime.backends.cuda import CudaBackend, gpu_count
+    except ImportError as err:
+        raise InputError(f"the cuda backend needs numba-cuda (pip install -e '.[cuda]'): {err}") from None
+    if gpu_count() == 0:
+        raise InputError("the cuda backend needs an NVIDIA GPU and its driver, and this machine has none (use --backend cpu or sim)")
+    return CudaBackend(**options)
 
 
-__all__ = ["BACKENDS", "Backend", "Completion", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "Completion", "make_backend", "resolve_backend"]

@@ -31,6 +31,11 @@ class Backend:
     name = "backend"
     needs_data = True
     """False for backends that compute no values (sim): the runtime then makes no input arrays."""
+    device_deps = False
+    """True when the backend enforces dependencies itself (stream order, event waits): the executor may
+    then submit a vertex whose dependencies are submitted but not finished."""
+    queue_depth = 1
+    """How many submitted, unfinished vertices one lane may hold (more than 1 only with device_deps)."""
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
         """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run."""
@@ -41,16 +46,20 @@ class Backend:
         raise NotImplementedError
 
     def submit(self, vertex: int, lane: Lane) -> None:
-        """Start `vertex` on `lane`, which is free; returns at once."""
+        """Start `vertex` on `lane`, which has room; returns at once. Vertices of one lane run in submission order."""
         raise NotImplementedError
 
     def wait(self) -> list[Completion]:
-        """Block until at least one submitted vertex completes; return every completion available."""
+        """Block until at least one submitted vertex completes; return every completion available, in lane order."""
         raise NotImplementedError
 
     def read_outputs(self) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data)."""
         raise NotImplementedError
+
+    def notes(self) -> list[str]:
+        """Extra lines for the run summary (memory taken, providers chosen); none by default."""
+        return []
 
     def close(self) -> None:
         """Stop and join workers; safe to call twice and after a failure."""

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up a GPU machine of the device tool the same way on every call.
+#
+# Here (a machine with PyPI):   bash bench/gpu_setup.sh fetch     # pure-Python wheels the GPU image lacks, into .whl/
+# There (no network):           source bench/gpu_setup.sh          # installs .whl/ into /tmp/site, sets PYTHONPATH
+#
+# The GPU image has torch, CuPy, numba-cuda, numpy, networkx, pytest and hypothesis, but not xdsl (and its
+# immutabledict and ordered-set) or graphviz. The call must carry .whl (it is git-ignored).
+WHEELS="xdsl==0.74.0 immutabledict==4.3.1 ordered-set==4.1.0 graphviz==0.21"
+if [ "${1:-}" = "fetch" ]; then
+    mkdir -p .whl
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform any -d .whl $WHEELS
+    ls .whl
+else
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+    export PYTHONPATH="/tmp/site:$PWD"
+    export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
+fi

@@ -1,0 +1,290 @@
+"""Attention blocks on the GPU, behind a provider: fused torch kernels when torch is there, else cuBLAS + numba.
+
+The `attention` kernel (turnip_ir/kernels.py) is one (query block, key block) step of blocked causal
+attention: q [tq, H*d], k and v [tk, KV*d], an optional packed partial `prev` [tq, H*d + H] (float32:
+normalised output, then the log-sum-exp per head), and it writes either the next packed partial or, when
+`final`, the normalised output in q's dtype. Every provider computes this block's output and row
+log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them into `prev` and writes
+`out` in the arena. Providers:
+
+- `torch-cudnn`, `torch-flash`, `torch-efficient`: torch's fused attention ops that return the log-sum-exp
+  (`aten._scaled_dot_product_{cudnn,flash,efficient}_attention`), launched on the lane's stream through
+  `torch.cuda.ExternalStream`, reading q, k and v as zero-copy views of the arena (heads as a strided
+  dimension: no transpose is copied). Their outputs come from torch's caching allocator, which `prepare`
+  warms up on every compute lane and which counts in the workspace; no segment is allocated in the loop.
+  Grouped-query heads are expanded to full heads by torch (a copy of the k and v block).
+- `cublas`: per key-value head group, S = scale·Q·Kᵀ as one strided batched GEMM into the lane's scratch,
+  a numba masked softmax in place that also writes the log-sum-exp, O = P·V as a second batched GEMM.
+  Unfused (scores go through HBM), so about 5x slower than cuDNN at 7B block sizes, but it needs nothing
+  beyond CuPy; it is also what the CUDA simulator runs (with numpy GEMMs).
+`auto` takes torch-cudnn when torch with CUDA is importable, else cublas.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from runtime.backends.cuda import kernels_numba as kn
+from runtime.backends.cuda.gemm import GemmPlan, Matrix, cublas_call, numpy_gemm
+from runtime.backends.cuda.launch import array_args, compiled_launch, prepare_launch
+from turnip_ir.errors import KernelError
+
+PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "cublas")
+
+
+def have_torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def resolve(provider: str, simulated: bool) -> str:
+    if provider not in PROVIDERS:
+        raise KernelError(f"unknown attention provider '{provider}' (known: {', '.join(PROVIDERS)})")
+    if provider == "auto":
+        return "cublas" if simulated or not have_torch_cuda() else "torch-cudnn"
+    if provider.startswith("torch") and (simulated or not have_torch_cuda()):
+        raise KernelError(f"attention provider '{provider}' needs torch with CUDA, which is not importable here")
+    return provider
+
+
+def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
+    attrs = node.attrs
+    heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
+    return heads, kv_heads, bool(attrs.get("causal", False)), bool(attrs.get("final", True)), attrs.get("softmax_scale")
+
+
+def scratch_bytes(node, sources, provider: str) -> int:
+    """Lane scratch one attention vertex needs (the cublas provider's scores, output and log-sum-exp per chunk)."""
+    if provider != "cublas":
+        return 0
+    q, k = sources[0], sources[1]
+    heads, kv_heads, _, _, _ = attention_attrs(node)
+    d = q.shape[1] // heads
+    tq, tk = q.shape[0], k.shape[0]
+    item = np.dtype(q.dtype).itemsize
+    chunk = heads // kv_heads
+    return chunk * (tq * tk * item + tq * d * item + tq * 4) + 3 * 256
+
+
+TORCH_ALLOWANCE = 64 << 20
+"""cuDNN's own workspace and handle per lane (an allowance: checked by the GPU test's free-memory bound)."""
+
+
+def library_bytes(node, sources, provider: str) -> int:
+    """Memory torch's caching allocator holds per compute lane for one attention vertex: the block's output
+    and log-sum-exp, the expanded k and v when heads are grouped, and an allowance for cuDNN."""
+    if not provider.startswith("torch"):
+        return 0
+    q, k = sources[0], sources[1]
+    heads, kv_heads, _, _, _ = attention_attrs(node)
+    item = np.dtype(q.dtype).itemsize
+    tq, width = q.shape
+    expanded = 0 if heads == kv_heads else 2 * k.shape[0] * width * item
+    return tq * width * item + heads * tq * 4 + expanded + TORCH_ALLOWANCE
+
+
+def _pointer(array) -> int:
+    return array.__cuda_array_interface__["data"][0]
+
+
+def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str):
+    from numba.cuda import types
+
+    element = {"float16": types.float16, "float32": types.float32, "float64": types.float64}
+    argtypes = (
+        types.Array(element[o_dtype], 3, "A"),
+        types.Array(types.float32, 2, "A"),
+        types.Array(types.float32, 2, "A"),
+        types.Array(element[out_dtype], 2, "C"),
+        types.int64,
+        types.int64,
+    )
+    return kn.attention_merge(out_dtype, has_prev, final), argtypes
+
+
+def build_cublas(node, inputs, out, env):
+    """The unfused provider: GEMMs through cuBLAS (numpy under the simulator) and numba kernels."""
+    q, k, v = inputs[:3]
+    prev = inputs[3] if len(inputs) > 3 else None
+    heads, kv_heads, causal, final, scale = attention_attrs(node)
+    tq, width = q.shape
+    tk = k.shape[0]
+    d = width // heads
+    group = heads // kv_heads
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    dtype = str(q.dtype)
+    item = np.dtype(dtype).itemsize
+    scores_plan = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
+    values_plan = GemmPlan(tq, d, tk, group, Matrix(tq, tk, tk, tq * tk), Matrix(tk, d, kv_heads * d, 0), Matrix(tq, d, d, tq * d))
+    softmax = kn.attention_scores_softmax(dtype, causal)
+    merge = kn.attention_merge(str(out.dtype), prev is not None, final)
+
+    def buffers(lane):
+        scratch = env.scratch(lane)
+        s_bytes, o_bytes = group * tq * tk * item, group * tq * d * item
+        s_end = (s_bytes + 255) // 256 * 256
+        o_end = s_end + (o_bytes + 255) // 256 * 256
+        s = scratch[:s_bytes].view(np.dtype(dtype)).reshape(group, tq, tk)
+        o = scratch[s_end : s_end + o_bytes].view(np.dtype(dtype)).reshape(group, tq, d)
+        lse = scratch[o_end : o_end + group * tq * 4].view(np.float32).reshape(group, tq)
+        return s, o, lse
+
+    steps = {}
+
+    def prepare(lane):
+        s, o, lse = buffers(lane)
+        plans = []
+        for g in range(kv_heads):
+            h0 = g * group
+            if env.simulated:
+                def gemms(g=g, h0=h0, s=s, o=o):
+                    host = env.host
+                    numpy_gemm(scores_plan, host(q).reshape(-1)[h0 * d :], host(k).reshape(-1)[g * d :], host(s), alpha=scale)
+                    return lambda: numpy_gemm(values_plan, host(s), host(v).reshape(-1)[g * d :], host(o))
+                plans.append((gemms, None))
+            else:
+                first = cublas_call(scores_plan, _pointer(q) + h0 * d * item, _pointer(k) + g * d * item, _pointer(s), dtype, alpha=scale)
+                second = cublas_call(values_plan, _pointer(s), _pointer(v) + g * d * item, _pointer(o), dtype)
+                plans.append((first, second))
+        soft = prepare_launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
+        grid, block = kn.merge_grid(tq, group, d)
+        merges = [prepare_launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
+        return plans, soft, merges
+
+    def work(lane):
+        if lane not in steps:
+            steps[lane] = prepare(lane)
+        plans, soft, merges = steps[lane]
+        stream = env.launch_streams[lane]
+        for (first, second), merge_go in zip(plans, merges):
+            if env.simulated:
+                values = first()
+                soft(stream)
+                values()
+            else:
+                handle = env.cublas(lane)
+                first(handle)
+                soft(stream)
+                second(handle)
+            merge_go(stream)
+
+    work.prepare = lambda lane: steps.setdefault(lane, prepare(lane))
+    return work
+
+
+TORCH_OPS = {
+    "torch-cudnn": lambda torch, q, k, v, causal, scale: torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale),
+    "torch-flash": lambda torch, q, k, v, causal, scale: torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale),
+    "torch-efficient": lambda torch, q, k, v, causal, scale: torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale),
+}
+
+
+def build_torch(node, inputs, out, env, provider: str):
+    """A fused torch op per block on the lane's stream, then the numba merge into the arena."""
+    import torch
+
+    q, k, v = inputs[:3]
+    prev = inputs[3] if len(inputs) > 3 else None
+    heads, kv_heads, causal, final, scale = attention_attrs(node)
+    tq, width = q.shape
+    tk = k.shape[0]
+    d = width // heads
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    device = torch.device("cuda", env.device_of(node))
+
+    def heads_view(array, count, rows):
+        tensor = torch.as_tensor(array, device=device)
+        assert tensor.data_ptr() == _pointer(array), "torch copied an arena view"
+        return tensor.view(rows, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
+
+    q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
+    group = heads // kv_heads
+    op = TORCH_OPS[provider]
+    kernel, argtypes = _merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype))
+    grid, block = kn.merge_grid(tq, heads, d)
+    merge = compiled_launch(kernel, argtypes, grid, block)
+    out_params = array_args(_pointer(out), out.shape, out.strides, out.dtype.itemsize)
+    prev_params = None if prev is None else array_args(_pointer(prev), prev.shape, prev.strides, 4)
+    tail = [ctypes.c_int64(0), ctypes.c_int64(heads)]
+
+    def fused(lane):
+        keys, values = k4, v4
+        if group > 1:
+            keys = k4.repeat_interleave(group, dim=1)
+            values = v4.repeat_interleave(group, dim=1)
+        return op(torch, q4, keys, values, causal, scale)
+
+    def work(lane):
+        with torch.cuda.stream(env.torch_stream(lane)):
+            result = fused(lane)
+            o, lse = result[0][0], result[1][0]
+            if lse.dim() == 3:
+                lse = lse[..., 0]
+            lse = lse[:, :tq]
+            o_params = array_args(o.data_ptr(), tuple(o.shape), tuple(s * o.element_size() for s in o.stride()), o.element_size())
+            lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(s * 4 for s in lse.stride()), 4)
+            merge(env.launch_streams[lane], o_params + lse_params + (prev_params or lse_params) + out_params + tail)
+
+    def warm(lane):
+        """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""
+        with torch.cuda.stream(env.torch_stream(lane)):
+            fused(lane)
+
+    work.warm = warm
+    work.signature = (provider, q.shape, k.shape, causal, heads, kv_heads, str(q.dtype))
+    return work
+
+
+def warm_up(backend, graph) -> None:
+    """Each distinct attention block shape once per compute lane; then cap torch's allocator where it is."""
+    import torch
+
+    seen = set()
+    for vertex, work in enumerate(backend.work):
+        signature = getattr(work, "signature", None)
+        if signature is None:
+            continue
+        for index, lane in enumerate(graph.lanes):
+            key = (signature, index)
+            if lane.kind == "compute" and lane.device == graph.node(vertex).device and key not in seen:
+                seen.add(key)
+                work.warm(index)
+    for device in range(graph.memgraph.devices):
+        torch.cuda.synchronize(device)
+        stats = torch.cuda.memory_stats(device)
+        backend.stats.setdefault("torch_segments", []).append(stats.get("segment.all.allocated", 0))
+        total = torch.cuda.get_device_properties(device).total_memory
+        reserved = torch.cuda.memory_reserved(device)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (reserved + (1 << 20)) / total), device)
+
+
+def segments_allocated(backend) -> list[int]:
+    """torch's count of device segments allocated so far, per GPU (the loop must add none)."""
+    import torch
+
+    return [torch.cuda.memory_stats(d).get("segment.all.allocated", 0) for d in range(len(backend.contexts))]
+
+
+def release(backend) -> None:
+    """Lift the cap on torch's allocator after a run."""
+    if not backend.attention.startswith("torch"):
+        return
+    import torch
+
+    for device in range(len(backend.contexts)):
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
+def build(node, inputs, out, env):
+    if any(x is None for x in inputs) or out is None:
+        return None  # an empty block
+    provider = env.attention
+    if provider == "cublas":
+        return build_cublas(node, inputs, out, env)
+    return build_torch(node, inputs, out, env, provider)

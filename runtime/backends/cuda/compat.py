@@ -1,0 +1,66 @@
+"""The one place that papers over the GPU image's software: numpy 2.5 against numba-cuda 0.30.4, raw stream
+handles, the CUDA simulator, and whether a GPU is there at all.
+
+- numba-cuda 0.30.4 registers an overload for `np.row_stack`, which numpy 2.5 removed: the first kernel
+  compile fails with `AttributeError: module 'numpy' has no attribute 'row_stack'`. We give numpy the alias
+  (`np.vstack`, which row_stack always was) before numba-cuda compiles anything.
+- A numba-cuda `Stream.handle` is a `cuda.bindings.driver.CUstream`, not a ctypes pointer: `.value` fails
+  (which is why `Stream.add_callback` is broken in 0.30.4). `stream_handle()` is the one way we turn a stream
+  into the integer CuPy (`cupy.cuda.ExternalStream`), torch (`torch.cuda.ExternalStream`) and the driver take.
+- Under `NUMBA_ENABLE_CUDASIM=1` (CI, no GPU) kernels, streams, device arrays and pinned arrays work, but
+  events carry no time, there are no stream handles and every launch runs synchronously on the host.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+if not hasattr(np, "row_stack"):  # numpy >= 2.5; see the module docstring
+    np.row_stack = np.vstack
+
+from numba import cuda  # noqa: E402  (after the numpy alias, on purpose)
+
+from turnip_ir.errors import InputError  # noqa: E402
+
+
+def simulated() -> bool:
+    """True under NUMBA_ENABLE_CUDASIM=1: numba's CUDA simulator runs kernels on the host."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def gpu_count() -> int:
+    """How many GPUs the cuda backend can use: 0 when there is no driver or no device (1 under the simulator)."""
+    try:
+        if not cuda.is_available():
+            return 0
+        return len(cuda.gpus)
+    except Exception:  # no driver library, or a driver that fails to initialise
+        return 0
+
+
+def require_gpus(count: int) -> None:
+    """A one-line error when the machine has fewer GPUs than the memgraph places work on."""
+    have = gpu_count()
+    if have == 0:
+        raise InputError("the cuda backend needs an NVIDIA GPU and its driver, and this machine has none (use --backend cpu or sim)")
+    if have < count:
+        raise InputError(f"the memgraph uses {count} GPUs but this machine has {have}")
+
+
+def stream_handle(stream) -> int:
+    """The raw CUstream of a numba stream, as an int (0 under the simulator, which has none)."""
+    if simulated():
+        return 0
+    return int(stream.handle)
+
+
+def timing_event():
+    """An event that records time on a GPU (the simulator's events take no arguments and record none)."""
+    return cuda.event() if simulated() else cuda.event(timing=True)
+
+
+def sync_event():
+    """An event used only for ordering between streams: no timing, cheaper to record and wait on."""
+    return cuda.event() if simulated() else cuda.event(timing=False)

@@ -1,0 +1,101 @@
+"""Device and host memory for a cuda run: every byte is taken in `prepare`, none while the loop runs.
+
+Per GPU there are exactly two device allocations: the arena (every tensor is a view at its planned offset)
+and the workspace (scratch for kernels that need temporaries, carved per compute lane so that reuse is
+ordered by the lane's stream). Host storage (offloads, inputs kept in CPU memory) is pinned, taken in
+chunks of at most `chunk_bytes` (one pinned allocation of many GB can fail), each chunk holding whole
+storage regions: the planner's regions never overlap, so a region never straddles two chunks.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import numpy as np
+
+from runtime.backends.cuda.compat import cuda, simulated
+from turnip_ir.errors import InputError
+
+CHUNK_BYTES = 1 << 30
+
+
+def device_bytes(count: int):
+    """One device allocation of `count` bytes on the current GPU (a 1-byte one for 0, so views stay valid)."""
+    return cuda.device_array(max(count, 1), dtype=np.uint8)
+
+
+def pinned_bytes(count: int) -> np.ndarray:
+    """Pinned (page-locked) host memory, portable to every GPU's context, as a uint8 array."""
+    count = max(count, 1)
+    if simulated():
+        return cuda.pinned_array(count, dtype=np.uint8)
+    from numba.cuda.cudadrv.devices import get_context
+
+    buffer = get_context().memhostalloc(count, mapped=False, portable=True, wc=False)
+    return np.ndarray(shape=(count,), dtype=np.uint8, buffer=buffer)
+
+
+def device_view(buffer, offset: int, shape: tuple[int, ...], dtype: str):
+    """The tensor of `shape` and `dtype` at byte `offset` of a device (or host) uint8 buffer."""
+    count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if offset < 0 or offset + count > buffer.shape[0]:
+        raise InputError(f"a {list(shape)} {dtype} tensor at offset {offset} does not fit a buffer of {buffer.shape[0]} bytes")
+    if count == 0:
+        return None  # nothing to read or write; kernels skip zero-size tensors
+    return buffer[offset : offset + count].view(np.dtype(dtype)).reshape(shape)
+
+
+class PinnedStorage:
+    """CPU storage in pinned chunks; `view(region, shape, dtype)` is a numpy view into the chunk holding it."""
+
+    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES):
+        self.starts: list[int] = []
+        self.chunks: list[np.ndarray] = []
+        for start, end in _chunk_spans(regions, chunk_bytes):
+            self.starts.append(start)
+            self.chunks.append(pinned_bytes(end - start))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(chunk.shape[0] for chunk in self.chunks)
+
+    def view(self, region: tuple[int, int], shape: tuple[int, ...], dtype: str) -> np.ndarray | None:
+        offset, _ = region
+        i = bisect_right(self.starts, offset) - 1
+        if i < 0:
+            raise InputError(f"storage offset {offset} lies before the first storage region")
+        return device_view(self.chunks[i], offset - self.starts[i], shape, dtype)
+
+
+def _chunk_spans(regions: list[tuple[int, int]], chunk_bytes: int) -> list[tuple[int, int]]:
+    """Group sorted, disjoint (offset, size) regions into spans of at most `chunk_bytes` (one region may exceed it)."""
+    spans: list[tuple[int, int]] = []
+    for offset, size in sorted(set(regions)):
+        end = offset + max(size, 1)
+        if spans and end - spans[-1][0] <= chunk_bytes and offset >= spans[-1][1]:
+            spans[-1] = (spans[-1][0], end)
+        elif spans and offset < spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))  # overlapping regions (a hand-written plan) share a chunk
+        else:
+            spans.append((offset, end))
+    return spans
+
+
+class Workspace:
+    """A GPU's scratch allocation, split into one equal slice per compute lane.
+
+    Work on one lane is ordered by its stream, so a vertex may reuse its lane's slice freely: the next
+    vertex on that lane starts only after this one ends. `slice(lane)` is a uint8 device array.
+    """
+
+    def __init__(self, lanes: int, per_lane: int):
+        self.per_lane = max(0, per_lane)
+        self.buffer = device_bytes(self.per_lane * lanes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.shape[0]
+
+    def slice(self, lane_slot: int):
+        start = lane_slot * self.per_lane
+        return self.buffer[start : start + self.per_lane]

@@ -1,0 +1,192 @@
+"""The cuda backend's kernel registry: for each kernel of the table, how to build a vertex's launch.
+
+`build_work(node, inputs, out, env)` returns `work(lane)`, which queues the vertex's kernels on the
+lane's stream (inputs and out are device views of the arena; None for zero-size tensors, where there is
+nothing to do). Everything that does not depend on the lane (plans, parameter blocks, compiled kernels)
+is resolved when the work is built, in `prepare`. A kernel of the table without an entry here is refused
+in `prepare` with a one-line `KernelError` naming it (`missing_kernels()` lists them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from runtime.backends.cuda import attention
+from runtime.backends.cuda import kernels_numba as kn
+from runtime.backends.cuda.gemm import cublas_call, numpy_gemm, plan_einsum
+from runtime.backends.cuda.launch import prepare_launch
+from turnip_ir.errors import KernelError
+from turnip_ir.kernels import KERNELS
+
+Work = Callable[[int], None]
+
+
+def _pointer(array) -> int:
+    return array.__cuda_array_interface__["data"][0]
+
+
+def _flat(array):
+    return array.reshape(array.size)
+
+
+def _rows(array):
+    cols = tuple(array.shape)[-1]
+    return array.reshape(array.size // cols, cols)
+
+
+def _gemm(plan, a, b, out, env) -> Work:
+    if env.simulated:
+        host = env.host
+        return lambda lane: numpy_gemm(plan, host(a), host(b), host(out))
+    call = cublas_call(plan, _pointer(a), _pointer(b), _pointer(out), str(out.dtype))
+    return lambda lane: call(env.cublas(lane))
+
+
+def build_matmul(node, inputs, out, env) -> Work:
+    return _gemm(plan_einsum("ij,jk->ik", [tuple(x.shape) for x in inputs]), inputs[0], inputs[1], out, env)
+
+
+def build_einsum(node, inputs, out, env) -> Work:
+    equation = node.attrs["equation"]
+    plan = plan_einsum(equation, [tuple(x.shape) for x in inputs]) if len(inputs) == 2 else None
+    if plan is not None:
+        return _gemm(plan, inputs[0], inputs[1], out, env)
+    return _einsum_fallback(equation, inputs, out, env)
+
+
+def _einsum_fallback(equation, inputs, out, env) -> Work:
+    """cupy.einsum into the lane's scratch (its temporaries too), then a copy into the arena."""
+    if env.simulated:
+        host = env.host
+        return lambda lane: np.copyto(host(out), np.einsum(equation, *[host(x) for x in inputs]))
+
+    def work(lane):
+        import cupy
+
+        with env.cupy_scratch(lane):
+            operands = [cupy.asarray(x) for x in inputs]
+            cupy.asarray(out)[...] = cupy.einsum(equation, *operands)
+
+    return work
+
+
+def einsum_scratch(node, sources) -> int:
+    """Scratch an einsum that is no GEMM needs: room for cupy's temporaries (a generous bound)."""
+    shapes = [tuple(s.shape) for s in sources]
+    if len(shapes) == 2 and plan_einsum(node.attrs["equation"], shapes) is not None:
+        return 0
+    return 4 * (node.nbytes + sum(s.nbytes for s in sources)) + 4096
+
+
+def build_unary(node, inputs, out, env) -> Work:
+    x = _flat(inputs[0])
+    factor = float(node.attrs.get("factor", 1.0))
+    blocks, threads = kn.element_grid(out.size)
+    go = prepare_launch(kn.unary(node.kernel, str(out.dtype)), blocks, threads, (x, _flat(out), factor))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_binary(node, inputs, out, env) -> Work:
+    a, b = inputs
+    dtype = str(out.dtype)
+    blocks, threads = kn.element_grid(out.size)
+    if tuple(a.shape) == tuple(b.shape) == tuple(out.shape):
+        go = prepare_launch(kn.binary_same(node.kernel, dtype), blocks, threads, (_flat(a), _flat(b), _flat(out)))
+    else:
+        folded = kn.broadcast_strides(tuple(out.shape), tuple(a.shape), tuple(b.shape))
+        if folded is None:
+            raise KernelError(f"{node.kernel} broadcasts {list(a.shape)} with {list(b.shape)} over more than 4 dimensions, which the cuda backend does not")
+        (d1, d2, d3), sa, sb = folded
+        args = (_flat(a), _flat(b), _flat(out), d1, d2, d3, *sa, *sb)
+        go = prepare_launch(kn.binary_broadcast(node.kernel, dtype), blocks, threads, args)
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_softmax(node, inputs, out, env) -> Work:
+    rows = _rows(out)
+    go = prepare_launch(kn.softmax(str(out.dtype)), rows.shape[0], kn.ROW_THREADS, (_rows(inputs[0]), rows))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_rmsnorm(node, inputs, out, env) -> Work:
+    x, rows = _rows(inputs[0]), _rows(out)
+    weighted = len(inputs) == 2
+    weight = inputs[1] if weighted else _flat(inputs[0])
+    eps = float(KERNELS["rmsnorm"].attr(node.attrs, "eps"))
+    go = prepare_launch(kn.rmsnorm(str(out.dtype), weighted), rows.shape[0], kn.ROW_THREADS, (x, weight, rows, eps))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_rope(node, inputs, out, env) -> Work:
+    x, cos, sin = inputs
+    blocks, threads = kn.rope_grid(tuple(x.shape)[0], tuple(cos.shape)[1])
+    go = prepare_launch(kn.rope(str(out.dtype)), blocks, threads, (x, cos, sin, out))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_swiglu(node, inputs, out, env) -> Work:
+    gate, up = inputs
+    blocks, threads = kn.element_grid(out.size)
+    go = prepare_launch(kn.swiglu(str(out.dtype)), blocks, threads, (_flat(gate), _flat(up), _flat(out)))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+BUILDERS: dict[str, Callable] = {
+    "matmul": build_matmul,
+    "einsum": build_einsum,
+    "add": build_binary,
+    "sub": build_binary,
+    "mul": build_binary,
+    "relu": build_unary,
+    "gelu": build_unary,
+    "silu": build_unary,
+    "exp": build_unary,
+    "scale": build_unary,
+    "softmax": build_softmax,
+    "rmsnorm": build_rmsnorm,
+    "rope": build_rope,
+    "swiglu": build_swiglu,
+    "attention": attention.build,
+}
+"""Kernel name -> builder. Names not (yet) in the kernel table are harmless."""
+
+SCRATCH: dict[str, Callable] = {
+    "einsum": lambda node, sources, provider: einsum_scratch(node, sources),
+    "attention": attention.scratch_bytes,
+}
+"""Kernels that need lane scratch: name -> bytes(node, source nodes, attention provider)."""
+
+
+LIBRARY: dict[str, Callable] = {
+    "attention": attention.library_bytes,
+}
+"""Kernels whose libraries hold memory of their own per lane (torch's caching allocator): name -> bytes."""
+
+
+def library_bytes(node, sources, provider: str) -> int:
+    rule = LIBRARY.get(node.kernel)
+    return rule(node, sources, provider) if rule else 0
+
+
+def missing_kernels() -> list[str]:
+    """Kernels of the table that the cuda backend cannot run."""
+    return sorted(name for name in KERNELS if name not in BUILDERS)
+
+
+def build_work(node, inputs, out, env) -> Work | None:
+    """The vertex's launch, or None when it has nothing to do (a zero-size output)."""
+    builder = BUILDERS.get(node.kernel)
+    if builder is None:
+        raise KernelError(f"kernel '{node.kernel}' has no cuda implementation (node {node.id} '{node.task}'); run it with --backend cpu")
+    if out is None:
+        return None
+    if any(x is None for x in inputs):
+        raise KernelError(f"node {node.id} '{node.task}': {node.kernel} of an empty operand into a non-empty result is not supported on cuda")
+    return builder(node, inputs, out, env)
+
+
+def scratch_bytes(node, sources, provider: str) -> int:
+    rule = SCRATCH.get(node.kernel)
+    return rule(node, sources, provider) if rule else 0

@@ -1,0 +1,199 @@
+"""The cuda backend without a GPU: numba-cuda's simulator runs its kernels, numpy runs its GEMM plans.
+
+What runs here is the backend's own Python (views at planned offsets, pinned chunks, lanes, event waits,
+the completion FIFO, the kernel registry and launch preparation) and every numba kernel at tiny sizes,
+against references written from formulas. Simulated threads are slow (~80 us each), so graphs stay tiny.
+The same code runs on the H200 through bench/gpu_check.py (tests marked `gpu`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+from passes.insert_offload import minimum_budget
+from passes.pipeline import compile_taskgraph
+from passes.place_devices import place_devices
+from runtime import execute
+from runtime.backends.cuda import CudaBackend, simulated
+from runtime.backends.cuda import completion, gemm, kernels_numba, memory, registry
+from runtime.inputs import input_specs, make_inputs
+from runtime.reference import evaluate
+from tests import formulas_llama as formulas
+from turnip_ir.errors import KernelError
+from turnip_ir.models import random_taskgraph
+from turnip_ir.taskgraph import TaskGraph
+
+pytestmark = pytest.mark.skipif(not simulated(), reason="these tests run numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")
+
+
+def _run(graph: TaskGraph, factor: float = 1.3, order: str = "random", seed: int = 0, inputs=None):
+    budget = int(minimum_budget(place_devices(graph, 0)) * factor) // 256 * 256 + 256
+    memgraph = compile_taskgraph(graph, budget)
+    inputs = make_inputs(input_specs(memgraph), inputs, seed)
+    return memgraph, inputs, execute(memgraph, backend=CudaBackend(), order=order, seed=seed, inputs=inputs)
+
+
+def _close(got, want, dtype):
+    tol = {"float16": 2e-2, "float32": 1e-5}[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_every_elementwise_and_row_kernel_matches_numpy(dtype):
+    g = TaskGraph(devices=1)
+    x = g.input((3, 24), dtype, device=0, id="x")
+    y = g.input((3, 24), dtype, device=0, id="y")
+    row = g.input((24,), dtype, device=0, id="row")
+    outs = [g.kernel(name, x, device=0, id=name) for name in ("relu", "gelu", "silu", "softmax")]
+    outs.append(g.scale(x, 0.5, device=0, id="half"))
+    outs.append(g.rmsnorm(x, row, device=0, id="norm"))
+    outs.append(g.rmsnorm(y, device=0, id="plain"))
+    outs += [g.kernel(name, x, y, device=0, id=name) for name in ("add", "sub", "mul")]
+    outs.append(g.mul(x, row, device=0, id="broadcast"))
+    outs.append(g.swiglu(x, y, device=0, id="swiglu"))
+    outs.append(g.exp(g.softmax(y, device=0, id="sq"), device=0, id="exp"))
+    g.output(*outs)
+    _, inputs, result = _run(g, factor=4.0)
+    want = _formulas({k: v.astype(np.float64) for k, v in inputs.items()})
+    for name, value in want.items():
+        _close(result.outputs[name], value, dtype)
+
+
+def _formulas(v):
+    x, y, row = v["x"], v["y"], v["row"]
+    soft = lambda a: np.exp(a - a.max(-1, keepdims=True)) / np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)  # noqa: E731
+    rms = lambda a: a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-6)  # noqa: E731
+    return {
+        "relu": np.maximum(x, 0), "gelu": 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+        "silu": x / (1 + np.exp(-x)), "softmax": soft(x), "half": 0.5 * x, "norm": rms(x) * row, "plain": rms(y),
+        "add": x + y, "sub": x - y, "mul": x * y, "broadcast": x * row, "swiglu": formulas.swiglu(x, y), "exp": np.exp(soft(y)),
+    }
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gemms_run_as_planned_contractions(dtype):
+    g = TaskGraph(devices=1)
+    x = g.input((6, 8), dtype, device=0, id="x")
+    w = g.input((5, 8), dtype, device=0, id="w")
+    b = g.input((8, 5), dtype, device=0, id="b")
+    g.output(g.einsum("ti,oi->to", x, w, device=0, id="proj"), g.matmul(x, b, device=0, id="mm"),
+             g.einsum("ti,io->ot", x, b, device=0, id="transposed"), g.einsum("ij->ji", x, device=0, id="swap"))
+    _, inputs, result = _run(g, factor=4.0)
+    v = {k: a.astype(np.float64) for k, a in inputs.items()}
+    for name, want in {"proj": v["x"] @ v["w"].T, "mm": v["x"] @ v["b"], "transposed": (v["x"] @ v["b"]).T, "swap": v["x"].T}.items():
+        _close(result.outputs[name], want, dtype)
+
+
+def test_rope_matches_the_formula_per_head():
+    tokens, heads, kv_heads, width = 8, 4, 2, 4
+    g = TaskGraph(devices=1)
+    cos, sin = formulas.rope_tables(tokens, width)
+    q = g.input((tokens, heads * width), "float32", device=0, id="q")
+    k = g.input((tokens, kv_heads * width), "float32", device=0, id="k")
+    v = g.input((tokens, kv_heads * width), "float32", device=0, id="v")
+    c = g.input((tokens, width), "float32", device=0, id="cos")
+    s = g.input((tokens, width), "float32", device=0, id="sin")
+    g.output(g.rope(q, c, s, device=0, id="qr"), g.rope(k, c, s, device=0, id="kr"))
+    inputs = {"cos": cos.astype(np.float32), "sin": sin.astype(np.float32)}
+    _, drawn, result = _run(g, factor=3.0, inputs=inputs)
+    _close(result.outputs["qr"], formulas.rope(drawn["q"], cos, sin), "float32")
+    _close(result.outputs["kr"], formulas.rope(drawn["k"], cos, sin), "float32")
+
+
+def _attention_graph(tokens, block, heads, kv_heads, width, dtype):
+    """q, k, v cut into token blocks; each query block a chain over key blocks 0..i (the llama decomposition)."""
+    g = TaskGraph(devices=1)
+    q = [g.input((block, heads * width), dtype, device=0, id=f"q{i}") for i in range(tokens // block)]
+    k = [g.input((block, kv_heads * width), dtype, device=0, id=f"k{i}") for i in range(tokens // block)]
+    v = [g.input((block, kv_heads * width), dtype, device=0, id=f"v{i}") for i in range(tokens // block)]
+    for i in range(len(q)):
+        partial = None
+        for j in range(i + 1):
+            last = j == i
+            partial = g.attention(q[i], k[j], v[j], partial, heads=heads, kv_heads=kv_heads, causal=last, final=last, device=0, id=f"a{i}.{j}")
+        g.output(partial)
+    return g
+
+
+@pytest.mark.parametrize("dtype, heads, kv_heads", [("float32", 4, 2), ("float16", 2, 2)])
+def test_blocked_attention_on_the_cublas_provider_equals_full_causal_attention(dtype, heads, kv_heads):
+    tokens, block, width = 6, 3, 2
+    g = _attention_graph(tokens, block, heads, kv_heads, width, dtype)
+    _, inputs, result = _run(g, factor=1.5)
+    cat = lambda p: np.concatenate([inputs[f"{p}{i}"] for i in range(tokens // block)])  # noqa: E731
+    want = formulas.attention(cat("q"), cat("k"), cat("v"), heads, kv_heads, causal=True)
+    got = np.concatenate([result.outputs[f"a{i}.{i}"] for i in range(tokens // block)])
+    _close(got, want, dtype)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("order", ["random", "nondet"])
+def test_random_graphs_under_tight_budgets_match_the_reference(seed, order):
+    graph = random_taskgraph(seed, tasks=10, devices=1, sizes=(4, 8))
+    memgraph, inputs, result = _run(graph, factor=1.2, order=order, seed=seed)
+    assert memgraph.count("offload") + memgraph.count("reload") > 0
+    expected = evaluate(graph, inputs)
+    for task, want in expected.items():
+        np.testing.assert_allclose(result.outputs[task], want, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_size_tensors_cost_nothing_and_come_back_empty():
+    g = TaskGraph(devices=1)
+    x = g.input((0, 4), "float32", device=0, id="x")
+    g.output(g.relu(x, device=0, id="r"))
+    _, _, result = _run(g, factor=4.0)
+    assert result.outputs["r"].shape == (0, 4)
+
+
+def test_every_kernel_of_the_table_has_a_cuda_implementation():
+    assert registry.missing_kernels() == []
+
+
+def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
+    g = TaskGraph(devices=1)
+    g.output(g.relu(g.input((4,), "float32", device=0, id="x"), device=0, id="r"))
+
+    def broken(node, inputs, out, env):
+        def work(lane):
+            raise RuntimeError("launch failed")
+        return work
+
+    monkeypatch.setitem(registry.BUILDERS, "relu", broken)
+    with pytest.raises(KernelError, match=r"\(r relu\) failed: RuntimeError: launch failed"):
+        _run(g, factor=4.0)
+
+
+def test_pinned_storage_chunks_never_split_a_region():
+    regions = [(0, 100), (128, 300), (512, 2000), (2560, 10)]
+    storage = memory.PinnedStorage(regions, chunk_bytes=1024)
+    assert len(storage.chunks) == 3  # [0, 428), [512, 2512) alone (bigger than a chunk), [2560, 2570)
+    for offset, size in regions:
+        view = storage.view((offset, size), (size,), "uint8")
+        view[:] = offset % 251
+    assert all(int(storage.view((o, s), (s,), "uint8")[0]) == o % 251 for o, s in regions)
+
+
+def test_the_host_function_counts_per_lane_and_wakes_the_loop_without_a_gpu():
+    notifier = completion.HostFuncNotifier(3)
+    function = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(notifier.address)
+    calls = [0, 2, 2, 1, 2]
+    thread = threading.Thread(target=lambda: [function(notifier.user_data[lane]) for lane in calls])
+    thread.start()
+    thread.join()
+    seen: dict[int, int] = {}
+    while sum(seen.values()) < len(calls):
+        for lane, count in notifier.wait(timeout=1.0).items():
+            seen[lane] = seen.get(lane, 0) + count
+    assert seen == {0: 1, 1: 1, 2: 3}
+    assert notifier.wait(timeout=0.01) == {}
+    notifier.close()
+
+
+def test_broadcast_strides_fold_axes_and_give_zero_strides_where_an_operand_repeats():
+    (d1, d2, d3), sa, sb = kernels_numba.broadcast_strides((2, 3, 4), (2, 3, 4), (4,))
+    assert (d1, d2, d3) == (1, 6, 4) and sa[2:] == [4, 1] and sb[2:] == [0, 1]
+    assert kernels_numba.broadcast_strides((2, 2, 2, 2, 2), (2, 1, 2, 1, 2), (1, 2, 1, 2, 1)) is None

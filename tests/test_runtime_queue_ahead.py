@@ -1,0 +1,143 @@
+"""The executor's queue-ahead mode (device backends): a fake device that enforces dependencies itself.
+
+`FakeDevice` models what CUDA streams and events do: each lane is a FIFO; the head of a lane starts
+when the lane is idle, it was submitted, and every dependency has finished on the device. The loop
+may hand it a vertex whose dependencies are only submitted; the device must never run it early.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from runtime.backends.base import Backend, Completion
+from runtime.executor import Executor
+from runtime.graph import build_exec_graph
+from runtime.policies import make_policy
+from runtime.synthetic import random_memgraph
+from turnip_ir.errors import KernelError
+from tests.test_runtime_executor import CHAIN, _graph
+
+
+class FakeDevice(Backend):
+    """Virtual clock; `durations[task]` seconds per vertex (default 1)."""
+
+    name = "fake-device"
+    device_deps = True
+
+    def __init__(self, depth=2, durations=None, fail=None):
+        self.queue_depth = depth
+        self.durations = durations or {}
+        self.fail = fail
+        self.clock = 0.0
+        self.submitted_at: dict[int, float] = {}
+        self.started: dict[int, float] = {}
+        self.ended: dict[int, float] = {}
+        self.log: list[tuple[str, int]] = []
+
+    def prepare(self, graph, inputs):
+        self.graph = graph
+        self.deps = [[] for _ in range(len(graph))]
+        for vertex, users in enumerate(graph.dependents):
+            for user in users:
+                self.deps[user].append(vertex)
+        self.lanes = [deque() for _ in graph.lanes]
+        self.idle_at = [0.0] * len(graph.lanes)
+        self.ended = {v: 0.0 for v in range(len(graph)) if graph.resource[v] < 0}
+
+    def now(self):
+        return self.clock
+
+    def submit(self, vertex, lane):
+        for dep in self.deps[vertex]:  # what the executor promises a device backend
+            assert dep in self.submitted_at or dep in self.ended, f"vertex {vertex} submitted before dependency {dep}"
+        self.submitted_at[vertex] = self.clock
+        self.lanes[lane.index].append(vertex)
+        self.log.append(("submit", vertex))
+
+    def _schedule(self, lane: int) -> float | None:
+        """When the head of `lane` ends, if it can start at all yet."""
+        head = self.lanes[lane][0]
+        if head not in self.started:
+            if any(dep not in self.ended for dep in self.deps[head]):
+                return None
+            begin = max([self.idle_at[lane], self.submitted_at[head]] + [self.ended[d] for d in self.deps[head]])
+            self.started[head] = begin
+        task = self.graph.node(head).task
+        return self.started[head] + self.durations.get(task, 1.0)
+
+    def wait(self):
+        ends = {lane: self._schedule(lane) for lane in range(len(self.lanes)) if self.lanes[lane]}
+        ends = {lane: end for lane, end in ends.items() if end is not None}
+        assert ends, "device deadlock: queued vertices wait for work that was never submitted"
+        lane = min(ends, key=lambda index: (ends[index], index))
+        vertex = self.lanes[lane].popleft()
+        self.clock = self.idle_at[lane] = self.ended[vertex] = ends[lane]
+        self.log.append(("complete", vertex))
+        error = RuntimeError("boom") if self.graph.node(vertex).task == self.fail else None
+        return [Completion(vertex, lane, self.started[vertex], self.clock, error)]
+
+    def read_outputs(self):
+        return {}
+
+
+def _run(memgraph, order="nondet", streams=1, seed=0, **device):
+    graph = build_exec_graph(memgraph, streams)
+    backend = FakeDevice(**device)
+    backend.prepare(graph, {})
+    Executor(graph, backend, make_policy(order, graph, seed)).run()
+    return backend
+
+
+def _check_device_order(backend):
+    for vertex, start in backend.started.items():
+        for dep in backend.deps[vertex]:
+            assert backend.ended[dep] <= start, f"vertex {vertex} ran before dependency {dep} finished"
+
+
+@pytest.mark.parametrize("order", ["nondet", "fixed", "random"])
+def test_a_dependent_chain_is_queued_before_its_head_finishes_and_runs_without_gaps(order):
+    backend = _run(_graph(CHAIN), order=order, streams=2)
+    _check_device_order(backend)
+    position = {event: i for i, event in enumerate(backend.log)}
+    assert position[("submit", 2)] < position[("complete", 1)]  # b queued while a runs
+    assert backend.started[2] == backend.ended[1] and backend.started[3] == backend.ended[2]
+    assert backend.clock == 3.0
+
+
+def test_queue_depth_bounds_what_a_lane_holds():
+    spec = [("x", "input", 0, [], [])] + [(f"k{i}", "kernel", 0, [0], []) for i in range(6)]
+    backend = _run(_graph(spec), depth=2)
+    holding, most = 0, 0
+    for kind, _ in backend.log:
+        holding += 1 if kind == "submit" else -1
+        most = max(most, holding)
+    assert most == 2
+    assert backend.clock == 6.0
+
+
+def test_host_backends_keep_one_vertex_per_lane_and_wait_for_completion():
+    class HostFake(FakeDevice):
+        device_deps = False
+
+    graph = build_exec_graph(_graph(CHAIN), 2)
+    backend = HostFake(depth=4)
+    backend.prepare(graph, {})
+    Executor(graph, backend, make_policy("nondet", graph)).run()
+    position = {event: i for i, event in enumerate(backend.log)}
+    assert position[("complete", 1)] < position[("submit", 2)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("order", ["nondet", "fixed", "random"])
+def test_random_memgraphs_never_run_a_vertex_before_its_dependencies(order, seed):
+    memgraph = random_memgraph(seed, vertices=120, devices=2)
+    backend = _run(memgraph, order=order, seed=seed, streams=2, depth=1 + seed % 3)
+    assert len(backend.ended) == len(memgraph.nodes)
+    _check_device_order(backend)
+
+
+def test_a_failure_on_a_device_lane_names_the_vertex():
+    with pytest.raises(KernelError, match=r"vertex 2 \(b relu\) failed"):
+        _run(_graph(CHAIN), fail="b")

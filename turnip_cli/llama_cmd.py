@@ -16,24 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from passes.pipeline import compile_taskgraph
-from runtime import execute
-from runtime.backends import BACKENDS
+from runtime import arena_budget, execute
+from runtime.backends import BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.run_cmd import parse_size
 from turnip_ir.errors import InputError
 from turnip_ir.io import write_atomic
 from turnip_ir.workloads import llama
-
-CHOICES = ("auto", "cuda", "cpu", "sim")
-
-
-def resolve_backend(name: str) -> str:
-    """`auto` is the best backend available. Until the runtime resolves it itself, that is cpu."""
-    if name == "auto":
-        return "cpu"
-    return name
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
@@ -45,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T]")
     tokens.add_argument("--tokens", type=int, metavar="T", help="draw T token ids from --seed")
     parser.add_argument("--memory", required=True, help="per-GPU budget, e.g. 4GiB")
-    parser.add_argument("--backend", default="auto", choices=CHOICES)
+    parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
     parser.add_argument("--seed", type=int, default=0, help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1)
@@ -59,23 +49,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend)
-    if backend not in BACKENDS:
-        raise InputError(f"backend '{args.backend}' is not available here (known: {', '.join(BACKENDS)})")
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     for path in (args.outputs, args.trace):
         if path is not None and not Path(path).resolve().parent.is_dir():
             raise InputError(f"cannot write {path}: its folder does not exist")
     budget = parse_size(args.memory)
+    machine = make_backend(backend, 0.0, args.seed)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
     ids = _ids(args, config)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
-    memgraph = compile_taskgraph(built.graph, budget)
+    memgraph = compile_taskgraph(built.graph, arena_budget(built.graph, budget, backend))  # less the cuda workspace
     inputs = built.feed(weights, ids) if backend != "sim" else None
-    result = execute(memgraph, backend=backend, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar()])
+    result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar()])
     if args.outputs:
         data = io.BytesIO()
         np.savez(data, hidden_states=built.gather(result.outputs))

@@ -133,3 +133,15 @@ def test_every_placement_runs_on_the_sim_backend_over_two_gpus(capsys, placement
     out = capsys.readouterr().out
     assert "backend sim" in out and "busy: gpu0" in out and "gpu1" in out
     assert " moved 0 B" not in out  # every placement moves something between the GPUs
+
+
+def test_stored_dtypes_are_converted_to_the_model_dtype(tmp_path):
+    weights = checkpoint(tmp_path / "m")  # float32 config
+    half = {name: w.astype(np.float16) for name, w in weights.items()}
+    save_file(half, tmp_path / "m" / "model.safetensors", bfloat16=("model.norm.weight",))
+    config = llama.load_config(str(tmp_path / "m"))
+    loaded = llama.CheckpointWeights(tmp_path / "m", config)
+    q = loaded["model.layers.0.self_attn.q_proj.weight"]
+    assert q.dtype == np.float32 and np.array_equal(q, half["model.layers.0.self_attn.q_proj.weight"])
+    norm = loaded["model.norm.weight"]  # stored as BF16: 8 bits of mantissa
+    assert norm.dtype == np.float32 and np.allclose(norm, weights["model.norm.weight"], rtol=1e-2)

@@ -34,17 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tokens = parser.add_mutually_exclusive_group(required=True)
     tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T]")
     tokens.add_argument("--tokens", type=int, metavar="T", help="draw T token ids from --seed")
-    parser.add_argument("--memory", required=True, help="per-GPU budget, e.g. 4GiB")
+    parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
-    parser.add_argument("--seed", type=int, default=0, help="seeds random weights, --tokens and --order random")
-    parser.add_argument("--gpus", type=int, default=1)
-    parser.add_argument("--block", type=int, help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
+    parser.add_argument("--gpus", type=int, default=1, metavar="N")
+    parser.add_argument("--block", type=int, metavar="N", help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     parser.add_argument("--dtype", choices=("float16", "float32"), help="compute dtype (default: the config's; "
                         "bfloat16 models run in float32)")
-    parser.add_argument("--outputs", help="write hidden_states [T, hidden] to this .npz")
-    parser.add_argument("--trace", help="write a Chrome/Perfetto trace")
+    parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
+    parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
 
 
 def run(args: argparse.Namespace) -> int:

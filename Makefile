@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PARITY := $(VENV)/.parity
 
 .PHONY: demo test install bench clean
 
@@ -16,12 +17,17 @@ $(STAMP): $(PY) pyproject.toml
 	  echo "note: graphviz 'dot' not found; pictures are written as .dot text (apt-get install graphviz to render)"
 	touch $(STAMP)
 
+# Only `make test` needs CPU torch and transformers (the parity test; about 2 minutes to install once).
+$(PARITY): $(STAMP)
+	$(PY) -m pip install -q -e '.[parity]' || echo "note: the parity extra (CPU torch, transformers) did not install; tests/test_parity_hf.py will skip"
+	touch $(PARITY)
+
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+test: $(STAMP) $(PARITY)
 	$(PY) -m pytest
 
 bench: $(STAMP)

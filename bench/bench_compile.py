@@ -20,8 +20,9 @@ from passes.orders import execution_order
 from passes.pipeline import compile_taskgraph
 from passes.stats import CompileStats
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import blocked_matmul, ffn_stack
 from turnip_ir.random_graphs import random_taskgraph
+from turnip_ir.workloads import ffn as ffn_workload
+from turnip_ir.workloads import matmul as matmul_workload
 
 STAGES = ("place", "simulate", "memory-deps", "minimize", "reduce", "verify")
 
@@ -140,8 +141,8 @@ def main() -> None:
     print()
     print("| graph | slots | order | offload B | reload B | warm reload B | Belady warm reload B | edges added | redundant | removed (minimize) | removed (reduce) | kept |")
     print("|" + " --- |" * 12)
-    ffn = ffn_stack(layers=8, tokens=64, hidden=64, ffn=64, devices=1)
-    matmul = blocked_matmul(n=256, blocks=4, devices=2)
+    ffn = ffn_workload.build(ffn_workload.FfnConfig(layers=8, tokens=64, hidden=64, ffn=64, block=64)).taskgraph()
+    matmul = matmul_workload.build(matmul_workload.MatmulConfig(m=256, k=256, n=256, block=64, gpus=2)).taskgraph()
     for row in traffic_rows("ffn 8 layers", ffn, (4, 6, 10)) + traffic_rows("blocked matmul 4x4", matmul, (3, 5, 8)):
         print(row, flush=True)
 

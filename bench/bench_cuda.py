@@ -140,7 +140,7 @@ def _zeros_free(shape, dtype, scale: float = 0.1):
 
 def _weights(graph):
     """Inputs for a graph: activations ~N(0, 1), 2-D weights ~N(0, 1/fan_in) so deep stacks stay finite in fp16."""
-    return {task: _zeros_free(node.shape, node.dtype, 1.0 if task == "x" or len(node.shape) < 2 else node.shape[0] ** -0.5)
+    return {task: _zeros_free(node.shape, node.dtype, 1.0 if task == "x" or len(node.shape) < 2 else node.shape[1] ** -0.5)
             for task, node in graph.nodes.items() if node.op == "input"}
 
 
@@ -316,9 +316,11 @@ def copies(quick: bool, ceiling: dict) -> dict:
 
 # ----- the FFN, transfer-bound -----------------------------------------------------------------------
 def ffn_graph(layers, tokens, hidden, ffn):
-    from turnip_ir.models import ffn_stack
+    """The `ffn` workload: x -> gelu(x W1^T) W2^T per layer, weights in HF layout [out, in], one token block."""
+    from turnip_ir.workloads import ffn as workload
 
-    return ffn_stack(layers, tokens, hidden, ffn, devices=1, dtype="float16")
+    config = workload.FfnConfig(layers=layers, tokens=tokens, hidden=hidden, ffn=ffn, block=tokens, dtype="float16")
+    return workload.build(config).taskgraph()
 
 
 def ffn(quick: bool, ceiling: dict) -> dict:
@@ -328,13 +330,13 @@ def ffn(quick: bool, ceiling: dict) -> dict:
     budget = 8 * GIB
     graph = ffn_graph(layers, tokens, hidden, width)
     weights = _weights(graph)
-    weight_bytes = sum(node.nbytes for task, node in graph.nodes.items() if task.startswith("w"))
+    weight_bytes = sum(node.nbytes for task, node in graph.nodes.items() if task.startswith("w") and node.op == "input")
     memgraph = compile_taskgraph(graph, arena_budget(graph, budget, "cuda"), inputs="host")
     runs = loops(memgraph, CudaBackend(sample_memory=0.001), orders=("nondet", "fixed"), repeats=3, inputs=weights)
     sim = {order: execute(memgraph, backend="sim", order=order).summary.makespan for order in ("nondet", "fixed")}
     floor = weight_bytes / ceiling["h2d"]
     base = ffn_torch(layers, tokens, hidden, width, weights)
-    turnip_out = runs["outputs"][graph.outputs[0]].astype(np.float32)
+    turnip_out = runs["outputs"][graph.outputs[-1]].astype(np.float32)
     agree = float(np.max(np.abs(turnip_out - base["output"])) / (np.max(np.abs(base["output"])) + 1e-6))
     out = {"floor": floor, "weight_bytes": weight_bytes, "sim": sim, "agreement": agree,
            "sync": base["sync"], "prefetch": base["prefetch"], "prefetch_peak": base["peak"]}
@@ -363,13 +365,10 @@ def ffn_torch(layers, tokens, hidden, width, weights) -> dict:
 
     host = {k: _pinned(v) for k, v in weights.items() if k.startswith("w")}
     x0 = torch.from_numpy(_materialize(weights["x"])).cuda()
-    buffers = [[torch.empty(hidden, width, dtype=torch.float16, device="cuda"), torch.empty(width, hidden, dtype=torch.float16, device="cuda")] for _ in range(2)]
+    buffers = [[torch.empty(width, hidden, dtype=torch.float16, device="cuda"), torch.empty(hidden, width, dtype=torch.float16, device="cuda")] for _ in range(2)]
 
-    def layer(x, w1, w2):
-        h = x.float()
-        h = (h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-6)).half()
-        h = torch.nn.functional.gelu(h @ w1, approximate="tanh")
-        return x + h @ w2
+    def layer(x, w1, w2):  # the ffn workload: weights in HF layout [out, in]
+        return torch.nn.functional.gelu(x @ w1.T, approximate="tanh") @ w2.T
 
     def sync():
         x = x0
@@ -428,10 +427,11 @@ def _pinned(value):
 
 def sim(quick: bool) -> dict:
     """The sim backend's prediction beside the measured run, on the graphs of bench_runtime.py that fit one GPU."""
-    from turnip_ir.models import blocked_matmul
+    from turnip_ir.workloads import matmul
 
+    blocked = matmul.build(matmul.MatmulConfig(m=16384, k=16384, n=16384, block=4096, gpus=1)).taskgraph()
     cases = [("ffn 16x8192x32768 fp16", ffn_graph(16, 2048, 8192, 32768), b) for b in ((8, 4) if quick else (24, 8, 4, 2))]
-    cases += [("blocked matmul 16384 fp32, 4x4 tiles", blocked_matmul(16384, 4, devices=1), b) for b in (2, 1)]
+    cases += [("blocked matmul 16384 fp32, 4x4 tiles", blocked, b) for b in (2, 1)]
     out = []
     print("\n### The sim model against the GPU (same memgraph; 2 compute streams)\n")
     row("graph", "budget GiB", "order", "measured ms", "sim ms", "sim / measured")

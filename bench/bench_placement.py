@@ -14,8 +14,9 @@ from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.stats import CompileStats
 from runtime import execute
-from turnip_ir.models import blocked_matmul, ffn_stack
 from turnip_ir.random_graphs import random_taskgraph
+from turnip_ir.workloads import ffn as ffn_workload
+from turnip_ir.workloads import matmul as matmul_workload
 
 GIB = 1 << 30
 SEEDS = 3
@@ -41,8 +42,8 @@ def row(label: str, graph, budget: int) -> list[str]:
 def main() -> None:
     print("| graph, budget | placement | memory edges kept | offload+reload GiB | nondet ms | nondet ms, jitter 0.3 | fixed ms | fixed ms, jitter 0.3 |")
     print("|" + " --- |" * 8)
-    ffn = ffn_stack(layers=16, tokens=2048, hidden=8192, ffn=32768, devices=1, dtype="bfloat16")
-    matmul = blocked_matmul(n=32768, blocks=4, devices=3, dtype="float32")
+    ffn = ffn_workload.build(ffn_workload.FfnConfig(16, 2048, 8192, 32768, block=2048, dtype="bfloat16")).taskgraph()
+    matmul = matmul_workload.build(matmul_workload.MatmulConfig(32768, 32768, 32768, block=8192, gpus=3)).taskgraph()
     rand = random_taskgraph(7, tasks=3000, devices=2, sizes=(1024, 2048, 4096), window=30)
     cases = [
         ("ffn 16x8192x32768 bf16, 8 GiB", ffn, 8 * GIB),

@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from runtime import execute  # noqa: E402
 from runtime.backends.cpu import CpuBackend  # noqa: E402
 from runtime.backends.sim import SimBackend  # noqa: E402
-from turnip_ir.models import blocked_matmul, ffn_stack  # noqa: E402
 from turnip_ir.random_graphs import random_taskgraph  # noqa: E402
+from turnip_ir.workloads import ffn as ffn_workload  # noqa: E402
+from turnip_ir.workloads import matmul as matmul_workload  # noqa: E402
 
 GIB = 1 << 30
 
@@ -70,18 +71,24 @@ def _sim_row(label: str, taskgraph, budget: int, seeds: int, jitter: float) -> N
           f"| {fj * 1e3:.1f} / {nj * 1e3:.1f} | {fj / nj:.3f} |")
 
 
+def _ffn(gpus: int):
+    """16 layers of 8192 x 32768 in bf16, 2048 tokens in one block; over 2 GPUs as a 2-stage pipeline."""
+    config = ffn_workload.FfnConfig(16, 2048, 8192, 32768, block=2048, gpus=gpus, dtype="bfloat16", placement="layers")
+    return ffn_workload.build(config).taskgraph()
+
+
 def sim(seeds: int = 5, jitter: float = 0.3) -> None:
     """Predicted makespans (H200 cost model) of fixed and nondet, without and with jitter on every duration."""
     print(f"jitter {jitter} (every duration x U(1-j, 1+j)), mean over {seeds} seeds\n")
     print("| graph | budget GiB | offloads+reloads | fixed / nondet ms | ratio | jittered fixed / nondet ms | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    ffn1 = ffn_stack(layers=16, tokens=2048, hidden=8192, ffn=32768, devices=1, dtype="bfloat16")
+    ffn1 = _ffn(gpus=1)
     for budget in (24, 8, 4, 2):
         _sim_row("ffn 16x8192x32768 bf16, 1 GPU", ffn1, budget * GIB, seeds, jitter)
-    ffn2 = ffn_stack(layers=16, tokens=2048, hidden=8192, ffn=32768, devices=2, dtype="bfloat16")
+    ffn2 = _ffn(gpus=2)
     for budget in (12, 4, 2):
         _sim_row("same, 2 GPUs", ffn2, budget * GIB, seeds, jitter)
-    matmul = blocked_matmul(n=32768, blocks=4, devices=3, dtype="float32")
+    matmul = matmul_workload.build(matmul_workload.MatmulConfig(32768, 32768, 32768, block=8192, gpus=3)).taskgraph()
     for budget in (8, 2, 1):
         _sim_row("blocked matmul 32768 fp32, 4x4 tiles, 3 GPUs", matmul, budget * GIB, seeds, jitter)
 

@@ -1,35 +1,35 @@
 builtin.module attributes {turnip.devices = 3 : i64} {
-  %A00, %A00t = turnip.input on 0 : tensor<128x128xf32>
-  %A01, %A01t = turnip.input on 1 : tensor<128x128xf32>
-  %A10, %A10t = turnip.input on 1 : tensor<128x128xf32>
-  %A11, %A11t = turnip.input on 2 : tensor<128x128xf32>
-  %B00, %B00t = turnip.input on 0 : tensor<128x128xf32>
-  %B01, %B01t = turnip.input on 1 : tensor<128x128xf32>
-  %B10, %B10t = turnip.input on 1 : tensor<128x128xf32>
-  %B11, %B11t = turnip.input on 2 : tensor<128x128xf32>
-  %P000, %P000t = turnip.matmul %A00, %B00 on 0 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %P001, %P001t = turnip.matmul %A01, %B10 on 1 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %P001.to0, %P001.to0t = turnip.move %P001 to 0 : tensor<128x128xf32>
-  %S001, %S001t = turnip.add %P000, %P001.to0 on 0 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %A00.to1, %A00.to1t = turnip.move %A00 to 1 : tensor<128x128xf32>
-  %P010, %P010t = turnip.matmul %A00.to1, %B01 on 1 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %A01.to2, %A01.to2t = turnip.move %A01 to 2 : tensor<128x128xf32>
-  %P011, %P011t = turnip.matmul %A01.to2, %B11 on 2 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %P011.to1, %P011.to1t = turnip.move %P011 to 1 : tensor<128x128xf32>
-  %S011, %S011t = turnip.add %P010, %P011.to1 on 1 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %B00.to1, %B00.to1t = turnip.move %B00 to 1 : tensor<128x128xf32>
-  %P100, %P100t = turnip.matmul %A10, %B00.to1 on 1 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %B10.to2, %B10.to2t = turnip.move %B10 to 2 : tensor<128x128xf32>
-  %P101, %P101t = turnip.matmul %A11, %B10.to2 on 2 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %P101.to1, %P101.to1t = turnip.move %P101 to 1 : tensor<128x128xf32>
-  %S101, %S101t = turnip.add %P100, %P101.to1 on 1 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %A10.to2, %A10.to2t = turnip.move %A10 to 2 : tensor<128x128xf32>
-  %B01.to2, %B01.to2t = turnip.move %B01 to 2 : tensor<128x128xf32>
-  %P110, %P110t = turnip.matmul %A10.to2, %B01.to2 on 2 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %A11.to0, %A11.to0t = turnip.move %A11 to 0 : tensor<128x128xf32>
-  %B11.to0, %B11.to0t = turnip.move %B11 to 0 : tensor<128x128xf32>
-  %P111, %P111t = turnip.matmul %A11.to0, %B11.to0 on 0 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  %P111.to2, %P111.to2t = turnip.move %P111 to 2 : tensor<128x128xf32>
-  %S111, %S111t = turnip.add %P110, %P111.to2 on 2 : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-  turnip.output %S001, %S011, %S101, %S111 : tensor<128x128xf32>, tensor<128x128xf32>, tensor<128x128xf32>, tensor<128x128xf32>
+  %A.0.0., %A.0.0.t = turnip.input on 0 {task = "A[0,0]"} : tensor<128x128xf32>
+  %A.0.1., %A.0.1.t = turnip.input on 1 {task = "A[0,1]"} : tensor<128x128xf32>
+  %A.1.0., %A.1.0.t = turnip.input on 1 {task = "A[1,0]"} : tensor<128x128xf32>
+  %A.1.1., %A.1.1.t = turnip.input on 2 {task = "A[1,1]"} : tensor<128x128xf32>
+  %B.0.0., %B.0.0.t = turnip.input on 0 {task = "B[0,0]"} : tensor<128x128xf32>
+  %B.0.1., %B.0.1.t = turnip.input on 1 {task = "B[0,1]"} : tensor<128x128xf32>
+  %B.1.0., %B.1.0.t = turnip.input on 1 {task = "B[1,0]"} : tensor<128x128xf32>
+  %B.1.1., %B.1.1.t = turnip.input on 2 {task = "B[1,1]"} : tensor<128x128xf32>
+  %C.0.0..p0, %C.0.0..p0t = turnip.matmul %A.0.0., %B.0.0. on 0 {task = "C[0,0].p0"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %C.0.0..p1, %C.0.0..p1t = turnip.matmul %A.0.1., %B.1.0. on 1 {task = "C[0,0].p1"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %C.0.0..p1.to0, %C.0.0..p1.to0t = turnip.move %C.0.0..p1 to 0 {task = "C[0,0].p1.to0"} : tensor<128x128xf32>
+  %C.0.0., %C.0.0.t = turnip.add %C.0.0..p0, %C.0.0..p1.to0 on 0 {task = "C[0,0]"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %A.0.0..to1, %A.0.0..to1t = turnip.move %A.0.0. to 1 {task = "A[0,0].to1"} : tensor<128x128xf32>
+  %C.0.1..p0, %C.0.1..p0t = turnip.matmul %A.0.0..to1, %B.0.1. on 1 {task = "C[0,1].p0"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %A.0.1..to2, %A.0.1..to2t = turnip.move %A.0.1. to 2 {task = "A[0,1].to2"} : tensor<128x128xf32>
+  %C.0.1..p1, %C.0.1..p1t = turnip.matmul %A.0.1..to2, %B.1.1. on 2 {task = "C[0,1].p1"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %C.0.1..p1.to1, %C.0.1..p1.to1t = turnip.move %C.0.1..p1 to 1 {task = "C[0,1].p1.to1"} : tensor<128x128xf32>
+  %C.0.1., %C.0.1.t = turnip.add %C.0.1..p0, %C.0.1..p1.to1 on 1 {task = "C[0,1]"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %B.0.0..to1, %B.0.0..to1t = turnip.move %B.0.0. to 1 {task = "B[0,0].to1"} : tensor<128x128xf32>
+  %C.1.0..p0, %C.1.0..p0t = turnip.matmul %A.1.0., %B.0.0..to1 on 1 {task = "C[1,0].p0"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %B.1.0..to2, %B.1.0..to2t = turnip.move %B.1.0. to 2 {task = "B[1,0].to2"} : tensor<128x128xf32>
+  %C.1.0..p1, %C.1.0..p1t = turnip.matmul %A.1.1., %B.1.0..to2 on 2 {task = "C[1,0].p1"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %C.1.0..p1.to1, %C.1.0..p1.to1t = turnip.move %C.1.0..p1 to 1 {task = "C[1,0].p1.to1"} : tensor<128x128xf32>
+  %C.1.0., %C.1.0.t = turnip.add %C.1.0..p0, %C.1.0..p1.to1 on 1 {task = "C[1,0]"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %A.1.0..to2, %A.1.0..to2t = turnip.move %A.1.0. to 2 {task = "A[1,0].to2"} : tensor<128x128xf32>
+  %B.0.1..to2, %B.0.1..to2t = turnip.move %B.0.1. to 2 {task = "B[0,1].to2"} : tensor<128x128xf32>
+  %C.1.1..p0, %C.1.1..p0t = turnip.matmul %A.1.0..to2, %B.0.1..to2 on 2 {task = "C[1,1].p0"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %A.1.1..to0, %A.1.1..to0t = turnip.move %A.1.1. to 0 {task = "A[1,1].to0"} : tensor<128x128xf32>
+  %B.1.1..to0, %B.1.1..to0t = turnip.move %B.1.1. to 0 {task = "B[1,1].to0"} : tensor<128x128xf32>
+  %C.1.1..p1, %C.1.1..p1t = turnip.matmul %A.1.1..to0, %B.1.1..to0 on 0 {task = "C[1,1].p1"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %C.1.1..p1.to2, %C.1.1..p1.to2t = turnip.move %C.1.1..p1 to 2 {task = "C[1,1].p1.to2"} : tensor<128x128xf32>
+  %C.1.1., %C.1.1.t = turnip.add %C.1.1..p0, %C.1.1..p1.to2 on 2 {task = "C[1,1]"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  turnip.output %C.0.0., %C.0.1., %C.1.0., %C.1.1. : tensor<128x128xf32>, tensor<128x128xf32>, tensor<128x128xf32>, tensor<128x128xf32>
 }

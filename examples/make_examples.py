@@ -1,28 +1,32 @@
 """Regenerate the example taskgraphs in this folder: `python examples/make_examples.py`.
 
-- blocked_matmul.json / .mlir: the seed's running example, a 256x256 matmul in 2x2 blocks over 3 GPUs,
-  with GPU-to-GPU moves and a final sum per output block.
-- ffn.json / .mlir: a small FFN stack (4 layers, 64 tokens, hidden 128, FFN 256) on one GPU.
-- ffn_2gpu.json: the same stack split over 2 GPUs, with a move between the halves.
+- blocked_matmul.json / .mlir: the seed's running example, a 256x256 matmul in 128x128 tiles over 3 GPUs,
+  with GPU-to-GPU moves and a final sum per output block (`turnip build matmul`).
+- ffn.json / .mlir: 4 layers of gelu(x W1^T) W2^T, 64 tokens in one block, hidden 128, FFN 256, on one GPU.
+- ffn_2gpu.json: the same stack as a 2-stage pipeline over 2 GPUs, with a move between the halves.
+- llama_tiny.json: the tiny LLaMA prefill (2 layers, hidden 64, 4 heads, 128 tokens in 4 blocks)
+  (`turnip build llama --config tiny`).
 """
 
 from pathlib import Path
 
 from turnip_ir.io import graph_text
-from turnip_ir.models import blocked_matmul, ffn_stack
+from turnip_ir.workloads import ffn, llama, matmul
 
 HERE = Path(__file__).parent
 
 
 def main() -> None:
+    stack = ffn.FfnConfig(layers=4, tokens=64, hidden=128, ffn=256, block=64)
     graphs = {
-        "blocked_matmul": blocked_matmul(n=256, blocks=2, devices=3),
-        "ffn": ffn_stack(layers=4, tokens=64, hidden=128, ffn=256, devices=1),
-        "ffn_2gpu": ffn_stack(layers=4, tokens=64, hidden=128, ffn=256, devices=2),
+        "blocked_matmul": matmul.build(matmul.PRESETS["seed"]).taskgraph(),
+        "ffn": ffn.build(stack).taskgraph(),
+        "ffn_2gpu": ffn.build(ffn.FfnConfig(**{**stack.__dict__, "gpus": 2, "placement": "layers"})).taskgraph(),
+        "llama_tiny": llama.build_llama(llama.load_config("tiny"), 128).graph,
     }
     for name, graph in graphs.items():
         (HERE / f"{name}.json").write_text(graph_text(graph, "json"))
-        if name != "ffn_2gpu":
+        if name in ("blocked_matmul", "ffn"):
             (HERE / f"{name}.mlir").write_text(graph_text(graph, "mlir"))
         print(f"wrote {name}: {len(graph)} nodes")
 

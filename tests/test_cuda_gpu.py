@@ -25,7 +25,7 @@ from runtime.reference import evaluate
 from runtime.synthetic import random_memgraph
 from tests import formulas_llama as formulas
 from turnip_ir.errors import KernelError
-from turnip_ir.models import random_taskgraph
+from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 pytestmark = pytest.mark.gpu

@@ -24,7 +24,7 @@ from runtime.inputs import input_specs, make_inputs
 from runtime.reference import evaluate
 from tests import formulas_llama as formulas
 from turnip_ir.errors import KernelError
-from turnip_ir.models import random_taskgraph
+from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 pytestmark = pytest.mark.skipif(not simulated(), reason="these tests run numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")

@@ -21,7 +21,7 @@ from turnip_ir.verifier import verify_memgraph
 from turnip_ir.errors import TurnipError
 from turnip_ir.io import check_module, graph_to_module, module_to_graph, parse_ir, parse_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import blocked_matmul
+from turnip_ir.workloads import matmul
 
 ROOT = Path(__file__).parent
 VALUES = [None, -1, 0, 1, 2.5, "x", "", [], {}, [1], ["a"], [[1]], True, 10**20, "matmul", "input", [0, 1], [-5, 3]]
@@ -75,7 +75,7 @@ def _load_json_fully(text: str) -> None:
 
 
 def test_damaged_json_fails_cleanly(deadline):
-    taskgraph = blocked_matmul(n=64, blocks=2, devices=3)
+    taskgraph = matmul.build(matmul.PRESETS["small"]).taskgraph()  # 64x64 in 32x32 tiles over 3 GPUs
     docs = [taskgraph.to_json(), compile_taskgraph(taskgraph, 12288).to_json()]
     rng = random.Random(7)
     for _ in range(600):

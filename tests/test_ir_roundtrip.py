@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from turnip_ir.convert import memgraph_from_ir, memgraph_to_ir, taskgraph_from_ir, taskgraph_to_ir
 from turnip_ir.io import module_text, parse_ir, parse_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.models import blocked_matmul, ffn_stack
 from turnip_ir.random_graphs import random_taskgraph
+from turnip_ir.workloads import ffn, matmul
 from turnip_ir.taskgraph import TaskGraph
 
 # TURNIP_EXAMPLES=600 searches harder (about a minute); the default, 150, keeps the suite quick.
@@ -75,7 +75,8 @@ def _memgraph_via_ir(graph: MemGraph, generic: bool = False) -> MemGraph:
 
 
 def test_custom_and_generic_text_round_trip_identically() -> None:
-    for graph in (blocked_matmul(), ffn_stack(layers=2, devices=2), MemGraph.from_json(ISSUE_MEMGRAPH)):
+    two_stage_ffn = ffn.build(ffn.FfnConfig(layers=2, gpus=2, placement="layers")).taskgraph()
+    for graph in (matmul.build(matmul.MatmulConfig()).taskgraph(), two_stage_ffn, MemGraph.from_json(ISSUE_MEMGRAPH)):
         custom = module_text(graph.to_ir())
         generic = module_text(graph.to_ir(), generic=True)
         assert module_text(parse_ir(custom)) == custom

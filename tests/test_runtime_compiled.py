@@ -11,8 +11,8 @@ from passes.pipeline import compile_taskgraph
 from runtime import execute
 from runtime.inputs import input_specs, make_inputs
 from turnip_ir.errors import BudgetError
-from turnip_ir.models import blocked_matmul, ffn_stack
 from turnip_ir.random_graphs import random_taskgraph
+from turnip_ir.workloads import ffn, matmul
 
 
 def _working_set(taskgraph) -> int:
@@ -54,7 +54,10 @@ def test_compiled_random_graphs_under_tight_budgets(seed):
         _assert_matches_reference(taskgraph, memgraph, result, seed)
 
 
-@pytest.mark.parametrize("build", [lambda: ffn_stack(layers=4, devices=2), lambda: blocked_matmul(96, 3, 3)])
+@pytest.mark.parametrize("build", [
+    lambda: ffn.build(ffn.FfnConfig(layers=4, gpus=2, placement="layers")).taskgraph(),
+    lambda: matmul.build(matmul.MatmulConfig(m=96, k=96, n=96, block=32)).taskgraph(),
+])
 def test_compiled_models_fixed_equals_nondet(build):
     taskgraph = build()
     memgraph = _tight_memgraphs(taskgraph)[0]

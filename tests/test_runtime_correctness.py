@@ -9,8 +9,8 @@ from runtime_plans import dependency_violations, naive_memgraph, reuse_memgraph
 
 from runtime import execute
 from runtime.inputs import input_specs, make_inputs
-from turnip_ir.models import blocked_matmul, ffn_stack
 from turnip_ir.random_graphs import random_taskgraph
+from turnip_ir.workloads import ffn, matmul
 
 
 def _check(taskgraph, result, memgraph, seed):
@@ -40,7 +40,10 @@ def test_nondet_with_jitter_matches_reference(seed):
     _check(taskgraph, result, memgraph, seed)
 
 
-@pytest.mark.parametrize("build", [lambda: ffn_stack(layers=3, devices=2), lambda: blocked_matmul(64, 2, 3)])
+@pytest.mark.parametrize("build", [
+    lambda: ffn.build(ffn.FfnConfig(layers=3, gpus=2, placement="layers")).taskgraph(),
+    lambda: matmul.build(matmul.PRESETS["small"]).taskgraph(),
+])
 def test_fixed_and_nondet_give_identical_outputs(build):
     taskgraph = build()
     memgraph = reuse_memgraph(taskgraph, offload_inputs=True)
@@ -52,7 +55,7 @@ def test_fixed_and_nondet_give_identical_outputs(build):
 
 
 def test_float16_graph_runs_close_to_reference():
-    taskgraph = ffn_stack(layers=2, tokens=16, hidden=32, ffn=64, dtype="float16")
+    taskgraph = ffn.build(ffn.FfnConfig(layers=2, tokens=16, hidden=32, ffn=64, block=16, dtype="float16")).taskgraph()
     memgraph = reuse_memgraph(taskgraph)
     result = execute(memgraph, order="random", seed=1)
     reference = evaluate(taskgraph, make_inputs(input_specs(memgraph), None, 1))
@@ -63,9 +66,9 @@ def test_float16_graph_runs_close_to_reference():
 
 
 def test_given_inputs_are_used():
-    taskgraph = ffn_stack(layers=1, tokens=4, hidden=8, ffn=16)
+    taskgraph = ffn.build(ffn.FfnConfig(layers=1, tokens=4, hidden=8, ffn=16, block=4)).taskgraph()
     memgraph = naive_memgraph(taskgraph)
     given = {"x": np.ones((4, 8), dtype=np.float32)}
     result = execute(memgraph, inputs=given, seed=5)
     inputs = make_inputs(input_specs(memgraph), given, 5)
-    np.testing.assert_allclose(result.outputs["res0"], evaluate(taskgraph, inputs)["res0"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(result.outputs["y"], evaluate(taskgraph, inputs)["y"], rtol=1e-5, atol=1e-6)

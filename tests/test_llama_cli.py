@@ -1,0 +1,147 @@
+"""Safetensors checkpoints to hidden states: `turnip llama` and `turnip build`, outputs and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from turnip_cli.main import main as turnip
+from turnip_ir.io import load_taskgraph
+from turnip_ir.safetensors import save_file, save_sharded
+from turnip_ir.workloads import llama
+
+CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50, "rms_norm_eps": 1e-5,
+          "rope_theta": 10000.0, "torch_dtype": "float32"}
+
+
+def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", reshape: str = "") -> dict:
+    """A tiny HF model folder with random weights; returns the weights by their `model.` names."""
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    weights = dict(llama.RandomWeights(llama.load_config(str(folder)), seed=11))
+    stored = {prefix + name.removeprefix("model."): w for name, w in weights.items() if name != drop}
+    if reshape:
+        stored[reshape] = stored[reshape][:, :-1]
+    if shards:
+        save_sharded(stored, folder, shards)
+    else:
+        save_file(stored, folder / "model.safetensors")
+    return weights
+
+
+def hidden_states(capsys, *args) -> np.ndarray:
+    assert turnip(["llama", *map(str, args)]) == 0, capsys.readouterr().err
+    return np.load(args[args.index("--outputs") + 1])["hidden_states"]
+
+
+@pytest.mark.parametrize("shards, prefix", [(0, "model."), (3, "model."), (0, "")])
+def test_checkpoint_to_hidden_states_equals_reference(tmp_path, capsys, shards, prefix):
+    weights = checkpoint(tmp_path / "m", shards, prefix)
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4], dtype=np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    out = hidden_states(capsys, "--weights", tmp_path / "m", "--input-ids", tmp_path / "ids.npy", "--memory", "48KiB",
+                        "--block", 6, "--order", "random", "--outputs", tmp_path / "out.npz")
+    expected = llama.reference(llama.load_config(str(tmp_path / "m")), weights, ids)
+    assert out.shape == (20, 32) and out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    assert "offloaded" in capsys.readouterr().out
+
+
+def test_random_weights_from_a_seed_are_reproducible_over_gpus(tmp_path, capsys):
+    common = ["--config", "tiny-gqa", "--tokens", 40, "--memory", "1MiB", "--seed", 5]
+    one = hidden_states(capsys, *common, "--outputs", tmp_path / "a.npz")
+    two = hidden_states(capsys, *common, "--gpus", 2, "--placement", "heads", "--outputs", tmp_path / "b.npz", "--trace", tmp_path / "t.json")
+    np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-5)
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize("make, args, code, message", [
+    (lambda d: None, ["--weights", "{d}/absent"], 1, "weights folder '{d}/absent' does not exist"),
+    (lambda d: d.mkdir(), ["--weights", "{d}"], 1, "weights folder '{d}' has no config.json"),
+    (lambda d: d.mkdir() or (d / "config.json").write_text(json.dumps(CONFIG)), ["--weights", "{d}"], 1,
+     "has neither model.safetensors nor model.safetensors.index.json"),
+    (lambda d: checkpoint(d, drop="model.layers.1.mlp.up_proj.weight"), ["--weights", "{d}"], 1,
+     "tensor 'model.layers.1.mlp.up_proj.weight' is missing"),
+    (lambda d: checkpoint(d, reshape="model.layers.0.self_attn.k_proj.weight"), ["--weights", "{d}"], 1,
+     "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [16, 31], the config needs [16, 32]"),
+    (lambda d: checkpoint(d), ["--weights", "{d}", "--memory", "1KiB"], 2, "bytes but the budget is 1024 bytes"),
+    (lambda d: None, ["--config", "{d}/nope.json"], 1, "is neither a preset"),
+])
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys, make, args, code, message):
+    folder = tmp_path / "m"
+    make(folder)
+    args = [a.format(d=folder) for a in args]
+    memory = [] if "--memory" in args else ["--memory", "1MiB"]
+    assert turnip(["llama", *args, "--tokens", "8", *memory]) == code
+    err = capsys.readouterr().err
+    assert message.format(d=folder) in err and len(err.strip().splitlines()) == 1
+
+
+def test_token_ids_are_checked(tmp_path, capsys):
+    np.save(tmp_path / "big.npy", np.array([1, 256]))
+    np.save(tmp_path / "flat.npy", np.zeros((2, 2), dtype=np.int64))
+    (tmp_path / "junk.npy").write_text("no")
+    for name, message in [("big", "token id 256 in"), ("flat", "must be a non-empty 1-D integer array"),
+                          ("junk", "is not a readable .npy"), ("absent", "does not exist")]:
+        assert turnip(["llama", "--config", "tiny", "--input-ids", str(tmp_path / f"{name}.npy"), "--memory", "1MiB"]) == 1
+        assert message in capsys.readouterr().err
+
+
+def test_a_subprocess_error_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "turnip_cli.main", "llama", "--config", "tiny", "--tokens", "0",
+                           "--memory", "1MiB"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "turnip llama: error: --tokens must be positive, got 0"
+
+
+@pytest.mark.parametrize("args, nodes", [
+    (["matmul"], 32),
+    (["matmul", "--config", '{"m": 64, "k": 64, "n": 64}', "--block", "32", "--gpus", "2", "--placement", "round-robin"], None),
+    (["ffn", "--gpus", "2", "--placement", "layers", "--tokens", "128"], None),
+    (["llama", "--config", "tiny-gqa", "--gpus", "2", "--placement", "heads", "--block", "64"], None),
+])
+@pytest.mark.parametrize("suffix", ["json", "mlir"])
+def test_build_writes_a_loadable_taskgraph(tmp_path, capsys, args, nodes, suffix):
+    path = tmp_path / f"g.{suffix}"
+    assert turnip(["build", *args, "-o", str(path)]) == 0
+    graph = load_taskgraph(path)
+    assert nodes is None or len(graph) == nodes
+    assert f"wrote {path}: {len(graph)} nodes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["matmul", "--config", '{"size": 3}'], "unknown key 'size'"),
+    (["ffn", "--placement", "rings"], "unknown ffn placement 'rings'"),
+    (["matmul", "--tokens", "5"], "--tokens applies to ffn and llama"),
+    (["llama", "--config", "tiny", "--placement", "heads", "--gpus", "3"], "needs gpus (3) to divide the kv heads (4)"),
+])
+def test_build_errors(tmp_path, capsys, args, message):
+    assert turnip(["build", *args, "-o", str(tmp_path / "g.json")]) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("placement", llama.PLACEMENTS)
+def test_every_placement_runs_on_the_sim_backend_over_two_gpus(capsys, placement):
+    args = ["llama", "--config", "tiny", "--tokens", "128", "--memory", "200KiB", "--gpus", "2", "--placement", placement,
+            "--backend", "sim"]
+    assert turnip(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "backend sim" in out and "busy: gpu0" in out and "gpu1" in out
+    assert " moved 0 B" not in out  # every placement moves something between the GPUs
+
+
+def test_stored_dtypes_are_converted_to_the_model_dtype(tmp_path):
+    weights = checkpoint(tmp_path / "m")  # float32 config
+    half = {name: w.astype(np.float16) for name, w in weights.items()}
+    save_file(half, tmp_path / "m" / "model.safetensors", bfloat16=("model.norm.weight",))
+    config = llama.load_config(str(tmp_path / "m"))
+    loaded = llama.CheckpointWeights(tmp_path / "m", config)
+    q = loaded["model.layers.0.self_attn.q_proj.weight"]
+    assert q.dtype == np.float32 and np.array_equal(q, half["model.layers.0.self_attn.q_proj.weight"])
+    norm = loaded["model.norm.weight"]  # stored as BF16: 8 bits of mantissa
+    assert norm.dtype == np.float32 and np.allclose(norm, weights["model.norm.weight"], rtol=1e-2)

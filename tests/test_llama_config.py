@@ -1,0 +1,94 @@
+"""LLaMA configs from presets and Hugging Face config.json files (old and new spellings), and RoPE tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from turnip_ir.errors import InputError
+from turnip_ir.workloads.llama import load_config
+from turnip_ir.workloads.llama.config import Rope, from_hf
+from turnip_ir.workloads.llama.rope import inverse_frequencies, rope_tables
+
+BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+
+
+def test_7b_preset_is_llama_2_7b():
+    config = load_config("7b")
+    assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (4096, 11008, 32)
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (32, 32, 128)
+    assert (config.rms_norm_eps, config.rope, config.dtype) == (1e-5, Rope(theta=10000.0), "float16")
+
+
+def test_transformers_defaults_fill_missing_keys():
+    config = from_hf({**BASE, "num_key_value_heads": None}, "c")
+    assert (config.num_key_value_heads, config.head_dim, config.rms_norm_eps) == (4, 16, 1e-6)
+    assert (config.vocab_size, config.dtype, config.rope) == (32000, "float32", Rope())
+    assert from_hf({**BASE, "head_dim": 32, "torch_dtype": "float16"}, "c").head_dim == 32
+    assert from_hf({**BASE, "dtype": "bfloat16", "torch_dtype": "float16"}, "c").dtype == "bfloat16"
+
+
+def test_old_spelling_rope_theta_and_rope_scaling():
+    config = from_hf({**BASE, "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}}, "c")
+    assert config.rope == Rope(theta=500000.0, type="linear", factor=2.0)
+
+
+def test_new_spelling_rope_parameters():
+    params = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    config = from_hf({**BASE, "rope_parameters": params}, "c")
+    assert config.rope == Rope(500000.0, "llama3", 8.0, 1.0, 4.0, 8192)
+    assert from_hf({**BASE, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}, "c").rope.theta == 1e6
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
+    ({"attention_bias": True}, "attention_bias is not supported"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+    ({"hidden_size": None}, "hidden_size must be a positive integer, got None"),
+    ({"num_key_value_heads": 3}, "num_key_value_heads 3 does not divide num_attention_heads 4"),
+    ({"torch_dtype": "int8"}, "dtype 'int8' is not one of"),
+    ({"model_type": "gpt2"}, "model_type 'gpt2' is not llama"),
+    ({"rope_scaling": {"rope_type": "linear"}}, "rope factor must be a positive number, got None"),
+])
+def test_unsupported_or_broken_configs_are_one_line_errors(change, message):
+    with pytest.raises(InputError, match=message):
+        from_hf({**BASE, **change}, "c")
+
+
+def test_config_files_folders_and_bad_names(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**BASE, "vocab_size": 99}))
+    assert load_config(str(tmp_path)).vocab_size == 99
+    assert load_config(str(tmp_path / "config.json")).vocab_size == 99
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(InputError, match="is not readable JSON"):
+        load_config(str(tmp_path / "broken.json"))
+    with pytest.raises(InputError, match="config 'huge' is neither a preset"):
+        load_config("huge")
+
+
+def test_rope_tables_follow_the_formula():
+    config = from_hf({**BASE, "rope_theta": 500.0}, "c")
+    cos, sin = rope_tables(config, 10)
+    angle = 7 / 500.0 ** (2 * 3 / 16)  # position 7, frequency index 3 of head_dim 16
+    assert cos[7, 3] == pytest.approx(math.cos(angle)) and cos[7, 3 + 8] == cos[7, 3]
+    assert sin[7, 3] == pytest.approx(math.sin(angle))
+
+
+def test_scaled_rope_frequencies():
+    default = inverse_frequencies(from_hf(BASE, "c"), 100)
+    linear = from_hf({**BASE, "rope_scaling": {"type": "linear", "factor": 4.0}}, "c")
+    np.testing.assert_allclose(inverse_frequencies(linear, 100), default / 4)
+    dynamic = from_hf({**BASE, "max_position_embeddings": 64, "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "c")
+    np.testing.assert_array_equal(inverse_frequencies(dynamic, 64), default)  # within the trained length
+    grown = 10000.0 * (2.0 * 128 / 64 - 1) ** (16 / 14)
+    np.testing.assert_allclose(inverse_frequencies(dynamic, 128), 1 / grown ** (np.arange(0, 16, 2) / 16))
+    llama3 = from_hf({**BASE, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}, "c")
+    scaled = inverse_frequencies(llama3, 100)
+    wavelength = 2 * np.pi / default
+    np.testing.assert_array_equal(scaled[wavelength < 16], default[wavelength < 16])  # short waves kept
+    np.testing.assert_allclose(scaled[wavelength > 64], default[wavelength > 64] / 8)  # long waves divided

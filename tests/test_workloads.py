@@ -1,0 +1,154 @@
+"""Every workload, compiled under a tight budget and run on the cpu backend in random orders, equals its
+independent float64 reference; the llama taskgraph has the structure its docstring promises."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from passes.insert_offload import minimum_budget
+from passes.pipeline import compile_taskgraph
+from runtime import execute
+from turnip_ir.errors import InputError
+from turnip_ir.workloads import ffn, llama, matmul
+
+
+def tight(graph) -> int:
+    """A budget a quarter above the smallest that can work: offloads and reloads are certain."""
+    return int(1.25 * minimum_budget(graph)) // 256 * 256
+
+
+def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.max(np.abs(got.astype(np.float64) - expected)) / np.max(np.abs(expected)))
+
+
+def run_blocked(module, config, seeds=(0, 1)) -> list[float]:
+    """The relative error of each run of the compiled workload, one random order per seed."""
+    prog = module.build(config)
+    graph = prog.taskgraph()
+    values = module.random_inputs(config, 7)
+    expected = module.reference(config, values)
+    memgraph = compile_taskgraph(graph, tight(graph))
+    assert memgraph.count("reload") > 0
+    errors = []
+    for seed in seeds:
+        result = execute(memgraph, backend="cpu", order="random", seed=seed, inputs=prog.feed(values))
+        errors += [relative_error(prog.gather(x, result.outputs), expected[name]) for name, x in prog.outputs.items()]
+    return errors
+
+
+@pytest.mark.parametrize("config", [
+    matmul.PRESETS["small"],
+    matmul.MatmulConfig(m=48, k=80, n=40, block=16, gpus=2, placement="round-robin"),
+    matmul.MatmulConfig(m=64, k=64, n=32, block=24, gpus=3, placement="load-balanced"),
+])
+def test_matmul_equals_reference(config):
+    assert max(run_blocked(matmul, config)) < 1e-5
+
+
+@pytest.mark.parametrize("config", [
+    ffn.FfnConfig(layers=3, tokens=48, hidden=32, ffn=64, block=16, gpus=2),
+    ffn.FfnConfig(layers=4, tokens=40, hidden=32, ffn=48, block=16, gpus=2, ffn_blocks=3, placement="layers"),
+    ffn.FfnConfig(layers=2, tokens=64, hidden=32, ffn=64, block=16, gpus=3, placement="load-balanced"),
+])
+def test_ffn_equals_reference(config):
+    assert max(run_blocked(ffn, config)) < 1e-5
+
+
+def test_ffn_float16_stays_close_to_reference():
+    config = ffn.FfnConfig(layers=2, tokens=32, hidden=32, ffn=64, block=16, dtype="float16")
+    assert max(run_blocked(ffn, config, seeds=(3,))) < 1e-2
+
+
+def test_ffn_weights_that_do_not_fit_start_in_cpu_storage():
+    config = ffn.FfnConfig(layers=6, tokens=32, hidden=64, ffn=128, block=32)
+    graph = ffn.build(config).taskgraph()
+    memgraph = compile_taskgraph(graph, tight(graph))
+    in_storage = {node.task for node in memgraph.nodes if node.op == "input" and node.device is None}
+    assert in_storage and all(task.startswith("w") for task in in_storage)
+    # a weight in storage is reloaded for its reader, never offloaded (inputs are read-only)
+    offloaded = {node.task for node in memgraph.nodes if node.op == "offload"}
+    assert not in_storage & offloaded
+
+
+LLAMA_CASES = [
+    ("tiny", "sequence", 1, 128, 32),
+    ("tiny-gqa", "sequence", 3, 100, 32),  # uneven last block
+    ("tiny", "layers", 2, 96, 32),
+    ("tiny-gqa", "heads", 2, 64, 16),
+    ("tiny", "heads", 4, 64, 32),
+]
+
+
+@pytest.mark.parametrize("preset, placement, gpus, tokens, block", LLAMA_CASES)
+def test_llama_equals_reference(preset, placement, gpus, tokens, block):
+    config = llama.load_config(preset)
+    built = llama.build_llama(config, tokens, block, gpus, placement)
+    weights, ids = llama.RandomWeights(config, 3), llama.random_ids(config, tokens, 4)
+    expected = llama.reference(config, weights, ids)
+    memgraph = compile_taskgraph(built.graph, tight(built.graph))
+    assert memgraph.count("offload") > 0
+    result = execute(memgraph, backend="cpu", order="random", seed=gpus, inputs=built.feed(weights, ids))
+    assert relative_error(built.gather(result.outputs), expected) < 1e-5
+
+
+def test_llama_float16_stays_close_to_reference():
+    config = replace(llama.load_config("tiny-gqa"), dtype="float16")
+    built = llama.build_llama(config, 64, 16, gpus=2)
+    weights, ids = llama.RandomWeights(config, 5), llama.random_ids(config, 64, 5)
+    memgraph = compile_taskgraph(built.graph, tight(built.graph))
+    result = execute(memgraph, backend="cpu", order="nondet", seed=1, inputs=built.feed(weights, ids))
+    hidden = built.gather(result.outputs)
+    assert hidden.dtype == np.float16
+    assert relative_error(hidden, llama.reference(config, weights, ids)) < 1e-2
+
+
+def test_llama_task_counts_per_layer():
+    config = llama.load_config("tiny")  # 2 layers, 4 heads
+    graph = llama.build_llama(config, 128, 32).graph  # 4 token blocks
+    per_layer = {"rmsnorm": 2 * 4, "einsum": 7 * 4, "rope": 2 * 4, "attention": 4 * 5 // 2, "add": 2 * 4, "swiglu": 4}
+    expected = Counter({op: 2 * n for op, n in per_layer.items()}) + Counter({"rmsnorm": 4, "input": 3 * 4 + 2 * 9 + 1})
+    assert Counter(node.op for node in graph.nodes.values()) == expected
+
+
+def test_llama_heads_placement_sums_partial_projections_across_gpus():
+    config = llama.load_config("tiny")  # 4 kv heads: 2 per GPU
+    graph = llama.build_llama(config, 64, 32, gpus=2, placement="heads").graph
+    counts = Counter(node.op for node in graph.nodes.values())
+    # per layer and token block: o and down each sum 2 partials (1 add) next to 2 residual adds
+    assert counts["einsum"] == 2 * 2 * (5 * 2 + 2 * 2)
+    assert counts["add"] == 2 * 2 * (2 + 2)
+    assert counts["attention"] == 2 * 2 * 3
+    assert {graph["l0.q[1,1]"].device, graph["l0.attn[1,1]"].device, graph["l0.o[1,0].p1"].device} == {1}
+    assert graph["l0.o[1,0]"].device == 0 and graph["l0.attn_res[1,0]"].device == 0
+
+
+def test_llama_sequence_and_layers_placements():
+    config = llama.load_config("tiny")
+    seq = llama.build_llama(config, 128, 32, gpus=3, placement="sequence").graph
+    assert [seq[f"l1.attn[{b},0]"].device for b in range(4)] == [0, 1, 2, 0]
+    assert seq["l1.attn[3,0].k1"].inputs[1] == "l1.k_rope[1,0].to0"
+    layers = llama.build_llama(config, 128, 32, gpus=2, placement="layers").graph
+    assert {layers[f"l0.down[{b},0]"].device for b in range(4)} == {0}
+    assert {layers[f"hidden_states[{b},0]"].device for b in range(4)} == {1}
+    assert sum(node.op == "move" for node in layers.nodes.values()) == 4 + 2 * 4  # residual + rope tables
+
+
+def test_llama_runs_layer_by_layer_and_block_by_block():
+    graph = llama.build_llama(llama.load_config("tiny"), 128, 32).graph
+    position = {node_id: i for i, node_id in enumerate(graph.nodes)}
+    assert position["l0.mlp_res[0,0]"] < position["l0.q[1,0]"]  # block 0 finishes its layer before block 1 starts
+    assert position["l0.mlp_res[3,0]"] < position["l1.attn_norm[0,0]"]
+
+
+def test_llama_rejects_what_it_cannot_build():
+    config = llama.load_config("tiny-gqa")  # 2 kv heads
+    with pytest.raises(InputError, match="placement 'heads' needs gpus \\(4\\) to divide the kv heads \\(2\\)"):
+        llama.build_llama(config, 64, gpus=4, placement="heads")
+    with pytest.raises(InputError, match="unknown llama placement 'rings'"):
+        llama.build_llama(config, 64, placement="rings")
+    with pytest.raises(InputError, match="token id 300 is out of the vocabulary range \\[0, 256\\)"):
+        llama.build_llama(config, 2).feed(llama.RandomWeights(config, 0), np.array([1, 300]))

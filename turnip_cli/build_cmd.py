@@ -1,0 +1,55 @@
+"""`turnip build`: write a workload's taskgraph (matmul, ffn, llama) as JSON or IR text.
+
+Thin: `--config` is a preset, a JSON file or inline JSON (for llama: a preset, an HF `config.json` or
+model folder); `--gpus`, `--block`, `--tokens` and `--placement` override the config's fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from turnip_ir.errors import InputError
+from turnip_ir.io import graph_text, write_atomic
+from turnip_ir.taskgraph import TaskGraph
+from turnip_ir.workloads import ffn, llama, matmul
+from turnip_ir.workloads.common import config_from_text
+
+WORKLOADS = {"matmul": (matmul, "seed"), "ffn": (ffn, "small"), "llama": (llama, "tiny")}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", metavar="WORKLOAD", choices=WORKLOADS, help=", ".join(WORKLOADS))
+    parser.add_argument("--config", help="preset name, JSON file or inline JSON (llama: preset, config.json or model folder)")
+    parser.add_argument("--gpus", type=int, help="GPUs to place blocks on")
+    parser.add_argument("--block", type=int, help="block size: tokens per block (ffn, llama), tile edge (matmul)")
+    parser.add_argument("--tokens", type=int, help="sequence length (ffn, llama)")
+    parser.add_argument("--placement", help="matmul: seed, round-robin, load-balanced; ffn: round-robin, "
+                        "load-balanced, layers; llama: sequence, layers, heads")
+    parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.output.endswith((".json", ".mlir")):
+        raise InputError(f"output '{args.output}' must end in .json or .mlir")
+    graph = build_graph(args)
+    write_atomic(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
+    kernels = sum(1 for node in graph.nodes.values() if node.op not in ("input", "move"))
+    moves = sum(1 for node in graph.nodes.values() if node.op == "move")
+    print(f"wrote {args.output}: {len(graph)} nodes ({kernels} kernels, {moves} moves) on {graph.devices} GPU(s)")
+    return 0
+
+
+def build_graph(args: argparse.Namespace) -> TaskGraph:
+    if args.workload == "llama":
+        name = args.config or "tiny"
+        config = llama.load_config(name)
+        tokens = args.tokens or llama.DEFAULT_TOKENS.get(name, min(config.max_position_embeddings, 4096))
+        return llama.build_llama(config, tokens, args.block, args.gpus or 1, args.placement or "sequence").graph
+    module, default = WORKLOADS[args.workload]
+    config = config_from_text(type(module.PRESETS[default]), module.PRESETS, args.config, default)
+    overrides = {"gpus": args.gpus, "block": args.block, "tokens": args.tokens, "placement": args.placement}
+    if args.tokens is not None and args.workload == "matmul":
+        raise InputError("--tokens applies to ffn and llama, not matmul")
+    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    return module.build(config).taskgraph()

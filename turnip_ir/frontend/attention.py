@@ -1,0 +1,79 @@
+"""Blocked causal attention: per query block and head group, a chain of `attention` tasks up to the diagonal.
+
+q is [T, H*D] cut into token blocks and G head groups of H/G heads; k and v are [T, KV*D] cut into the
+same token blocks and G groups of KV/G kv heads, so group g of q reads group g of k and v (HF's
+repeat_kv: query head h reads kv head h // (H/KV)). For query block i and group g the chain is
+    attention(q_i, k_0, v_0, final=False) -> attention(q_i, k_1, v_1, prev, final=False) -> ...
+    -> attention(q_i, k_i, v_i, prev, causal=True)
+Each link carries a packed float32 partial (normalised output and log-sum-exp per head), so the T x T
+score matrix is never built and every task has one result. Blocks above the diagonal are never read.
+A chain is one placement decision (coordinates t=i, h=g); its links run on that GPU and the k/v blocks
+they read are moved there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from turnip_ir.errors import InputError
+from turnip_ir.frontend.placement import Placement, Site
+from turnip_ir.kernels import KERNELS, nbytes
+
+if TYPE_CHECKING:
+    from turnip_ir.frontend.program import Blocked, Program
+
+
+def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int,
+          place: Placement) -> Blocked:
+    """The attention output [T, H*D], cut like q; one chain per (query block, head group)."""
+    groups = _check(q, k, v, name, heads, kv_heads)
+    attrs = {"heads": heads // groups, "kv_heads": kv_heads // groups}
+    result = prog._new(name, q.shape, q.dtype, q.splits)
+    index = 0
+    for i in range(len(q.splits[0])):
+        for g in range(groups):
+            prog.at({"t": i, "h": g})
+            gpu = prog._gpu(place(_site(q, k, v, name, i, g, index, attrs)), name)
+            query = prog._read(q, (i, g), gpu)
+            prev = None
+            for j in range(i + 1):
+                diagonal = j == i
+                operands = [query, prog._read(k, (j, g), gpu), prog._read(v, (j, g), gpu)]
+                operands += [prev] if prev is not None else []
+                link = {"causal": True} if diagonal else {"final": False}
+                task_id = result.block_id((i, g)) if diagonal else f"{result.block_id((i, g))}.k{j}"
+                prev = prog.graph.kernel("attention", *operands, device=gpu, id=task_id, **attrs, **link)
+            result.blocks[(i, g)] = prev
+            index += 1
+    return result
+
+
+def _check(q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int) -> int:
+    """The number of head groups, after checking that q, k and v are cut compatibly."""
+    if len(q.shape) != 2 or q.shape[1] % heads:
+        raise InputError(f"attention '{name}': q {list(q.shape)} is not [tokens, {heads} heads x head dim]")
+    head_dim = q.shape[1] // heads
+    groups = len(q.splits[1])
+    if heads % kv_heads or heads % groups or kv_heads % groups:
+        raise InputError(f"attention '{name}': {groups} head groups do not divide {heads} heads and {kv_heads} kv heads")
+    for x, count in ((q, heads), (k, kv_heads), (v, kv_heads)):
+        want = ((count // groups) * head_dim,) * groups
+        if x.shape[1] != count * head_dim or x.splits[1] != want:
+            raise InputError(f"attention '{name}': '{x.name}' features are cut {list(x.splits[1])}, want {list(want)}")
+        if x.splits[0] != q.splits[0]:
+            raise InputError(f"attention '{name}': '{x.name}' token blocks {list(x.splits[0])} differ from q's {list(q.splits[0])}")
+    return groups
+
+
+def _site(q: Blocked, k: Blocked, v: Blocked, name: str, i: int, g: int, index: int, attrs: dict) -> Site:
+    """The whole chain as one task: the FLOPs of all its links, and q, k and v blocks as operands."""
+    spec = KERNELS["attention"]
+    flops = 0
+    where = [(q.device((i, g)), nbytes(q.block_shape((i, g)), q.dtype))]
+    for j in range(i + 1):
+        shapes = [q.block_shape((i, g)), k.block_shape((j, g)), v.block_shape((j, g))]
+        link = dict(attrs, causal=j == i)
+        out, _ = spec.infer(shapes, [q.dtype] * 3, link)
+        flops += spec.flops(shapes, out, link)
+        where += [(x.device((j, g)), nbytes(x.block_shape((j, g)), x.dtype)) for x in (k, v)]
+    return Site(name, {"t": i, "h": g}, index, flops, tuple(where))

@@ -1,0 +1,165 @@
+"""LLaMA model configs: presets, and Hugging Face `config.json` files in their old and new spellings.
+
+`LlamaConfig` holds what the prefill needs. `from_hf` reads an HF config dict the way transformers'
+`LlamaConfig` does: `num_key_value_heads` defaults to the head count, `head_dim` to hidden / heads,
+`rms_norm_eps` to 1e-6; RoPE comes from `rope_parameters` (transformers 5) or from a top-level
+`rope_theta` plus `rope_scaling` (4.x; `rope_scaling` wins, as in transformers), with `type` as an old
+name of `rope_type`; the dtype from `dtype` or `torch_dtype`. What the graph cannot express (biases, an
+activation other than silu, partial rotary, unsupported RoPE types) is refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from turnip_ir.errors import InputError
+from turnip_ir.kernels import DTYPE_BYTES
+
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+
+
+@dataclass(frozen=True)
+class Rope:
+    """RoPE parameters: the base and, for scaled types, the scaling constants."""
+
+    theta: float = 10000.0
+    type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope: Rope
+    dtype: str
+    name: str = "custom"
+
+
+_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "vocab_size": 256, "rms_norm_eps": 1e-5, "max_position_embeddings": 2048, "dtype": "float32"}
+PRESETS: dict[str, dict] = {
+    "tiny": _TINY,
+    "tiny-gqa": {**_TINY, "num_key_value_heads": 2},
+    # meta-llama/Llama-2-7b-hf's config.json (rope_theta absent: 10000)
+    "7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 32, "vocab_size": 32000, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096,
+           "torch_dtype": "float16", "rope_scaling": None},
+}
+DEFAULT_TOKENS = {"tiny": 128, "tiny-gqa": 128, "7b": 8192}
+
+
+def load_config(text: str) -> LlamaConfig:
+    """A preset name, a JSON file (an HF `config.json` or the same keys), or an HF model folder."""
+    if text in PRESETS:
+        return from_hf(PRESETS[text], text)
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise InputError(f"config '{text}' is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"config '{path}' is not readable JSON: {err}") from None
+    return from_hf(doc, str(path))
+
+
+def from_hf(doc: dict, where: str) -> LlamaConfig:
+    """The config an HF `config.json` document describes; `where` names it in errors."""
+    if not isinstance(doc, dict):
+        raise InputError(f"config '{where}': expected a JSON object")
+    _refuse_unsupported(doc, where)
+    heads = _int(doc, "num_attention_heads", where)
+    hidden = _int(doc, "hidden_size", where)
+    config = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=_int(doc, "intermediate_size", where),
+        num_hidden_layers=_int(doc, "num_hidden_layers", where),
+        num_attention_heads=heads,
+        num_key_value_heads=_int(doc, "num_key_value_heads", where, heads),
+        head_dim=_int(doc, "head_dim", where, hidden // heads),
+        vocab_size=_int(doc, "vocab_size", where, 32000),
+        rms_norm_eps=_float(doc, "rms_norm_eps", where, 1e-6),
+        max_position_embeddings=_int(doc, "max_position_embeddings", where, 2048),
+        rope=_rope(doc, where),
+        dtype=_dtype(doc, where),
+        name=where,
+    )
+    if config.num_attention_heads % config.num_key_value_heads:
+        raise InputError(f"config '{where}': num_key_value_heads {config.num_key_value_heads} does not divide num_attention_heads {heads}")
+    if config.head_dim % 2:
+        raise InputError(f"config '{where}': head_dim {config.head_dim} must be even for RoPE")
+    return config
+
+
+def _refuse_unsupported(doc: dict, where: str) -> None:
+    if doc.get("model_type", "llama") != "llama":
+        raise InputError(f"config '{where}': model_type '{doc['model_type']}' is not llama")
+    if doc.get("hidden_act", "silu") != "silu":
+        raise InputError(f"config '{where}': hidden_act '{doc['hidden_act']}' is not supported (only silu)")
+    for key in ("attention_bias", "mlp_bias"):
+        if doc.get(key):
+            raise InputError(f"config '{where}': {key} is not supported (the graph has no bias terms)")
+
+
+def _rope(doc: dict, where: str) -> Rope:
+    """RoPE as transformers standardizes it: `rope_scaling` or `rope_parameters`, then the top-level theta."""
+    params = doc.get("rope_scaling") or doc.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise InputError(f"config '{where}': rope_parameters must be an object, got {params!r}")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise InputError(f"config '{where}': rope type '{kind}' is not supported (supported: {', '.join(ROPE_TYPES)})")
+    if params.get("partial_rotary_factor", doc.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise InputError(f"config '{where}': partial_rotary_factor other than 1 is not supported")
+    theta = params.get("rope_theta", doc.get("rope_theta", 10000.0))
+    rope = Rope(theta=_number(theta, "rope_theta", where), type=kind)
+    if kind == "default":
+        return rope
+    fields = {"factor": _number(params.get("factor"), "rope factor", where)}
+    if kind == "llama3":
+        fields["low_freq_factor"] = _number(params.get("low_freq_factor"), "low_freq_factor", where)
+        fields["high_freq_factor"] = _number(params.get("high_freq_factor"), "high_freq_factor", where)
+        original = params.get("original_max_position_embeddings", doc.get("max_position_embeddings", 2048))
+        fields["original_max_position_embeddings"] = int(_number(original, "original_max_position_embeddings", where))
+    return Rope(theta=rope.theta, type=kind, **fields)
+
+
+def _dtype(doc: dict, where: str) -> str:
+    value = doc.get("dtype") or doc.get("torch_dtype") or "float32"
+    value = "float32" if value == "auto" else str(value).removeprefix("torch.")
+    if value not in DTYPE_BYTES:
+        raise InputError(f"config '{where}': dtype '{value}' is not one of {', '.join(DTYPE_BYTES)}")
+    return value
+
+
+def _int(doc: dict, key: str, where: str, default: int | None = None) -> int:
+    value = doc.get(key)
+    value = default if value is None else value  # configs write null for "the default"
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"config '{where}': {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _float(doc: dict, key: str, where: str, default: float) -> float:
+    value = doc.get(key)
+    return _number(default if value is None else value, key, where)
+
+
+def _number(value, key: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InputError(f"config '{where}': {key} must be a positive number, got {value!r}")
+    return float(value)

@@ -1,0 +1,155 @@
+"""The LLaMA prefill taskgraph: Hugging Face `LlamaModel` semantics, the sequence cut into token blocks.
+
+Per layer, for every token block: RMSNorm, q/k/v projections (`ti,oi->to` against [out, in] weights),
+RoPE on q and k (cos/sin tables are inputs cut like the tokens), causal attention as chains of
+(query block, key block) tasks below the diagonal, the o projection and the residual add; then RMSNorm,
+gate and up projections, SwiGLU, the down projection and the residual add. A final RMSNorm gives
+`LlamaModel(...).last_hidden_state[0]`. Activations are [tokens, features] with heads side by side.
+Tasks run layer by layer and, inside a layer, token block by token block (`Program.order_by`), so
+only the k/v blocks later queries need stay live, not whole activations.
+
+Placements over `gpus`:
+- `sequence`: token block b on GPU b % gpus; weights are moved to every GPU that reads them;
+- `layers`: layer l on GPU l * gpus // L (a pipeline), activations moved between stages;
+- `heads`: each GPU owns gpus-th of the heads (and of the FFN width): q/k/v/gate/up are cut by rows,
+  o/down by columns, whose partial products are summed by add trees on GPU 0, where the residual
+  stream and the norms live (tensor parallelism; gpus must divide the kv head count).
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from turnip_ir.errors import InputError
+from turnip_ir.frontend import Blocked, Program, follow, given, on, split_block
+from turnip_ir.frontend.placement import Placement
+from turnip_ir.taskgraph import TaskGraph
+from turnip_ir.workloads.llama.config import LlamaConfig
+from turnip_ir.workloads.llama.rope import rope_tables
+from turnip_ir.workloads.llama.weights import embed
+
+PLACEMENTS = ("sequence", "layers", "heads")
+BLOCK_7B = 4096
+"""Tokens per block from hidden 1024 up: a 4096-token block makes each 7B projection a 137 GFLOP GEMM and
+each attention task ~275 GFLOP, 5-10x a ~50 us dispatch; smaller models get 4 blocks (to exercise chains)."""
+
+
+def default_block(config: LlamaConfig, tokens: int) -> int:
+    if config.hidden_size >= 1024:
+        return min(tokens, BLOCK_7B)
+    return max(1, -(-tokens // 4))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each kind of op runs: `local` (norms, residuals), `split` (q/k/v/gate/up), `attention`,
+    `reduce` (o/down), and how many head groups the projections are cut into."""
+
+    local: Placement
+    split: Placement
+    attention: Placement
+    reduce: Placement
+    groups: int = 1
+
+
+def plan(config: LlamaConfig, placement: str, gpus: int, layer: int) -> Plan:
+    """The placement of layer `layer` (the final norm is layer L) under a named strategy."""
+    if placement == "sequence":
+        by_block = given(lambda c: c["t"] % gpus)
+        return Plan(by_block, by_block, by_block, by_block)
+    if placement == "layers":
+        stage = on(min(layer, config.num_hidden_layers - 1) * gpus // config.num_hidden_layers)
+        return Plan(stage, stage, stage, stage)
+    if placement == "heads":
+        return Plan(follow, given(lambda c: c["o"]), follow, given(lambda c: c["i"]), gpus)
+    raise InputError(f"unknown llama placement '{placement}' (known: {', '.join(PLACEMENTS)})")
+
+
+@dataclass
+class LlamaGraph:
+    """A built prefill: the frontend program (inputs, outputs, taskgraph) and how to feed and read it."""
+
+    config: LlamaConfig
+    tokens: int
+    block: int
+    program: Program
+    hidden_states: Blocked
+
+    @property
+    def graph(self) -> TaskGraph:
+        return self.program.graph
+
+    def feed(self, weights: Mapping[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The run's inputs by taskgraph id: embedded tokens, RoPE tables and weight blocks."""
+        if len(ids) != self.tokens:
+            raise InputError(f"{len(ids)} token ids given, the graph was built for {self.tokens}")
+        cos, sin = rope_tables(self.config, self.tokens)
+        extra = {"hidden": embed(weights, ids, self.config), "rope.cos": cos, "rope.sin": sin}
+        return self.program.feed(ChainMap(extra, weights))
+
+    def gather(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The final hidden states [T, hidden] from a run's outputs."""
+        return self.program.gather(self.hidden_states, outputs)
+
+
+def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
+                placement: str = "sequence") -> LlamaGraph:
+    """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs."""
+    block = block or default_block(config, tokens)
+    for what, value in (("tokens", tokens), ("block", block), ("gpus", gpus)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"llama: {what} must be a positive integer, got {value!r}")
+    if placement == "heads" and config.num_key_value_heads % gpus:
+        raise InputError(f"llama: placement 'heads' needs gpus ({gpus}) to divide the kv heads ({config.num_key_value_heads})")
+    plan(config, placement, gpus, 0)  # an unknown name fails before anything is built
+    prog = Program(gpus, order_by=("t",))
+    cut = (split_block(tokens, block),)
+    x = prog.input("hidden", (tokens, config.hidden_size), config.dtype, cut)
+    rope = [prog.input(f"rope.{f}", (tokens, config.head_dim), config.dtype, cut) for f in ("cos", "sin")]
+    for layer in range(config.num_hidden_layers):
+        prog.phase = layer
+        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer))
+    prog.phase = config.num_hidden_layers
+    final = plan(config, placement, gpus, config.num_hidden_layers)
+    norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
+    out = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
+    prog.output(out)
+    prog.taskgraph()
+    return LlamaGraph(config, tokens, block, prog, out)
+
+
+def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan) -> Blocked:
+    """One decoder layer on the residual stream `x`; returns the new stream."""
+    p, n = f"model.layers.{layer}.", f"l{layer}."
+    hidden, dtype, groups = config.hidden_size, config.dtype, where.groups
+    q_width = config.num_attention_heads * config.head_dim
+    kv_width = config.num_key_value_heads * config.head_dim
+
+    def weight(name: str, shape: tuple[int, ...], splits=()) -> Blocked:
+        return prog.input(p + name, shape, dtype, splits)
+
+    def project(h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
+        return prog.einsum("ti,oi->to", h, w, name=n + name, place=place)
+
+    h = prog.map("rmsnorm", x, weight("input_layernorm.weight", (hidden,)), name=n + "attn_norm", signature="th,h->th",
+                 eps=config.rms_norm_eps, place=where.local)
+    q = project(h, "q", weight("self_attn.q_proj.weight", (q_width, hidden), (groups,)), where.split)
+    k = project(h, "k", weight("self_attn.k_proj.weight", (kv_width, hidden), (groups,)), where.split)
+    v = project(h, "v", weight("self_attn.v_proj.weight", (kv_width, hidden), (groups,)), where.split)
+    q, k = (prog.map("rope", t, *rope, name=n + t.name.split(".")[-1] + "_rope", signature="tn,td,td->tn", place=follow)
+            for t in (q, k))
+    a = prog.attention(q, k, v, name=n + "attn", heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
+                       place=where.attention)
+    o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)
+    x = prog.map("add", x, o, name=n + "attn_res", signature="th,th->th", place=where.local)
+    h = prog.map("rmsnorm", x, weight("post_attention_layernorm.weight", (hidden,)), name=n + "mlp_norm", signature="th,h->th",
+                 eps=config.rms_norm_eps, place=where.local)
+    gate = project(h, "gate", weight("mlp.gate_proj.weight", (config.intermediate_size, hidden), (groups,)), where.split)
+    up = project(h, "up", weight("mlp.up_proj.weight", (config.intermediate_size, hidden), (groups,)), where.split)
+    act = prog.map("swiglu", gate, up, name=n + "act", signature="tf,tf->tf", place=follow)
+    down = project(act, "down", weight("mlp.down_proj.weight", (hidden, config.intermediate_size), (None, groups)), where.reduce)
+    return prog.map("add", x, down, name=n + "mlp_res", signature="th,th->th", place=where.local)

@@ -1,0 +1,120 @@
+"""LLaMA weights by their Hugging Face names: the shapes a config implies, random ones, or a checkpoint.
+
+Names are those of `LlamaForCausalLM` checkpoints (`model.layers.{i}.self_attn.q_proj.weight`, ...,
+`model.norm.weight`, `model.embed_tokens.weight`); a checkpoint saved from a bare `LlamaModel` (no
+`model.` prefix) is read too. Both sources are read-only mappings that make a tensor only when asked,
+so a 13 GB checkpoint is mapped, not copied, and only the blocks the graph needs are cut from it.
+Token ids become hidden states on the host, through the embedding table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from turnip_ir.errors import InputError
+from turnip_ir.safetensors import SafeTensors
+from turnip_ir.workloads.common import rng
+from turnip_ir.workloads.llama.config import LlamaConfig
+
+EMBED = "model.embed_tokens.weight"
+POOL = 1 << 18
+"""Random weights draw at most this many values per tensor and tile them: 7B in seconds, not minutes."""
+
+
+def weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight the prefill reads, by HF name, with its shape ([out, in] for projections)."""
+    hidden, inner = config.hidden_size, config.intermediate_size
+    q_width = config.num_attention_heads * config.head_dim
+    kv_width = config.num_key_value_heads * config.head_dim
+    shapes = {EMBED: (config.vocab_size, hidden)}
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (q_width, hidden),
+            p + "self_attn.k_proj.weight": (kv_width, hidden),
+            p + "self_attn.v_proj.weight": (kv_width, hidden),
+            p + "self_attn.o_proj.weight": (hidden, q_width),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "mlp.gate_proj.weight": (inner, hidden),
+            p + "mlp.up_proj.weight": (inner, hidden),
+            p + "mlp.down_proj.weight": (hidden, inner),
+        }
+    shapes["model.norm.weight"] = (hidden,)
+    return shapes
+
+
+class RandomWeights(Mapping):
+    """Weights from a seed: projections N(0, 1/fan-in), norms 1 + N(0, 0.1^2), embeddings N(0, 1).
+
+    Each tensor draws at most `POOL` values from its own generator (seed, name) and tiles them."""
+
+    def __init__(self, config: LlamaConfig, seed: int):
+        self.config = config
+        self.seed = seed
+        self.shapes = weight_shapes(config)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        shape = self.shapes[name]
+        size = int(np.prod(shape))
+        draw = rng(self.seed, name).standard_normal(min(size, POOL))
+        if name.endswith("norm.weight"):
+            draw = 1.0 + 0.1 * draw
+        elif name != EMBED:
+            draw = draw / np.sqrt(shape[1])
+        return np.resize(draw.astype(self.config.dtype), shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+class CheckpointWeights(Mapping):
+    """The weights of an HF model folder (one safetensors file or a sharded index), mapped lazily.
+
+    Opening checks every name and shape against the config, so a missing or misshapen tensor is a
+    one-line error before anything is built; reading converts to the model dtype only when it differs."""
+
+    def __init__(self, folder: str | Path, config: LlamaConfig):
+        self.config = config
+        self.shapes = weight_shapes(config)
+        self.file = SafeTensors.open(folder)
+        bare = EMBED not in self.file and EMBED.removeprefix("model.") in self.file
+        self.stored = {name: name.removeprefix("model.") if bare else name for name in self.shapes}
+        for name, shape in self.shapes.items():
+            stored = self.stored[name]
+            if stored not in self.file:
+                raise InputError(f"weights '{self.file.source}': tensor '{stored}' is missing")
+            if tuple(self.file.shape(stored)) != shape:
+                raise InputError(f"weights '{self.file.source}': tensor '{stored}' has shape "
+                                 f"{list(self.file.shape(stored))}, the config needs {list(shape)}")
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.file.get(self.stored[name], dtype=self.config.dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+def random_ids(config: LlamaConfig, tokens: int, seed: int) -> np.ndarray:
+    """`tokens` token ids drawn uniformly from the vocabulary."""
+    return rng(seed, "input_ids").integers(0, config.vocab_size, tokens, dtype=np.int64)
+
+
+def embed(weights: Mapping[str, np.ndarray], ids: np.ndarray, config: LlamaConfig) -> np.ndarray:
+    """The hidden states [T, hidden] that enter layer 0: the embedding rows of `ids`."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+        raise InputError(f"token ids must be a non-empty 1-D integer array, got {ids.dtype} of shape {list(ids.shape)}")
+    bad = ids[(ids < 0) | (ids >= config.vocab_size)]
+    if bad.size:
+        raise InputError(f"token id {int(bad[0])} is out of the vocabulary range [0, {config.vocab_size})")
+    return np.ascontiguousarray(weights[EMBED][ids], dtype=config.dtype)

@@ -160,3 +160,25 @@ def test_ctrl_c_ends_a_gpu_run_cleanly(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("preset, dtype", [("tiny", "float32"), ("tiny-gqa", "float16")])
+@pytest.mark.parametrize("provider", ["torch-cudnn", "cublas"])
+def test_llama_prefill_on_the_gpu_equals_the_float64_reference(preset, dtype, provider):
+    from dataclasses import replace
+
+    from turnip_ir.workloads import llama
+    from turnip_ir.workloads.llama.reference import reference
+
+    config = replace(llama.load_config(preset), dtype=dtype)
+    weights = llama.RandomWeights(config, 1)
+    ids = llama.random_ids(config, 256, 1)
+    built = llama.build_llama(config, 256, block=64)
+    budget = int(minimum_budget(place_devices(built.graph, 0)) * 1.5)
+    memgraph = compile_taskgraph(built.graph, budget)
+    assert memgraph.count("offload") + memgraph.count("reload") > 0
+    result = execute(memgraph, backend=_backend(attention_provider=provider), order="nondet", inputs=built.feed(weights, ids))
+    got = built.gather(result.outputs).astype(np.float64)
+    want = reference(config, weights, ids)
+    tol = 2e-2 if dtype == "float16" else 1e-4
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < tol

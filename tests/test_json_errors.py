@@ -68,7 +68,7 @@ TASKGRAPH_CASES = [
     ("too many operands", lambda d: _node(d, "v").update(inputs=["x", "w"]), "node 'v': relu takes 1 operands, got 2"),
     ("unknown attribute", lambda d: _node(d, "v").update(attrs={"factor": 2.0}), "node 'v': relu has no attribute 'factor'"),
     ("attribute type", lambda d: _node(d, "v").update(op="scale", attrs={"factor": "big"}),
-     "node 'v': attribute 'factor' must be float, got 'big'"),
+     "node 'v': attribute 'factor' must be a number, got 'big'"),
     ("missing attribute", lambda d: _node(d, "v").update(op="einsum"), "node 'v': einsum needs the attribute 'equation'"),
     ("bad einsum", lambda d: _node(d, "v").update(op="einsum", attrs={"equation": "ij->q"}),
      "node 'v': einsum output index 'q' is not in any operand"),

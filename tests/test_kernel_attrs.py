@@ -101,10 +101,10 @@ def _taskgraph_doc(attrs: dict) -> dict:
 
 
 JSON_ERRORS = [
-    ({"heads": 4.0, "kv_heads": 2}, "node 'a': attribute 'heads' must be int, got 4.0"),
-    ({"heads": True, "kv_heads": 2}, "node 'a': attribute 'heads' must be int, got True"),
-    ({"heads": 4, "kv_heads": 2, "causal": 1}, "node 'a': attribute 'causal' must be bool, got 1"),
-    ({"heads": 4, "kv_heads": 2, "softmax_scale": "x"}, "node 'a': attribute 'softmax_scale' must be float, got 'x'"),
+    ({"heads": 4.0, "kv_heads": 2}, "node 'a': attribute 'heads' must be an integer, got 4.0"),
+    ({"heads": True, "kv_heads": 2}, "node 'a': attribute 'heads' must be an integer, got True"),
+    ({"heads": 4, "kv_heads": 2, "causal": 1}, "node 'a': attribute 'causal' must be true or false, got 1"),
+    ({"heads": 4, "kv_heads": 2, "softmax_scale": "x"}, "node 'a': attribute 'softmax_scale' must be a number, got 'x'"),
     ({"heads": 4}, "node 'a': attention needs the attribute 'kv_heads'"),
     ({"heads": 3, "kv_heads": 1}, "node 'a': attention: heads 3 does not divide q width 16"),
 ]
@@ -138,8 +138,8 @@ def _set_attr(nodes, kernel: str, name: str, value) -> None:
 @pytest.mark.parametrize(
     "change,message",
     [
-        (lambda n: _set_attr(n, "attention", "heads", 4.5), "attribute 'heads' must be int, got 4.5"),
-        (lambda n: _set_attr(n, "attention", "final", 0), "attribute 'final' must be bool, got 0"),
+        (lambda n: _set_attr(n, "attention", "heads", 4.5), "attribute 'heads' must be an integer, got 4.5"),
+        (lambda n: _set_attr(n, "attention", "final", 0), "attribute 'final' must be true or false, got 0"),
         (lambda n: _set_attr(n, "attention", "eps", 0.1), "attention has no attribute 'eps'"),
         (lambda n: n[0].update(attrs={"heads": 4}), "an input has no attributes"),
     ],

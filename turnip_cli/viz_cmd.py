@@ -1,7 +1,9 @@
-"""`turnip viz FILE -o graph.svg`: draw a taskgraph or memgraph (.json or .mlir) with graphviz.
+"""`turnip viz FILE -o picture`: draw a taskgraph or memgraph (.json or .mlir) with graphviz, or a run's
+trace (`turnip run --trace`) as a timeline.
 
-The output format follows the suffix (.svg, .png, .pdf, or .dot for DOT text). Rendering needs the
-graphviz `dot` binary; without it the command says how to install it and exits 1.
+For graphs the output format follows the suffix (.svg, .png, .pdf, or .dot for DOT text); rendering
+needs the graphviz `dot` binary, and without it the command says how to install it and exits 1. For a
+trace it is a Gantt chart, one row per lane per GPU (.svg, or .png with matplotlib).
 """
 
 from __future__ import annotations
@@ -13,11 +15,25 @@ from turnip_ir.io import load_graph
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="a taskgraph or memgraph, .json or .mlir")
-    parser.add_argument("-o", "--output", default="graph.svg", help="picture to write (.svg, .png, .pdf, .dot)")
+    parser.add_argument("file", help="a taskgraph or memgraph (.json or .mlir), or a trace (.json from turnip run --trace)")
+    parser.add_argument("-o", "--output", default="graph.svg", help="picture to write (.svg, .png, .pdf, .dot; a trace: .svg or .png)")
+
+
+def _is_trace(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return b'"traceEvents"' in head
 
 
 def run(args: argparse.Namespace) -> int:
+    if _is_trace(args.file):
+        from runtime.timeline import write_timeline
+
+        print(f"wrote {write_timeline(args.file, args.output)} (timeline)")
+        return 0
     graph = load_graph(args.file)
     path = render(graph, args.output)
     print(f"wrote {path} ({len(graph)} nodes)")

@@ -106,7 +106,7 @@ def _parse_node(raw, index: int) -> MemNode:
         kernel=kernel,
         shape=tuple(shape) if shape is not None else None,
         dtype=dtype,
-        attrs=checked_attrs(kernel, attrs, where) if attrs else {},
+        attrs=checked_attrs(kernel, attrs, f"{where} ({kernel} '{task}')") if attrs else {},
         redundant_deps=tuple(_get(raw, "redundant_deps", where, _int_list, "a list of node ids") or ()),
     )
     _check_placement(node, where)

@@ -131,5 +131,8 @@ def checked_attrs(op: str, attrs: dict, where: str) -> dict:
         if kind is None:
             raise InputError(f"{where}: {op} has no attribute '{name}'")
         if not accepts(kind, value):
-            raise InputError(f"{where}: attribute '{name}' must be {kind.__name__}, got {value!r}")
+            raise InputError(f"{where}: attribute '{name}' must be {KIND_NAMES.get(kind, kind.__name__)}, got {value!r}")
     return {name: spec.attrs[name](value) for name, value in attrs.items()}
+
+
+KIND_NAMES = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}

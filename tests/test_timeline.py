@@ -1,0 +1,46 @@
+"""`turnip viz trace.json -o timeline.svg`: a run's trace as a Gantt chart, one row per lane per GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from runtime import execute
+from runtime.synthetic import random_memgraph
+from runtime.timeline import write_timeline
+from turnip_cli.main import main
+from turnip_ir.errors import InputError
+
+
+@pytest.fixture
+def trace(tmp_path):
+    result = execute(random_memgraph(2, vertices=200, devices=2), backend="sim")
+    path = tmp_path / "trace.json"
+    result.recorder.write_trace(path)
+    return path, result
+
+
+def test_every_vertex_is_a_bar_on_its_lanes_row(trace, tmp_path):
+    path, result = trace
+    out = write_timeline(path, tmp_path / "timeline.svg")
+    svg = open(out).read()
+    bars = re.findall(r"<rect [^>]*><title>([^<]*)</title>", svg)
+    assert len(bars) == len(result.recorder.completions)
+    for lane in ("gpu0 compute0", "gpu0 h2d", "gpu0 d2h", "gpu1 peer"):
+        assert f">{lane}</text>" in svg
+    colours = set(re.findall(r'fill="(#[0-9a-f]{6})"><title>', svg))
+    assert {"#e67e22", "#c0392b", "#7f8c8d"} <= colours  # reloads, offloads and moves each have their colour
+
+
+def test_the_cli_draws_a_trace_and_refuses_what_is_no_timeline(trace, tmp_path, capsys):
+    path, _ = trace
+    assert main(["viz", str(path), "-o", str(tmp_path / "t.svg")]) == 0
+    assert "timeline" in capsys.readouterr().out
+    assert main(["viz", str(path), "-o", str(tmp_path / "t.pdf")]) == 1
+    assert "use .svg or .png" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(InputError, match="no vertices"):
+        write_timeline(empty, tmp_path / "e.svg")

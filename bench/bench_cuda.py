@@ -448,7 +448,62 @@ def sim(quick: bool) -> dict:
     return {"rows": out}
 
 
-SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "attention", "copies", "ffn", "sim")
+def peer(quick: bool) -> dict:
+    """The seed's blocked matmul over 2 GPUs (partial products moved by peer copies), against numpy on
+    sampled rows, with the achieved peer bandwidth beside the link's ceiling measured here."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        print("\n(peer: needs 2 GPUs)")
+        return {"skipped": "one GPU"}
+    src = torch.empty(GIB, dtype=torch.uint8, device="cuda:0")
+    dst = torch.empty(GIB, dtype=torch.uint8, device="cuda:1")
+    one_way = GIB / cuda_time(lambda: dst.copy_(src, non_blocking=True))
+    back_src, back_dst = torch.empty(GIB, dtype=torch.uint8, device="cuda:1"), torch.empty(GIB, dtype=torch.uint8, device="cuda:0")
+    side = torch.cuda.Stream(device="cuda:1")
+
+    def both():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            back_dst.copy_(back_src, non_blocking=True)
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(side)
+
+    two_way = 2 * GIB / cuda_time(both)
+    del src, dst, back_src, back_dst
+    torch.cuda.empty_cache()
+    from turnip_ir.workloads import matmul
+
+    n = 16384 if quick else 32768
+    config = matmul.MatmulConfig(m=n, k=n, n=n, block=n // 4, gpus=2, dtype="float32")
+    program = matmul.build(config)
+    graph = program.taskgraph()
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    inputs = program.feed({"A": a, "B": b})
+    out = {"peer_ceiling": one_way, "peer_both_ways": two_way}
+    print(f"\n### Blocked matmul {n}^3 fp32 over 2 GPUs (4x4 tiles, the seed's placement)\n")
+    print(f"peer copy ceiling in this run: {one_way / 1e9:.0f} GB/s one way, {two_way / 1e9:.0f} GB/s both ways\n")
+    row("budget GiB", "order", "seconds", "moved GiB", "peer GB/s while copying", "fraction of ceiling", "busy per GPU", "max rel. error (64 rows)")
+    row("---", "---", "---", "---", "---", "---", "---", "---")
+    for gib in (16, 6):
+        memgraph = compile_taskgraph(graph, arena_budget(graph, gib * GIB, "cuda"))
+        runs = loops(memgraph, CudaBackend(), orders=("nondet", "fixed"), repeats=2, inputs=inputs)
+        c = program.gather(program.outputs["C"], runs["outputs"])
+        rows = rng.choice(n, 64, replace=False)
+        want = a[rows].astype(np.float64) @ b.astype(np.float64)
+        error = float(np.max(np.abs(c[rows] - want)) / np.max(np.abs(want)))
+        for order in ("nondet", "fixed"):
+            summary = runs[order]["summary"]
+            out[f"{gib}-{order}"] = {"seconds": runs[order]["makespan"], "moved": summary.bytes_moved, "peer_rate": summary.peer_bandwidth,
+                                      "busy": summary.busy, "error": error, "sim": execute(memgraph, backend="sim", order=order).summary.makespan}
+            row(gib, order, f"{runs[order]['makespan']:.3f}", f"{summary.bytes_moved / GIB:.1f}", f"{summary.peer_bandwidth / 1e9:.0f}",
+                f"{summary.peer_bandwidth / one_way:.2f}", ", ".join(f"{b:.0%}" for b in summary.busy), f"{error:.1e}")
+    return out
+
+
+SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "attention", "copies", "ffn", "sim", "peer")
 
 
 def main(argv=None) -> int:

@@ -52,14 +52,14 @@ SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", 
 class Llama:
     """LLaMA 7b prefill: the turnip graph and inputs, and the same weights as torch tensors."""
 
-    def __init__(self, tokens: int, seed: int = 0, preset: str = "7b"):
+    def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence"):
         from turnip_ir.workloads import llama
 
         self.config = llama.load_config(preset)
         self.tokens = tokens
         self.weights = {name: llama.RandomWeights(self.config, seed)[name] for name in llama.weight_shapes(self.config)}
         self.ids = llama.random_ids(self.config, tokens, seed)
-        self.built = llama.build_llama(self.config, tokens)
+        self.built = llama.build_llama(self.config, tokens, gpus=gpus, placement=placement)
         self.graph = self.built.graph
         self.inputs = self.built.feed(self.weights, self.ids)
         self.hidden = self.inputs_array("hidden")
@@ -107,7 +107,7 @@ class Ffn:
         self.flops = sum(_flops(node, self.graph) for node in self.graph.nodes.values())
 
     def output(self, outputs) -> np.ndarray:
-        return self.program.gather(self.program.outputs[-1], outputs)
+        return self.program.gather(self.program.outputs["y"], outputs)
 
 
 def _flops(node, graph) -> int:
@@ -141,6 +141,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "offloaded": summary.bytes_offloaded, "reloaded": summary.bytes_reloaded,
             "planned_reload": sum(n.nbytes for n in memgraph.nodes if n.op == "reload"),
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
+            "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run), "lines": summary.lines() + runs["notes"], "output": output,
         }
 
@@ -330,6 +331,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hf-points", type=float, nargs="*", default=[7, 2], help="GiB of weights on the GPU for hf-offload")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--config", default="7b", help="llama preset (tiny: a smoke test of this script)")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs for turnip's llama (torch baselines use one)")
+    parser.add_argument("--placement", default="sequence", help="llama placement over --gpus: sequence, layers or heads")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     import torch
@@ -348,8 +351,8 @@ def main(argv=None) -> int:
     print(f"ceilings: fp16 GEMM {ceilings['gemm'] / 1e12:.0f} TFLOP/s, H2D {ceilings['h2d'] / 1e9:.1f} GB/s", flush=True)
     for tokens in args.tokens:
         began = time.perf_counter()
-        work = Llama(tokens, preset=args.config) if args.workload == "llama" else Ffn(tokens)
-        print(f"\n## {args.workload} T={tokens}: {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
+        work = Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement) if args.workload == "llama" else Ffn(tokens)
+        print(f"\n## {args.workload} T={tokens} on {args.gpus} GPU(s) ({args.placement}): {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
         resident = None
         if "torch-resident" in args.systems and args.workload == "llama":
             resident = _guard(lambda: llama_torch(work, "resident", None, args.repeats))

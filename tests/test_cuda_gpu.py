@@ -182,3 +182,42 @@ def test_llama_prefill_on_the_gpu_equals_the_float64_reference(preset, dtype, pr
     want = reference(config, weights, ids)
     tol = 2e-2 if dtype == "float16" else 1e-4
     assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < tol
+
+
+def _two_gpus() -> bool:
+    from runtime.backends.cuda import gpu_count
+
+    return gpu_count() >= 2
+
+
+@pytest.mark.skipif("not _two_gpus()")
+@pytest.mark.parametrize("seed", range(3))
+def test_random_graphs_over_two_gpus_move_data_by_peer_copies_and_match_float64(seed):
+    graph = random_taskgraph(seed, tasks=60, devices=2, sizes=(64, 128), move_prob=0.25)
+    memgraph = compile_taskgraph(graph, int(minimum_budget(place_devices(graph, 0)) * 1.3))
+    assert memgraph.count("move") > 0
+    inputs = make_inputs(input_specs(memgraph), None, seed)
+    result = execute(memgraph, backend=_backend(), order="nondet", seed=seed, inputs=inputs)
+    assert result.summary.bytes_moved > 0
+    expected = evaluate(graph, {k: v.astype(np.float64) for k, v in inputs.items()})
+    for task, want in expected.items():
+        np.testing.assert_allclose(result.outputs[task], want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.skipif("not _two_gpus()")
+@pytest.mark.parametrize("placement", ["sequence", "layers", "heads"])
+def test_llama_over_two_gpus_equals_the_float64_reference(placement):
+    from dataclasses import replace
+
+    from turnip_ir.workloads import llama
+    from turnip_ir.workloads.llama.reference import reference
+
+    config = replace(llama.load_config("tiny-gqa"), dtype="float32")
+    weights = llama.RandomWeights(config, 2)
+    ids = llama.random_ids(config, 256, 2)
+    built = llama.build_llama(config, 256, block=64, gpus=2, placement=placement)
+    memgraph = compile_taskgraph(built.graph, int(minimum_budget(place_devices(built.graph, 0)) * 1.5))
+    result = execute(memgraph, backend=_backend(), order="nondet", inputs=built.feed(weights, ids))
+    got = built.gather(result.outputs).astype(np.float64)
+    want = reference(config, weights, ids)
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 1e-4

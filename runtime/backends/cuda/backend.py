@@ -34,7 +34,7 @@ import numpy as np
 
 from runtime.backends.base import Backend, Completion
 from runtime.backends.cuda import attention, registry
-from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle, sync_event, timing_event
+from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle, timing_event
 from runtime.backends.cuda.completion import NOTIFIERS, make_notifier
 from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_view
 from runtime.graph import ExecGraph, Lane
@@ -316,7 +316,9 @@ class CudaBackend(Backend):
         self.events: list[list] = [[] for _ in range(graph.memgraph.devices)]
         self.origins = []
         for device in range(graph.memgraph.devices):
-            with self._on(device):
+            with self._on(device):  # events belong to a device: made here, in its context, and recycled
+                lanes = sum(1 for d in self.lane_device if d == device)
+                self.events[device] = [timing_event() for _ in range(2 * lanes * (self.queue_depth + 1))]
                 origin = timing_event()
                 stream = next(self.streams[i] for i, d in enumerate(self.lane_device) if d == device)
                 origin.record(stream)
@@ -349,11 +351,13 @@ class CudaBackend(Backend):
             driver.cuCtxSetCurrent(self.contexts[device].handle)
         self.current_device = device
 
-    def _event(self, device: int, timing: bool):
+    def _event(self, device: int):
+        """A timing event of `device`, from its pool (made in the device's context when the pool runs dry)."""
         pool = self.events[device]
-        if pool and timing:
+        if pool:
             return pool.pop()
-        return timing_event() if timing else sync_event()
+        with self._on(device):
+            return timing_event()
 
     def submit(self, vertex: int, lane: Lane) -> None:
         index = lane.index
@@ -365,7 +369,7 @@ class CudaBackend(Backend):
             event = self.end_event[dep]
             if event is not None and self.lane_of[dep] != index:
                 event.wait(stream)
-        start = self._event(device, True)
+        start = self._event(device)
         start.record(stream)
         began = self.now()
         work = self.work[vertex]
@@ -376,7 +380,7 @@ class CudaBackend(Backend):
             self.errors.append(Completion(vertex, index, began, self.now(), err))
             return
         self.host_span[vertex] = (began, self.now())  # the simulator's clock: it runs the work synchronously
-        end = self._event(device, True)
+        end = self._event(device)
         end.record(stream)
         self.start_event[vertex], self.end_event[vertex], self.lane_of[vertex] = start, end, index
         self.fifo[index].append(vertex)

@@ -59,8 +59,3 @@ def stream_handle(stream) -> int:
 def timing_event():
     """An event that records time on a GPU (the simulator's events take no arguments and record none)."""
     return cuda.event() if simulated() else cuda.event(timing=True)
-
-
-def sync_event():
-    """An event used only for ordering between streams: no timing, cheaper to record and wait on."""
-    return cuda.event() if simulated() else cuda.event(timing=False)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU benchmark calls, stage by stage, each with its own time limit; logs and JSON go to $OUT.
+#   source bench/gpu_setup.sh && bash bench/gpu_bench.sh tests kernels llama8k llama32k
+# Stages: tests (GPU tests of the llama, attention, random graphs, memory, two GPUs), kernels (memory-bound
+# kernels, attention providers, the 2-GPU blocked matmul), llama8k, llama32k, llama128k (issue 11, one GPU),
+# llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN).
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
+for s in "$@"; do
+  case $s in
+    tests) stage tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
+             -k "llama or providers or random_graphs or allocated or two" ;;
+    kernels) stage kernels 150 python3 bench/bench_cuda.py kernels attention peer --quick --json "$OUT/kernels.json" ;;
+    llama8k) stage llama8k 240 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 16 --json "$OUT/llama8k.json" ;;
+    llama32k) stage llama32k 200 python3 bench/run.py llama --tokens 32768 --budgets 2 4 16 --repeats 2 \
+             --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;
+    llama128k) stage llama128k 240 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 \
+             --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama128k.json" ;;
+    llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
+             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
+    ffn) stage ffn 200 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;
+  esac
+done

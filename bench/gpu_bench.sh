@@ -9,10 +9,10 @@ mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
 for s in "$@"; do
   case $s in
-    tests) stage tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
+    tests) stage tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
              -k "llama or providers or random_graphs or allocated or two" ;;
-    kernels) stage kernels 150 python3 bench/bench_cuda.py kernels attention peer --quick --json "$OUT/kernels.json" ;;
-    llama8k) stage llama8k 240 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 16 --json "$OUT/llama8k.json" ;;
+    kernels) stage kernels 110 python3 bench/bench_cuda.py kernels attention peer --quick --json "$OUT/kernels.json" ;;
+    llama8k) stage llama8k 230 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 --hf-points 2 --json "$OUT/llama8k.json" ;;
     llama32k) stage llama32k 200 python3 bench/run.py llama --tokens 32768 --budgets 2 4 16 --repeats 2 \
              --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;
     llama128k) stage llama128k 240 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 \

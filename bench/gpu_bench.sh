@@ -11,14 +11,19 @@ for s in "$@"; do
   case $s in
     tests) stage tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
              -k "llama or providers or random_graphs or allocated or two" ;;
+    tests2) stage tests2 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 100 tests/test_cuda_gpu.py \
+             -k "llama or two_gpus" ;;
+    peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
+    trace8k) stage trace8k 90 python3 bench/run.py llama --tokens 8192 --budgets 2 8 --repeats 1 --systems turnip-nondet floor \
+             --traces "$OUT" --json "$OUT/trace8k.json" ;;
     kernels) stage kernels 110 python3 bench/bench_cuda.py kernels attention peer --quick --json "$OUT/kernels.json" ;;
     llama8k) stage llama8k 230 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 --hf-points 2 --json "$OUT/llama8k.json" ;;
-    llama32k) stage llama32k 200 python3 bench/run.py llama --tokens 32768 --budgets 2 4 16 --repeats 2 \
+    llama32k) stage llama32k 200 python3 bench/run.py llama --tokens 32768 --budgets 4 16 --repeats 2 \
              --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;
     llama128k) stage llama128k 240 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 \
-             --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama128k.json" ;;
+             --systems turnip-nondet torch-prefetch floor --json "$OUT/llama128k.json" ;;
     llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
-             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
+             --repeats 1 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
     ffn) stage ffn 200 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;
   esac
 done

@@ -45,6 +45,9 @@ from runtime.stats import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
 GIB = 1 << 30
+TRACES = None
+"""A folder for the turnip nondet runs' traces (--traces)."""
+ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
 
@@ -91,6 +94,7 @@ class Ffn:
     def __init__(self, tokens: int, seed: int = 0):
         from turnip_ir.workloads import ffn
 
+        self.tokens = tokens
         self.config = ffn.FfnConfig(layers=16, tokens=tokens, hidden=8192, ffn=32768, block=min(tokens, 2048), dtype="float16")
         program = ffn.build(self.config)
         self.program = program
@@ -130,9 +134,12 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
         for order in ("nondet", "fixed"):
             results[f"turnip-{order}"] = {"error": f"does not fit: {err}"}
         return
-    runs = loops(memgraph, CudaBackend(), orders=("nondet", "fixed"), repeats=repeats, inputs=work.inputs)
+    runs = loops(memgraph, CudaBackend(), orders=ORDERS, repeats=repeats, inputs=work.inputs)
+    if TRACES:
+        name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu.json"
+        runs["nondet"]["recorder"].write_trace(Path(TRACES) / name)
     output = work.output(runs["outputs"]).astype(np.float32)
-    for order in ("nondet", "fixed"):
+    for order in ORDERS:
         run = runs[order]
         summary = run["summary"]
         predicted = execute(memgraph, backend="sim", order=order).summary.makespan
@@ -334,7 +341,11 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs for turnip's llama (torch baselines use one)")
     parser.add_argument("--placement", default="sequence", help="llama placement over --gpus: sequence, layers or heads")
     parser.add_argument("--json")
+    parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)
+    global TRACES, ORDERS
+    TRACES = args.traces
+    ORDERS = tuple(o for o in ("nondet", "fixed") if f"turnip-{o}" in args.systems) or ("nondet",)
     import torch
 
     if torch.cuda.is_available():

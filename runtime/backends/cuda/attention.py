@@ -7,7 +7,8 @@ normalised output, then the log-sum-exp per head), and it writes either the next
 log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them into `prev` and writes
 `out` in the arena. Providers:
 
-- `torch-cudnn`, `torch-flash`, `torch-efficient`: torch's fused attention ops that return the log-sum-exp
+- `torch-cudnn`, `torch-flash`, `torch-efficient` (float16 blocks; other dtypes take `cublas`): torch's
+  fused attention ops that return the log-sum-exp
   (`aten._scaled_dot_product_{cudnn,flash,efficient}_attention`), launched on the lane's stream through
   `torch.cuda.ExternalStream`, reading q, k and v as zero-copy views of the arena (heads as a strided
   dimension: no transpose is copied). Their outputs come from torch's caching allocator, which `prepare`
@@ -61,7 +62,7 @@ def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
 
 def scratch_bytes(node, sources, provider: str) -> int:
     """Lane scratch one attention vertex needs (the cublas provider's scores, output and log-sum-exp per chunk)."""
-    if provider != "cublas":
+    if provider != "cublas" and sources[0].dtype == "float16":
         return 0
     q, k = sources[0], sources[1]
     heads, kv_heads, _, _, _ = attention_attrs(node)
@@ -79,7 +80,7 @@ TORCH_ALLOWANCE = 64 << 20
 def library_bytes(node, sources, provider: str) -> int:
     """Memory torch's caching allocator holds per compute lane for one attention vertex: the block's output
     and log-sum-exp, the expanded k and v when heads are grouped, and an allowance for cuDNN."""
-    if not provider.startswith("torch"):
+    if not provider.startswith("torch") or sources[0].dtype != "float16":
         return 0
     q, k = sources[0], sources[1]
     heads, kv_heads, _, _, _ = attention_attrs(node)
@@ -285,6 +286,8 @@ def build(node, inputs, out, env):
     if any(x is None for x in inputs) or out is None:
         return None  # an empty block
     provider = env.attention
+    if provider == "cublas" or str(inputs[0].dtype) != "float16":  # torch's fused ops take half precision only
+        return build_cublas(node, inputs, out, env)
     if provider == "cublas":
         return build_cublas(node, inputs, out, env)
     return build_torch(node, inputs, out, env, provider)

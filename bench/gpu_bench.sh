@@ -24,6 +24,8 @@ for s in "$@"; do
              --systems turnip-nondet torch-prefetch floor --json "$OUT/llama128k.json" ;;
     llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
              --repeats 1 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
-    ffn) stage ffn 200 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;
+    ffn) stage ffn 150 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --repeats 2 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;
+    severe) stage severe32k 70 python3 bench/run.py llama --tokens 32768 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe32k.json"
+            stage severe128k 110 python3 bench/run.py llama --tokens 131072 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe128k.json" ;;
   esac
 done

@@ -1,0 +1,105 @@
+"""Tables and plots for docs/benchmarks.md from the JSON that bench/run.py wrote on the GPU machine.
+
+    .venv/bin/python bench/report.py docs/results/h200-llama-8k.json ... --plot docs/results/llama-time-vs-budget.png
+
+Prints one markdown table of every run (time, ratios to the baselines and to the floor, peak memory,
+bytes reloaded and their rate, agreement, what bound it) and draws time against budget per system.
+The floor is max(FLOPs / GEMM peak, weight bytes / H2D rate), both ceilings measured in the run's call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+GIB = 1 << 30
+MEASURED = {  # printed by bench/run.py's set-up line, for results written before it stored them
+    ("llama", 8192): (123.7e12, 12.06 * GIB), ("llama", 32768): (706.0e12, 12.06 * GIB), ("llama", 131072): (6201.8e12, 12.06 * GIB),
+    ("ffn", 2048): (35.2e12, 16.0 * GIB), ("ffn", 8192): (140.8e12, 16.0 * GIB),
+}
+
+
+def load(paths):
+    runs = []
+    for path in paths:
+        doc = json.load(open(path))
+        known = doc.get("workloads", {})
+        words = doc.get("command", "").split()
+        placement = words[words.index("--placement") + 1] if "--placement" in words else "sequence"
+        for run in doc["runs"]:
+            run["placement"] = placement if run.get("gpus", 1) > 1 else ""
+            if run.get("agreement") == 0.0 and run["system"] == "turnip-nondet":
+                run.pop("agreement")  # it was its own reference (no torch system in that run)
+            flops, weights = MEASURED.get((run["workload"], run["tokens"]), (0, 0))
+            if str(run["tokens"]) in known:
+                flops, weights = known[str(run["tokens"])]["flops"], known[str(run["tokens"])]["weight_bytes"]
+            run["floor"] = max(flops / doc["ceilings"]["gemm"], weights / doc["ceilings"]["h2d"])
+            run["source"] = path
+            runs.append(run)
+    return [r for r in runs if r["system"] != "floor"]
+
+
+def table(runs) -> str:
+    by_key = defaultdict(dict)
+    for r in runs:
+        by_key[(r["workload"], r["tokens"])][(r["system"], r["budget"])] = r
+    lines = ["| workload | T | budget GiB | GPUs | system | seconds | x floor | vs torch-prefetch | vs hf-offload | peak GiB | reloaded GiB | H2D GB/s | agrees | bound by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["placement"], r["budget"] or 0, r["system"])):
+        group = by_key[(r["workload"], r["tokens"])]
+        seconds = r.get("seconds")
+        prefetch = [g["seconds"] for (s, b), g in group.items() if s == "torch-prefetch" and g.get("seconds")]
+        hf = [g["seconds"] for (s, b), g in group.items() if s == "hf-offload" and g.get("seconds")]
+        cell = lambda x, f: f.format(x) if isinstance(x, (int, float)) and x is not False else ""  # noqa: E731
+        lines.append("| " + " | ".join([
+            r["workload"], str(r["tokens"]), cell(r["budget"], "{:g}") or "none", f"{r.get('gpus', 1)} {r['placement']}".strip(), r["system"],
+            cell(seconds, "{:.3f}") or r.get("error", "")[:40], cell(seconds and seconds / r["floor"], "{:.2f}"),
+            cell(seconds and prefetch and seconds / min(prefetch), "{:.2f}"), cell(seconds and hf and min(hf) / seconds, "{:.1f}x faster"),
+            cell(r.get("peak") and r["peak"] / GIB, "{:.2f}"), cell(r.get("reloaded") and r["reloaded"] / GIB, "{:.2f}"),
+            cell(r.get("h2d_rate") and r["h2d_rate"] / 1e9, "{:.1f}"), cell(r.get("agreement"), "{:.0e}"), r.get("bound", "").split(" (")[0],
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def plot(runs, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens = sorted({r["tokens"] for r in runs if r["workload"] == "llama" and r.get("gpus", 1) == 1})
+    figure, axes = plt.subplots(1, len(tokens), figsize=(5 * len(tokens), 4))
+    for ax, t in zip(figure.axes, tokens):
+        for system, marker in (("turnip-nondet", "o-"), ("turnip-fixed", "s--"), ("torch-prefetch", "^-"), ("hf-offload", "x-")):
+            points = sorted((r["budget"], r["seconds"]) for r in runs if r["workload"] == "llama" and r["tokens"] == t and r["system"] == system
+                            and r.get("seconds") and r["budget"] and r.get("gpus", 1) == 1)
+            if points:
+                ax.plot(*zip(*points), marker, label=system)
+        resident = [r["seconds"] for r in runs if r["tokens"] == t and r["system"] == "torch-resident" and r.get("seconds")]
+        if resident:
+            ax.axhline(resident[0], color="grey", linestyle=":", label="torch-resident (no cap)")
+        floors = [r["floor"] for r in runs if r["tokens"] == t and r["workload"] == "llama"]
+        ax.axhline(max(floors), color="black", linewidth=0.8, label="floor")
+        ax.set_title(f"llama 7b prefill, T = {t}")
+        ax.set_xlabel("GPU memory budget (GiB)")
+        ax.set_ylabel("seconds")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", nargs="+")
+    parser.add_argument("--plot")
+    args = parser.parse_args()
+    runs = load(args.results)
+    print(table(runs))
+    if args.plot:
+        plot(runs, args.plot)
+
+
+if __name__ == "__main__":
+    main()

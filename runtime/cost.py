@@ -21,12 +21,18 @@ class CostModel:
     d2h_bw: float = 55.3e9
     duplex_bw: float = 93.4e9
     """Total host-link bandwidth when H2D and D2H run at once; the sim backend shares it between them."""
-    peer_bw: float = 385e9
+    peer_bw: float = 360e9
+    """Achieved by the cuda backend's peer copies on two H200s over NV18 (357-363 GB/s while copying, against a
+    391 GB/s ceiling measured beside them; docs/benchmarks.md, "Two GPUs")."""
     hbm_bw: float = 4187e9
     """Bytes read plus bytes written per second."""
     fp32_flops: float = 50.5e12
     half_flops: float = 750e12
     """fp16 and bf16 GEMM rate."""
+    attention_flops: float = 420e12
+    """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
+    partial): 397-437 TFLOP/s on full 7B blocks, 328-380 on causal ones (docs/benchmarks.md). With the GEMM
+    rate instead, the sim predicted llama prefill 25-33% faster than measured."""
     fp64_flops: float = 0.8e12
     launch: float = 10e-6
     """Per-kernel overhead. A host-side numba launch costs 28 us (docs/hardware.md); an async launch queued
@@ -43,7 +49,10 @@ class CostModel:
         flops = spec.flops(shapes, tuple(node.shape), node.attrs)
         traffic = node.nbytes + sum(src.nbytes for src in inputs)
         # the rate of the operands' dtype: a non-final attention multiplies fp16 into a float32 partial
-        rate = self.flop_rate(inputs[0].dtype if inputs else node.dtype)
+        dtype = inputs[0].dtype if inputs else node.dtype
+        rate = self.flop_rate(dtype)
+        if node.kernel == "attention" and dtype in ("float16", "bfloat16"):
+            rate = self.attention_flops
         return max(flops / rate, traffic / self.hbm_bw) + self.launch
 
     def duration(self, node: MemNode, inputs: list[MemNode]) -> float:

@@ -68,7 +68,8 @@ class ExecGraph:
         return f"{node.task} {what}"
 
     def describe(self, vertex: int) -> str:
-        return f"vertex {self.memgraph.nodes[vertex].id} ({self.name(vertex)})"
+        """How errors name a vertex, the compiler's way too: `node 6 (relu 'v')` (MemNode.label)."""
+        return self.memgraph.nodes[vertex].label()
 
 
 def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | None = None) -> ExecGraph:

@@ -146,7 +146,7 @@ except KernelError as err:
     print("KernelError:", err)
 '''
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "0"})
-    assert "KernelError:" in proc.stdout and "(r relu)" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "KernelError:" in proc.stdout and "(relu 'r')" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
 def test_ctrl_c_ends_a_gpu_run_cleanly(tmp_path):

@@ -163,7 +163,7 @@ def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
         return work
 
     monkeypatch.setitem(registry.BUILDERS, "relu", broken)
-    with pytest.raises(KernelError, match=r"\(r relu\) failed: RuntimeError: launch failed"):
+    with pytest.raises(KernelError, match=r"\(relu 'r'\) failed: RuntimeError: launch failed"):
         _run(g, factor=4.0)
 
 

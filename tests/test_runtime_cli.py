@@ -114,7 +114,7 @@ def test_failing_kernel_names_the_vertex_and_writes_no_outputs(tmp_path, monkeyp
     (tmp_path / "mg.json").write_text(json.dumps(doc))
     assert main(["run", str(tmp_path / "mg.json"), "--backend", "cpu", "--outputs", str(tmp_path / "out.npz")]) == 4
     err = capsys.readouterr().err
-    assert f"vertex {act['id']} (act0 gelu) failed: FloatingPointError: overflow" in err and len(err.strip().splitlines()) == 1
+    assert f"node {act['id']} (gelu 'act0') failed: FloatingPointError: overflow" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out.npz").exists()
 
 

@@ -160,7 +160,7 @@ def test_callbacks_see_every_running_vertex_but_not_inputs():
 
 def test_a_failing_vertex_stops_the_run_and_is_named():
     hooks = Hooks()
-    with pytest.raises(KernelError, match=r"vertex 1 \(a relu\) failed: RuntimeError: boom"):
+    with pytest.raises(KernelError, match=r"node 1 \(relu 'a'\) failed: RuntimeError: boom"):
         _run(_graph(CHAIN), callbacks=[hooks], fail="a")
     assert hooks.events[-1] == ("finish", True)
     assert ("start", 2) not in hooks.events

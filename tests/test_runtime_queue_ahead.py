@@ -139,5 +139,5 @@ def test_random_memgraphs_never_run_a_vertex_before_its_dependencies(order, seed
 
 
 def test_a_failure_on_a_device_lane_names_the_vertex():
-    with pytest.raises(KernelError, match=r"vertex 2 \(b relu\) failed"):
+    with pytest.raises(KernelError, match=r"node 2 \(relu 'b'\) failed"):
         _run(_graph(CHAIN), fail="b")

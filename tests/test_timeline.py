@@ -44,3 +44,22 @@ def test_the_cli_draws_a_trace_and_refuses_what_is_no_timeline(trace, tmp_path, 
     empty.write_text(json.dumps({"traceEvents": []}))
     with pytest.raises(InputError, match="no vertices"):
         write_timeline(empty, tmp_path / "e.svg")
+
+
+def test_viz_says_what_it_reads_when_given_a_picture(tmp_path, capsys):
+    picture = tmp_path / "picture.svg"
+    picture.write_text("<svg></svg>")
+    assert main(["viz", str(picture), "-o", str(tmp_path / "out.svg")]) == 1
+    err = capsys.readouterr().err
+    assert "reads a taskgraph or memgraph (.json or .mlir) or a trace" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_dynamic_dimension_is_a_one_line_error(tmp_path):
+    import subprocess
+    import sys
+
+    ir = tmp_path / "dynamic.mlir"
+    ir.write_text('"builtin.module"() ({\n  %x, %xt = "turnip.input"() {device = 0 : i64} : () -> (tensor<?xi8>, !turnip.token)\n}) : () -> ()\n')
+    proc = subprocess.run([sys.executable, "-m", "turnip_cli.opt", str(ir)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "dimension in ? is dynamic or negative" in proc.stderr

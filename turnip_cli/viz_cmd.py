@@ -9,8 +9,10 @@ trace it is a Gantt chart, one row per lane per GPU (.svg, or .png with matplotl
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from turnip_ir.dot import render
+from turnip_ir.errors import InputError
 from turnip_ir.io import load_graph
 
 
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"wrote {write_timeline(args.file, args.output)} (timeline)")
         return 0
+    if Path(args.file).suffix.lower() not in (".json", ".mlir", ".ir", ""):
+        raise InputError(f"{args.file}: turnip viz reads a taskgraph or memgraph (.json or .mlir) or a trace "
+                         f"(.json from turnip run --trace), not a '{Path(args.file).suffix}' file")
     graph = load_graph(args.file)
     path = render(graph, args.output)
     print(f"wrote {path} ({len(graph)} nodes)")

@@ -176,8 +176,10 @@ class TurnipOp(IRDLOperation):
 
     def verify_placement(self) -> None:
         shape, _ = shape_and_dtype(self.result.type)
-        if any(d < 0 for d in shape or self.result.type.get_shape()):
-            raise VerifyException(f"{self.label()}: negative dimension in {list(shape)}")
+        dims = tuple(shape) if shape is not None else tuple(self.result.type.get_shape())
+        if any(d < 0 for d in dims):
+            shown = "x".join("?" if d < -(1 << 40) else str(d) for d in dims)
+            raise VerifyException(f"{self.label()}: dimension in {shown} is dynamic or negative (every tensor needs a static shape)")
         if self.device is not None and self.device.value.data < 0:
             raise VerifyException(f"{self.label()}: negative device {self.device.value.data}")
         if self.loc is not None:

@@ -9,6 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from turnip_ir.kernels import KERNELS
+
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from runtime import execute
@@ -78,6 +80,7 @@ LLAMA_CASES = [
     ("tiny", "sequence", 1, 128, 32),
     ("tiny-gqa", "sequence", 3, 100, 32),  # uneven last block
     ("tiny", "layers", 2, 96, 32),
+    ("tiny-gqa", "zigzag", 2, 128, 16),
     ("tiny-gqa", "heads", 2, 64, 16),
     ("tiny", "heads", 4, 64, 32),
 ]
@@ -152,3 +155,19 @@ def test_llama_rejects_what_it_cannot_build():
         llama.build_llama(config, 64, placement="rings")
     with pytest.raises(InputError, match="token id 300 is out of the vocabulary range \\[0, 256\\)"):
         llama.build_llama(config, 2).feed(llama.RandomWeights(config, 0), np.array([1, 300]))
+
+
+def test_zigzag_deals_blocks_out_in_a_snake_and_balances_causal_attention():
+    from turnip_ir.workloads.llama.graph import zigzag
+
+    assert [zigzag(b, 3) for b in range(8)] == [0, 1, 2, 2, 1, 0, 0, 1]
+    config = llama.load_config("tiny")
+    work = {}
+    for placement in ("sequence", "zigzag"):
+        graph = llama.build_llama(config, 256, 32, gpus=2, placement=placement).graph
+        flops = [0, 0]
+        for node in graph.nodes.values():
+            if node.op == "attention":
+                flops[node.device] += KERNELS["attention"].flops([graph.nodes[i].shape for i in node.inputs], node.shape, node.attrs)
+        work[placement] = max(flops) / min(flops)
+    assert work["zigzag"] < work["sequence"]  # 8 blocks: the snake evens out the attention work per GPU

@@ -10,6 +10,9 @@ only the k/v blocks later queries need stay live, not whole activations.
 
 Placements over `gpus`:
 - `sequence`: token block b on GPU b % gpus; weights are moved to every GPU that reads them;
+- `zigzag`: token blocks dealt out in a snake, 0, 1, .., g-1, g-1, .., 1, 0, 0, 1, ..: causal attention makes
+  later blocks costlier (block b attends to b + 1 key blocks), and the snake pairs cheap blocks with
+  costly ones on every GPU, where `sequence` gives the last GPU the most work;
 - `layers`: layer l on GPU l * gpus // L (a pipeline), activations moved between stages;
 - `heads`: each GPU owns gpus-th of the heads (and of the FFN width): q/k/v/gate/up are cut by rows,
   o/down by columns, whose partial products are summed by add trees on GPU 0, where the residual
@@ -32,7 +35,7 @@ from turnip_ir.workloads.llama.config import LlamaConfig
 from turnip_ir.workloads.llama.rope import rope_tables
 from turnip_ir.workloads.llama.weights import embed
 
-PLACEMENTS = ("sequence", "layers", "heads")
+PLACEMENTS = ("sequence", "zigzag", "layers", "heads")
 BLOCK_7B = 4096
 """Tokens per block from hidden 1024 up: a 4096-token block makes each 7B projection a 137 GFLOP GEMM and
 each attention task ~275 GFLOP, 5-10x a ~50 us dispatch; smaller models get 4 blocks (to exercise chains)."""
@@ -56,11 +59,20 @@ class Plan:
     groups: int = 1
 
 
+def zigzag(block: int, gpus: int) -> int:
+    """The GPU of token block `block` when blocks are dealt out in a snake over `gpus` GPUs."""
+    turn, position = divmod(block, gpus)
+    return position if turn % 2 == 0 else gpus - 1 - position
+
+
 def plan(config: LlamaConfig, placement: str, gpus: int, layer: int) -> Plan:
     """The placement of layer `layer` (the final norm is layer L) under a named strategy."""
     if placement == "sequence":
         by_block = given(lambda c: c["t"] % gpus)
         return Plan(by_block, by_block, by_block, by_block)
+    if placement == "zigzag":
+        snake = given(lambda c: zigzag(c["t"], gpus))
+        return Plan(snake, snake, snake, snake)
     if placement == "layers":
         stage = on(min(layer, config.num_hidden_layers - 1) * gpus // config.num_hidden_layers)
         return Plan(stage, stage, stage, stage)

@@ -189,14 +189,16 @@ def test_flops_follow_the_contract() -> None:
 
 
 def test_cost_model_rates_a_partial_at_its_operands_dtype() -> None:
-    """A non-final attention writes float32 but multiplies fp16: it runs at the half-precision rate."""
+    """A non-final attention writes float32 but multiplies fp16: it runs at the half-precision attention rate."""
     q = MemNode(0, "input", "q", 0, (0, 0), None, (), shape=(4096, 4096), dtype="float16")
     k = MemNode(1, "input", "k", 0, (0, 0), None, (), shape=(4096, 1024), dtype="float16")
     attrs = {"heads": 32, "kv_heads": 8, "final": False}
     partial = MemNode(2, "kernel", "p", 0, (0, 0), None, (0, 1, 1), kernel="attention", shape=(4096, 4128), dtype="float32", attrs=attrs)
     model = CostModel(launch=0.0)
     flops = 4 * 4096 * 4096 * 4096
-    assert model.kernel_time(partial, [q, k, k]) == pytest.approx(flops / model.half_flops)
+    assert model.kernel_time(partial, [q, k, k]) == pytest.approx(flops / model.attention_flops)
+    fp32 = [MemNode(i, "input", n, 0, (0, 0), None, (), shape=x.shape, dtype="float32") for i, (n, x) in enumerate((("q", q), ("k", k)))]
+    assert model.kernel_time(partial, [fp32[0], fp32[1], fp32[1]]) == pytest.approx(flops / model.fp32_flops)
 
 
 # ----- compiled graphs on the cpu backend ------------------------------------------------------------------

@@ -9,7 +9,8 @@ Tasks run layer by layer and, inside a layer, token block by token block (`Progr
 only the k/v blocks later queries need stay live, not whole activations.
 
 Placements over `gpus`:
-- `sequence`: token block b on GPU b % gpus; weights are moved to every GPU that reads them;
+- `sequence`: token block b on GPU b % gpus; each weight has a home GPU in turn (loaded over that GPU's host
+  link, so the links share the traffic) and is moved over NVLink to every other GPU that reads it;
 - `zigzag`: token blocks dealt out in a snake, 0, 1, .., g-1, g-1, .., 1, 0, 0, 1, ..: causal attention makes
   later blocks costlier (block b attends to b + 1 key blocks), and the snake pairs cheap blocks with
   costly ones on every GPU, where `sequence` gives the last GPU the most work;
@@ -57,6 +58,9 @@ class Plan:
     attention: Placement
     reduce: Placement
     groups: int = 1
+    spread_weights: bool = False
+    """Give each weight its own home GPU in turn (it is loaded over that GPU's host link, then moved over
+    NVLink to the others), instead of the GPU of its first reader (GPU 0 for every weight)."""
 
 
 def zigzag(block: int, gpus: int) -> int:
@@ -69,10 +73,10 @@ def plan(config: LlamaConfig, placement: str, gpus: int, layer: int) -> Plan:
     """The placement of layer `layer` (the final norm is layer L) under a named strategy."""
     if placement == "sequence":
         by_block = given(lambda c: c["t"] % gpus)
-        return Plan(by_block, by_block, by_block, by_block)
+        return Plan(by_block, by_block, by_block, by_block, spread_weights=True)
     if placement == "zigzag":
         snake = given(lambda c: zigzag(c["t"], gpus))
-        return Plan(snake, snake, snake, snake)
+        return Plan(snake, snake, snake, snake, spread_weights=True)
     if placement == "layers":
         stage = on(min(layer, config.num_hidden_layers - 1) * gpus // config.num_hidden_layers)
         return Plan(stage, stage, stage, stage)
@@ -141,8 +145,11 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
     q_width = config.num_attention_heads * config.head_dim
     kv_width = config.num_key_value_heads * config.head_dim
 
+    homes = iter(range(layer * 9, layer * 9 + 9))  # nine weights a layer, each its own home GPU in turn
+
     def weight(name: str, shape: tuple[int, ...], splits=()) -> Blocked:
-        return prog.input(p + name, shape, dtype, splits)
+        home = next(homes) % prog.graph.devices
+        return prog.input(p + name, shape, dtype, splits, place=on(home) if where.spread_weights else None)
 
     def project(h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
         return prog.einsum("ti,oi->to", h, w, name=n + name, place=place)

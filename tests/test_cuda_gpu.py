@@ -24,6 +24,7 @@ from runtime.inputs import input_specs, make_inputs
 from runtime.reference import evaluate
 from runtime.synthetic import random_memgraph
 from tests import formulas_llama as formulas
+from tests.attention_graphs import attention_graph
 from turnip_ir.errors import KernelError
 from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
@@ -52,24 +53,11 @@ def test_random_graphs_under_tight_budgets_match_float64(seed, order):
         np.testing.assert_allclose(result.outputs[task], want, rtol=2e-3, atol=2e-3)
 
 
-def _attention_graph(tokens, block, heads, kv_heads, width, dtype):
-    g = TaskGraph(devices=1)
-    q = [g.input((block, heads * width), dtype, device=0, id=f"q{i}") for i in range(tokens // block)]
-    k = [g.input((block, kv_heads * width), dtype, device=0, id=f"k{i}") for i in range(tokens // block)]
-    v = [g.input((block, kv_heads * width), dtype, device=0, id=f"v{i}") for i in range(tokens // block)]
-    for i in range(len(q)):
-        partial = None
-        for j in range(i + 1):
-            partial = g.attention(q[i], k[j], v[j], partial, heads=heads, kv_heads=kv_heads, causal=j == i, final=j == i, device=0, id=f"a{i}.{j}")
-        g.output(partial)
-    return g
-
-
 @pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "cublas"])
 @pytest.mark.parametrize("kv_heads", [8, 2])
 def test_blocked_attention_providers_equal_full_causal_attention(provider, kv_heads):
     tokens, block, heads, width = 512, 128, 8, 64
-    graph = _attention_graph(tokens, block, heads, kv_heads, width, "float16")
+    graph = attention_graph(tokens, block, heads, kv_heads, width, "float16")
     memgraph = compile_taskgraph(graph, 64 << 20)
     inputs = make_inputs(input_specs(memgraph), None, 3)
     result = execute(memgraph, backend=_backend(attention_provider=provider), order="nondet", inputs=inputs)

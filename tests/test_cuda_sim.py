@@ -23,6 +23,7 @@ from runtime.backends.cuda import completion, gemm, kernels_numba, memory, regis
 from runtime.inputs import input_specs, make_inputs
 from runtime.reference import evaluate
 from tests import formulas_llama as formulas
+from tests.attention_graphs import attention_graph
 from turnip_ir.errors import KernelError
 from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
@@ -104,25 +105,10 @@ def test_rope_matches_the_formula_per_head():
     _close(result.outputs["kr"], formulas.rope(drawn["k"], cos, sin), "float32")
 
 
-def _attention_graph(tokens, block, heads, kv_heads, width, dtype):
-    """q, k, v cut into token blocks; each query block a chain over key blocks 0..i (the llama decomposition)."""
-    g = TaskGraph(devices=1)
-    q = [g.input((block, heads * width), dtype, device=0, id=f"q{i}") for i in range(tokens // block)]
-    k = [g.input((block, kv_heads * width), dtype, device=0, id=f"k{i}") for i in range(tokens // block)]
-    v = [g.input((block, kv_heads * width), dtype, device=0, id=f"v{i}") for i in range(tokens // block)]
-    for i in range(len(q)):
-        partial = None
-        for j in range(i + 1):
-            last = j == i
-            partial = g.attention(q[i], k[j], v[j], partial, heads=heads, kv_heads=kv_heads, causal=last, final=last, device=0, id=f"a{i}.{j}")
-        g.output(partial)
-    return g
-
-
 @pytest.mark.parametrize("dtype, heads, kv_heads", [("float32", 4, 2), ("float16", 2, 2)])
 def test_blocked_attention_on_the_cublas_provider_equals_full_causal_attention(dtype, heads, kv_heads):
     tokens, block, width = 6, 3, 2
-    g = _attention_graph(tokens, block, heads, kv_heads, width, dtype)
+    g = attention_graph(tokens, block, heads, kv_heads, width, dtype)
     _, inputs, result = _run(g, factor=1.5)
     cat = lambda p: np.concatenate([inputs[f"{p}{i}"] for i in range(tokens // block)])  # noqa: E731
     want = formulas.attention(cat("q"), cat("k"), cat("v"), heads, kv_heads, causal=True)

@@ -24,7 +24,7 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
 from __future__ import annotations
 
 import ctypes
-import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, Matrix, cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import array_args, compiled_launch, prepare_launch
 from turnip_ir.errors import KernelError
+from turnip_ir.kernels import softmax_scale
 
 PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "cublas")
 
@@ -52,6 +53,32 @@ def resolve(provider: str, simulated: bool) -> str:
     if provider.startswith("torch") and (simulated or not have_torch_cuda()):
         raise KernelError(f"attention provider '{provider}' needs torch with CUDA, which is not importable here")
     return provider
+
+
+@dataclass(frozen=True)
+class Block:
+    """One attention vertex's operands and shape: q [tq, heads*d], k and v [tk, kv_heads*d], optional prev."""
+
+    q: object
+    k: object
+    v: object
+    prev: object
+    heads: int
+    kv_heads: int
+    causal: bool
+    final: bool
+    scale: float
+    tq: int
+    tk: int
+    d: int
+
+
+def block_of(node, inputs) -> Block:
+    q, k, v = inputs[:3]
+    heads, kv_heads, causal, final, _ = attention_attrs(node)
+    tq, width = (int(x) for x in q.shape)
+    scale = softmax_scale((tq, width), node.attrs)
+    return Block(q, k, v, inputs[3] if len(inputs) > 3 else None, heads, kv_heads, causal, final, float(scale), tq, int(k.shape[0]), width // heads)
 
 
 def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
@@ -111,14 +138,11 @@ def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str):
 
 def build_cublas(node, inputs, out, env):
     """The unfused provider: GEMMs through cuBLAS (numpy under the simulator) and numba kernels."""
-    q, k, v = inputs[:3]
-    prev = inputs[3] if len(inputs) > 3 else None
-    heads, kv_heads, causal, final, scale = attention_attrs(node)
-    tq, width = q.shape
-    tk = k.shape[0]
-    d = width // heads
+    b = block_of(node, inputs)
+    q, k, v, prev = b.q, b.k, b.v, b.prev
+    heads, kv_heads, causal, final, scale = b.heads, b.kv_heads, b.causal, b.final, b.scale
+    tq, tk, d = b.tq, b.tk, b.d
     group = heads // kv_heads
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     dtype = str(q.dtype)
     item = np.dtype(dtype).itemsize
     scores_plan = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
@@ -190,13 +214,10 @@ def build_torch(node, inputs, out, env, provider: str):
     """A fused torch op per block on the lane's stream, then the numba merge into the arena."""
     import torch
 
-    q, k, v = inputs[:3]
-    prev = inputs[3] if len(inputs) > 3 else None
-    heads, kv_heads, causal, final, scale = attention_attrs(node)
-    tq, width = q.shape
-    tk = k.shape[0]
-    d = width // heads
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    b = block_of(node, inputs)
+    q, k, v, prev = b.q, b.k, b.v, b.prev
+    heads, kv_heads, causal, final, scale = b.heads, b.kv_heads, b.causal, b.final, b.scale
+    tq, tk, d = b.tq, b.tk, b.d
     device = torch.device("cuda", env.device_of(node))
 
     def heads_view(array, count, rows):

@@ -14,11 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnip_ir.convert import memgraph_from_ir, memgraph_to_ir, taskgraph_from_ir, taskgraph_to_ir
-from turnip_ir.io import module_text, parse_ir, parse_json
+from turnip_ir.io import graph_to_module, module_text, parse_ir, parse_json
+from turnip_ir.json_memgraph import memgraph_from_json
+from turnip_ir.json_taskgraph import taskgraph_from_json
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.random_graphs import random_taskgraph
-from turnip_ir.workloads import ffn, matmul
 from turnip_ir.taskgraph import TaskGraph
+from turnip_ir.workloads import ffn, matmul
 
 # TURNIP_EXAMPLES=600 searches harder (about a minute); the default, 150, keeps the suite quick.
 GOLDEN = Path(__file__).parent / "golden" / "valid"
@@ -76,9 +78,9 @@ def _memgraph_via_ir(graph: MemGraph, generic: bool = False) -> MemGraph:
 
 def test_custom_and_generic_text_round_trip_identically() -> None:
     two_stage_ffn = ffn.build(ffn.FfnConfig(layers=2, gpus=2, placement="layers")).taskgraph()
-    for graph in (matmul.build(matmul.MatmulConfig()).taskgraph(), two_stage_ffn, MemGraph.from_json(ISSUE_MEMGRAPH)):
-        custom = module_text(graph.to_ir())
-        generic = module_text(graph.to_ir(), generic=True)
+    for graph in (matmul.build(matmul.MatmulConfig()).taskgraph(), two_stage_ffn, memgraph_from_json(ISSUE_MEMGRAPH)):
+        custom = module_text(graph_to_module(graph))
+        generic = module_text(graph_to_module(graph), generic=True)
         assert module_text(parse_ir(custom)) == custom
         assert module_text(parse_ir(generic), generic=True) == generic
         assert module_text(parse_ir(generic)) == custom
@@ -88,14 +90,14 @@ def test_custom_and_generic_text_round_trip_identically() -> None:
 
 
 def test_issue_taskgraph_json_ir_json() -> None:
-    graph = TaskGraph.from_json(ISSUE_TASKGRAPH)
+    graph = taskgraph_from_json(ISSUE_TASKGRAPH)
     assert graph["y"].shape == (64, 64) and graph["z"].device == 1
     for generic in (False, True):
         assert _taskgraph_via_ir(graph, generic).to_json() == graph.to_json()
 
 
 def test_issue_memgraph_json_ir_json() -> None:
-    graph = MemGraph.from_json(ISSUE_MEMGRAPH)
+    graph = memgraph_from_json(ISSUE_MEMGRAPH)
     doc = graph.to_json()
     contract = {k: v for k, v in doc.items() if k != "nodes"}
     assert contract == {"format": "turnip.memgraph/1", "devices": 2, "budget": 49152, "outputs": {"z": 4, "y": 5, "v": 6}}
@@ -104,7 +106,7 @@ def test_issue_memgraph_json_ir_json() -> None:
     assert doc["nodes"][6]["shape"] == [64, 64] and doc["nodes"][6]["dtype"] == "float32"
     for generic in (False, True):
         assert _memgraph_via_ir(graph, generic).to_json() == doc
-    assert MemGraph.from_json(json.loads(graph.dumps())).to_json() == doc
+    assert memgraph_from_json(json.loads(graph.dumps())).to_json() == doc
 
 
 def test_memgraph_ir_json_ir_keeps_redundant_edges_and_ids() -> None:
@@ -113,7 +115,7 @@ def test_memgraph_ir_json_ir_keeps_redundant_edges_and_ids() -> None:
     node4 = graph.by_id()[4]
     assert (node4.op, node4.mem_deps, node4.redundant_deps) == ("move", (0, 1), (2,))
     assert graph.by_id()[2].device == 0 and graph.by_id()[2].storage == (0, 1024)
-    again = MemGraph.from_json(json.loads(graph.dumps()))
+    again = memgraph_from_json(json.loads(graph.dumps()))
     assert module_text(memgraph_to_ir(again)) == text
 
 
@@ -121,8 +123,8 @@ def test_taskgraph_ir_json_ir() -> None:
     text = module_text(parse_ir((GOLDEN / "kernels.mlir").read_text()))
     graph = taskgraph_from_ir(parse_ir(text))
     assert graph["es"].attrs == {"equation": "ij,jk->ki"} and graph["nw"].attrs == {"eps": 1e-6}
-    loaded = TaskGraph.from_json(json.loads(graph.dumps()))
-    assert module_text(loaded.to_ir()) == text
+    loaded = taskgraph_from_json(json.loads(graph.dumps()))
+    assert module_text(graph_to_module(loaded)) == text
 
 
 def test_memgraph_node_ids_survive_gaps() -> None:
@@ -132,7 +134,7 @@ def test_memgraph_node_ids_survive_gaps() -> None:
         node["inputs"] = [i * 10 + 7 for i in node["inputs"]]
         node["mem_deps"] = [i * 10 + 7 for i in node["mem_deps"]]
     doc["outputs"] = {k: v * 10 + 7 for k, v in doc["outputs"].items()}
-    graph = MemGraph.from_json(doc)
+    graph = memgraph_from_json(doc)
     assert _memgraph_via_ir(graph).to_json() == graph.to_json()
     assert [n.id for n in graph.nodes] == [7, 17, 27, 37, 47, 57, 67]
 
@@ -146,9 +148,9 @@ def test_memgraph_node_ids_survive_gaps() -> None:
 def test_random_taskgraphs_round_trip(seed: int, devices: int, tasks: int, sizes: tuple[int, ...], mixed: bool) -> None:
     graph = random_taskgraph(seed, tasks=tasks, devices=devices, sizes=sizes, mixed=mixed)
     doc = graph.to_json()
-    assert TaskGraph.from_json(json.loads(json.dumps(doc))).to_json() == doc
+    assert taskgraph_from_json(json.loads(json.dumps(doc))).to_json() == doc
     assert _taskgraph_via_ir(graph).to_json() == doc
-    text = module_text(graph.to_ir())
+    text = module_text(graph_to_module(graph))
     assert module_text(taskgraph_to_ir(taskgraph_from_ir(parse_ir(text)))) == text
 
 
@@ -202,13 +204,13 @@ def _add_random_op(draw, graph: TaskGraph, node_id: str | None) -> None:
 @given(graph=taskgraphs())
 def test_built_taskgraphs_round_trip_losslessly(graph: TaskGraph) -> None:
     doc = graph.to_json()
-    assert TaskGraph.from_json(json.loads(json.dumps(doc))).to_json() == doc
+    assert taskgraph_from_json(json.loads(json.dumps(doc))).to_json() == doc
     for generic in (False, True):
         assert _taskgraph_via_ir(graph, generic).to_json() == doc
-    text = module_text(graph.to_ir())
+    text = module_text(graph_to_module(graph))
     back = taskgraph_from_ir(parse_ir(text))
     assert list(back.nodes) == list(graph.nodes)
-    assert module_text(back.to_ir()) == text
+    assert module_text(graph_to_module(back)) == text
 
 
 @PROPERTY

@@ -30,6 +30,8 @@ from turnip_ir.convert import (
 )
 from turnip_ir.dialect import TurnipOp, Turnip
 from turnip_ir.errors import InputError
+from turnip_ir.json_memgraph import memgraph_from_json
+from turnip_ir.json_taskgraph import taskgraph_from_json
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -191,9 +193,9 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
     fmt = doc.get("format") if isinstance(doc, dict) else None
     try:
         if fmt == MEMGRAPH_FORMAT:
-            return MemGraph.from_json(doc)
+            return memgraph_from_json(doc)
         if fmt == TASKGRAPH_FORMAT:
-            return TaskGraph.from_json(doc)
+            return taskgraph_from_json(doc)
     except InputError as err:
         raise InputError(f"{name}: {err}") from None
     raise InputError(f"{name}: field 'format' must be '{TASKGRAPH_FORMAT}' or '{MEMGRAPH_FORMAT}', got {fmt!r}")

@@ -24,6 +24,7 @@ from turnip_ir.dialect import (
     OutputOp,
     ReloadOp,
     StorageAttr,
+    TokenType,
     TurnipOp,
     shape_and_dtype,
     tensor_type,
@@ -70,24 +71,21 @@ def _kernel_props(attrs: dict) -> dict:
     return props
 
 
-def _vertex_op(op: str, kernel: str | None, inputs, deps, redundant, result_type, props) -> IRDLOperation:
-    """Build one vertex op; `props` holds already-made attributes (device, loc, storage, task, ...)."""
+def _vertex_op(op: str, kernel: str | None, inputs, deps, redundant, result_type, props, token: bool) -> TurnipOp:
+    """Build one vertex op; `props` holds already-made attributes (device, loc, storage, task, ...).
+    A memgraph op yields a token beside its tensor, a taskgraph op its tensor alone."""
+    results = [result_type, [TokenType()] if token else []]
     if op == "input":
-        return InputOp.build(result_types=[result_type, _token()], properties=props)
+        return InputOp.build(result_types=results, properties=props)
     segments = [list(inputs), list(deps), list(redundant)]
     cls = {"move": MoveOp, "offload": OffloadOp, "reload": ReloadOp}.get(op) or KERNEL_OPS[kernel]
-    return cls.build(operands=segments, result_types=[result_type, _token()], properties=props)
+    return cls.build(operands=segments, result_types=results, properties=props)
 
 
-def _token():
-    from turnip_ir.dialect import TokenType
-
-    return TokenType()
-
-
-def _name(op: IRDLOperation, hint: str) -> None:
-    op.results[0].name_hint = hint
-    op.results[1].name_hint = f"{hint}t"
+def _name(op: TurnipOp, hint: str) -> None:
+    op.result.name_hint = hint
+    if op.token is not None:
+        op.token.name_hint = f"{hint}t"
 
 
 # ----- taskgraph ----------------------------------------------------------------------------------------
@@ -105,7 +103,7 @@ def taskgraph_to_ir(graph: TaskGraph) -> ModuleOp:
             props["task"] = StringAttr(node.id)
         props.update(_kernel_props(node.attrs))
         kind = node.op if node.op in ("input", "move") else "kernel"
-        op = _vertex_op(kind, node.op, [values[i] for i in node.inputs], [], [], tensor_type(node.shape, node.dtype), props)
+        op = _vertex_op(kind, node.op, [values[i] for i in node.inputs], [], [], tensor_type(node.shape, node.dtype), props, False)
         _name(op, node.id if plain else _safe_hint(node.id))
         values[node.id] = op.results[0]
         ops.append(op)
@@ -205,6 +203,7 @@ def memgraph_to_ir(graph: MemGraph) -> ModuleOp:
             [values[i].results[1] for i in node.redundant_deps],
             _mem_type(node, values),
             _mem_props(node),
+            True,
         )
         _name(op, f"n{node.id}")
         values[node.id] = op
@@ -264,7 +263,7 @@ def memgraph_from_ir(module: ModuleOp) -> MemGraph:
     graph = MemGraph(module_devices(module), _module_int(module, BUDGET_ATTR))
     ids = _node_ids(module)
     tasks = _task_ids(module, memgraph=True)
-    token_ids = {op.results[1]: ids[op.results[0]] for op in module.ops if isinstance(op, TurnipOp)}
+    token_ids = {op.token: ids[op.result] for op in module.ops if isinstance(op, TurnipOp) and op.token is not None}
     made: dict[int, MemNode] = {}
     for op in module.ops:
         if isinstance(op, OutputOp):

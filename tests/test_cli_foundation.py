@@ -179,7 +179,7 @@ def test_viz_bad_output_paths_are_one_line(tmp_path) -> None:
 def test_module_entry_point() -> None:
     result = subprocess.run([sys.executable, "-m", "turnip_cli.opt", str(MEMGRAPH)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "turnip.reload %n1 at <0, 16384, 16384>" in result.stdout
+    assert "turnip.reload %w at <0, 16384, 16384>" in result.stdout
 
 
 def _memgraph_json(tmp_path: Path, change) -> Path:
@@ -198,7 +198,7 @@ def test_memgraph_json_checked_as_ir_names_the_file(tmp_path) -> None:
     assert line == f"turnip-opt: error: {wrong_shape}: node 6 (relu 'v'): declared [3, 3] float32 but relu computes [64, 64] float32"
     untyped = _memgraph_json(tmp_path, lambda d: d["nodes"][1].pop("shape"))
     done = _run("turnip-opt", untyped)  # w, its reload and y stay untyped: raw bytes in IR
-    assert done.returncode == 0 and "turnip.reload %n1 at <0, 16384, 16384> {task = \"w\"} : tensor<16384xi8>" in done.stdout
+    assert done.returncode == 0 and "%w.reload1, %w.reload1t = turnip.reload %w at <0, 16384, 16384> : tensor<16384xi8>" in done.stdout
     past = _memgraph_json(tmp_path, lambda d: d["nodes"][6].update(loc=[40000, 16384]))
     line = _failed(_run("turnip-opt", past))
     assert line == f"turnip-opt: error: {past}: turnip.relu 'v' location [40000, 56384) ends past the budget of 49152 bytes"

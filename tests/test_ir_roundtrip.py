@@ -7,13 +7,16 @@ import copy
 import json
 import os
 import random
+import re
 import string
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnip_ir.convert import memgraph_from_ir, memgraph_to_ir, taskgraph_from_ir, taskgraph_to_ir
+from turnip_ir.errors import InputError
 from turnip_ir.io import graph_to_module, module_text, parse_ir, parse_json
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.json_taskgraph import taskgraph_from_json
@@ -148,9 +151,73 @@ def test_memgraph_node_ids_survive_gaps() -> None:
     graph = memgraph_from_json(doc)
     assert _memgraph_via_ir(graph).to_json() == graph.to_json()
     assert [n.id for n in graph.nodes] == [7, 17, 27, 37, 47, 57, 67]
+    assert "%x, %xt = turnip.input at <0, 0, 16384> {node = 7 : i64}" in module_text(memgraph_to_ir(graph))
+
+
+def test_a_node_id_given_twice_is_an_error() -> None:
+    text = (GOLDEN / "memgraph_issue.mlir").read_text().replace("at <0, 32768, 16384>", "at <0, 32768, 16384> {node = 1}")
+    with pytest.raises(InputError, match=r"^turnip.matmul 'y': node id 1 is also turnip.input 'w''s \(give each op its own `node`\)$"):
+        memgraph_from_ir(parse_ir(text))
+
+
+def test_memgraph_names_say_their_tasks_even_when_names_collide() -> None:
+    """A task whose name an earlier value took (`yt`, the token of `y`; `y.reload1`, a task of that
+    name) or that is no SSA name (`x_1`) carries `task`; the rest are said by their names. The printer
+    writes a taken name with a suffix (`%yt_1`), and the text reads back exactly."""
+    nodes = [("y", "input", []), ("yt", "input", []), ("y.reload1", "input", []), ("x_1", "input", [])]
+    doc = {"format": "turnip.memgraph/1", "devices": 1, "budget": 8192, "outputs": {}, "nodes": []}
+    for node_id, (task, op, inputs) in enumerate(nodes):
+        doc["nodes"].append({"id": node_id, "op": op, "task": task, "device": 0, "loc": [64 * node_id, 64],
+                             "inputs": inputs, "mem_deps": [], "shape": [4, 4], "dtype": "float32"})
+    doc["nodes"].append({"id": 4, "op": "offload", "task": "y", "device": 0, "storage": [0, 64], "inputs": [0], "mem_deps": [3]})
+    doc["nodes"].append({"id": 5, "op": "reload", "task": "y", "device": 0, "loc": [0, 64], "inputs": [4], "mem_deps": [1, 2]})
+    doc["outputs"] = {"y": 5}
+    graph = memgraph_from_json(doc)
+    text = module_text(memgraph_to_ir(graph))
+    assert "%y, %yt = turnip.input at <0, 0, 64> :" in text
+    assert '%yt_1, %ytt = turnip.input at <0, 64, 64> {task = "yt"}' in text
+    assert "%y.reload1, %y.reload1t = turnip.input at <0, 128, 64> :" in text
+    assert '%x.1, %x.1t = turnip.input at <0, 192, 64> {task = "x_1"}' in text
+    assert "%y.offload1, %y.offload1t = turnip.offload %y on 0 to <0, 64> after[%x.1t] :" in text
+    assert '%y.reload1_1, %y.reload1t_1 = turnip.reload %y.offload1 at <0, 0, 64> after[%ytt, %y.reload1t] {task = "y"}' in text
+    assert memgraph_from_ir(parse_ir(text)).to_json() == graph.to_json()
+
+
+def test_memgraph_text_with_node_names_reads_as_with_task_names() -> None:
+    """Memgraph text that names node N `%nN` and gives every task (the form before names said tasks)
+    reads as the same memgraph."""
+    new = (GOLDEN / "memgraph_issue.mlir").read_text()
+    old = new
+    names = ["x", "w", "w.reload1", "y", "z", "y.offload1", "v"]
+    tasks = ["x", "w", "w", "y", "z", "y", "v"]
+    for node, (name, task) in reversed(list(enumerate(zip(names, tasks)))):
+        old = re.sub(rf"%{re.escape(name)}(t?)\b(?![.\w])", rf"%n{node}\1", old)
+        old = re.sub(rf"(%n{node}t = [^:]*?)( : )", rf'\1 {{task = "{task}"}}\2', old, count=1)
+    assert "%n6, %n6t = turnip.relu %n0 at <0, 16384, 16384> after [%n3t] {task = \"v\"}" in old
+    assert memgraph_from_ir(parse_ir(old)).to_json() == memgraph_from_ir(parse_ir(new)).to_json()
 
 
 # ----- properties -------------------------------------------------------------------------------
+
+
+@settings(PROPERTY, max_examples=min(PROPERTY.max_examples, 20))
+@given(seed=st.integers(0, 10**6), devices=st.integers(1, 3), factor=st.sampled_from([1.0, 1.3, 3.0]))
+def test_compiled_memgraphs_read_like_their_taskgraph_and_round_trip(seed: int, devices: int, factor: float) -> None:
+    """Every value of a compiled memgraph is named after its task (a copy: `task.reloadN`), so no op
+    needs a `task` or `node` property, and the text reads back to the same memgraph."""
+    from passes.insert_offload import minimum_budget
+    from passes.pipeline import compile_taskgraph
+    from passes.place_devices import place_devices
+
+    taskgraph = random_taskgraph(seed, tasks=15, devices=devices, sizes=(4, 8), mixed=True)
+    memgraph = compile_taskgraph(taskgraph, int(minimum_budget(place_devices(taskgraph)) * factor))
+    module = memgraph_to_ir(memgraph)
+    for op, node in zip(module.ops, memgraph.nodes):
+        assert op.task is None and op.node is None
+        copy = rf"\.{node.op}\d+" if node.op in ("offload", "reload") else ""
+        assert re.fullmatch(re.escape(node.task) + copy, op.result.name_hint), (op.result.name_hint, node.label())
+    assert memgraph_from_ir(_through_text(module)).to_json() == memgraph.to_json()
+
 
 
 @PROPERTY

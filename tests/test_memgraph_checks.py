@@ -50,7 +50,7 @@ def test_a_declared_shape_that_would_broadcast_is_refused_by_the_readers(tmp_pat
     else:
         graph.nodes[3].shape = (4, 8)
         text = graph_text(graph, "mlir").replace("tensor<4x8xf32>) -> tensor<4x8xf32>", "tensor<4x8xf32>) -> tensor<2x4x8xf32>", 1)
-        text = text.replace("turnip.output %n3, %n4 : tensor<4x8xf32>", "turnip.output %n3, %n4 : tensor<2x4x8xf32>")
+        text = text.replace("turnip.output %r, %s : tensor<4x8xf32>", "turnip.output %r, %s : tensor<2x4x8xf32>")
     path = tmp_path / f"m{suffix}"
     path.write_text(text)
     with pytest.raises(InputError) as caught:

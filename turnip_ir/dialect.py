@@ -13,6 +13,7 @@ Module-level rules that xDSL does not check (definition before use, device range
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -207,13 +208,26 @@ class TurnipOp(IRDLOperation):
 
     result = result_def(TensorType)
     token = opt_result_def(TokenType)
-    custom_directives = (TokenIfHeld,)
     device = opt_prop_def(IntegerAttr[I64])
     loc = opt_prop_def(MemLocAttr)
     task = opt_prop_def(StringAttr)
+    node = opt_prop_def(IntegerAttr[I64])
+    custom_directives = (TokenIfHeld,)
+    COPY: ClassVar[str | None] = None
+    """'offload' or 'reload': the value's name is its task's with `.offloadN`/`.reloadN` appended."""
+
+    def task_id(self) -> str | None:
+        """The taskgraph id of the tensor this op makes or copies: its `task` property, else its value's
+        name (without a copy's `.reloadN` or `.offloadN`); None for an unnamed value."""
+        if self.task is not None:
+            return self.task.data
+        name = self.result.name_hint
+        if name is not None and self.COPY is not None:
+            return re.sub(rf"\.{self.COPY}\d+$", "", name)
+        return name
 
     def label(self) -> str:
-        task = self.task.data if self.task else self.result.name_hint
+        task = self.task_id()
         return f"{self.name} '{task}'" if task else self.name
 
     def holds_memory(self) -> bool:
@@ -358,6 +372,7 @@ class OffloadOp(_CopyOp):
     """Copy a tensor from GPU `device` into CPU storage; the result stands for the stored copy."""
 
     name = "turnip.offload"
+    COPY: ClassVar[str] = "offload"
     storage = prop_def(StorageAttr)
     assembly_format = f"$input (`on` $device^)? `to` $storage {_DEPS} attr-dict `:` type($input)" + _TOKEN
 
@@ -372,6 +387,7 @@ class ReloadOp(_CopyOp):
     """Copy a stored tensor (an offload, or an input in storage) back to a GPU location."""
 
     name = "turnip.reload"
+    COPY: ClassVar[str] = "reload"
     loc = prop_def(MemLocAttr)
     assembly_format = f"$input `at` $loc {_DEPS} attr-dict `:` type($input)" + _TOKEN
 

@@ -250,7 +250,7 @@ def _mem_type(node: MemNode, ops: dict[int, TurnipOp]):
         source = ops[node.inputs[0]].result.type  # a copy has its source's type
         if typed and source != tensor_type(node.shape, node.dtype):
             raise InputError(
-                f"node {node.id} ({node.op} '{node.task}'): type {tensor_type(node.shape, node.dtype)} differs from its input "
+                f"{node.label()}: type {tensor_type(node.shape, node.dtype)} differs from its input "
                 f"node {node.inputs[0]}'s {source} (give both the same shape and dtype)"
             )
         return source

@@ -175,7 +175,7 @@ class StorageAttr(ParametrizedAttribute):
 class TokenParser(Parser):
     """xDSL's parser, noting how many values the op being parsed binds. Taskgraph text from before
     tokens were memgraph-only binds one on every op (`%y, %yt = turnip.matmul ... on 0`): `TokenIfHeld`
-    reads the count so that such text still parses."""
+    reads the count so that such text still parses. The hook is xDSL 0.74's (pinned below 0.75)."""
 
     bound = 0
 
@@ -204,7 +204,9 @@ _TOKEN = " custom<TokenIfHeld>(type($token))"
 
 
 class TurnipOp(IRDLOperation):
-    """Fields and checks every vertex op shares: its tensor and token results, placement, task id."""
+    """Fields and checks every vertex op shares: its tensor and, in a memgraph, token results; placement;
+    the task id where the value's name cannot say it (`task`); a memgraph node id where it is not the
+    op's position among the vertex ops (`node`)."""
 
     result = result_def(TensorType)
     token = opt_result_def(TokenType)

@@ -54,7 +54,7 @@ def test_syntax_error_prints_file_line_col_and_leaves_out_alone(tmp_path) -> Non
     out.write_text("previous contents\n")
     bad = GOLDEN / "invalid" / "syntax_error.mlir"
     line = _failed(_run("turnip-opt", bad, "-o", out))
-    assert line == f"turnip-opt: error: {bad}:3:31: expected ':'"
+    assert line == f"turnip-opt: error: {bad}:3:26: expected ':'"
     assert out.read_text() == "previous contents\n"
 
 
@@ -71,7 +71,7 @@ def test_failure_does_not_create_out(tmp_path) -> None:
     [
         ("cycle", "cycle.mlir:3:3: turnip.relu 'p' uses %q before its definition (order or cycle)"),
         ("device_out_of_range", "device_out_of_range.mlir:3:3: turnip.input 'a' is on device 2, but the module has 2 devices"),
-        ("unknown_op", "unknown_op.mlir:4:25: operation turnip.tanh is not registered"),
+        ("unknown_op", "unknown_op.mlir:4:20: operation turnip.tanh is not registered"),
     ],
 )
 def test_invalid_ir_diagnostics(case, expected) -> None:
@@ -179,7 +179,7 @@ def test_viz_bad_output_paths_are_one_line(tmp_path) -> None:
 def test_module_entry_point() -> None:
     result = subprocess.run([sys.executable, "-m", "turnip_cli.opt", str(MEMGRAPH)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "turnip.reload %n1 at <0, 16384, 16384>" in result.stdout
+    assert "turnip.reload %w at <0, 16384, 16384>" in result.stdout
 
 
 def _memgraph_json(tmp_path: Path, change) -> Path:
@@ -198,7 +198,7 @@ def test_memgraph_json_checked_as_ir_names_the_file(tmp_path) -> None:
     assert line == f"turnip-opt: error: {wrong_shape}: node 6 (relu 'v'): declared [3, 3] float32 but relu computes [64, 64] float32"
     untyped = _memgraph_json(tmp_path, lambda d: d["nodes"][1].pop("shape"))
     done = _run("turnip-opt", untyped)  # w, its reload and y stay untyped: raw bytes in IR
-    assert done.returncode == 0 and "turnip.reload %n1 at <0, 16384, 16384> {task = \"w\"} : tensor<16384xi8>" in done.stdout
+    assert done.returncode == 0 and "%w.reload1, %w.reload1t = turnip.reload %w at <0, 16384, 16384> : tensor<16384xi8>" in done.stdout
     past = _memgraph_json(tmp_path, lambda d: d["nodes"][6].update(loc=[40000, 16384]))
     line = _failed(_run("turnip-opt", past))
     assert line == f"turnip-opt: error: {past}: turnip.relu 'v' location [40000, 56384) ends past the budget of 49152 bytes"

@@ -12,6 +12,7 @@ from passes.pipeline import compile_taskgraph
 from passes.stats import CompileStats
 from turnip_cli.opt import main as opt_main
 from turnip_ir.errors import BudgetError
+from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -98,7 +99,7 @@ def test_turnip_opt_pipeline_writes_memgraph_json(tmp_path, capsys):
     src.write_text(seven_tensors().dumps())
     code = opt_main([str(src), "-p", f"turnip-memgraph{{budget={4 * SLOT} order=dfs}}", "--emit", "json", "-o", str(out), "--stats"])
     assert code == 0
-    m = MemGraph.from_json(json.loads(out.read_text()))
+    m = memgraph_from_json(json.loads(out.read_text()))
     assert m.count("offload") == 1 and m.outputs["f"] in m.by_id()
     assert "memory edges added" in capsys.readouterr().out
 

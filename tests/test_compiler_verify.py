@@ -10,6 +10,7 @@ import pytest
 from turnip_ir.verifier import verify_memgraph
 from turnip_cli.opt import main as opt_main
 from turnip_ir.errors import VerifyError
+from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -32,7 +33,7 @@ def _graph(edit=None) -> MemGraph:
     doc = copy.deepcopy(DOC)
     if edit:
         edit(doc["nodes"])
-    return MemGraph.from_json(doc)
+    return memgraph_from_json(doc)
 
 
 def _taskgraph() -> TaskGraph:

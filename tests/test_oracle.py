@@ -18,6 +18,7 @@ from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from turnip_ir.errors import VerifyError
+from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.sweep import STORAGE, RegionMap
@@ -45,7 +46,7 @@ def _graph(edit=None) -> MemGraph:
     doc = copy.deepcopy(DOC)
     if edit:
         edit(doc["nodes"])
-    return MemGraph.from_json(doc)
+    return memgraph_from_json(doc)
 
 
 def _taskgraph() -> TaskGraph:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from runtime import execute
+from turnip_ir.convert import memgraph_from_ir
 from turnip_ir.errors import InputError
 from turnip_ir.io import graph_text, parse_ir
-from turnip_ir.convert import memgraph_from_ir
-from turnip_ir.memgraph import MemGraph
+from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.verifier import verify_memgraph
 
 EXAMPLE = {
@@ -35,7 +35,7 @@ EXAMPLE = {
 
 
 def test_untyped_example_round_trips_through_ir_exactly():
-    graph = MemGraph.from_json(EXAMPLE)
+    graph = memgraph_from_json(EXAMPLE)
     text = graph_text(graph, "mlir")
     assert "tensor<16384xi8>" in text
     back = memgraph_from_ir(parse_ir(text))
@@ -58,7 +58,7 @@ def test_untyped_example_with_a_race_is_caught():
     broken = json.loads(json.dumps(EXAMPLE))
     broken["nodes"][6]["mem_deps"] = []  # v overwrites w's reload before matmul y has read it
     with pytest.raises(Exception, match="race"):
-        verify_memgraph(MemGraph.from_json(broken))
+        verify_memgraph(memgraph_from_json(broken))
 
 
 def test_untyped_example_runs_once_inputs_are_given():
@@ -66,7 +66,7 @@ def test_untyped_example_runs_once_inputs_are_given():
     x = rng.standard_normal((64, 64)).astype(np.float32)
     w = rng.standard_normal((64, 64)).astype(np.float32)
     for order in ("nondet", "fixed", "random"):
-        result = execute(MemGraph.from_json(EXAMPLE), order=order, inputs={"x": x, "w": w}, jitter=0.0005)
+        result = execute(memgraph_from_json(EXAMPLE), order=order, inputs={"x": x, "w": w}, jitter=0.0005)
         y = x.astype(np.float64) @ w
         np.testing.assert_allclose(result.outputs["y"], y, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(result.outputs["z"], y, rtol=1e-4, atol=1e-4)
@@ -75,4 +75,4 @@ def test_untyped_example_runs_once_inputs_are_given():
 
 def test_untyped_example_without_inputs_says_what_is_missing():
     with pytest.raises(InputError, match=r"node 0 \(x\): no shape or dtype; .*--inputs"):
-        execute(MemGraph.from_json(EXAMPLE))
+        execute(memgraph_from_json(EXAMPLE))

@@ -2,7 +2,10 @@
 
 Passes convert a module once on entry and once on exit, never text. Identity survives the trip:
 a taskgraph id is the value's name when it is a valid SSA name (`%x`), and a `task` property
-otherwise; a memgraph node `N` is the value `%nN` and carries its taskgraph id in `task`.
+otherwise. A memgraph reads like its taskgraph: a node is named after its task (`%y`), an offload
+or reload after the task it copies (`%y.offload1`, `%y.reload1`, `%y.reload2`), and the op carries
+`task` only where its name cannot say it. Node N is the N-th vertex op (from 0), so ids map to
+values by position; an op whose id is not its position carries `node = N`.
 The module's attributes hold `turnip.devices` and, for a memgraph, `turnip.budget`.
 """
 
@@ -12,7 +15,6 @@ import re
 
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i1, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
-from xdsl.irdl import IRDLOperation
 
 from turnip_ir.dialect import (
     KERNEL_OPS,
@@ -24,6 +26,7 @@ from turnip_ir.dialect import (
     OutputOp,
     ReloadOp,
     StorageAttr,
+    TokenType,
     TurnipOp,
     shape_and_dtype,
     tensor_type,
@@ -38,7 +41,6 @@ DEVICES_ATTR = "turnip.devices"
 BUDGET_ATTR = "turnip.budget"
 _PLAIN_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*", re.ASCII)  # MLIR value names are ASCII
 _SUFFIX = re.compile(r"_\d+$")
-_NODE_NAME = re.compile(r"n(\d+)")
 
 
 def _safe_hint(text: str) -> str:
@@ -70,24 +72,21 @@ def _kernel_props(attrs: dict) -> dict:
     return props
 
 
-def _vertex_op(op: str, kernel: str | None, inputs, deps, redundant, result_type, props) -> IRDLOperation:
-    """Build one vertex op; `props` holds already-made attributes (device, loc, storage, task, ...)."""
+def _vertex_op(op: str, kernel: str | None, inputs, deps, redundant, result_type, props, token: bool) -> TurnipOp:
+    """Build one vertex op; `props` holds already-made attributes (device, loc, storage, task, ...).
+    A memgraph op yields a token beside its tensor, a taskgraph op its tensor alone."""
+    results = [result_type, [TokenType()] if token else []]
     if op == "input":
-        return InputOp.build(result_types=[result_type, _token()], properties=props)
+        return InputOp.build(result_types=results, properties=props)
     segments = [list(inputs), list(deps), list(redundant)]
     cls = {"move": MoveOp, "offload": OffloadOp, "reload": ReloadOp}.get(op) or KERNEL_OPS[kernel]
-    return cls.build(operands=segments, result_types=[result_type, _token()], properties=props)
+    return cls.build(operands=segments, result_types=results, properties=props)
 
 
-def _token():
-    from turnip_ir.dialect import TokenType
-
-    return TokenType()
-
-
-def _name(op: IRDLOperation, hint: str) -> None:
-    op.results[0].name_hint = hint
-    op.results[1].name_hint = f"{hint}t"
+def _name(op: TurnipOp, hint: str) -> None:
+    op.result.name_hint = hint
+    if op.token is not None:
+        op.token.name_hint = f"{hint}t"
 
 
 # ----- taskgraph ----------------------------------------------------------------------------------------
@@ -105,7 +104,7 @@ def taskgraph_to_ir(graph: TaskGraph) -> ModuleOp:
             props["task"] = StringAttr(node.id)
         props.update(_kernel_props(node.attrs))
         kind = node.op if node.op in ("input", "move") else "kernel"
-        op = _vertex_op(kind, node.op, [values[i] for i in node.inputs], [], [], tensor_type(node.shape, node.dtype), props)
+        op = _vertex_op(kind, node.op, [values[i] for i in node.inputs], [], [], tensor_type(node.shape, node.dtype), props, False)
         _name(op, node.id if plain else _safe_hint(node.id))
         values[node.id] = op.results[0]
         ops.append(op)
@@ -140,7 +139,7 @@ def is_memgraph(module: ModuleOp) -> bool:
     return BUDGET_ATTR in module.attributes
 
 
-def _task_ids(module: ModuleOp, memgraph: bool = False) -> dict[SSAValue, str]:
+def _task_ids(module: ModuleOp) -> dict[SSAValue, str]:
     """The taskgraph id of each vertex value: its `task` property, else its name, else a fresh one."""
     ids: dict[SSAValue, str] = {}
     taken: set[str] = set()
@@ -155,7 +154,7 @@ def _task_ids(module: ModuleOp, memgraph: bool = False) -> dict[SSAValue, str]:
             while ident in taken:  # the printer wrote a repeated name as name_1, name_2, ...
                 k += 1
                 ident = f"{base}_{k}"
-        if ident in taken and not memgraph:  # memgraph nodes share tasks (offload, reload)
+        if ident in taken:
             raise InputError(f"{op.name}: duplicate task id '{ident}'")
         taken.add(ident)
         ids[op.result] = ident
@@ -168,8 +167,11 @@ def taskgraph_from_ir(module: ModuleOp) -> TaskGraph:
     for op in module.ops:
         if isinstance(op, OutputOp):
             graph.output(*[ids[v] for v in op.values])
-        elif isinstance(op, (OffloadOp, ReloadOp)) or (isinstance(op, TurnipOp) and op.loc is not None):
-            raise InputError(f"{op.label()}: a taskgraph has no locations, offloads or reloads (this is a memgraph)")
+        elif isinstance(op, TurnipOp) and (op.holds_memory() or op.COPY or op.node is not None):
+            raise InputError(
+                f"{op.label()}: a taskgraph has no locations, storage, offloads, reloads or node ids"
+                " (a memgraph does: give the module a turnip.budget)"
+            )
         elif isinstance(op, TurnipOp):
             shape, dtype = shape_and_dtype(op.result.type)
             if shape is None:
@@ -194,34 +196,61 @@ def _data_operands(op: TurnipOp) -> list[SSAValue]:
 
 
 def memgraph_to_ir(graph: MemGraph) -> ModuleOp:
-    values: dict[int, IRDLOperation] = {}
-    ops: list[Operation] = []
-    for node in graph.nodes:
+    ops: dict[int, TurnipOp] = {}
+    names = _MemNames()
+    for position, node in enumerate(graph.nodes):
+        hint, says_task = names.name(node)
+        props = _mem_props(node, says_task)
+        if node.id != position:
+            props["node"] = IntegerAttr(node.id, i64)
         op = _vertex_op(
             node.op,
             node.kernel,
-            [values[i].results[0] for i in node.inputs],
-            [values[i].results[1] for i in node.mem_deps],
-            [values[i].results[1] for i in node.redundant_deps],
-            _mem_type(node, values),
-            _mem_props(node),
+            [ops[i].result for i in node.inputs],
+            [ops[i].token for i in node.mem_deps],
+            [ops[i].token for i in node.redundant_deps],
+            _mem_type(node, ops),
+            props,
+            True,
         )
-        _name(op, f"n{node.id}")
-        values[node.id] = op
-        ops.append(op)
+        _name(op, hint)
+        ops[node.id] = op
+    body: list[Operation] = list(ops.values())
     if graph.outputs:
-        ops.append(OutputOp.build(operands=[[values[i].results[0] for i in graph.outputs.values()]]))
-    return _module(graph.devices, graph.budget, ops)
+        body.append(OutputOp.build(operands=[[ops[i].result for i in graph.outputs.values()]]))
+    return _module(graph.devices, graph.budget, body)
 
 
-def _mem_type(node: MemNode, values: dict[int, IRDLOperation]):
+class _MemNames:
+    """Value names for memgraph nodes: the task's (`y`), or a copy's (`y.offload1`, `y.reload2`)."""
+
+    def __init__(self) -> None:
+        self.copies: dict[tuple[str, str], int] = {}
+        self.taken: set[str] = set()
+
+    def name(self, node: MemNode) -> tuple[str, bool]:
+        """The node's value name, and whether reading the name back gives its task. It does not when
+        the task is no plain SSA name, or when an earlier value took the name: the printer then writes
+        `y_1`, and the op carries `task`."""
+        plain = bool(_PLAIN_NAME.fullmatch(node.task)) and not _SUFFIX.search(node.task)
+        hint = node.task if plain else _safe_hint(node.task)
+        if node.op in ("offload", "reload"):
+            count = self.copies.get((node.task, node.op), 0) + 1
+            self.copies[(node.task, node.op)] = count
+            hint = f"{hint}.{node.op}{count}"
+        says_task = plain and hint not in self.taken
+        self.taken.update((hint, f"{hint}t"))  # the token's name too: a task may be called `yt`
+        return hint, says_task
+
+
+def _mem_type(node: MemNode, ops: dict[int, TurnipOp]):
     """The node's tensor type; an untyped node (no shape in the JSON) is `tensor<Nxi8>` of its region."""
     typed = node.shape is not None and node.dtype is not None
     if node.op in ("move", "offload", "reload"):
-        source = values[node.inputs[0]].results[0].type  # a copy has its source's type
+        source = ops[node.inputs[0]].result.type  # a copy has its source's type
         if typed and source != tensor_type(node.shape, node.dtype):
             raise InputError(
-                f"node {node.id} ({node.op} '{node.task}'): type {tensor_type(node.shape, node.dtype)} differs from its input "
+                f"{node.label()}: type {tensor_type(node.shape, node.dtype)} differs from its input "
                 f"node {node.inputs[0]}'s {source} (give both the same shape and dtype)"
             )
         return source
@@ -231,8 +260,8 @@ def _mem_type(node: MemNode, values: dict[int, IRDLOperation]):
     return tensor_type(None, None, region[1] if region else 0)
 
 
-def _mem_props(node: MemNode) -> dict:
-    props: dict = {"task": StringAttr(node.task)}
+def _mem_props(node: MemNode, says_task: bool) -> dict:
+    props: dict = {} if says_task else {"task": StringAttr(node.task)}
     if node.loc is not None:
         props["loc"] = MemLocAttr.get(node.device, *node.loc)
     if node.storage is not None:
@@ -244,27 +273,29 @@ def _mem_props(node: MemNode) -> dict:
 
 
 def _node_ids(module: ModuleOp) -> dict[SSAValue, int]:
-    named = [op for op in module.ops if isinstance(op, TurnipOp)]
+    """Each vertex value's node id: the op's `node` property, else its position among the vertex ops."""
     ids: dict[SSAValue, int] = {}
-    taken: set[int] = set()
-    for op in named:
-        match = _NODE_NAME.fullmatch(op.result.name_hint or "")
-        if match and int(match.group(1)) not in taken:
-            ids[op.result] = int(match.group(1))
-            taken.add(ids[op.result])
-    fresh = max(ids.values(), default=-1) + 1
-    for op in named:
-        if op.result not in ids:
-            ids[op.result] = fresh
-            fresh += 1
+    owners: dict[int, TurnipOp] = {}
+    for position, op in enumerate(op for op in module.ops if isinstance(op, TurnipOp)):
+        node = op.node.value.data if op.node is not None else position
+        if node in owners:
+            raise InputError(f"{op.label()}: node id {node} is also {owners[node].label()}'s (give each op its own `node`)")
+        owners[node] = op
+        ids[op.result] = node
     return ids
+
+
+def _mem_tasks(module: ModuleOp) -> dict[SSAValue, str]:
+    """Each vertex value's task: the op's `task` property, else from its name, else a fresh `tN`."""
+    ops = [op for op in module.ops if isinstance(op, TurnipOp)]
+    return {op.result: op.task_id() or f"t{index}" for index, op in enumerate(ops)}
 
 
 def memgraph_from_ir(module: ModuleOp) -> MemGraph:
     graph = MemGraph(module_devices(module), _module_int(module, BUDGET_ATTR))
     ids = _node_ids(module)
-    tasks = _task_ids(module, memgraph=True)
-    token_ids = {op.results[1]: ids[op.results[0]] for op in module.ops if isinstance(op, TurnipOp)}
+    tasks = _mem_tasks(module)
+    token_ids = {op.token: ids[op.result] for op in module.ops if isinstance(op, TurnipOp) and op.token is not None}
     made: dict[int, MemNode] = {}
     for op in module.ops:
         if isinstance(op, OutputOp):

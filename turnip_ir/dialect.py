@@ -1,16 +1,19 @@
 """The `turnip` xDSL dialect: taskgraphs and memgraphs as IR.
 
-One op per vertex kind. Every op yields its tensor and an `!turnip.token`; memory dependencies are
-token operands (`after [...]`), kept apart from data operands as MLIR's async tokens are. A taskgraph
-uses `on D` placements; a memgraph adds `#turnip.loc<device, offset, size>` locations, CPU storage
-`#turnip.storage<offset, size>`, `turnip.offload`/`turnip.reload`, and may list `redundant [...]`
-memory edges that a data path already implies (drawn dashed, ignored at run time). The kernel ops
-are generated from the kernel table, so a new kernel needs no new class. Module-level rules that
-xDSL does not check (definition before use, device range, outputs) live in `turnip_ir.verify_ir`.
+One op per vertex kind. Every op yields its tensor; an op that holds memory (a memgraph op, with a
+`#turnip.loc<device, offset, size>` location or `#turnip.storage<offset, size>` CPU storage) also
+yields an `!turnip.token`. Memory dependencies are token operands (`after [...]`), kept apart from
+data operands as MLIR's async tokens are, and only memgraphs have them: a taskgraph op binds its tensor
+alone (`%y = turnip.matmul %a, %b on 0 ...`). A memgraph adds `turnip.offload`/`turnip.reload`, and
+may list `redundant [...]` memory edges that a data path already implies (drawn dashed, ignored at run
+time). The kernel ops are generated from the kernel table, so a new kernel needs no new class.
+Module-level rules that xDSL does not check (definition before use, device range, budget) live in
+`turnip_ir.io.check_module`.
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -37,12 +40,20 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_prop_def,
+    opt_result_def,
     param_def,
     prop_def,
     result_def,
     var_operand_def,
 )
-from xdsl.parser import AttrParser
+from xdsl.irdl.declarative_assembly_format import (
+    CustomDirective,
+    ParsingState,
+    PrintingState,
+    TypeDirective,
+    irdl_custom_directive,
+)
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
@@ -161,20 +172,73 @@ class StorageAttr(ParametrizedAttribute):
 # ----- ops ------------------------------------------------------------------------------------------
 
 
+class TokenParser(Parser):
+    """xDSL's parser, noting how many values the op being parsed binds. Taskgraph text from before
+    tokens were memgraph-only binds one on every op (`%y, %yt = turnip.matmul ... on 0`): `TokenIfHeld`
+    reads the count so that such text still parses. The hook is xDSL 0.74's (pinned below 0.75)."""
+
+    bound = 0
+
+    def _parse_op_result_list(self):
+        results = super()._parse_op_result_list()
+        self.bound = sum(size for _, size in results)
+        return results
+
+
+@irdl_custom_directive
+class TokenIfHeld(CustomDirective):
+    """Writes nothing. When parsing, gives the op its token result if it holds memory (a location or
+    storage), or if the text binds a second value (old taskgraph text, through a `TokenParser`)."""
+
+    token: TypeDirective
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        holds = "loc" in state.properties or "storage" in state.properties
+        self.token.set(state, (TokenType(),) if holds or getattr(parser, "bound", 0) == 2 else ())
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        pass
+
+
+_TOKEN = " custom<TokenIfHeld>(type($token))"
+
+
 class TurnipOp(IRDLOperation):
-    """Fields and checks every vertex op shares: its tensor and token results, placement, task id."""
+    """Fields and checks every vertex op shares: its tensor and, in a memgraph, token results; placement;
+    the task id where the value's name cannot say it (`task`); a memgraph node id where it is not the
+    op's position among the vertex ops (`node`)."""
 
     result = result_def(TensorType)
-    token = result_def(TokenType)
+    token = opt_result_def(TokenType)
     device = opt_prop_def(IntegerAttr[I64])
     loc = opt_prop_def(MemLocAttr)
     task = opt_prop_def(StringAttr)
+    node = opt_prop_def(IntegerAttr[I64])
+    custom_directives = (TokenIfHeld,)
+    COPY: ClassVar[str | None] = None
+    """'offload' or 'reload': the value's name is its task's with `.offloadN`/`.reloadN` appended."""
+
+    def task_id(self) -> str | None:
+        """The taskgraph id of the tensor this op makes or copies: its `task` property, else its value's
+        name (without a copy's `.reloadN` or `.offloadN`); None for an unnamed value."""
+        if self.task is not None:
+            return self.task.data
+        name = self.result.name_hint
+        if name is not None and self.COPY is not None:
+            return re.sub(rf"\.{self.COPY}\d+$", "", name)
+        return name
 
     def label(self) -> str:
-        task = self.task.data if self.task else self.result.name_hint
+        task = self.task_id()
         return f"{self.name} '{task}'" if task else self.name
 
+    def holds_memory(self) -> bool:
+        """Whether the op has a location or CPU storage: a memgraph op, which yields a token."""
+        return self.loc is not None or getattr(self, "storage", None) is not None
+
     def verify_placement(self) -> None:
+        if self.holds_memory() and self.token is None:
+            raise VerifyException(f"{self.label()}: an op with a location or storage yields a token too (list !turnip.token among its results)")
         shape, _ = shape_and_dtype(self.result.type)
         dims = tuple(shape) if shape is not None else tuple(self.result.type.get_shape())
         if any(d < 0 for d in dims):
@@ -196,7 +260,7 @@ class InputOp(TurnipOp):
 
     name = "turnip.input"
     storage = opt_prop_def(StorageAttr)
-    assembly_format = "(`on` $device^)? (`at` $loc^)? (`in` $storage^)? attr-dict `:` type($result)"
+    assembly_format = "(`on` $device^)? (`at` $loc^)? (`in` $storage^)? attr-dict `:` type($result)" + _TOKEN
     irdl_options = (ParsePropInAttrDict(),)
 
     def verify_(self) -> None:
@@ -214,7 +278,7 @@ class KernelOp(TurnipOp):
     redundant = var_operand_def(TokenType)
     assembly_format = (
         "$ins (`on` $device^)? (`at` $loc^)? (`after` `[` $deps^ `]`)? (`redundant` `[` $redundant^ `]`)?"
-        " attr-dict `:` functional-type($ins, $result)"
+        " attr-dict `:` functional-type($ins, $result)" + _TOKEN
     )
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
 
@@ -302,7 +366,7 @@ class MoveOp(_CopyOp):
 
     name = "turnip.move"
     device = prop_def(IntegerAttr[I64])
-    assembly_format = f"$input `to` $device (`at` $loc^)? {_DEPS} attr-dict `:` type($input)"
+    assembly_format = f"$input `to` $device (`at` $loc^)? {_DEPS} attr-dict `:` type($input)" + _TOKEN
 
 
 @irdl_op_definition
@@ -310,8 +374,9 @@ class OffloadOp(_CopyOp):
     """Copy a tensor from GPU `device` into CPU storage; the result stands for the stored copy."""
 
     name = "turnip.offload"
+    COPY: ClassVar[str] = "offload"
     storage = prop_def(StorageAttr)
-    assembly_format = f"$input (`on` $device^)? `to` $storage {_DEPS} attr-dict `:` type($input)"
+    assembly_format = f"$input (`on` $device^)? `to` $storage {_DEPS} attr-dict `:` type($input)" + _TOKEN
 
     def verify_(self) -> None:
         super().verify_()
@@ -324,8 +389,9 @@ class ReloadOp(_CopyOp):
     """Copy a stored tensor (an offload, or an input in storage) back to a GPU location."""
 
     name = "turnip.reload"
+    COPY: ClassVar[str] = "reload"
     loc = prop_def(MemLocAttr)
-    assembly_format = f"$input `at` $loc {_DEPS} attr-dict `:` type($input)"
+    assembly_format = f"$input `at` $loc {_DEPS} attr-dict `:` type($input)" + _TOKEN
 
 
 @irdl_op_definition

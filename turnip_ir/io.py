@@ -14,7 +14,6 @@ from pathlib import Path
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, ModuleOp
-from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
@@ -28,8 +27,10 @@ from turnip_ir.convert import (
     taskgraph_from_ir,
     taskgraph_to_ir,
 )
-from turnip_ir.dialect import TurnipOp, Turnip
+from turnip_ir.dialect import TokenParser, Turnip, TurnipOp
 from turnip_ir.errors import InputError
+from turnip_ir.json_memgraph import memgraph_from_json
+from turnip_ir.json_taskgraph import taskgraph_from_json
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -93,11 +94,11 @@ def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> Mo
     _check_strings(text, name)
     parser = None
     try:
-        parser = Parser(ctx or context(), text, name)  # lexes the first token already
+        parser = TokenParser(ctx or context(), text, name)  # lexes the first token already
         module = parser.parse_module()
     except ParseError as err:
         where = err.span.get_location()
-        raise InputError(f"{name}:{where.line}:{where.col}: {lower_first(err.msg)}") from None
+        raise InputError(f"{name}:{where.line}:{where.col}: {_parse_message(err.msg, text, where.line)}") from None
     except (VerifyException, ValueError) as err:
         # xDSL checks attributes and format constraints while parsing, without a span: use its position
         pos = parser.pos if parser is not None else 0
@@ -106,6 +107,15 @@ def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> Mo
         raise InputError(f"{name}:{line}:{column}: {lower_first(' '.join(str(err).split()))}") from None
     check_module(module, name, text)
     return module
+
+
+def _parse_message(message: str, text: str, line: int) -> str:
+    """xDSL's message, with the fix spelled out where a memgraph op binds only its tensor."""
+    if re.match(r"Operation has 2 results, but was given 1 to bind", message):
+        op = re.search(r"(%[^\s=,]+)\s*=\s*(turnip\.\w+)", text.splitlines()[line - 1])
+        value, name = op.groups() if op else ("%y", "turnip.op")
+        return f"{name} {value} has a location or storage, so it yields a token too: bind both (`{value}, {value}t = ...`)"
+    return lower_first(message)
 
 
 def lower_first(message: str) -> str:
@@ -191,9 +201,9 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
     fmt = doc.get("format") if isinstance(doc, dict) else None
     try:
         if fmt == MEMGRAPH_FORMAT:
-            return MemGraph.from_json(doc)
+            return memgraph_from_json(doc)
         if fmt == TASKGRAPH_FORMAT:
-            return TaskGraph.from_json(doc)
+            return taskgraph_from_json(doc)
     except InputError as err:
         raise InputError(f"{name}: {err}") from None
     raise InputError(f"{name}: field 'format' must be '{TASKGRAPH_FORMAT}' or '{MEMGRAPH_FORMAT}', got {fmt!r}")

@@ -6,11 +6,11 @@ Every error is an `InputError` whose message names the node and the field at fau
 from __future__ import annotations
 
 from turnip_ir.errors import InputError
+from turnip_ir.kernels import KERNELS, accepts
+from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
 INT_LIMIT = 1 << 62
 """JSON integers must stay below this in magnitude: IR stores them as 64-bit integers."""
-from turnip_ir.kernels import KERNELS, accepts
-from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
 
 def _field(node: dict, name: str, kind, where: str, required: bool = True):

@@ -1,17 +1,17 @@
 """The memgraph: a taskgraph whose every tensor has a planned location, plus offloads, reloads and memory edges.
 
 This is what the compiler writes and the runtime reads. Nodes are kept in a topological order of all
-edges (data `inputs` and memory `mem_deps`). `to_json`/`from_json` implement `turnip.memgraph/1`; beyond
+edges (data `inputs` and memory `mem_deps`). `to_json` writes the `turnip.memgraph/1` document; beyond
 the contract's fields each node also carries `shape`, `dtype`, optional kernel `attrs`, and
 `redundant_deps`: memory edges that a data path already implies, kept only so pictures can dash them
-(the runtime ignores them).
+(the runtime ignores them). Reading and the other formats sit above this module and import it, never
+the reverse: `turnip_ir.json_memgraph` (JSON), `turnip_ir.convert` (IR), `turnip_ir.io` (files).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from turnip_ir.kernels import Shape, nbytes
 
@@ -102,29 +102,6 @@ class MemGraph:
         head = {k: v for k, v in doc.items() if k not in ("nodes", "outputs")}
         text = json.dumps(head)[:-1]
         return f'{text}, "nodes": [\n  {nodes}],\n "outputs": {json.dumps(doc["outputs"])}}}\n'
-
-    @classmethod
-    def from_json(cls, doc) -> MemGraph:
-        from turnip_ir.json_memgraph import memgraph_from_json
-
-        return memgraph_from_json(doc)
-
-    @classmethod
-    def load(cls, path: str | Path) -> MemGraph:
-        from turnip_ir.io import load_memgraph
-
-        return load_memgraph(path)
-
-    def to_ir(self):
-        from turnip_ir.convert import memgraph_to_ir
-
-        return memgraph_to_ir(self)
-
-    @classmethod
-    def from_ir(cls, module) -> MemGraph:
-        from turnip_ir.convert import memgraph_from_ir
-
-        return memgraph_from_ir(module)
 
 
 def _node_json(node: MemNode) -> dict:

@@ -1,8 +1,8 @@
 """A memgraph's tensor types: filled in where a hand-written memgraph leaves them out, checked where given.
 
 `check_types` is the one check of declared shapes, dtypes and kernel attributes against the kernel
-table, and every way a memgraph enters calls it: the JSON reader (so `MemGraph.load`, `turnip run
-plan.json` and `turnip-opt`), the IR reader, and `runtime.execute()` for graphs built in Python. It
+table, and every way a memgraph enters calls it: the JSON reader (so `turnip_ir.io.load_memgraph`,
+`turnip run plan.json` and `turnip-opt`), the IR reader, and `runtime.execute()` for graphs built in Python. It
 matters because numpy broadcasts: a node declared `[1, 8]` where its kernel computes `[8, 8]` would
 run and give wrong values silently. Nodes without a shape or dtype are not checked; `fill_types`
 infers them from their inputs, and `infer_types` starts from the input arrays a run is given.

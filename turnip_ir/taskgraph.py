@@ -1,9 +1,10 @@
-"""The taskgraph: tensor operations placed on GPUs, as plain Python data, with a builder and JSON I/O.
+"""The taskgraph: tensor operations placed on GPUs, as plain Python data, with a builder.
 
 A `TaskGraph` keeps its nodes in a topological order (every node after its inputs). The builder methods
 (`input`, `matmul`, `move`, ...) infer shapes through the kernel table, so a graph that builds is
-well-typed. `to_json`/`from_json` implement the `turnip.taskgraph/1` contract; `to_ir`/`from_ir` live in
-`turnip_ir.convert` and are re-exported here as methods.
+well-typed. `to_json` writes the `turnip.taskgraph/1` document from the graph's own fields. Reading and
+the other formats sit above this module and import it, never the reverse: `turnip_ir.json_taskgraph`
+(JSON), `turnip_ir.convert` (IR), `turnip_ir.io` (files).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from turnip_ir.errors import InputError, TurnipError
 from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, accepts, kernel, nbytes
@@ -203,31 +203,6 @@ class TaskGraph:
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1)
-
-    @classmethod
-    def from_json(cls, doc: dict) -> TaskGraph:
-        """Load a `turnip.taskgraph/1` document; nodes may come in any order."""
-        from turnip_ir.json_taskgraph import taskgraph_from_json
-
-        return taskgraph_from_json(doc)
-
-    @classmethod
-    def load(cls, path: str | Path) -> TaskGraph:
-        """Load a taskgraph from `.json` or `.mlir`."""
-        from turnip_ir.io import load_taskgraph
-
-        return load_taskgraph(path)
-
-    def to_ir(self):
-        from turnip_ir.convert import taskgraph_to_ir
-
-        return taskgraph_to_ir(self)
-
-    @classmethod
-    def from_ir(cls, module) -> TaskGraph:
-        from turnip_ir.convert import taskgraph_from_ir
-
-        return taskgraph_from_ir(module)
 
     # ----- internals --------------------------------------------------------------------------------
     def _add(self, node: TaskNode) -> Tensor:

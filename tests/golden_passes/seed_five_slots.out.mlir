@@ -1,11 +1,11 @@
 builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 5120 : i64} {
-  %n0, %n0t = turnip.input at <0, 0, 1024> {task = "x"} : tensor<16x16xf32>
-  %n1, %n1t = turnip.relu %n0 at <0, 1024, 1024> {task = "a"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n2, %n2t = turnip.scale %n0 at <0, 2048, 1024> {task = "b", factor = 5.000000e-01 : f64} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n3, %n3t = turnip.add %n1, %n2 at <0, 3072, 1024> {task = "c"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n4, %n4t = turnip.mul %n3, %n0 at <0, 4096, 1024> {task = "d"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n5, %n5t = turnip.add %n4, %n1 at <0, 0, 1024> redundant[%n0t, %n1t, %n2t, %n4t] {task = "e"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n6, %n6t = turnip.add %n5, %n2 at <0, 1024, 1024> redundant[%n1t, %n3t, %n5t] {task = "f"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  turnip.output %n6 : tensor<16x16xf32>
+  %x, %xt = turnip.input at <0, 0, 1024> : tensor<16x16xf32>
+  %a, %at = turnip.relu %x at <0, 1024, 1024> : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %b, %bt = turnip.scale %x at <0, 2048, 1024> {factor = 5.000000e-01 : f64} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %c, %ct = turnip.add %a, %b at <0, 3072, 1024> : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %d, %dt = turnip.mul %c, %x at <0, 4096, 1024> : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e, %et = turnip.add %d, %a at <0, 0, 1024> redundant[%xt, %at, %bt, %dt] : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %f, %ft = turnip.add %e, %b at <0, 1024, 1024> redundant[%at, %ct, %et] : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  turnip.output %f : tensor<16x16xf32>
 }
 

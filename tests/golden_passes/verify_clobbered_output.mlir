@@ -2,9 +2,9 @@
 // EXIT: 3
 // Output a is still held at [1024, 2048) when c overwrites it after its last reader: the output is lost.
 builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 3072 : i64} {
-  %n0, %n0t = turnip.input at <0, 0, 1024> {task = "x"} : tensor<16x16xf32>
-  %n1, %n1t = turnip.relu %n0 at <0, 1024, 1024> {task = "a"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n2, %n2t = turnip.relu %n1 at <0, 2048, 1024> {task = "b"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n3, %n3t = turnip.relu %n2 at <0, 1024, 1024> {task = "c"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  turnip.output %n1, %n3 : tensor<16x16xf32>, tensor<16x16xf32>
+  %x, %xt = turnip.input at <0, 0, 1024> : tensor<16x16xf32>
+  %a, %at = turnip.relu %x at <0, 1024, 1024> : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %b, %bt = turnip.relu %a at <0, 2048, 1024> : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %c, %ct = turnip.relu %b at <0, 1024, 1024> : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  turnip.output %a, %c : tensor<16x16xf32>, tensor<16x16xf32>
 }

@@ -1,4 +1,4 @@
 // A missing ':' before the result type.
 builtin.module attributes {turnip.devices = 2 : i64} {
-  %x, %xt = turnip.input on 0 tensor<4x4xf32>
+  %x = turnip.input on 0 tensor<4x4xf32>
 }

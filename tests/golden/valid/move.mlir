@@ -1,7 +1,7 @@
 // A GPU-to-GPU move: the source is the operand's GPU, `to` names the destination.
 builtin.module attributes {turnip.devices = 3 : i64} {
-  %x, %xt = turnip.input on 0 : tensor<16x16xbf16>
-  %y, %yt = turnip.move %x to 2 : tensor<16x16xbf16>
-  %z, %zt = turnip.relu %y on 2 : (tensor<16x16xbf16>) -> tensor<16x16xbf16>
+  %x = turnip.input on 0 : tensor<16x16xbf16>
+  %y = turnip.move %x to 2 : tensor<16x16xbf16>
+  %z = turnip.relu %y on 2 : (tensor<16x16xbf16>) -> tensor<16x16xbf16>
   turnip.output %z : tensor<16x16xbf16>
 }

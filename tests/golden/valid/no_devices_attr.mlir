@@ -1,5 +1,5 @@
 // Without turnip.devices the device count is inferred: one more than the highest device used (here 3).
 builtin.module {
-  %x, %xt = turnip.input on 2 : tensor<4xf32>
-  %y, %yt = turnip.move %x to 0 : tensor<4xf32>
+  %x = turnip.input on 2 : tensor<4xf32>
+  %y = turnip.move %x to 0 : tensor<4xf32>
 }

@@ -5,8 +5,12 @@ step at which it was last freed, or held by one tensor. Two choices make the mem
 
 - with room, `place_free` takes the fitting placement whose covered free segments were freed longest ago,
   so the memory edges it implies point far into the past (loose constraints for the runtime);
-- without room, `best_window` picks the contiguous range of free or unpinned segments whose earliest next
-  use is latest (Belady's rule, generalised to mixed sizes), breaking ties by the fewest bytes to offload.
+- without room, `best_window` picks the contiguous range of free or unpinned segments whose tensors are
+  cheapest to evict, by a cost the planner gives per tensor (Belady with costs: bytes moved over steps
+  until they are due).
+
+`fit` places several tensors at once (an op's reloads and output) on a copy, so a planner can try
+layouts and keep the first that works without emitting anything for the ones that fail.
 """
 
 from __future__ import annotations
@@ -61,31 +65,62 @@ class DeviceMemory:
                     break
         return None if best is None else best[1]
 
-    def best_window(self, size: int, pinned: set[int], score: Callable[[int], tuple[int, int]]) -> int | None:
+    def best_window(self, size: int, pinned: set[int], cost: Callable[[int], float]) -> int | None:
         """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
 
-        `score(tensor)` is (next use, bytes to offload); the window maximises its minimum next use and
-        then minimises the bytes it must offload.
+        The window minimises the summed `cost(tensor)` of the tensors it evicts (free bytes cost nothing),
+        then its start.
         """
         best = None
+        costs: dict[int, float] = {}
         n = len(self.starts)
         for i in range(n):
-            end, j, soonest, cost = self.starts[i] + size, i, NEVER, 0
+            end, j, total = self.starts[i] + size, i, 0.0
             while True:
                 owner = self.owners[j]
                 if owner in pinned:
                     break
                 if owner != FREE:
-                    use, bytes_out = score(owner)
-                    soonest, cost = min(soonest, use), cost + bytes_out
+                    if owner not in costs:
+                        costs[owner] = cost(owner)
+                    total += costs[owner]
                 if self.ends[j] >= end:
-                    key = (-soonest, cost, self.starts[i])
-                    best = key if best is None or key < best else best
+                    if best is None or total < best[0]:
+                        best = (total, self.starts[i])
                     break
                 j += 1
                 if j == n:
                     break
-        return None if best is None else best[2]
+        return None if best is None else best[1]
+
+    def fit(self, items: list[tuple[int, int]], pinned: set[int], cost: Callable[[int], float], step: int):
+        """Place `items` ((tensor, size) pairs) in turn, each in free room or the cheapest window.
+
+        Returns (the tensors evicted, in order; each item's start), or None when pinned tensors and the
+        items already placed leave no room. It changes this memory: call it on a `copy()`.
+        """
+        pinned = set(pinned)
+        victims: list[int] = []
+        starts: dict[int, int] = {}
+        for tensor, size in items:
+            start = self.place_free(size)
+            if start is None:
+                start = self.best_window(size, pinned, cost)
+                if start is None:
+                    return None
+                for victim in self.holders(start, size):
+                    self.release(victim, step)
+                    victims.append(victim)
+            self.take(start, size, tensor)
+            pinned.add(tensor)
+            starts[tensor] = start
+        return victims, starts
+
+    def copy(self) -> DeviceMemory:
+        twin = DeviceMemory(self.capacity, "first-fit" if self.first_fit else "loosest")
+        twin.starts, twin.ends, twin.owners, twin.stamps = list(self.starts), list(self.ends), list(self.owners), list(self.stamps)
+        twin.where = dict(self.where)
+        return twin
 
     def holders(self, start: int, size: int) -> list[int]:
         """Tensors held in [start, start + size)."""

@@ -2,9 +2,9 @@
 
 One sweep over the nodes in their topological order keeps, per space (each GPU, and CPU storage), the
 last writer of every byte (`RegionMap`). A node that writes a range gets an edge from each last writer
-it overlaps and from every reader of that writer (an offload counts as a reader; the offload itself
-already waits for the readers before it). Only the last writer per byte matters: older ones were
-already ordered before it the same way. An edge that a path of data edges already implies is stored
+it overlaps and from every reader of that writer, an offload included: offloads wait for nothing but
+their tensor, so this is where the readers' safety lives. Only the last writer per byte matters:
+older ones were already ordered before it the same way. An edge that a path of data edges already implies is stored
 in `redundant_deps` (kept for pictures, ignored by the runtime) instead of `mem_deps`.
 """
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 
 from passes.insert_memory_deps import insert_memory_deps
-from passes.insert_offload import insert_offload, offload_waits
+from passes.insert_offload import insert_offload
 from passes.minimize_memory_deps import minimize_memory_deps
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
@@ -50,7 +50,6 @@ def compile_taskgraph(
         memgraph = insert_offload(placed, budget, order, placement)
     with timed(stats, "memory-deps"):
         stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph)
-    stats.edges_added += offload_waits(memgraph)
     if minimize:
         with timed(stats, "minimize"):
             stats.edges_removed_minimize = minimize_memory_deps(memgraph)

@@ -1,0 +1,164 @@
+"""Plan-quality benchmarks: offload traffic against Belady, sim makespan against a bound, memory edges.
+
+    .venv/bin/python bench/bench_plans.py traffic    # offload/reload bytes per order vs a Belady simulation
+    .venv/bin/python bench/bench_plans.py makespan   # sim makespan vs max(compute, transfer) per GPU
+    .venv/bin/python bench/bench_plans.py edges      # memory edges kept vs every-reader edges without minimization
+
+Prints markdown tables for docs/benchmarks.md ("## Compiler"). The Belady simulation and the edge
+baseline below share no code with the planner (passes/): they read the taskgraph and the memgraph only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from passes.compact import TaskView
+from passes.insert_offload import minimum_budget
+from passes.orders import execution_order
+from passes.pipeline import compile_taskgraph
+from passes.place_devices import place_devices
+from passes.stats import CompileStats
+from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
+
+GIB = 1 << 30
+UNIT = 256
+"""The planner's alignment while the budget allows it; the Belady simulation counts sizes in the same units."""
+END = 1 << 60
+
+
+def _units(nbytes: int) -> int:
+    return max(1, -(-nbytes // UNIT))
+
+
+class Belady:
+    """Farthest-next-use eviction per GPU over a byte capacity (no fragmentation), counting bytes moved.
+
+    The same rules as the planner's model: inputs start on their GPU in first-use order while they fit,
+    and one evicted before its first read costs nothing (it could have started in storage); a tensor is
+    offloaded when evicted without a storage copy while still needed or an output; a load is a reload.
+    For tiles of one size this is Belady's algorithm, optimal in reloads for the order; for mixed sizes
+    it is a reference that ignores fragmentation, not a bound.
+    """
+
+    def __init__(self, graph, order: str, budget: int) -> None:
+        self.view = TaskView.build(graph)
+        self.steps = execution_order(self.view, order)
+        self.uses: dict[int, list[int]] = {}
+        for step, i in enumerate(self.steps):
+            for o in dict.fromkeys(self.view.inputs[i]):
+                self.uses.setdefault(o, []).append(step)
+        self.outputs = set(self.view.outputs)
+        self.capacity = budget // UNIT
+        self.held: list[dict[int, int]] = [{} for _ in range(graph.devices)]
+        self.stored: set[int] = set()
+        self.unread: set[int] = set()
+        self.reloaded = self.offloaded = 0
+
+    def run(self) -> tuple[int, int]:
+        """(reload bytes, offload bytes)."""
+        view = self.view
+        inputs = [i for i, op in enumerate(view.ops) if op == "input"]
+        for i in sorted(inputs, key=lambda i: self.uses.get(i, [END])[0]):
+            held = self.held[view.devices[i]]
+            if (i in self.uses or i in self.outputs) and sum(held.values()) + _units(view.nbytes[i]) <= self.capacity:
+                held[i] = _units(view.nbytes[i])
+                self.unread.add(i)
+            else:
+                self.stored.add(i)
+        for step, i in enumerate(self.steps):
+            self._step(step, i)
+        return self.reloaded, self.offloaded
+
+    def _step(self, step: int, i: int) -> None:
+        view = self.view
+        operands = list(dict.fromkeys(view.inputs[i]))
+        pinned = set(operands) | {i}
+        for o in operands:
+            held = self.held[view.devices[o]]
+            if o not in held:
+                self._make_room(view.devices[o], _units(view.nbytes[o]), step, pinned)
+                held[o] = _units(view.nbytes[o])
+                self.reloaded += view.nbytes[o]
+        self._make_room(view.devices[i], _units(view.nbytes[i]), step, pinned)
+        self.held[view.devices[i]][i] = _units(view.nbytes[i])
+        for t in operands + [i]:
+            self.unread.discard(t)
+            if self._next_use(t, step) == END and t not in self.outputs:
+                self.held[view.devices[t]].pop(t, None)
+
+    def _next_use(self, t: int, step: int) -> int:
+        return next((s for s in self.uses.get(t, []) if s > step), END)
+
+    def _make_room(self, device: int, units: int, step: int, pinned: set[int]) -> None:
+        held = self.held[device]
+        while sum(held.values()) + units > self.capacity:
+            victim = max((t for t in held if t not in pinned), key=lambda t: (self._next_use(t, step), -t))
+            del held[victim]
+            if victim in self.unread:
+                self.unread.discard(victim)
+                self.stored.add(victim)
+            elif victim not in self.stored:
+                if self._next_use(victim, step) < END or victim in self.outputs:
+                    self.offloaded += self.view.nbytes[victim]
+                self.stored.add(victim)
+
+
+def wasted_reload_bytes(memgraph) -> int:
+    """Bytes reloaded twice before one kernel or move: a tensor brought in again by the same step."""
+    wasted = 0
+    seen: set[str] = set()
+    for node in memgraph.nodes:
+        if node.op == "reload":
+            if node.task in seen:
+                wasted += node.loc[1]
+            seen.add(node.task)
+        elif node.op in ("kernel", "move"):
+            seen.clear()
+    return wasted
+
+
+def traffic_rows(name: str, graph, budgets) -> list[str]:
+    rows = []
+    for label, budget in budgets:
+        for order in ("given", "dfs", "memory"):
+            stats = CompileStats()
+            memgraph = compile_taskgraph(graph, budget, order=order, stats=stats)
+            reload_ref, offload_ref = Belady(place_devices(graph), order, budget).run()
+            rows.append(
+                f"| {name} | {label} | {order} | {stats.bytes_offloaded} | {stats.bytes_reloaded} | {wasted_reload_bytes(memgraph)} "
+                f"| {offload_ref} | {reload_ref} | {stats.bytes_reloaded / max(reload_ref, 1):.2f} |"
+            )
+    return rows
+
+
+def traffic() -> None:
+    print("| graph | budget | order | offload B | reload B | reloaded twice in a step B | Belady offload B | Belady reload B | reload / Belady |")
+    print("|" + " --- |" * 9)
+    slot = 64 * 64 * 4
+    ffn = ffn_stack(layers=8, tokens=64, hidden=64, ffn=64, devices=1)
+    matmul = blocked_matmul(n=256, blocks=4, devices=2)
+    cases = [
+        ("ffn 8 layers", ffn, [(f"{s} slots", s * slot) for s in (4, 6, 10)]),
+        ("blocked matmul 4x4, 2 GPUs", matmul, [(f"{s} slots", s * slot) for s in (3, 5, 8)]),
+    ]
+    for seed in (3, 4):
+        rand = random_taskgraph(seed, tasks=400, devices=2, sizes=(16, 32, 48), window=30)
+        low = minimum_budget(rand)
+        cases.append((f"random {seed}, 400 tasks, mixed sizes", rand, [(f"{f}x min", int(f * low)) for f in (1.0, 1.5, 3.0)]))
+    for name, graph, budgets in cases:
+        for row in traffic_rows(name, graph, budgets):
+            print(row, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=["traffic", "makespan", "edges", "all"], nargs="?", default="all")
+    args = parser.parse_args()
+    if args.which in ("traffic", "all"):
+        traffic()
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -14,11 +14,14 @@ import argparse
 import statistics
 
 from passes.compact import TaskView
-from passes.insert_offload import minimum_budget
+from passes.insert_offload import insert_offload, minimum_budget
 from passes.orders import execution_order
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from passes.stats import CompileStats
+from runtime import execute
+from runtime.cost import CostModel
+from turnip_ir.errors import BudgetError
 from turnip_ir.models import blocked_matmul, ffn_stack, random_taskgraph
 
 GIB = 1 << 30
@@ -151,6 +154,117 @@ def traffic() -> None:
             print(row, flush=True)
 
 
+def resource_bound(memgraph, cost: CostModel) -> float:
+    """max over GPUs of its kernels' time and each of its links' transfer time, in seconds.
+
+    No schedule beats it: kernels on one GPU share it, H2D and D2H share the host link (at most
+    `duplex_bw` together), moves into a GPU share its peer engine.
+    """
+    nodes = memgraph.nodes
+    by_id = {node.id: node for node in nodes}
+    busy = []
+    for d in range(memgraph.devices):
+        mine = [n for n in nodes if n.device == d]
+        compute = sum(cost.duration(n, [by_id[i] for i in n.inputs]) for n in mine if n.op == "kernel")
+        h2d = sum(n.nbytes for n in mine if n.op == "reload")
+        d2h = sum(n.nbytes for n in mine if n.op == "offload")
+        peer = sum(n.nbytes for n in mine if n.op == "move")
+        busy.append(max(compute, h2d / cost.h2d_bw, d2h / cost.d2h_bw, (h2d + d2h) / cost.duplex_bw, peer / cost.peer_bw))
+    return max(busy)
+
+
+def critical_path(memgraph, cost: CostModel) -> float:
+    """The longest chain of data and memory edges, each vertex at its solo duration: this plan's floor."""
+    nodes = memgraph.nodes
+    by_id = {node.id: node for node in nodes}
+    finish: dict[int, float] = {}
+    for node in nodes:
+        own = 0.0 if node.op == "input" else cost.duration(node, [by_id[i] for i in node.inputs])
+        finish[node.id] = own + max((finish[d] for d in node.deps()), default=0.0)
+    return max(finish.values())
+
+
+def makespan_rows(label: str, graph, budgets) -> list[str]:
+    cost = CostModel()
+    rows = []
+    for budget in budgets:
+        try:
+            memgraph = compile_taskgraph(graph, budget)
+        except BudgetError:
+            rows.append(f"| {label} | {budget / GIB:.0f} | does not fit | | | | | |")
+            continue
+        bound, chain = resource_bound(memgraph, cost), critical_path(memgraph, cost)
+        spans = [execute(memgraph, backend="sim", order=order).summary.makespan for order in ("fixed", "nondet")]
+        moved = sum(n.nbytes for n in memgraph.nodes if n.op in ("offload", "reload"))
+        rows.append(
+            f"| {label} | {budget / GIB:.0f} | {moved / GIB:.2f} | {bound * 1e3:.1f} | {chain * 1e3:.1f} "
+            f"| {spans[0] * 1e3:.1f} / {spans[1] * 1e3:.1f} | {spans[0] / bound:.3f} | {spans[1] / bound:.3f} |"
+        )
+    return rows
+
+
+def makespan() -> None:
+    print("| graph | budget GiB | offload+reload GiB | bound ms | critical path ms | fixed / nondet ms | fixed / bound | nondet / bound |")
+    print("|" + " --- |" * 8)
+    ffn1 = ffn_stack(layers=16, tokens=2048, hidden=8192, ffn=32768, devices=1, dtype="bfloat16")
+    ffn2 = ffn_stack(layers=16, tokens=2048, hidden=8192, ffn=32768, devices=2, dtype="bfloat16")
+    matmul = blocked_matmul(n=32768, blocks=4, devices=3, dtype="float32")
+    cases = [
+        ("ffn 16x8192x32768 bf16, 1 GPU", ffn1, (24, 8, 4, 2)),
+        ("same, 2 GPUs", ffn2, (12, 4, 2)),
+        ("blocked matmul 32768 fp32, 4x4 tiles, 3 GPUs", matmul, (8, 2, 1)),
+    ]
+    for label, graph, budgets in cases:
+        for row in makespan_rows(label, graph, [b * GIB for b in budgets]):
+            print(row, flush=True)
+
+
+def every_reader_edges(memgraph) -> int:
+    """Edges of the seed's rule without minimization: each write waits for the last writer of every
+    byte it overwrites and for every reader of that writer (brute force over live segments)."""
+    readers: dict[int, set[int]] = {}
+    for node in memgraph.nodes:
+        for i in node.inputs:
+            readers.setdefault(i, set()).add(node.id)
+    live: dict[tuple, list[tuple[int, int, int]]] = {}
+    edges = 0
+    for node in memgraph.nodes:
+        if node.loc is not None and node.device is not None:
+            space, start, end = ("gpu", node.device), node.loc[0], node.loc[0] + node.loc[1]
+        elif node.storage is not None:
+            space, start, end = ("storage",), node.storage[0], node.storage[0] + node.storage[1]
+        else:
+            continue
+        segments = live.setdefault(space, [])
+        sources: set[int] = set()
+        for s, e, writer in segments:
+            if s < end and start < e:
+                sources |= {writer} | readers.get(writer, set())
+        edges += len(sources - {node.id})
+        kept = [(s, e, w) for s, e, w in segments if e <= start or s >= end]
+        kept += [(s, start, w) for s, e, w in segments if s < start < e] + [(end, e, w) for s, e, w in segments if s < end < e]
+        live[space] = kept + [(start, end, node.id)] if start < end else kept
+    return edges
+
+
+def edges() -> None:
+    print("| graph | budget | every-reader edges (no minimization) | memory edges kept | kept / every-reader |")
+    print("| --- | --- | --- | --- | --- |")
+    slot = 64 * 64 * 4
+    rand = random_taskgraph(7, tasks=3000, devices=2, sizes=(16, 32, 48), window=30)
+    cases = [
+        ("ffn 8 layers", ffn_stack(layers=8, tokens=64, hidden=64, ffn=64, devices=1), "6 slots", 6 * slot),
+        ("blocked matmul 4x4, 2 GPUs", blocked_matmul(n=256, blocks=4, devices=2), "5 slots", 5 * slot),
+        ("random 3000 tasks, 2 GPUs", rand, "1.2x min", int(1.2 * minimum_budget(rand))),
+        ("random 3000 tasks, 2 GPUs", rand, "3x min", 3 * minimum_budget(rand)),
+    ]
+    for name, graph, label, budget in cases:
+        baseline = every_reader_edges(insert_offload(place_devices(graph), budget))
+        stats = CompileStats()
+        compile_taskgraph(graph, budget, stats=stats)
+        print(f"| {name} | {label} | {baseline} | {stats.memory_edges} | {stats.memory_edges / baseline:.3f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", choices=["traffic", "makespan", "edges", "all"], nargs="?", default="all")
@@ -158,6 +272,11 @@ def main() -> None:
     if args.which in ("traffic", "all"):
         traffic()
         print()
+    if args.which in ("makespan", "all"):
+        makespan()
+        print()
+    if args.which in ("edges", "all"):
+        edges()
 
 
 if __name__ == "__main__":

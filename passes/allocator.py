@@ -1,7 +1,8 @@
 """The per-GPU allocator the offload planner simulates with: segments over [0, capacity), 256-byte aligned.
 
 Memory is a sorted list of segments that cover [0, capacity). A segment is either free, remembering the
-step at which it was last freed, or held by one tensor. Two choices make the memgraph good:
+step at which it was last freed, or held by one tensor; free neighbours merge only when freed at the
+same step, so every free byte keeps its age. Two choices make the memgraph good:
 
 - with room, `place_free` takes the fitting placement whose covered free segments were freed longest ago,
   so the memory edges it implies point far into the past (loose constraints for the runtime);
@@ -133,14 +134,17 @@ class DeviceMemory:
         self.where[tensor] = start
 
     def release(self, tensor: int, step: int) -> None:
-        """Free the segment of `tensor`, stamping it with `step`; merge it with free neighbours."""
+        """Free the segment of `tensor`, stamping it with `step`; merge it with free neighbours of that stamp.
+
+        Neighbours freed at other steps stay apart: merged under the newer stamp, an older region would
+        look just freed, and the loosest placement would miss it.
+        """
         start = self.where.pop(tensor)
         i = _find(self.starts, start)
         self.owners[i], self.stamps[i] = FREE, step
         for k in (i + 1, i):
-            if 0 < k < len(self.starts) and self.owners[k] == FREE and self.owners[k - 1] == FREE:
+            if 0 < k < len(self.starts) and self.owners[k] == FREE == self.owners[k - 1] and self.stamps[k] == self.stamps[k - 1]:
                 self.ends[k - 1] = self.ends[k]
-                self.stamps[k - 1] = max(self.stamps[k - 1], self.stamps[k])
                 for seq in (self.starts, self.ends, self.owners, self.stamps):
                     del seq[k]
 

@@ -123,8 +123,10 @@ class Planner:
         trial = memory.copy()
         for t in memory.where:
             trial.release(t, self.step)
-        placing = sorted(items + resident, key=size, reverse=True)
-        _, starts = trial.fit([(t, size(t)) for t in placing], set(), self._victim_cost, self.step)
+        starts, top = {}, 0
+        for t in sorted(items + resident, key=size, reverse=True):
+            trial.take(top, size(t), t)
+            starts[t], top = top, top + size(t)
         return self._adopt(d, trial, list(memory.where), starts)
 
     def _adopt(self, d: int, trial: DeviceMemory, evicted: list[int], starts: dict[int, int]) -> dict[int, int]:

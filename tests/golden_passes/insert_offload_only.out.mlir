@@ -6,8 +6,8 @@ builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 4096 : i64}
   %n4, %n4t = turnip.offload %n2 on 0 to <0, 1024> {task = "b"} : tensor<16x16xf32>
   %n5, %n5t = turnip.mul %n3, %n0 at <0, 2048, 1024> {task = "d"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   %n6, %n6t = turnip.add %n5, %n1 at <0, 0, 1024> {task = "e"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n7, %n7t = turnip.reload %n4 at <0, 1024, 1024> {task = "b"} : tensor<16x16xf32>
-  %n8, %n8t = turnip.add %n6, %n7 at <0, 2048, 1024> {task = "f"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %n7, %n7t = turnip.reload %n4 at <0, 3072, 1024> {task = "b"} : tensor<16x16xf32>
+  %n8, %n8t = turnip.add %n6, %n7 at <0, 1024, 1024> {task = "f"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   turnip.output %n8 : tensor<16x16xf32>
 }
 

@@ -5,7 +5,7 @@ builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 5120 : i64}
   %n3, %n3t = turnip.add %n1, %n2 at <0, 3072, 1024> {task = "c"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   %n4, %n4t = turnip.mul %n3, %n0 at <0, 4096, 1024> {task = "d"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   %n5, %n5t = turnip.add %n4, %n1 at <0, 0, 1024> redundant[%n0t, %n1t, %n2t, %n4t] {task = "e"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  %n6, %n6t = turnip.add %n5, %n2 at <0, 1024, 1024> redundant[%n1t, %n3t, %n5t] {task = "f"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %n6, %n6t = turnip.add %n5, %n2 at <0, 3072, 1024> redundant[%n3t, %n4t] {task = "f"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   turnip.output %n6 : tensor<16x16xf32>
 }
 

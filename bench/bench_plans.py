@@ -11,7 +11,6 @@ baseline below share no code with the planner (passes/): they read the taskgraph
 from __future__ import annotations
 
 import argparse
-import statistics
 
 from passes.compact import TaskView
 from passes.insert_offload import insert_offload, minimum_budget

@@ -1,47 +1,141 @@
-"""Compact integer-indexed views shared by the memgraph passes: positions, predecessor lists, regions.
+"""Compact integer-indexed views of the graphs: `MemArrays` for memgraphs, `TaskView` for taskgraphs.
 
 A memgraph's nodes are kept in a topological order, so a node's index in `MemGraph.nodes` is its
-position. `CompactMem` holds, per position, the data and memory predecessors as positions, the readers
-of each node and the (space, start, end) region each node writes. Spaces are GPU numbers 0..D-1 and
-`STORAGE` (-1) for the CPU storage buffer. Passes build one `CompactMem`, work on it, and write back once.
+position. `MemArrays` holds, per position, the data and memory predecessors and the readers as CSR
+numpy arrays, and the (space, start, end) region each node writes. Spaces are GPU numbers 0..D-1 and
+`STORAGE` (-1) for the CPU storage buffer. Passes build the arrays once, run compiled sweeps on them
+(passes/regions.py, passes/ancestors.py), and write back once.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import chain
 
-from turnip_ir.memgraph import MemGraph
+import numpy as np
+
+from turnip_ir.memgraph import MemNode
 
 STORAGE = -1
 """The space number of the CPU storage buffer."""
+NOWHERE = -2
+"""The space of a node that writes nothing."""
 
 
 @dataclass
-class CompactMem:
-    """Positions, predecessors and written regions of a memgraph's nodes, in its node order."""
+class MemArrays:
+    """A memgraph's nodes by position (their order in `nodes`), as CSR arrays of positions.
+
+    `data_*`: operands in order (repeats kept); `mem_*`: memory dependencies; `read_*`: the distinct
+    readers of each node, ascending; `space`, `start`, `end`: the region each node writes (space
+    NOWHERE when it writes none).
+    """
 
     ids: list[int]
-    data: list[list[int]]
-    mem: list[list[int]]
-    readers: list[list[int]]
-    writes: list[tuple[int, int, int] | None]
-    """(space, start, end) written by each node, or None."""
+    data_ptr: np.ndarray
+    data_idx: np.ndarray
+    mem_ptr: np.ndarray
+    mem_idx: np.ndarray
+    read_ptr: np.ndarray
+    read_idx: np.ndarray
+    space: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
 
     @classmethod
-    def build(cls, graph: MemGraph) -> CompactMem:
-        pos = {node.id: i for i, node in enumerate(graph.nodes)}
-        ids = [node.id for node in graph.nodes]
-        data = [[pos[i] for i in node.inputs] for node in graph.nodes]
-        mem = [[pos[i] for i in node.mem_deps] for node in graph.nodes]
-        readers: list[list[int]] = [[] for _ in ids]
-        for i, preds in enumerate(data):
-            for p in dict.fromkeys(preds):
-                readers[p].append(i)
-        return cls(ids, data, mem, readers, [written_region(node) for node in graph.nodes])
+    def build(cls, nodes: list[MemNode]) -> MemArrays:
+        """Arrays for `nodes`; every id they name must be among them (KeyError otherwise)."""
+        ids = [node.id for node in nodes]
+        data_ptr, data_idx = _csr([node.inputs for node in nodes], ids)
+        mem_ptr, mem_idx = _csr([node.mem_deps for node in nodes], ids)
+        read_ptr, read_idx = _sorted_csr(data_idx, _row_of(data_ptr), len(nodes))
+        regions = np.fromiter(chain.from_iterable(map(_region, nodes)), dtype=np.int64, count=3 * len(nodes))
+        space, start, end = (np.ascontiguousarray(regions[k::3]) for k in range(3))
+        return cls(ids, data_ptr, data_idx, mem_ptr, mem_idx, read_ptr, read_idx, space, start, end)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+def _csr(rows: list[tuple[int, ...]], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of rows of node ids, as positions (a memgraph's ids are usually its positions already)."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=ptr[1:])
+    flat = chain.from_iterable(rows)
+    if ids != list(range(len(ids))):
+        pos = {node_id: i for i, node_id in enumerate(ids)}
+        flat = (pos[i] for i in flat)
+    return ptr, np.fromiter(flat, dtype=np.int64, count=int(ptr[-1]))
+
+
+def _region(node: MemNode) -> tuple[int, int, int]:
+    return written_region(node) or (NOWHERE, 0, 0)
+
+
+def csr_union(a_ptr, a_idx, b_ptr, b_idx, descending: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the distinct union of two CSR rows, sorted (for predecessors: data plus memory)."""
+    n = len(a_ptr) - 1
+    rows = np.concatenate([_row_of(a_ptr), _row_of(b_ptr)])
+    cols = np.concatenate([a_idx, b_idx])
+    if not descending:
+        return _sorted_csr(rows, cols, n)
+    ptr, flipped = _sorted_csr(rows, n - 1 - cols, n)
+    return ptr, n - 1 - flipped
+
+
+def _row_of(ptr: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
+
+
+def _sorted_csr(rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the distinct (row, col) pairs, each row's cols ascending."""
+    keys = distinct(rows * n + cols)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // n, minlength=n), out=ptr[1:])
+    return ptr, keys % n
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending (np.unique by sorting: numpy 2's hash path is slower here)."""
+    values = np.sort(values)
+    keep = np.ones(len(values), dtype=np.bool_)
+    keep[1:] = values[1:] != values[:-1]
+    return values[keep]
+
+
+def data_entries(arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """For each entry (w, p) of a CSR of predecessors: is p a data predecessor (an operand) of w?"""
+    n = len(arrays)
+    return _member(_row_of(ptr) * n + idx, distinct(_row_of(arrays.data_ptr) * n + arrays.data_idx))
+
+
+def _member(keys: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Is each key in the ascending array `table`?"""
+    at = np.minimum(np.searchsorted(table, keys), max(len(table) - 1, 0))
+    return (table[at] == keys) if len(table) else np.zeros(len(keys), dtype=np.bool_)
+
+
+def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray, implied: np.ndarray) -> int:
+    """Remove the memory edges marked `implied` in the predecessor CSR (ptr, idx), and those that repeat
+    a data edge, from `graph` in place; returns how many `mem_deps` entries went. A node that loses
+    one keeps the rest once each, in their order."""
+    n = len(arrays)
+    keys = _row_of(ptr) * n + idx
+    in_data = data_entries(arrays, ptr, idx)
+    gone = distinct(np.concatenate([keys[implied & ~in_data], keys[in_data]]))
+    mem_rows = _row_of(arrays.mem_ptr)
+    mem_keys = mem_rows * n + arrays.mem_idx
+    dropped = _member(mem_keys, gone)
+    first = np.zeros(len(mem_keys), dtype=np.bool_)
+    first[np.unique(mem_keys, return_index=True)[1]] = True
+    kept = ~dropped & first
+    kept_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(mem_rows[kept], minlength=n), out=kept_ptr[1:])
+    kept_ids = [arrays.ids[m] for m in arrays.mem_idx[kept].tolist()]
+    bounds = kept_ptr.tolist()
+    for w in distinct(mem_rows[dropped]).tolist():
+        graph.nodes[w].mem_deps = tuple(kept_ids[bounds[w] : bounds[w + 1]])
+    return int(np.count_nonzero(dropped))
 
 
 def written_region(node) -> tuple[int, int, int] | None:
@@ -51,61 +145,6 @@ def written_region(node) -> tuple[int, int, int] | None:
     if node.storage is not None:
         return (STORAGE, node.storage[0], node.storage[0] + node.storage[1])
     return None
-
-
-class RegionMap:
-    """The last writer of every byte of one space, as sorted disjoint segments [start, end) -> writer."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-        self.owners: list[int] = []
-
-    def overlapping(self, start: int, end: int) -> list[tuple[int, int, int]]:
-        """(start, end, writer) for every segment meeting [start, end); an empty range meets nothing."""
-        if start >= end:
-            return []
-        i = max(bisect_right(self.starts, start) - 1, 0)
-        found = []
-        while i < len(self.starts) and self.starts[i] < end:
-            if self.ends[i] > start:
-                found.append((self.starts[i], self.ends[i], self.owners[i]))
-            i += 1
-        return found
-
-    def write(self, start: int, end: int, owner: int) -> None:
-        """Make `owner` the last writer of [start, end), trimming the segments it covers."""
-        if start >= end:
-            return  # a zero-byte tensor writes nothing
-        lo = max(bisect_right(self.starts, start) - 1, 0)
-        hi = lo
-        keep_s, keep_e, keep_o = [], [], []
-        tail = None
-        while hi < len(self.starts) and self.starts[hi] < end:
-            s, e, o = self.starts[hi], self.ends[hi], self.owners[hi]
-            if e <= start:
-                keep_s.append(s), keep_e.append(e), keep_o.append(o)
-            else:
-                if s < start:
-                    keep_s.append(s), keep_e.append(start), keep_o.append(o)
-                if e > end:
-                    tail = (end, e, o)
-            hi += 1
-        keep_s.append(start), keep_e.append(end), keep_o.append(owner)
-        if tail is not None:
-            keep_s.append(tail[0]), keep_e.append(tail[1]), keep_o.append(tail[2])
-        self.starts[lo:hi] = keep_s
-        self.ends[lo:hi] = keep_e
-        self.owners[lo:hi] = keep_o
-
-
-def successor_counts(preds: list[list[int]]) -> list[int]:
-    """How many times each position is named as a predecessor (for freeing bitsets early)."""
-    counts = [0] * len(preds)
-    for ps in preds:
-        for p in ps:
-            counts[p] += 1
-    return counts
 
 
 @dataclass

@@ -66,35 +66,37 @@ class DeviceMemory:
                     break
         return None if best is None else best[1]
 
-    def best_window(self, size: int, pinned: set[int], cost: Callable[[int], float]) -> int | None:
+    def best_window(self, size: int, pinned: set[int], cost: Callable[[int], int]) -> int | None:
         """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
 
         The window minimises the summed `cost(tensor)` of the tensors it evicts (free bytes cost nothing),
-        then its start.
+        then its start. Windows start at segment starts and never cross a pinned tensor; within each run
+        of unpinned segments two pointers slide over it, so a search is linear in the segments.
         """
+        starts, ends, owners = self.starts, self.ends, self.owners
+        n = len(starts)
+        costs = [0 if owner == FREE or owner in pinned else cost(owner) for owner in owners]
         best = None
-        costs: dict[int, float] = {}
-        n = len(self.starts)
-        for i in range(n):
-            end, j, total = self.starts[i] + size, i, 0.0
-            while True:
-                owner = self.owners[j]
-                if owner in pinned:
+        run = 0
+        while run < n:
+            stop = run
+            while stop < n and owners[stop] not in pinned:
+                stop += 1
+            j, total = run, 0
+            for i in range(run, stop):
+                end = starts[i] + size
+                while j < stop and (j == i or ends[j - 1] < end):
+                    total += costs[j]
+                    j += 1
+                if ends[j - 1] < end:
                     break
-                if owner != FREE:
-                    if owner not in costs:
-                        costs[owner] = cost(owner)
-                    total += costs[owner]
-                if self.ends[j] >= end:
-                    if best is None or total < best[0]:
-                        best = (total, self.starts[i])
-                    break
-                j += 1
-                if j == n:
-                    break
+                if best is None or total < best[0]:
+                    best = (total, starts[i])
+                total -= costs[i]
+            run = stop + 1
         return None if best is None else best[1]
 
-    def fit(self, items: list[tuple[int, int]], pinned: set[int], cost: Callable[[int], float], step: int):
+    def fit(self, items: list[tuple[int, int]], pinned: set[int], cost: Callable[[int], int], step: int):
         """Place `items` ((tensor, size) pairs) in turn, each in free room or the cheapest window.
 
         Returns (the tensors evicted, in order; each item's start), or None when pinned tensors and the
@@ -154,6 +156,9 @@ class DeviceMemory:
         while self.ends[j] < end:
             j += 1
         assert all(o == FREE for o in self.owners[i : j + 1]), "allocator placed over a live tensor"
+        if i == j and self.starts[i] == start and self.ends[i] == end:
+            self.owners[i], self.stamps[i] = owner, stamp  # the common case: a free segment of the exact size
+            return
         new = [(self.starts[i], start, FREE, self.stamps[i])] if self.starts[i] < start else []
         new.append((start, end, owner, stamp))
         if self.ends[j] > end:

@@ -41,11 +41,14 @@ class Planner:
         self.out = MemGraph(graph.devices, budget)
         self.memory = [DeviceMemory(budget // align * align, placement) for _ in range(graph.devices)]
         n = len(view)
+        self.tasks = list(graph.nodes.values())
+        self.operands = [list(dict.fromkeys(operands)) for operands in view.inputs]
+        self.size = [aligned(nbytes, align) for nbytes in view.nbytes]
         self.gpu = [-1] * n
         self.store = [-1] * n
         self.uses: list[list[int]] = [[] for _ in range(n)]
         for step, i in enumerate(order):
-            for o in dict.fromkeys(view.inputs[i]):
+            for o in self.operands[i]:
                 self.uses[o].append(step)
         self.next = [0] * n
         self.is_output = [False] * n
@@ -71,7 +74,7 @@ class Planner:
         inputs = [i for i, op in enumerate(view.ops) if op == "input"]
         inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
         for i in inputs:
-            d, size = view.devices[i], aligned(view.nbytes[i], self.align)
+            d, size = view.devices[i], self.size[i]
             start = self.memory[d].place_free(size) if self.uses[i] or self.is_output[i] else None
             if start is not None:
                 self.memory[d].take(start, size, i)
@@ -81,21 +84,20 @@ class Planner:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
 
     def _run_task(self, i: int) -> None:
-        view = self.view
-        operands = list(dict.fromkeys(view.inputs[i]))
+        view, gpu = self.view, self.gpu
+        operands = self.operands[i]
         wanted: dict[int, list[int]] = {}
-        for t in [o for o in operands if self.gpu[o] < 0] + [i]:
+        for t in [o for o in operands if gpu[o] < 0] + [i]:
             wanted.setdefault(view.devices[t], []).append(t)
         for d, items in wanted.items():
-            for t, start in self._make_room(d, items, set(operands)).items():
+            for t, start in self._make_room(d, items, operands).items():
                 if t != i:
-                    self.gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
+                    gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
         start = self.memory[view.devices[i]].where[i]
         kind = "move" if view.ops[i] == "move" else "kernel"
-        node = self._emit(kind, i, view.devices[i], loc=(start, view.nbytes[i]), inputs=tuple(self.gpu[o] for o in view.inputs[i]))
-        self.gpu[i] = node
+        gpu[i] = self._emit(kind, i, view.devices[i], loc=(start, view.nbytes[i]), inputs=tuple(gpu[o] for o in view.inputs[i]))
         for o in operands:
-            self.unread.discard(self.gpu[o])
+            self.unread.discard(gpu[o])
             self.next[o] += 1
             self._drop_if_dead(o)
         self._drop_if_dead(i)
@@ -109,7 +111,10 @@ class Planner:
         working set packed from 0, which always fits. Nothing is emitted for a layout that fails, so an
         operand is never reloaded twice for one op.
         """
-        memory, size = self.memory[d], self._size
+        memory, size = self.memory[d], self.size.__getitem__
+        if len(items) == 1 and self._room_for_one(memory, items[0], operands):
+            return {items[0]: memory.where[items[0]]}
+        operands = set(operands)
         resident = sorted((o for o in operands if o in memory.where), key=lambda o: (self.store[o] < 0, size(o)))
         layouts = [(items, [])] + [(items + resident[:k], resident[:k]) for k in range(len(resident) + 1)]
         for k, (placing, moved) in enumerate(layouts):
@@ -129,15 +134,27 @@ class Planner:
             starts[t], top = top, top + size(t)
         return self._adopt(d, trial, list(memory.where), starts)
 
+    def _room_for_one(self, memory: DeviceMemory, t: int, operands: list[int]) -> bool:
+        """The first layout of `_make_room` for a single tensor, done in place (nothing to undo when it
+        fails: the search changes nothing). Most ops only need room for their output."""
+        size = self.size[t]
+        start = memory.place_free(size)
+        if start is None:
+            start = memory.best_window(size, set(operands), self._victim_cost)
+            if start is None:
+                return False
+            for victim in memory.holders(start, size):
+                memory.release(victim, self.step)
+                self._write_back(victim)
+        memory.take(start, size, t)
+        return True
+
     def _adopt(self, d: int, trial: DeviceMemory, evicted: list[int], starts: dict[int, int]) -> dict[int, int]:
         """Make `trial` GPU `d`'s memory: write back what it evicted; returns the placed items' starts."""
         for t in evicted:
             self._write_back(t)
         self.memory[d] = trial
         return starts
-
-    def _size(self, t: int) -> int:
-        return aligned(self.view.nbytes[t], self.align)
 
     def _drop_if_dead(self, t: int) -> None:
         if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0:
@@ -147,18 +164,19 @@ class Planner:
     def _next_use(self, t: int) -> int:
         return self.uses[t][self.next[t]] if self.next[t] < len(self.uses[t]) else NEVER
 
-    def _victim_cost(self, t: int) -> float:
-        """Bytes that evicting `t` moves, per step until they are due (Belady with costs).
+    def _victim_cost(self, t: int) -> int:
+        """Bytes that evicting `t` moves, per step until they are due (Belady with costs), times 2^24.
 
         It moves a reload at its next use, plus an offload now unless storage holds it or it is an
         input nobody has read (that one simply starts in storage). An output not read again is due
         at the end. Among clean tensors of one size this is Belady: the farthest next use goes first.
+        Integers, so that sums over a window are exact.
         """
         nbytes, use = self.view.nbytes[t], self._next_use(t)
         moved = nbytes if use < NEVER else 0
         if self.store[t] < 0 and self.gpu[t] not in self.unread and (use < NEVER or self.is_output[t]):
             moved += nbytes
-        return moved / (min(use, len(self.order)) - self.step)
+        return (moved << 24) // (min(use, len(self.order)) - self.step)
 
     def _write_back(self, t: int) -> None:
         """Take tensor `t` off its GPU (its memory is already freed), offloading it unless storage holds it.
@@ -182,11 +200,11 @@ class Planner:
 
     def _storage(self, t: int) -> tuple[int, int]:
         start = self.storage_top
-        self.storage_top += aligned(self.view.nbytes[t], self.align)
+        self.storage_top += self.size[t]
         return (start, self.view.nbytes[t])
 
     def _emit(self, op: str, t: int, device, loc=None, storage=None, inputs=()) -> int:
-        task = self.graph.nodes[self.view.ids[t]]
+        task = self.tasks[t]
         node_id = len(self.out.nodes)
         kernel = task.op if op == "kernel" else None
         attrs = dict(task.attrs) if op == "kernel" else {}

@@ -48,13 +48,20 @@ class MemArrays:
         ids = [node.id for node in nodes]
         data_ptr, data_idx = _csr([node.inputs for node in nodes], ids)
         mem_ptr, mem_idx = _csr([node.mem_deps for node in nodes], ids)
-        read_ptr, read_idx = _sorted_csr(data_idx, _row_of(data_ptr), len(nodes))
+        read_ptr, read_idx = _sorted_csr(data_idx, row_of(data_ptr), len(nodes))
         regions = np.fromiter(chain.from_iterable(map(_region, nodes)), dtype=np.int64, count=3 * len(nodes))
         space, start, end = (np.ascontiguousarray(regions[k::3]) for k in range(3))
         return cls(ids, data_ptr, data_idx, mem_ptr, mem_idx, read_ptr, read_idx, space, start, end)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def set_mem(self, rows: np.ndarray, idx: np.ndarray) -> None:
+        """Make the memory dependencies the entries (row, idx), kept in their order within a row."""
+        order = np.argsort(rows, kind="stable")
+        self.mem_ptr = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(self)), out=self.mem_ptr[1:])
+        self.mem_idx = idx[order]
 
 
 def _csr(rows: list[tuple[int, ...]], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +82,7 @@ def _region(node: MemNode) -> tuple[int, int, int]:
 def csr_union(a_ptr, a_idx, b_ptr, b_idx, descending: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the distinct union of two CSR rows, sorted (for predecessors: data plus memory)."""
     n = len(a_ptr) - 1
-    rows = np.concatenate([_row_of(a_ptr), _row_of(b_ptr)])
+    rows = np.concatenate([row_of(a_ptr), row_of(b_ptr)])
     cols = np.concatenate([a_idx, b_idx])
     if not descending:
         return _sorted_csr(rows, cols, n)
@@ -83,7 +90,7 @@ def csr_union(a_ptr, a_idx, b_ptr, b_idx, descending: bool = False) -> tuple[np.
     return ptr, n - 1 - flipped
 
 
-def _row_of(ptr: np.ndarray) -> np.ndarray:
+def row_of(ptr: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
 
 
@@ -106,7 +113,7 @@ def distinct(values: np.ndarray) -> np.ndarray:
 def data_entries(arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """For each entry (w, p) of a CSR of predecessors: is p a data predecessor (an operand) of w?"""
     n = len(arrays)
-    return _member(_row_of(ptr) * n + idx, distinct(_row_of(arrays.data_ptr) * n + arrays.data_idx))
+    return _member(row_of(ptr) * n + idx, distinct(row_of(arrays.data_ptr) * n + arrays.data_idx))
 
 
 def _member(keys: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -117,13 +124,13 @@ def _member(keys: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray, implied: np.ndarray) -> int:
     """Remove the memory edges marked `implied` in the predecessor CSR (ptr, idx), and those that repeat
-    a data edge, from `graph` in place; returns how many `mem_deps` entries went. A node that loses
-    one keeps the rest once each, in their order."""
+    a data edge, from `graph` in place, keeping `arrays` in step; returns how many `mem_deps` entries
+    went. A node that loses one keeps the rest once each, in their order."""
     n = len(arrays)
-    keys = _row_of(ptr) * n + idx
+    keys = row_of(ptr) * n + idx
     in_data = data_entries(arrays, ptr, idx)
     gone = distinct(np.concatenate([keys[implied & ~in_data], keys[in_data]]))
-    mem_rows = _row_of(arrays.mem_ptr)
+    mem_rows = row_of(arrays.mem_ptr)
     mem_keys = mem_rows * n + arrays.mem_idx
     dropped = _member(mem_keys, gone)
     first = np.zeros(len(mem_keys), dtype=np.bool_)
@@ -133,8 +140,13 @@ def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray
     np.cumsum(np.bincount(mem_rows[kept], minlength=n), out=kept_ptr[1:])
     kept_ids = [arrays.ids[m] for m in arrays.mem_idx[kept].tolist()]
     bounds = kept_ptr.tolist()
-    for w in distinct(mem_rows[dropped]).tolist():
+    changed = distinct(mem_rows[dropped])
+    for w in changed.tolist():
         graph.nodes[w].mem_deps = tuple(kept_ids[bounds[w] : bounds[w + 1]])
+    touched = np.zeros(n, dtype=np.bool_)
+    touched[changed] = True
+    stay = kept | ~touched[mem_rows]
+    arrays.set_mem(mem_rows[stay], arrays.mem_idx[stay])
     return int(np.count_nonzero(dropped))
 
 
@@ -180,3 +192,10 @@ class TaskView:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def set_mem(self, rows: np.ndarray, idx: np.ndarray) -> None:
+        """Make the memory dependencies the entries (row, idx), kept in their order within a row."""
+        order = np.argsort(rows, kind="stable")
+        self.mem_ptr = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(self)), out=self.mem_ptr[1:])
+        self.mem_idx = idx[order]

@@ -17,26 +17,31 @@ import numpy as np
 from numba import njit
 
 from passes.ancestors import ancestor_answers
-from passes.compact import MemArrays
+from passes.compact import MemArrays, row_of
 from passes.ir import GraphPass, memgraph_of
 from passes.regions import Overwrites
 from passes.stats import collected, timed
 from turnip_ir.memgraph import MemGraph
 
 
-def insert_memory_deps(graph: MemGraph) -> tuple[int, int]:
-    """Add the reuse edges to `graph` in place; returns (edges added to mem_deps, edges marked redundant)."""
-    arrays = MemArrays.build(graph.nodes)
+def insert_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> tuple[int, int]:
+    """Add the reuse edges to `graph` in place; returns (edges added to mem_deps, edges marked redundant).
+
+    `arrays`, when given, are `graph`'s (a pipeline builds them once) and are kept in step."""
+    arrays = arrays or MemArrays.build(graph.nodes)
     over = Overwrites(arrays)
     ptr, sources = _sources(over.ptr, over.writer, arrays.read_ptr, arrays.read_idx, arrays.mem_ptr, arrays.mem_idx)
     implied = ancestor_answers(arrays.data_ptr, arrays.data_idx, ptr, sources)
-    ids = arrays.ids
+    ids, named, bounds, flags = arrays.ids, sources.tolist(), ptr.tolist(), implied.tolist()
     for w in np.flatnonzero(np.diff(ptr)).tolist():
         node = graph.nodes[w]
-        row = range(ptr[w], ptr[w + 1])
-        node.mem_deps += tuple(ids[sources[k]] for k in row if not implied[k])
-        dashed = node.redundant_deps + tuple(ids[sources[k]] for k in row if implied[k])
-        node.redundant_deps = tuple(dict.fromkeys(dashed))
+        row = range(bounds[w], bounds[w + 1])
+        node.mem_deps += tuple(ids[named[k]] for k in row if not flags[k])
+        if any(flags[k] for k in row):
+            dashed = node.redundant_deps + tuple(ids[named[k]] for k in row if flags[k])
+            node.redundant_deps = tuple(dict.fromkeys(dashed))
+    added = ~implied
+    arrays.set_mem(np.concatenate([row_of(arrays.mem_ptr), row_of(ptr)[added]]), np.concatenate([arrays.mem_idx, sources[added]]))
     redundant = int(np.count_nonzero(implied))
     return len(sources) - redundant, redundant
 

@@ -66,12 +66,19 @@ def _largest_working_set(view: TaskView, align: int) -> int:
 
 def _working_sets(view: TaskView, align: int):
     """(task, device, aligned bytes) of every op's operands plus output on each GPU it touches."""
+    sizes = [aligned(nbytes, align) for nbytes in view.nbytes]
+    devices = view.devices
     for i, operands in enumerate(view.inputs):
         if view.ops[i] == "input":
             continue  # an input may start in storage; the ops that read it are checked
-        need: dict[int, int] = {view.devices[i]: aligned(view.nbytes[i], align)}
-        for o in set(operands):
-            need[view.devices[o]] = need.get(view.devices[o], 0) + aligned(view.nbytes[o], align)
+        d = devices[i]
+        distinct = set(operands)
+        if all(devices[o] == d for o in distinct):
+            yield i, d, sizes[i] + sum(sizes[o] for o in distinct)
+            continue
+        need: dict[int, int] = {d: sizes[i]}
+        for o in distinct:
+            need[devices[o]] = need.get(devices[o], 0) + sizes[o]
         for device, total in need.items():
             yield i, device, total
 

@@ -20,9 +20,9 @@ from passes.ir import GraphPass, count_into, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 
-def minimize_memory_deps(graph: MemGraph) -> int:
+def minimize_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> int:
     """Drop locally implied memory edges of `graph` in place; returns how many were removed."""
-    arrays = MemArrays.build(graph.nodes)
+    arrays = arrays or MemArrays.build(graph.nodes)
     ptr, idx = csr_union(arrays.data_ptr, arrays.data_idx, arrays.mem_ptr, arrays.mem_idx, descending=True)
     has_mem = np.diff(arrays.mem_ptr) > 0
     return drop_memory_edges(graph, arrays, ptr, idx, _two_step(ptr, idx, data_entries(arrays, ptr, idx), has_mem))

@@ -86,13 +86,15 @@ class Planner:
     def _run_task(self, i: int) -> None:
         view, gpu = self.view, self.gpu
         operands = self.operands[i]
-        wanted: dict[int, list[int]] = {}
-        for t in [o for o in operands if gpu[o] < 0] + [i]:
-            wanted.setdefault(view.devices[t], []).append(t)
-        for d, items in wanted.items():
-            for t, start in self._make_room(d, items, operands).items():
-                if t != i:
-                    gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
+        missing = [o for o in operands if gpu[o] < 0]
+        if missing or not self._room_for_one(self.memory[view.devices[i]], i, operands):
+            wanted: dict[int, list[int]] = {}
+            for t in missing + [i]:
+                wanted.setdefault(view.devices[t], []).append(t)
+            for d, items in wanted.items():
+                for t, start in self._make_room(d, items, operands).items():
+                    if t != i:
+                        gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
         start = self.memory[view.devices[i]].where[i]
         kind = "move" if view.ops[i] == "move" else "kernel"
         gpu[i] = self._emit(kind, i, view.devices[i], loc=(start, view.nbytes[i]), inputs=tuple(gpu[o] for o in view.inputs[i]))
@@ -172,7 +174,8 @@ class Planner:
         at the end. Among clean tensors of one size this is Belady: the farthest next use goes first.
         Integers, so that sums over a window are exact.
         """
-        nbytes, use = self.view.nbytes[t], self._next_use(t)
+        uses, k = self.uses[t], self.next[t]
+        nbytes, use = self.view.nbytes[t], uses[k] if k < len(uses) else NEVER
         moved = nbytes if use < NEVER else 0
         if self.store[t] < 0 and self.gpu[t] not in self.unread and (use < NEVER or self.is_output[t]):
             moved += nbytes

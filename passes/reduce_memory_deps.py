@@ -18,9 +18,9 @@ from passes.ir import GraphPass, count_into, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 
-def reduce_memory_deps(graph: MemGraph) -> int:
+def reduce_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> int:
     """Remove implied memory edges of `graph` in place; returns how many were removed."""
-    arrays = MemArrays.build(graph.nodes)
+    arrays = arrays or MemArrays.build(graph.nodes)
     ptr, idx = csr_union(arrays.data_ptr, arrays.data_idx, arrays.mem_ptr, arrays.mem_idx, descending=True)
     implied = implied_predecessors(ptr, idx, arrays.mem_ptr, arrays.mem_idx)
     return drop_memory_edges(graph, arrays, ptr, idx, implied)

@@ -38,8 +38,7 @@ def verify_memgraph(graph: MemGraph, taskgraph=None) -> None:
     """Raise `VerifyError` unless `graph` is a correct memgraph (and implements `taskgraph`, when given)."""
     nodes = _topological(graph)
     pos = {node.id: i for i, node in enumerate(nodes)}
-    for node in nodes:
-        _check_node(graph, node, pos, nodes)
+    _check_nodes(graph, nodes, pos)
     _check_races(graph, nodes, pos)
     if taskgraph is not None:
         _check_taskgraph(graph, nodes, pos, taskgraph)
@@ -107,10 +106,29 @@ def _in_order(nodes: list[MemNode]) -> bool:
     return True
 
 
-def _check_node(graph: MemGraph, node: MemNode, pos: dict, nodes: list[MemNode]) -> None:
-    if node.device is not None and not 0 <= node.device < graph.devices:
-        raise VerifyError(f"{_name(node)}: device {node.device} is not in [0, {graph.devices})")
-    need = nbytes(node.shape, node.dtype) if node.shape is not None and node.dtype else 0
+def _check_nodes(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
+    """Devices and regions in bounds and large enough; each operand where its reader reads it."""
+    need: dict[tuple, int] = {}
+    for node in nodes:
+        if node.device is not None and not 0 <= node.device < graph.devices:
+            raise VerifyError(f"{_name(node)}: device {node.device} is not in [0, {graph.devices})")
+        key = (node.shape, node.dtype)
+        if key not in need:
+            need[key] = nbytes(node.shape, node.dtype) if node.shape is not None and node.dtype else 0
+        _check_regions(graph, node, need[key])
+        for dep in node.inputs:
+            src = nodes[pos[dep]]
+            if node.op == "reload":
+                ok = src.storage is not None and src.op in ("offload", "input")
+            elif node.op == "move":
+                ok = src.loc is not None
+            else:
+                ok = src.loc is not None and src.op != "offload" and src.device == node.device
+            if not ok:
+                raise VerifyError(f"{_name(node)} cannot read {_name(src)}: it is not where a {node.op} reads")
+
+
+def _check_regions(graph: MemGraph, node: MemNode, need: int) -> None:
     if node.loc is not None:
         start, size = node.loc
         if start < 0 or start + size > graph.budget:
@@ -119,16 +137,6 @@ def _check_node(graph: MemGraph, node: MemNode, pos: dict, nodes: list[MemNode])
             raise VerifyError(f"{_name(node)}: location size {size} cannot hold {need} bytes")
     if node.storage is not None and node.storage[1] < need:
         raise VerifyError(f"{_name(node)}: storage size {node.storage[1]} cannot hold {need} bytes")
-    for dep in node.inputs:
-        src = nodes[pos[dep]]
-        if node.op == "reload":
-            ok = src.storage is not None and src.op in ("offload", "input")
-        elif node.op == "move":
-            ok = src.loc is not None
-        else:
-            ok = src.loc is not None and src.op != "offload" and src.device == node.device
-        if not ok:
-            raise VerifyError(f"{_name(node)} cannot read {_name(src)}: it is not where a {node.op} reads")
 
 
 def _check_races(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
@@ -199,18 +207,21 @@ def _check_outputs(graph: MemGraph, nodes: list[MemNode], pos: dict, over: Overw
                 raise VerifyError(f"output '{task}': {_name(nodes[x])} overwrites {where} held by {_name(holder)}")
 
 
-def _source(node: MemNode, nodes: list[MemNode], pos: dict) -> MemNode:
-    """Follow reload -> offload -> ... back to the node that computed the value."""
-    while node.op in ("reload", "offload"):
-        node = nodes[pos[node.inputs[0]]]
-    return node
+def _sources(nodes: list[MemNode], pos: dict) -> list[MemNode]:
+    """Per position, the node that computed the value it holds: reload -> offload -> ... followed back."""
+    source: list[MemNode] = []
+    for node in nodes:
+        copies = node.op in ("reload", "offload") and node.inputs
+        source.append(source[pos[node.inputs[0]]] if copies else node)
+    return source
 
 
 def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph) -> None:
     computed: set[str] = set()
-    for node in nodes:
+    source = _sources(nodes, pos)
+    for i, node in enumerate(nodes):
         if node.op in ("offload", "reload"):
-            if _source(node, nodes, pos).task != node.task:
+            if source[i].task != node.task:
                 raise VerifyError(f"{_name(node)} copies a tensor of another task")
             continue
         task = taskgraph.nodes.get(node.task)
@@ -221,7 +232,7 @@ def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph
         if len(node.inputs) != len(task.inputs):
             raise VerifyError(f"{_name(node)} has {len(node.inputs)} operands, task '{task.id}' has {len(task.inputs)}")
         for k, (dep, want_task) in enumerate(zip(node.inputs, task.inputs)):
-            got = _source(nodes[pos[dep]], nodes, pos)
+            got = source[pos[dep]]
             if got.task != want_task:
                 raise VerifyError(f"{_name(node)}: operand {k} comes from '{got.task}', not '{want_task}'")
     for task_id in taskgraph.nodes:

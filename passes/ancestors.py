@@ -69,14 +69,16 @@ def _sweep(pred_ptr, pred_idx, until, ask_ptr, ask_idx, reducing):
     answers = np.zeros(ask_idx.shape[0], np.bool_)
     acc = np.zeros(words, np.uint64)
     for w in range(n):
-        acc[:] = 0
+        for j in range(words):
+            acc[j] = 0
         for e in range(pred_ptr[w], pred_ptr[w + 1]):
             p = pred_idx[e]
             if reducing and _has(acc, nid[p]):
                 answers[e] = True
             else:
                 if row[p] >= 0:
-                    acc |= pool[row[p]]
+                    for j in range(words):
+                        acc[j] |= pool[row[p], j]
                 if nid[p] >= 0:
                     acc[nid[p] >> 6] |= np.uint64(1) << np.uint64(nid[p] & 63)
             left[p] -= 1
@@ -88,7 +90,7 @@ def _sweep(pred_ptr, pred_idx, until, ask_ptr, ask_idx, reducing):
         if not reducing:
             for e in range(ask_ptr[w], ask_ptr[w + 1]):
                 answers[e] = _has(acc, nid[ask_idx[e]])
-        if left[w] > 0 and acc.any():
+        if left[w] > 0 and _nonzero(acc):
             if rows_top == 0:
                 if rows_used == pool.shape[0]:
                     pool, row_owner, free_rows = _more_rows(pool, row_owner, free_rows)
@@ -97,7 +99,8 @@ def _sweep(pred_ptr, pred_idx, until, ask_ptr, ask_idx, reducing):
             else:
                 rows_top -= 1
                 r = free_rows[rows_top]
-            pool[r] = acc
+            for j in range(words):
+                pool[r, j] = acc[j]
             row[w], row_owner[r] = r, w
         for e in range(ends_ptr[w], ends_ptr[w + 1]):
             u = ends_idx[e]
@@ -113,6 +116,14 @@ def _sweep(pred_ptr, pred_idx, until, ask_ptr, ask_idx, reducing):
                 nid[w] = next_id
                 next_id += 1
     return answers
+
+
+@njit(cache=True)
+def _nonzero(acc):
+    for j in range(acc.shape[0]):
+        if acc[j]:
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -138,7 +149,9 @@ def _watch_ends(until):
         live += change[t]
         most = max(most, live)
     ends_idx = np.empty(ends_ptr[n], np.int64)
-    fill = ends_ptr[:-1].copy()
+    fill = np.zeros(n, np.int64)
+    for t in range(n):
+        fill[t] = ends_ptr[t]
     for u in range(n):
         if until[u] > u:
             ends_idx[fill[until[u]]] = u
@@ -149,10 +162,10 @@ def _watch_ends(until):
 @njit(cache=True)
 def _recycle(pool, row_owner, rows_used, dead, free_ids):
     """Clear the dead ids from every held set and make them free; returns how many are free."""
-    keep = ~dead
     for r in range(rows_used):
         if row_owner[r] >= 0:
-            pool[r] &= keep
+            for j in range(dead.shape[0]):
+                pool[r, j] &= ~dead[j]
     top = 0
     for word in range(dead.shape[0]):
         bits = dead[word]
@@ -160,7 +173,8 @@ def _recycle(pool, row_owner, rows_used, dead, free_ids):
             if (bits >> np.uint64(b)) & np.uint64(1):
                 free_ids[top] = word * 64 + b
                 top += 1
-    dead[:] = 0
+    for j in range(dead.shape[0]):
+        dead[j] = 0
     return top
 
 
@@ -168,9 +182,9 @@ def _recycle(pool, row_owner, rows_used, dead, free_ids):
 def _more_rows(pool, row_owner, free_rows):
     rows = pool.shape[0] * 2
     bigger = np.zeros((rows, pool.shape[1]), np.uint64)
-    bigger[: pool.shape[0]] = pool
     owners = np.full(rows, -1, np.int64)
-    owners[: row_owner.shape[0]] = row_owner
-    stack = np.empty(rows, np.int64)
-    stack[: free_rows.shape[0]] = free_rows
-    return bigger, owners, stack
+    for r in range(pool.shape[0]):
+        owners[r] = row_owner[r]
+        for j in range(pool.shape[1]):
+            bigger[r, j] = pool[r, j]
+    return bigger, owners, np.empty(rows, np.int64)

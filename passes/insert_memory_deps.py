@@ -68,11 +68,15 @@ def _sources(over_ptr, writer, read_ptr, read_idx, mem_ptr, mem_idx):
                     seen[u] = w
                     if m == out.shape[0]:
                         bigger = np.empty(2 * m, np.int64)
-                        bigger[:m] = out
+                        for i in range(m):
+                            bigger[i] = out[i]
                         out = bigger
-                    out[m] = u
+                    at = m  # insertion sort: a node has a handful of sources
+                    while at > start and out[at - 1] > u:
+                        out[at] = out[at - 1]
+                        at -= 1
+                    out[at] = u
                     m += 1
-        out[start:m].sort()
         ptr[w + 1] = m
     return ptr, out[:m].copy()
 

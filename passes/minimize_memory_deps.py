@@ -35,7 +35,10 @@ def _two_step(ptr, idx, is_data, has_mem):
     n = ptr.shape[0] - 1
     alive = np.ones(idx.shape[0], np.bool_)
     implied = np.zeros(idx.shape[0], np.bool_)
-    kept = np.empty(max(1, int(np.max(np.diff(ptr))) if n else 1), np.int64)
+    longest = 1
+    for w in range(n):
+        longest = max(longest, ptr[w + 1] - ptr[w])
+    kept = np.empty(longest, np.int64)
     for w in range(n):
         if not has_mem[w]:
             continue

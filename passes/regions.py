@@ -48,67 +48,82 @@ class Overwrites:
 
 @njit(cache=True)
 def _sweep(slot, start, end, nspaces):
+    """Segments per space in rows of 2-D arrays (`counts` used); plain loops keep numba's compile short."""
     n = slot.shape[0]
-    cap = 16
-    starts = np.zeros((nspaces, cap), np.int64)
-    ends = np.zeros((nspaces, cap), np.int64)
-    owners = np.zeros((nspaces, cap), np.int64)
+    starts = np.zeros((nspaces, 16), np.int64)
+    ends = np.zeros((nspaces, 16), np.int64)
+    owners = np.zeros((nspaces, 16), np.int64)
     counts = np.zeros(nspaces, np.int64)
     ptr = np.zeros(n + 1, np.int64)
-    out = np.zeros((4, 1024), np.int64)
+    out = np.zeros((3, 1024), np.int64)
     m = 0
     for w in range(n):
-        k = slot[w]
-        lo_addr, hi_addr = start[w], end[w]
+        k, lo_addr, hi_addr = slot[w], start[w], end[w]
         if k >= 0 and lo_addr < hi_addr:
-            if counts[k] + 3 > cap:
-                cap *= 2
-                starts, ends, owners = _grow(starts, cap), _grow(ends, cap), _grow(owners, cap)
+            if counts[k] + 3 > starts.shape[1]:
+                starts, ends, owners = _grow(starts), _grow(ends), _grow(owners)
             c = counts[k]
-            lo = max(np.searchsorted(starts[k, :c], lo_addr, side="right") - 1, 0)
+            lo = _last_at_or_before(starts, k, c, lo_addr)
             hi = lo
             while hi < c and starts[k, hi] < hi_addr:
                 if ends[k, hi] > lo_addr:
                     if m == out.shape[1]:
-                        out = _grow(out, 2 * m)
-                    out[1, m] = owners[k, hi]
-                    out[2, m], out[3, m] = max(starts[k, hi], lo_addr), min(ends[k, hi], hi_addr)
+                        out = _grow(out)
+                    out[0, m] = owners[k, hi]
+                    out[1, m] = max(starts[k, hi], lo_addr)
+                    out[2, m] = min(ends[k, hi], hi_addr)
                     m += 1
                 hi += 1
-            counts[k] = _write(starts[k], ends[k], owners[k], c, lo, hi, lo_addr, hi_addr, w)
+            counts[k] = _write(starts, ends, owners, k, c, lo, hi, lo_addr, hi_addr, w)
         ptr[w + 1] = m
-    return ptr, out[1, :m].copy(), out[2, :m].copy(), out[3, :m].copy(), starts, ends, owners, counts
+    return ptr, out[0, :m].copy(), out[1, :m].copy(), out[2, :m].copy(), starts, ends, owners, counts
 
 
 @njit(cache=True)
-def _write(starts, ends, owners, c, lo, hi, lo_addr, hi_addr, w):
-    """Replace segments [lo, hi) by what survives of them around [lo_addr, hi_addr) plus the new one."""
-    piece_s = np.empty(4, np.int64)
-    piece_e = np.empty(4, np.int64)
-    piece_o = np.empty(4, np.int64)
-    p = 0
-    if hi > lo and starts[lo] < lo_addr:
-        piece_s[p], piece_e[p], piece_o[p] = starts[lo], min(ends[lo], lo_addr), owners[lo]
-        p += 1
-    piece_s[p], piece_e[p], piece_o[p] = lo_addr, hi_addr, w
-    p += 1
-    if hi > lo and ends[hi - 1] > hi_addr:
-        piece_s[p], piece_e[p], piece_o[p] = hi_addr, ends[hi - 1], owners[hi - 1]
-        p += 1
-    shift = p - (hi - lo)
+def _last_at_or_before(starts, k, c, addr):
+    """The last segment of row k starting at or before `addr` (0 when none does)."""
+    lo, hi = 0, c
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[k, mid] <= addr:
+            lo = mid + 1
+        else:
+            hi = mid
+    return max(lo - 1, 0)
+
+
+@njit(cache=True)
+def _write(starts, ends, owners, k, c, lo, hi, lo_addr, hi_addr, w):
+    """Replace segments [lo, hi) of row k by what survives of them around [lo_addr, hi_addr) plus the new one."""
+    keep_head = hi > lo and starts[k, lo] < lo_addr
+    keep_tail = hi > lo and ends[k, hi - 1] > hi_addr
+    head_s = head_e = head_o = tail_e = tail_o = 0
+    if keep_head:
+        head_s, head_e, head_o = starts[k, lo], min(ends[k, lo], lo_addr), owners[k, lo]
+    if keep_tail:
+        tail_e, tail_o = ends[k, hi - 1], owners[k, hi - 1]
+    pieces = 1 + int(keep_head) + int(keep_tail)
+    shift = pieces - (hi - lo)
     if shift > 0:
         for i in range(c - 1, hi - 1, -1):
-            starts[i + shift], ends[i + shift], owners[i + shift] = starts[i], ends[i], owners[i]
+            starts[k, i + shift], ends[k, i + shift], owners[k, i + shift] = starts[k, i], ends[k, i], owners[k, i]
     elif shift < 0:
         for i in range(hi, c):
-            starts[i + shift], ends[i + shift], owners[i + shift] = starts[i], ends[i], owners[i]
-    for i in range(p):
-        starts[lo + i], ends[lo + i], owners[lo + i] = piece_s[i], piece_e[i], piece_o[i]
+            starts[k, i + shift], ends[k, i + shift], owners[k, i + shift] = starts[k, i], ends[k, i], owners[k, i]
+    at = lo
+    if keep_head:
+        starts[k, at], ends[k, at], owners[k, at] = head_s, head_e, head_o
+        at += 1
+    starts[k, at], ends[k, at], owners[k, at] = lo_addr, hi_addr, w
+    if keep_tail:
+        starts[k, at + 1], ends[k, at + 1], owners[k, at + 1] = hi_addr, tail_e, tail_o
     return c + shift
 
 
 @njit(cache=True)
-def _grow(a, cap):
-    b = np.zeros((a.shape[0], cap), a.dtype)
-    b[:, : a.shape[1]] = a
+def _grow(a):
+    b = np.zeros((a.shape[0], 2 * a.shape[1]), np.int64)
+    for r in range(a.shape[0]):
+        for i in range(a.shape[1]):
+            b[r, i] = a[r, i]
     return b

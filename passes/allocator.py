@@ -52,16 +52,15 @@ class DeviceMemory:
     def place_free(self, size: int) -> int | None:
         """The start of the loosest free placement of `size` bytes, or None when no free run fits."""
         best = None
-        n = len(self.starts)
-        for i in range(n):
-            if self.owners[i] != FREE:
-                continue
-            end, stamp, j = self.starts[i] + size, self.stamps[i], i
-            while self.ends[j] < end and j + 1 < n and self.owners[j + 1] == FREE:
+        starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
+        n = len(starts)
+        for i in [i for i, owner in enumerate(owners) if owner == FREE]:
+            end, stamp, j = starts[i] + size, stamps[i], i
+            while ends[j] < end and j + 1 < n and owners[j + 1] == FREE:
                 j += 1
-                stamp = max(stamp, self.stamps[j])
-            if self.ends[j] >= end and (best is None or stamp < best[0]):
-                best = (stamp, self.starts[i])
+                stamp = max(stamp, stamps[j])
+            if ends[j] >= end and (best is None or stamp < best[0]):
+                best = (stamp, starts[i])
                 if self.first_fit:
                     break
         return None if best is None else best[1]

@@ -98,13 +98,14 @@ class Planner:
         start = self.memory[view.devices[i]].where[i]
         kind = "move" if view.ops[i] == "move" else "kernel"
         gpu[i] = self._emit(kind, i, view.devices[i], loc=(start, view.nbytes[i]), inputs=tuple(gpu[o] for o in view.inputs[i]))
+        if self.unread:
+            self.unread.difference_update(gpu[o] for o in operands)
         for o in operands:
-            self.unread.discard(gpu[o])
             self.next[o] += 1
             self._drop_if_dead(o)
         self._drop_if_dead(i)
 
-    def _make_room(self, d: int, items: list[int], operands: set[int]) -> dict[int, int]:
+    def _make_room(self, d: int, items: list[int], operands: list[int]) -> dict[int, int]:
         """Place `items` (reloads and the output) on GPU `d`, evicting what the cheapest layout needs.
 
         Layouts are tried on copies of the memory, cheapest first: each item in turn in free room or the
@@ -117,7 +118,7 @@ class Planner:
         if len(items) == 1 and self._room_for_one(memory, items[0], operands):
             return {items[0]: memory.where[items[0]]}
         operands = set(operands)
-        resident = sorted((o for o in operands if o in memory.where), key=lambda o: (self.store[o] < 0, size(o)))
+        resident = sorted((o for o in operands if o in memory.where), key=lambda o: (self.store[o] < 0, size(o), o))
         layouts = [(items, [])] + [(items + resident[:k], resident[:k]) for k in range(len(resident) + 1)]
         for k, (placing, moved) in enumerate(layouts):
             trial = memory.copy()
@@ -211,5 +212,5 @@ class Planner:
         node_id = len(self.out.nodes)
         kernel = task.op if op == "kernel" else None
         attrs = dict(task.attrs) if op == "kernel" else {}
-        self.out.add(MemNode(node_id, op, task.id, device, loc, storage, tuple(inputs), (), kernel, task.shape, task.dtype, attrs))
+        self.out.nodes.append(MemNode(node_id, op, task.id, device, loc, storage, inputs, (), kernel, task.shape, task.dtype, attrs))
         return node_id

@@ -1,7 +1,8 @@
 """The default compiler pipeline on the compact structures: taskgraph in, verified memgraph out.
 
 Stages: place devices -> simulate (offload insertion) -> memory deps -> minimize -> reduce -> verify.
-Each works on Python lists and bitsets; nothing is printed or parsed between them. `compile_taskgraph`
+Each works on Python lists or CSR arrays (built once for the memory passes); nothing is printed or
+parsed between them; the cyclic garbage collector is paused meanwhile. `compile_taskgraph`
 is the contract the runtime's `turnip run` calls for taskgraph files.
 """
 

@@ -30,7 +30,7 @@ def reduce_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> int:
 class ReduceMemoryDepsPass(GraphPass):
     """Remove every memory edge that another path of data or memory edges implies.
 
-    A transitive reduction restricted to memory edges, with ancestor bitsets over the topological
+    A transitive reduction restricted to memory edges, with the shared ancestor sweep over the topological
     order; data edges are never removed.
     """
 

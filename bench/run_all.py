@@ -43,9 +43,10 @@ JOBS = (
     Job(("bench_runtime.py", "sim"), ("runtime-sim",)),
     Job(
         ("bench_compile.py", "--sizes", "20000"),
-        ("compile-stages", "compile-cli", "compile-traffic"),
+        ("compile-stages", "compile-cli", "compile-numba"),
         full=("bench_compile.py", "--sizes", "20000", "100000"),
     ),
+    Job(("bench_plans.py",), ("plans-traffic", "plans-makespan", "plans-edges")),
     Job(("bench_placement.py",), ("placement",)),
     Job(("bench_ir.py", "--ops", "10000"), ("ir",), full=("bench_ir.py", "--ops", "10000", "100000")),
     Job(("bench_llama.py",), ("llama",)),

@@ -1,12 +1,17 @@
 """The per-GPU allocator the offload planner simulates with: segments over [0, capacity), 256-byte aligned.
 
 Memory is a sorted list of segments that cover [0, capacity). A segment is either free, remembering the
-step at which it was last freed, or held by one tensor. Two choices make the memgraph good:
+step at which it was last freed, or held by one tensor; free neighbours merge only when freed at the
+same step, so every free byte keeps its age. Two choices make the memgraph good:
 
 - with room, `place_free` takes the fitting placement whose covered free segments were freed longest ago,
   so the memory edges it implies point far into the past (loose constraints for the runtime);
-- without room, `best_window` picks the contiguous range of free or unpinned segments whose earliest next
-  use is latest (Belady's rule, generalised to mixed sizes), breaking ties by the fewest bytes to offload.
+- without room, `best_window` picks the contiguous range of free or unpinned segments whose tensors are
+  cheapest to evict, by a cost the planner gives per tensor (Belady with costs: bytes moved over steps
+  until they are due).
+
+`fit` places several tensors at once (an op's reloads and output) on a copy, so a planner can try
+layouts and keep the first that works without emitting anything for the ones that fail.
 """
 
 from __future__ import annotations
@@ -47,45 +52,77 @@ class DeviceMemory:
     def place_free(self, size: int) -> int | None:
         """The start of the loosest free placement of `size` bytes, or None when no free run fits."""
         best = None
-        n = len(self.starts)
-        for i in range(n):
-            if self.owners[i] != FREE:
-                continue
-            end, stamp, j = self.starts[i] + size, self.stamps[i], i
-            while self.ends[j] < end and j + 1 < n and self.owners[j + 1] == FREE:
+        starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
+        n = len(starts)
+        for i in [i for i, owner in enumerate(owners) if owner == FREE]:
+            end, stamp, j = starts[i] + size, stamps[i], i
+            while ends[j] < end and j + 1 < n and owners[j + 1] == FREE:
                 j += 1
-                stamp = max(stamp, self.stamps[j])
-            if self.ends[j] >= end and (best is None or stamp < best[0]):
-                best = (stamp, self.starts[i])
+                stamp = max(stamp, stamps[j])
+            if ends[j] >= end and (best is None or stamp < best[0]):
+                best = (stamp, starts[i])
                 if self.first_fit:
                     break
         return None if best is None else best[1]
 
-    def best_window(self, size: int, pinned: set[int], score: Callable[[int], tuple[int, int]]) -> int | None:
+    def best_window(self, size: int, pinned: set[int], cost: Callable[[int], int]) -> int | None:
         """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
 
-        `score(tensor)` is (next use, bytes to offload); the window maximises its minimum next use and
-        then minimises the bytes it must offload.
+        The window minimises the summed `cost(tensor)` of the tensors it evicts (free bytes cost nothing),
+        then its start. Windows start at segment starts and never cross a pinned tensor; within each run
+        of unpinned segments two pointers slide over it, so a search is linear in the segments.
         """
+        starts, ends, owners = self.starts, self.ends, self.owners
+        n = len(starts)
+        costs = [0 if owner == FREE or owner in pinned else cost(owner) for owner in owners]
         best = None
-        n = len(self.starts)
-        for i in range(n):
-            end, j, soonest, cost = self.starts[i] + size, i, NEVER, 0
-            while True:
-                owner = self.owners[j]
-                if owner in pinned:
+        run = 0
+        while run < n:
+            stop = run
+            while stop < n and owners[stop] not in pinned:
+                stop += 1
+            j, total = run, 0
+            for i in range(run, stop):
+                end = starts[i] + size
+                while j < stop and (j == i or ends[j - 1] < end):
+                    total += costs[j]
+                    j += 1
+                if ends[j - 1] < end:
                     break
-                if owner != FREE:
-                    use, bytes_out = score(owner)
-                    soonest, cost = min(soonest, use), cost + bytes_out
-                if self.ends[j] >= end:
-                    key = (-soonest, cost, self.starts[i])
-                    best = key if best is None or key < best else best
-                    break
-                j += 1
-                if j == n:
-                    break
-        return None if best is None else best[2]
+                if best is None or total < best[0]:
+                    best = (total, starts[i])
+                total -= costs[i]
+            run = stop + 1
+        return None if best is None else best[1]
+
+    def fit(self, items: list[tuple[int, int]], pinned: set[int], cost: Callable[[int], int], step: int):
+        """Place `items` ((tensor, size) pairs) in turn, each in free room or the cheapest window.
+
+        Returns (the tensors evicted, in order; each item's start), or None when pinned tensors and the
+        items already placed leave no room. It changes this memory: call it on a `copy()`.
+        """
+        pinned = set(pinned)
+        victims: list[int] = []
+        starts: dict[int, int] = {}
+        for tensor, size in items:
+            start = self.place_free(size)
+            if start is None:
+                start = self.best_window(size, pinned, cost)
+                if start is None:
+                    return None
+                for victim in self.holders(start, size):
+                    self.release(victim, step)
+                    victims.append(victim)
+            self.take(start, size, tensor)
+            pinned.add(tensor)
+            starts[tensor] = start
+        return victims, starts
+
+    def copy(self) -> DeviceMemory:
+        twin = DeviceMemory(self.capacity, "first-fit" if self.first_fit else "loosest")
+        twin.starts, twin.ends, twin.owners, twin.stamps = list(self.starts), list(self.ends), list(self.owners), list(self.stamps)
+        twin.where = dict(self.where)
+        return twin
 
     def holders(self, start: int, size: int) -> list[int]:
         """Tensors held in [start, start + size)."""
@@ -98,14 +135,17 @@ class DeviceMemory:
         self.where[tensor] = start
 
     def release(self, tensor: int, step: int) -> None:
-        """Free the segment of `tensor`, stamping it with `step`; merge it with free neighbours."""
+        """Free the segment of `tensor`, stamping it with `step`; merge it with free neighbours of that stamp.
+
+        Neighbours freed at other steps stay apart: merged under the newer stamp, an older region would
+        look just freed, and the loosest placement would miss it.
+        """
         start = self.where.pop(tensor)
         i = _find(self.starts, start)
         self.owners[i], self.stamps[i] = FREE, step
         for k in (i + 1, i):
-            if 0 < k < len(self.starts) and self.owners[k] == FREE and self.owners[k - 1] == FREE:
+            if 0 < k < len(self.starts) and self.owners[k] == FREE == self.owners[k - 1] and self.stamps[k] == self.stamps[k - 1]:
                 self.ends[k - 1] = self.ends[k]
-                self.stamps[k - 1] = max(self.stamps[k - 1], self.stamps[k])
                 for seq in (self.starts, self.ends, self.owners, self.stamps):
                     del seq[k]
 
@@ -115,6 +155,9 @@ class DeviceMemory:
         while self.ends[j] < end:
             j += 1
         assert all(o == FREE for o in self.owners[i : j + 1]), "allocator placed over a live tensor"
+        if i == j and self.starts[i] == start and self.ends[i] == end:
+            self.owners[i], self.stamps[i] = owner, stamp  # the common case: a free segment of the exact size
+            return
         new = [(self.starts[i], start, FREE, self.stamps[i])] if self.starts[i] < start else []
         new.append((start, end, owner, stamp))
         if self.ends[j] > end:

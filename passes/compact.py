@@ -1,46 +1,52 @@
-"""Compact integer-indexed views shared by the memgraph passes: positions, predecessor lists, regions.
-
-A memgraph's nodes are kept in a topological order, so a node's index in `MemGraph.nodes` is its
-position. `CompactMem` holds, per position, the data and memory predecessors as positions, the readers
-of each node and the (space, start, end) region each node writes. Spaces are GPU numbers 0..D-1 and
-`STORAGE` for the CPU storage buffer (both from `turnip_ir.sweep`, re-exported here). Passes build one `CompactMem`, work on it, and write back once.
+"""Compact integer-indexed views for the passes: `TaskView` for taskgraphs, and `MemArrays` for memgraphs
+(from turnip_ir.memarrays, with its CSR helpers) plus `drop_memory_edges`, the write-back the edge passes share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnip_ir.memgraph import MemGraph
-from turnip_ir.sweep import STORAGE, RegionMap, successor_counts, written_region
+import numpy as np
 
-__all__ = ["STORAGE", "CompactMem", "RegionMap", "TaskView", "successor_counts", "written_region"]
+from turnip_ir.memarrays import (  # noqa: F401  (re-exported for the passes)
+    NOWHERE,
+    STORAGE,
+    MemArrays,
+    _member,
+    csr_union,
+    data_entries,
+    distinct,
+    row_of,
+    written_region,
+)
 
 
-@dataclass
-class CompactMem:
-    """Positions, predecessors and written regions of a memgraph's nodes, in its node order."""
-
-    ids: list[int]
-    data: list[list[int]]
-    mem: list[list[int]]
-    readers: list[list[int]]
-    writes: list[tuple[int, int, int] | None]
-    """(space, start, end) written by each node, or None."""
-
-    @classmethod
-    def build(cls, graph: MemGraph) -> CompactMem:
-        pos = {node.id: i for i, node in enumerate(graph.nodes)}
-        ids = [node.id for node in graph.nodes]
-        data = [[pos[i] for i in node.inputs] for node in graph.nodes]
-        mem = [[pos[i] for i in node.mem_deps] for node in graph.nodes]
-        readers: list[list[int]] = [[] for _ in ids]
-        for i, preds in enumerate(data):
-            for p in dict.fromkeys(preds):
-                readers[p].append(i)
-        return cls(ids, data, mem, readers, [written_region(node) for node in graph.nodes])
-
-    def __len__(self) -> int:
-        return len(self.ids)
+def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray, implied: np.ndarray) -> int:
+    """Remove the memory edges marked `implied` in the predecessor CSR (ptr, idx), and those that repeat
+    a data edge, from `graph` in place, keeping `arrays` in step; returns how many `mem_deps` entries
+    went. A node that loses one keeps the rest once each, in their order."""
+    n = len(arrays)
+    keys = row_of(ptr) * n + idx
+    in_data = data_entries(arrays, ptr, idx)
+    gone = distinct(np.concatenate([keys[implied & ~in_data], keys[in_data]]))
+    mem_rows = row_of(arrays.mem_ptr)
+    mem_keys = mem_rows * n + arrays.mem_idx
+    dropped = _member(mem_keys, gone)
+    first = np.zeros(len(mem_keys), dtype=np.bool_)
+    first[np.unique(mem_keys, return_index=True)[1]] = True
+    kept = ~dropped & first
+    kept_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(mem_rows[kept], minlength=n), out=kept_ptr[1:])
+    kept_ids = [arrays.ids[m] for m in arrays.mem_idx[kept].tolist()]
+    bounds = kept_ptr.tolist()
+    changed = distinct(mem_rows[dropped])
+    for w in changed.tolist():
+        graph.nodes[w].mem_deps = tuple(kept_ids[bounds[w] : bounds[w + 1]])
+    touched = np.zeros(n, dtype=np.bool_)
+    touched[changed] = True
+    stay = kept | ~touched[mem_rows]
+    arrays.set_mem(mem_rows[stay], arrays.mem_idx[stay])
+    return int(np.count_nonzero(dropped))
 
 
 @dataclass

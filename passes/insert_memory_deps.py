@@ -1,73 +1,84 @@
 """Memory dependencies: when a location is reused, the new writer waits for the old occupant and its readers.
 
-One sweep over the nodes in their topological order keeps, per space (each GPU, and CPU storage), the
-last writer of every byte (`RegionMap`). A node that writes a range gets an edge from each last writer
-it overlaps and from every reader of that writer (an offload counts as a reader; the offload itself
-already waits for the readers before it). Only the last writer per byte matters: older ones were
-already ordered before it the same way. An edge that a path of data edges already implies is stored
-in `redundant_deps` (kept for pictures, ignored by the runtime) instead of `mem_deps`.
+The last-writer sweep (turnip_ir/regions.py) tells, per space (each GPU, and CPU storage), which earlier
+writes each node overwrites. A node that writes a range gets an edge from each last writer it
+overlaps and from every reader of that writer placed before it, an offload included: offloads wait
+for nothing but their tensor, so this is where the readers' safety lives. Only the last writer per
+byte matters: older ones were already ordered before it the same way. An edge that a path of data
+edges already implies is stored in `redundant_deps` (kept for pictures, ignored by the runtime)
+instead of `mem_deps`; whether a source is a data ancestor is one question to turnip_ir/ancestors.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numba import njit
 
+from turnip_ir.ancestors import ancestor_answers
+from passes.compact import MemArrays, row_of
 from passes.ir import GraphPass, memgraph_of
+from turnip_ir.regions import Overwrites
 from passes.stats import collected, timed
-from passes.compact import CompactMem, RegionMap, successor_counts
 from turnip_ir.memgraph import MemGraph
 
 
-def insert_memory_deps(graph: MemGraph) -> tuple[int, int]:
-    """Add the reuse edges to `graph` in place; returns (edges added to mem_deps, edges marked redundant)."""
-    view = CompactMem.build(graph)
-    spaces: dict[int, RegionMap] = {}
-    left = successor_counts(view.data)
-    ancestors: list[int | None] = [None] * len(view)
-    added = redundant = 0
-    for w in range(len(view)):
-        anc = _data_ancestors(view, w, ancestors, left)
-        region = view.writes[w]
-        if region is None:
-            continue
-        regions = spaces.setdefault(region[0], RegionMap())
-        sources = _previous_users(view, regions, region, w)
+def insert_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> tuple[int, int]:
+    """Add the reuse edges to `graph` in place; returns (edges added to mem_deps, edges marked redundant).
+
+    `arrays`, when given, are `graph`'s (a pipeline builds them once) and are kept in step."""
+    arrays = arrays or MemArrays.build(graph.nodes)
+    over = Overwrites(arrays)
+    ptr, sources = _sources(over.ptr, over.writer, arrays.read_ptr, arrays.read_idx, arrays.mem_ptr, arrays.mem_idx)
+    implied = ancestor_answers(arrays.data_ptr, arrays.data_idx, ptr, sources)
+    ids, named, bounds, flags = arrays.ids, sources.tolist(), ptr.tolist(), implied.tolist()
+    for w in np.flatnonzero(np.diff(ptr)).tolist():
         node = graph.nodes[w]
-        mem, dashed = list(node.mem_deps), list(node.redundant_deps)
-        have = set(view.mem[w])
-        for src in sorted(sources - have):
-            if (anc >> src) & 1:
-                dashed.append(view.ids[src])
-                redundant += 1
-            else:
-                mem.append(view.ids[src])
-                added += 1
-        node.mem_deps, node.redundant_deps = tuple(mem), tuple(dict.fromkeys(dashed))
-        regions.write(region[1], region[2], w)
-    return added, redundant
+        row = range(bounds[w], bounds[w + 1])
+        node.mem_deps += tuple(ids[named[k]] for k in row if not flags[k])
+        if any(flags[k] for k in row):
+            dashed = node.redundant_deps + tuple(ids[named[k]] for k in row if flags[k])
+            node.redundant_deps = tuple(dict.fromkeys(dashed))
+    added = ~implied
+    arrays.set_mem(np.concatenate([row_of(arrays.mem_ptr), row_of(ptr)[added]]), np.concatenate([arrays.mem_idx, sources[added]]))
+    redundant = int(np.count_nonzero(implied))
+    return len(sources) - redundant, redundant
 
 
-def _previous_users(view: CompactMem, regions: RegionMap, region, w: int) -> set[int]:
-    """The last writers of the bytes `w` overwrites and their readers placed before `w`."""
-    sources: set[int] = set()
-    for _, _, x in regions.overlapping(region[1], region[2]):
-        sources.add(x)
-        sources.update(r for r in view.readers[x] if r < w)
-    sources.discard(w)
-    return sources
-
-
-def _data_ancestors(view: CompactMem, w: int, ancestors: list, left: list[int]) -> int:
-    """The bitset of nodes with a data path to `w`; frees each predecessor's set after its last reader."""
-    anc = 0
-    for p in view.data[w]:
-        anc |= ancestors[p] | (1 << p)
-        left[p] -= 1
-        if left[p] == 0:
-            ancestors[p] = None
-    ancestors[w] = anc if left[w] else None
-    return anc
+@njit(cache=True)
+def _sources(over_ptr, writer, read_ptr, read_idx, mem_ptr, mem_idx):
+    """Per node w, ascending: the last writers of the bytes w overwrites and their readers placed before w,
+    without w itself and its existing memory dependencies (CSR)."""
+    n = over_ptr.shape[0] - 1
+    seen = np.full(n, -1, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    out = np.empty(max(16, 4 * writer.shape[0]), np.int64)
+    m = 0
+    for w in range(n):
+        seen[w] = w
+        for e in range(mem_ptr[w], mem_ptr[w + 1]):
+            seen[mem_idx[e]] = w
+        start = m
+        for k in range(over_ptr[w], over_ptr[w + 1]):
+            x = writer[k]
+            for e in range(read_ptr[x] - 1, read_ptr[x + 1]):
+                u = x if e < read_ptr[x] else read_idx[e]
+                if u < w and seen[u] != w:
+                    seen[u] = w
+                    if m == out.shape[0]:
+                        bigger = np.empty(2 * m, np.int64)
+                        for i in range(m):
+                            bigger[i] = out[i]
+                        out = bigger
+                    at = m  # insertion sort: a node has a handful of sources
+                    while at > start and out[at - 1] > u:
+                        out[at] = out[at - 1]
+                        at -= 1
+                    out[at] = u
+                    m += 1
+        ptr[w + 1] = m
+    return ptr, out[:m].copy()
 
 
 @dataclass(frozen=True)

@@ -12,35 +12,62 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numba import njit
 
+from passes.compact import MemArrays, csr_union, data_entries, drop_memory_edges
 from passes.ir import GraphPass, count_into, memgraph_of
-from passes.compact import CompactMem
 from turnip_ir.memgraph import MemGraph
 
 
-def minimize_memory_deps(graph: MemGraph) -> int:
+def minimize_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> int:
     """Drop locally implied memory edges of `graph` in place; returns how many were removed."""
-    view = CompactMem.build(graph)
-    pred_sets = [set(d) | set(m) for d, m in zip(view.data, view.mem)]
-    removed = 0
-    for w, node in enumerate(graph.nodes):
-        if not view.mem[w]:
+    arrays = arrays or MemArrays.build(graph.nodes)
+    ptr, idx = csr_union(arrays.data_ptr, arrays.data_idx, arrays.mem_ptr, arrays.mem_idx, descending=True)
+    has_mem = np.diff(arrays.mem_ptr) > 0
+    return drop_memory_edges(graph, arrays, ptr, idx, _two_step(ptr, idx, data_entries(arrays, ptr, idx), has_mem))
+
+
+@njit(cache=True)
+def _two_step(ptr, idx, is_data, has_mem):
+    """Per predecessor entry (rows latest first): a memory-only predecessor u of w that is a kept
+    predecessor's own predecessor (u -> x -> w). Earlier nodes' drops count, as in one forward pass."""
+    n = ptr.shape[0] - 1
+    alive = np.ones(idx.shape[0], np.bool_)
+    implied = np.zeros(idx.shape[0], np.bool_)
+    longest = 1
+    for w in range(n):
+        longest = max(longest, ptr[w + 1] - ptr[w])
+    kept = np.empty(longest, np.int64)
+    for w in range(n):
+        if not has_mem[w]:
             continue
-        data = set(view.data[w])
-        kept: list[int] = []
-        drop: set[int] = set()
-        for p in sorted(pred_sets[w], reverse=True):
-            only_memory = p not in data
-            if only_memory and any(p in pred_sets[k] for k in kept):
-                drop.add(p)
+        count = 0
+        for e in range(ptr[w], ptr[w + 1]):
+            u = idx[e]
+            if not is_data[e] and _before_any(ptr, idx, alive, kept, count, u):
+                implied[e] = True
+                alive[e] = False
             else:
-                kept.append(p)
-        drop |= data & set(view.mem[w])
-        if drop:
-            removed += sum(1 for m in view.mem[w] if m in drop)
-            node.mem_deps = tuple(view.ids[m] for m in dict.fromkeys(view.mem[w]) if m not in drop)
-            pred_sets[w] -= drop - data
-    return removed
+                kept[count] = u
+                count += 1
+    return implied
+
+
+@njit(cache=True)
+def _before_any(ptr, idx, alive, kept, count, u):
+    """Is `u` a live predecessor of one of kept[:count]? (rows sorted descending: binary search)"""
+    for k in range(count):
+        lo, hi = ptr[kept[k]], ptr[kept[k] + 1]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if idx[mid] > u:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < ptr[kept[k] + 1] and idx[lo] == u and alive[lo]:
+            return True
+    return False
 
 
 @dataclass(frozen=True)

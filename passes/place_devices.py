@@ -34,11 +34,12 @@ def place_devices(graph: TaskGraph, devices: int = 0) -> TaskGraph:
     finish: dict[str, float] = {}
     busy = [0.0] * count
     for node in graph.nodes.values():
-        device = node.device if node.device is not None else _best_device(placed, node, finish, busy)
+        cost = _cost(graph, node)
+        device = node.device if node.device is not None else _best_device(placed, node, cost, finish, busy)
         inputs = tuple(_local(placed, graph, src, device, finish) for src in node.inputs) if node.op != "move" else node.inputs
         placed.nodes[node.id] = TaskNode(node.id, node.op, inputs, node.shape, node.dtype, device, dict(node.attrs))
         start = max([busy[device]] + [finish[i] for i in inputs])
-        finish[node.id] = start + _cost(graph, node)
+        finish[node.id] = start + cost
         busy[device] = finish[node.id]
     placed.outputs = list(graph.outputs)
     return placed
@@ -53,7 +54,7 @@ def _cost(graph: TaskGraph, node: TaskNode) -> float:
     return KERNELS[node.op].flops(shapes, node.shape, node.attrs) / FLOPS_PER_BYTE
 
 
-def _best_device(placed: TaskGraph, node: TaskNode, finish: dict[str, float], busy: list[float]) -> int:
+def _best_device(placed: TaskGraph, node: TaskNode, cost: float, finish: dict[str, float], busy: list[float]) -> int:
     best = None
     for device in range(len(busy)):
         ready = busy[device]
@@ -61,7 +62,7 @@ def _best_device(placed: TaskGraph, node: TaskNode, finish: dict[str, float], bu
             operand = placed.nodes[src]
             copy = 0.0 if operand.device == device else float(operand.nbytes)
             ready = max(ready, finish.get(src, 0.0) + copy)
-        key = (ready + _cost(placed, node), device)
+        key = (ready + cost, device)
         best = key if best is None or key < best else best
     return best[1]
 

@@ -31,12 +31,15 @@ class CompileStats:
 
     def record_graph(self, graph: MemGraph) -> None:
         """Fill the op counts, copy bytes and per-GPU peaks from the final memgraph."""
-        self.ops = {op: graph.count(op) for op in ("input", "kernel", "move", "offload", "reload")}
-        self.bytes_offloaded = sum(n.storage[1] for n in graph.nodes if n.op == "offload")
-        self.bytes_reloaded = sum(n.loc[1] for n in graph.nodes if n.op == "reload")
+        self.ops = dict.fromkeys(("input", "kernel", "move", "offload", "reload"), 0)
+        self.bytes_offloaded = self.bytes_reloaded = 0
         peaks: dict[int, int] = {}
         for node in graph.nodes:
+            self.ops[node.op] = self.ops.get(node.op, 0) + 1
+            if node.op == "offload":
+                self.bytes_offloaded += node.storage[1]
             if node.loc is not None and node.device is not None:
+                self.bytes_reloaded += node.loc[1] if node.op == "reload" else 0
                 peaks[node.device] = max(peaks.get(node.device, 0), node.loc[0] + node.loc[1])
         self.peak_memory = dict(sorted(peaks.items()))
 

@@ -52,8 +52,9 @@ def test_four_slots_offload_and_reload_the_farthest_tensor():
     assert reloads[0].inputs == (offloads[0].id,)
     f = next(n for n in m.nodes if n.task == "f")
     assert reloads[0].id in f.inputs
-    c = next(n for n in m.nodes if n.task == "c")
-    assert by_id[offloads[0].inputs[0]].task == "b" and c.id in offloads[0].mem_deps
+    assert by_id[offloads[0].inputs[0]].task == "b" and offloads[0].mem_deps == ()  # runs beside b's readers
+    d = next(n for n in m.nodes if n.task == "d")  # takes b's location: waits for the offload and the readers
+    assert d.loc == by_id[offloads[0].inputs[0]].loc and offloads[0].id in d.mem_deps
 
 
 def test_redundant_edge_is_marked_not_kept():

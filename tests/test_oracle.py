@@ -1,8 +1,9 @@
 """The oracle (tests/oracle.py) against the fast verifier: both catch broken hand-written memgraphs, and
 bugs planted in the memory-edge inserter are caught by the oracle even where the verifier shares them.
 
-The inserter and the verifier share `turnip_ir.sweep` (`written_region`, `RegionMap`): a bug there makes
-the inserter leave out edges and the verifier look away from the same bytes. The oracle shares nothing.
+The inserter and the verifier share `turnip_ir.memarrays` (`written_region`, the regions `MemArrays` holds)
+and `turnip_ir.regions` (`Overwrites`, the last-writer sweep): a bug there makes the inserter leave out
+edges and the verifier look away from the same bytes. The oracle shares nothing.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import copy
 import sys
 
+import numpy as np
 import pytest
 from oracle import violations
 
-import turnip_ir.sweep
+import turnip_ir.memarrays
+from turnip_ir.regions import Overwrites
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
@@ -21,7 +24,7 @@ from turnip_ir.errors import VerifyError
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.random_graphs import random_taskgraph
-from turnip_ir.sweep import STORAGE, RegionMap
+from turnip_ir.memarrays import STORAGE
 from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.verifier import verify_memgraph
 
@@ -107,22 +110,30 @@ def _plans(seeds=range(12)):
             yield placed, plan, False
 
 
+def _in_step(graph, arrays) -> None:
+    """The pipeline keeps one MemArrays beside the graph: a planted inserter edits both."""
+    if arrays is not None:
+        arrays.__dict__.update(turnip_ir.memarrays.MemArrays.build(graph.nodes).__dict__)
+
+
 def _keep_first_edge(real):
-    def inserter(graph):  # planted: each node keeps only its first memory dependency
-        counts = real(graph)
+    def inserter(graph, arrays=None):  # planted: each node keeps only its first memory dependency
+        counts = real(graph, arrays)
         for node in graph.nodes:
             node.mem_deps = node.mem_deps[:1]
+        _in_step(graph, arrays)
         return counts
 
     return inserter
 
 
 def _all_redundant(real):
-    def inserter(graph):  # planted: every memory dependency filed as implied by a data path
-        counts = real(graph)
+    def inserter(graph, arrays=None):  # planted: every memory dependency filed as implied by a data path
+        counts = real(graph, arrays)
         for node in graph.nodes:
             if node.op != "offload":
                 node.mem_deps, node.redundant_deps = (), node.redundant_deps + node.mem_deps
+        _in_step(graph, arrays)
         return counts
 
     return inserter
@@ -149,24 +160,29 @@ def _offset_as_end(node):
     return None
 
 
-def _first_overlap_only(real):
-    def overlapping(self, start, end):  # planted: stops at the first last-writer it meets
-        return real(self, start, end)[:1]
+def _first_overlap_only(real_init):
+    def init(self, arrays):  # planted: each node keeps only the first earlier write it overwrites
+        real_init(self, arrays)
+        counts = np.diff(self.ptr)
+        keep = np.zeros(len(self.writer), dtype=bool)
+        keep[self.ptr[:-1][counts > 0]] = True
+        self.writer, self.start, self.end, self.node = self.writer[keep], self.start[keep], self.end[keep], self.node[keep]
+        self.ptr = np.concatenate([[0], np.cumsum(np.minimum(counts, 1))]).astype(np.int64)
 
-    return overlapping
+    return init
 
 
 def _plant_shared(monkeypatch, bug: str) -> None:
     if bug == "written_region":
-        shared = turnip_ir.sweep.written_region
+        shared = turnip_ir.memarrays.written_region
         for module in list(sys.modules.values()):  # every module that imported it: the inserter's and the verifier's
             if getattr(module, "written_region", None) is shared:
                 monkeypatch.setattr(module, "written_region", _offset_as_end)
     else:
-        monkeypatch.setattr(RegionMap, "overlapping", _first_overlap_only(RegionMap.overlapping))
+        monkeypatch.setattr(Overwrites, "__init__", _first_overlap_only(Overwrites.__init__))
 
 
-@pytest.mark.parametrize("bug", ["written_region", "RegionMap.overlapping"])
+@pytest.mark.parametrize("bug", ["written_region", "Overwrites"])
 def test_a_bug_shared_with_the_verifier_is_caught_by_the_oracle(bug, monkeypatch):
     _plant_shared(monkeypatch, bug)
     verdicts = [(verified, violations(plan, placed) != []) for placed, plan, verified in _plans()]

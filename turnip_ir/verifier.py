@@ -1,5 +1,8 @@
 """The memgraph verifier: proves the seed's conditions on any memgraph, planned or hand-written.
 
+It lives in turnip_ir, below the passes, so that the compiler (passes/verify_memgraph.py), `turnip run` and
+the runtime's `execute()` all prove plans with this one function.
+
 Checks, each failing with a `VerifyError` that names the nodes and the location:
 - structure: references exist, the graph is acyclic (c), devices and regions lie within bounds, regions
   hold their tensors, kernels and offloads read GPU copies on their own GPU, reloads read storage;
@@ -7,8 +10,10 @@ Checks, each failing with a `VerifyError` that names the nodes and the location:
   chains, to the producer of the right task, and every output is held;
 - (b) no race: a sweep in topological order keeps the last writer of every byte per space; a node that
   overwrites bytes must come after their last writer and after every reader of it, through `inputs`
-  and `mem_deps` (never `redundant_deps`). Happens-before is a bitset of ancestors per node, freed after
-  its last successor;
+  and `mem_deps` (never `redundant_deps`). Happens-before is a set of ancestors per node, freed after
+  its last successor (`turnip_ir.ancestors`), over the nodes an overwrite can name: the last writers of
+  bytes in a space where writes overlap, and their readers. It is exact for them; any other node has
+  no bit and counts as not before, so a missed edge can only be reported, never overlooked;
 - inputs are written before the run starts: they come first in the sweep and two of them may not overlap;
 - outputs survive: at the end of the sweep an output's holder is still the last writer of its region.
 """
@@ -17,25 +22,31 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+from numba import njit
+
+
+from turnip_ir.ancestors import ancestor_answers
+from turnip_ir.memarrays import STORAGE, MemArrays, csr_union, written_region
+from turnip_ir.regions import Overwrites
 from turnip_ir.errors import VerifyError
 from turnip_ir.kernels import nbytes
 from turnip_ir.memgraph import MemGraph, MemNode
-from turnip_ir.sweep import STORAGE, RegionMap, successor_counts, written_region
 
 
 def verify_memgraph(graph: MemGraph, taskgraph=None) -> None:
     """Raise `VerifyError` unless `graph` is a correct memgraph (and implements `taskgraph`, when given)."""
     nodes = _topological(graph)
     pos = {node.id: i for i, node in enumerate(nodes)}
-    for node in nodes:
-        _check_node(graph, node, pos, nodes)
+    _check_nodes(graph, nodes, pos)
     _check_races(graph, nodes, pos)
     if taskgraph is not None:
         _check_taskgraph(graph, nodes, pos, taskgraph)
 
 
 def _name(node: MemNode) -> str:
-    return node.label()
+    what = node.kernel or node.op
+    return f"node {node.id} ({what} '{node.task}')"
 
 
 def _where(space: int, start: int, end: int) -> str:
@@ -49,12 +60,15 @@ def _topological(graph: MemGraph) -> list[MemNode]:
         if node.id in by_id:
             raise VerifyError(f"node {node.id}: duplicate id")
         by_id[node.id] = node
+    for node in graph.nodes:
+        for dep in node.inputs + node.mem_deps + node.redundant_deps:
+            if dep not in by_id:
+                raise VerifyError(f"{_name(node)} depends on node {dep}, which does not exist")
+    if _in_order(graph.nodes):
+        return list(graph.nodes)
     waiting, users = {}, {node.id: [] for node in graph.nodes}
     for node in graph.nodes:
         deps = set(node.deps())
-        for dep in deps | set(node.redundant_deps):
-            if dep not in by_id:
-                raise VerifyError(f"{_name(node)} depends on node {dep}, which does not exist")
         for dep in deps:
             users[dep].append(node.id)
         waiting[node.id] = len(deps)
@@ -74,10 +88,47 @@ def _topological(graph: MemGraph) -> list[MemNode]:
     return order
 
 
-def _check_node(graph: MemGraph, node: MemNode, pos: dict, nodes: list[MemNode]) -> None:
-    if node.device is not None and not 0 <= node.device < graph.devices:
-        raise VerifyError(f"{_name(node)}: device {node.device} is not in [0, {graph.devices})")
-    need = nbytes(node.shape, node.dtype) if node.shape is not None and node.dtype else 0
+def _in_order(nodes: list[MemNode]) -> bool:
+    """Are `nodes` already a topological order with the inputs first (as the compiler writes them)?"""
+    seen: set[int] = set()
+    inputs_done = False
+    for node in nodes:
+        if node.op == "input" and inputs_done:
+            return False
+        inputs_done = inputs_done or node.op != "input"
+        for dep in node.inputs:
+            if dep not in seen:
+                return False
+        for dep in node.mem_deps:
+            if dep not in seen:
+                return False
+        seen.add(node.id)
+    return True
+
+
+def _check_nodes(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
+    """Devices and regions in bounds and large enough; each operand where its reader reads it."""
+    need: dict[tuple, int] = {}
+    for node in nodes:
+        if node.device is not None and not 0 <= node.device < graph.devices:
+            raise VerifyError(f"{_name(node)}: device {node.device} is not in [0, {graph.devices})")
+        key = (node.shape, node.dtype)
+        if key not in need:
+            need[key] = nbytes(node.shape, node.dtype) if node.shape is not None and node.dtype else 0
+        _check_regions(graph, node, need[key])
+        for dep in node.inputs:
+            src = nodes[pos[dep]]
+            if node.op == "reload":
+                ok = src.storage is not None and src.op in ("offload", "input")
+            elif node.op == "move":
+                ok = src.loc is not None
+            else:
+                ok = src.loc is not None and src.op != "offload" and src.device == node.device
+            if not ok:
+                raise VerifyError(f"{_name(node)} cannot read {_name(src)}: it is not where a {node.op} reads")
+
+
+def _check_regions(graph: MemGraph, node: MemNode, need: int) -> None:
     if node.loc is not None:
         start, size = node.loc
         if start < 0 or start + size > graph.budget:
@@ -86,51 +137,55 @@ def _check_node(graph: MemGraph, node: MemNode, pos: dict, nodes: list[MemNode])
             raise VerifyError(f"{_name(node)}: location size {size} cannot hold {need} bytes")
     if node.storage is not None and node.storage[1] < need:
         raise VerifyError(f"{_name(node)}: storage size {node.storage[1]} cannot hold {need} bytes")
-    for dep in node.inputs:
-        src = nodes[pos[dep]]
-        if node.op == "reload":
-            ok = src.storage is not None and src.op in ("offload", "input")
-        elif node.op == "move":
-            ok = src.loc is not None
-        else:
-            ok = src.loc is not None and src.op != "offload" and src.device == node.device
-        if not ok:
-            raise VerifyError(f"{_name(node)} cannot read {_name(src)}: it is not where a {node.op} reads")
 
 
 def _check_races(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
-    preds = [sorted({pos[d] for d in node.deps()}) for node in nodes]
-    readers: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        for d in dict.fromkeys(node.inputs):
-            readers[pos[d]].append(i)
-    left = successor_counts(preds)
-    ancestors: list[int | None] = [None] * len(nodes)
-    spaces: dict[int, RegionMap] = {}
-    for w, node in enumerate(nodes):
-        anc = 0
-        for p in preds[w]:
-            anc |= ancestors[p] | (1 << p)
-            left[p] -= 1
-            if left[p] == 0:
-                ancestors[p] = None
-        ancestors[w] = anc if left[w] else None
-        region = written_region(node)
-        if region is None:
-            continue
-        regions = spaces.setdefault(region[0], RegionMap())
-        for start, end, x in regions.overlapping(region[1], region[2]):
-            where = _where(region[0], max(start, region[1]), min(end, region[2]))
-            if _preloaded(nodes[x]) and _preloaded(node):
-                raise VerifyError(f"race: {_name(node)} and {_name(nodes[x])} both start in {where}")
-            if not _preloaded(nodes[x]) and not (anc >> x) & 1:
-                raise VerifyError(f"race: {_name(node)} overwrites {where} while {_name(nodes[x])} may still write it")
-            for r in readers[x]:
-                if not (anc >> r) & 1:
-                    reader, old = _name(nodes[r]), f"node {nodes[x].id} ('{nodes[x].task}')"
-                    raise VerifyError(f"race: {_name(node)} overwrites {where} before {reader} has read {old}")
-        regions.write(region[1], region[2], w)
-    _check_outputs(graph, nodes, pos, spaces)
+    """(b): every overwrite comes after the last writer of those bytes and all its readers."""
+    arrays = MemArrays.build(nodes)
+    over = Overwrites(arrays)
+    preloaded = np.array([_preloaded(node) for node in nodes], dtype=np.bool_)
+    ask_ptr, asked, record = _race_questions(over.ptr, over.writer, arrays.read_ptr, arrays.read_idx, preloaded)
+    dep_ptr, dep_idx = csr_union(arrays.data_ptr, arrays.data_idx, arrays.mem_ptr, arrays.mem_idx)
+    before = ancestor_answers(dep_ptr, dep_idx, ask_ptr, asked)
+    both = np.flatnonzero(preloaded[over.writer] & preloaded[over.node])
+    late = np.flatnonzero(~before)
+    if len(both) or len(late):
+        k = int(min(both[0] if len(both) else len(over.writer), record[late[0]] if len(late) else len(over.writer)))
+        w, x = nodes[over.node[k]], nodes[over.writer[k]]
+        where = _where(int(arrays.space[over.node[k]]), int(over.start[k]), int(over.end[k]))
+        if len(both) and both[0] == k:
+            raise VerifyError(f"race: {_name(w)} and {_name(x)} both start in {where}")
+        first = int(asked[late[0]])
+        if first == over.writer[k]:
+            raise VerifyError(f"race: {_name(w)} overwrites {where} while {_name(x)} may still write it")
+        raise VerifyError(f"race: {_name(w)} overwrites {where} before {_name(nodes[first])} has read node {x.id} ('{x.task}')")
+    _check_outputs(graph, nodes, pos, over)
+
+
+@njit(cache=True)
+def _race_questions(over_ptr, writer, read_ptr, read_idx, preloaded):
+    """Per overwrite record, in order: its writer unless preloaded, then every reader of the writer.
+    Returns the questions by overwriting node (CSR) and the record each question belongs to."""
+    n = over_ptr.shape[0] - 1
+    total = 0
+    for k in range(writer.shape[0]):
+        x = writer[k]
+        total += read_ptr[x + 1] - read_ptr[x] + (0 if preloaded[x] else 1)
+    ptr = np.zeros(n + 1, np.int64)
+    asked = np.empty(total, np.int64)
+    record = np.empty(total, np.int64)
+    m = 0
+    for w in range(n):
+        for k in range(over_ptr[w], over_ptr[w + 1]):
+            x = writer[k]
+            if not preloaded[x]:
+                asked[m], record[m] = x, k
+                m += 1
+            for e in range(read_ptr[x], read_ptr[x + 1]):
+                asked[m], record[m] = read_idx[e], k
+                m += 1
+        ptr[w + 1] = m
+    return ptr, asked, record
 
 
 def _preloaded(node: MemNode) -> bool:
@@ -138,7 +193,7 @@ def _preloaded(node: MemNode) -> bool:
     return node.op == "input" and not node.mem_deps
 
 
-def _check_outputs(graph: MemGraph, nodes: list[MemNode], pos: dict, spaces: dict[int, RegionMap]) -> None:
+def _check_outputs(graph: MemGraph, nodes: list[MemNode], pos: dict, over: Overwrites) -> None:
     for task, holder_id in graph.outputs.items():
         if holder_id not in pos:
             raise VerifyError(f"output '{task}': node {holder_id} does not exist")
@@ -146,24 +201,27 @@ def _check_outputs(graph: MemGraph, nodes: list[MemNode], pos: dict, spaces: dic
         region = written_region(holder)
         if holder.task != task or region is None:
             raise VerifyError(f"output '{task}': {_name(holder)} does not hold it")
-        for start, end, x in spaces.get(region[0], RegionMap()).overlapping(region[1], region[2]):
+        for start, end, x in over.last_writers(*region):
             if x != pos[holder_id]:
                 where = _where(region[0], max(start, region[1]), min(end, region[2]))
                 raise VerifyError(f"output '{task}': {_name(nodes[x])} overwrites {where} held by {_name(holder)}")
 
 
-def _source(node: MemNode, nodes: list[MemNode], pos: dict) -> MemNode:
-    """Follow reload -> offload -> ... back to the node that computed the value."""
-    while node.op in ("reload", "offload"):
-        node = nodes[pos[node.inputs[0]]]
-    return node
+def _sources(nodes: list[MemNode], pos: dict) -> list[MemNode]:
+    """Per position, the node that computed the value it holds: reload -> offload -> ... followed back."""
+    source: list[MemNode] = []
+    for node in nodes:
+        copies = node.op in ("reload", "offload") and node.inputs
+        source.append(source[pos[node.inputs[0]]] if copies else node)
+    return source
 
 
 def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph) -> None:
     computed: set[str] = set()
-    for node in nodes:
+    source = _sources(nodes, pos)
+    for i, node in enumerate(nodes):
         if node.op in ("offload", "reload"):
-            if _source(node, nodes, pos).task != node.task:
+            if source[i].task != node.task:
                 raise VerifyError(f"{_name(node)} copies a tensor of another task")
             continue
         task = taskgraph.nodes.get(node.task)
@@ -174,7 +232,7 @@ def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph
         if len(node.inputs) != len(task.inputs):
             raise VerifyError(f"{_name(node)} has {len(node.inputs)} operands, task '{task.id}' has {len(task.inputs)}")
         for k, (dep, want_task) in enumerate(zip(node.inputs, task.inputs)):
-            got = _source(nodes[pos[dep]], nodes, pos)
+            got = source[pos[dep]]
             if got.task != want_task:
                 raise VerifyError(f"{_name(node)}: operand {k} comes from '{got.task}', not '{want_task}'")
     for task_id in taskgraph.nodes:

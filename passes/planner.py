@@ -1,0 +1,220 @@
+"""The offload planner: simulate one run of a placed taskgraph and write the memgraph it implies.
+
+State: one `DeviceMemory` per GPU (passes/allocator.py), and per tensor its GPU copy (a memgraph node
+or -1), its storage copy (an offload or a storage input, or -1), and its remaining uses in the order.
+
+Per task: find room on each GPU it touches for the operands in storage and the output, all at once
+(`_make_room`), emit their reloads and the node, then free the tensors nobody reads again. Room is
+found on copies of the memory, so a layout that fails emits nothing: first each tensor in turn in
+free room or the cheapest window to clear; then largest first, also moving operands already on the
+GPU if they fragment it; last, everything out and the op's working set packed from 0, which cannot
+fail once the working set fits the budget. No operand is ever reloaded twice for one op.
+
+Eviction weighs next use against bytes moved (Belady with costs, `_victim_cost`): evicting a tensor
+moves a reload at its next use, plus an offload now unless storage already holds it or it is an
+input nobody has read (that one is rewritten to start in CPU storage: it never needed the GPU); the
+cost is those bytes per step until they are due, summed over a window. Among clean tensors of one
+size this is Belady's farthest next use.
+
+An offload depends only on its tensor's GPU copy (a data edge): it reads, so it runs beside the
+tensor's other readers, and the next writer of the location waits for it and for them
+(turnip-insert-memory-deps adds those edges). Inputs start on their GPU in first-use order while
+they fit. Storage is a bump allocator, never reused, so storage needs no edges. `loc` and `storage`
+sizes are exact byte sizes; the allocator reserves them rounded up to the alignment.
+"""
+
+from __future__ import annotations
+
+from passes.allocator import ALIGN, NEVER, DeviceMemory, aligned
+from passes.compact import TaskView
+from turnip_ir.memgraph import MemGraph, MemNode
+from turnip_ir.taskgraph import TaskGraph
+
+
+class Planner:
+    """One simulation; `run()` returns the memgraph. The caller has checked that every working set fits."""
+
+    def __init__(
+        self, graph: TaskGraph, view: TaskView, budget: int, order: list[int], placement: str = "loosest", align: int = ALIGN,
+        inputs_on_gpu: bool = True,
+    ) -> None:
+        self.graph, self.view, self.order, self.align = graph, view, order, align
+        self.out = MemGraph(graph.devices, budget)
+        self.memory = [DeviceMemory(budget // align * align, placement) for _ in range(graph.devices)]
+        n = len(view)
+        self.tasks = list(graph.nodes.values())
+        self.operands = [list(dict.fromkeys(operands)) for operands in view.inputs]
+        self.size = [aligned(nbytes, align) for nbytes in view.nbytes]
+        self.gpu = [-1] * n
+        self.store = [-1] * n
+        self.uses: list[list[int]] = [[] for _ in range(n)]
+        for step, i in enumerate(order):
+            for o in self.operands[i]:
+                self.uses[o].append(step)
+        self.next = [0] * n
+        self.is_output = [False] * n
+        for o in view.outputs:
+            self.is_output[o] = True
+        self.storage_top = 0
+        self.step = 0
+        self.inputs_on_gpu = inputs_on_gpu
+        """False: every input starts in CPU storage (weights in host memory), and is reloaded where read."""
+        self.unread: set[int] = set()
+        """Input nodes placed on a GPU that nobody has read yet."""
+
+    def run(self) -> MemGraph:
+        self._place_inputs()
+        for step, i in enumerate(self.order):
+            self.step = step
+            self._run_task(i)
+        for o in self.view.outputs:
+            holder = self.gpu[o] if self.gpu[o] >= 0 else self.store[o]
+            self.out.outputs[self.view.ids[o]] = holder
+        return self.out
+
+    def _place_inputs(self) -> None:
+        view = self.view
+        inputs = [i for i, op in enumerate(view.ops) if op == "input"]
+        inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
+        for i in inputs:
+            d, size = view.devices[i], self.size[i]
+            wanted = self.inputs_on_gpu and (self.uses[i] or self.is_output[i])
+            start = self.memory[d].place_free(size) if wanted else None
+            if start is not None:
+                self.memory[d].take(start, size, i)
+                self.gpu[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
+                self.unread.add(self.gpu[i])
+            else:
+                self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
+
+    def _run_task(self, i: int) -> None:
+        view, gpu = self.view, self.gpu
+        operands = self.operands[i]
+        missing = [o for o in operands if gpu[o] < 0]
+        if missing or not self._room_for_one(self.memory[view.devices[i]], i, operands):
+            wanted: dict[int, list[int]] = {}
+            for t in missing + [i]:
+                wanted.setdefault(view.devices[t], []).append(t)
+            for d, items in wanted.items():
+                for t, start in self._make_room(d, items, operands).items():
+                    if t != i:
+                        gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
+        start = self.memory[view.devices[i]].where[i]
+        kind = "move" if view.ops[i] == "move" else "kernel"
+        gpu[i] = self._emit(kind, i, view.devices[i], loc=(start, view.nbytes[i]), inputs=tuple(gpu[o] for o in view.inputs[i]))
+        if self.unread:
+            self.unread.difference_update(gpu[o] for o in operands)
+        for o in operands:
+            self.next[o] += 1
+            self._drop_if_dead(o)
+        self._drop_if_dead(i)
+
+    def _make_room(self, d: int, items: list[int], operands: list[int]) -> dict[int, int]:
+        """Place `items` (reloads and the output) on GPU `d`, evicting what the cheapest layout needs.
+
+        Layouts are tried on copies of the memory, cheapest first: each item in turn in free room or the
+        cheapest window; then largest first, moving 0, 1, ... of the operands already there (those with
+        a storage copy and small first), which then come back as reloads; last, everything out and the
+        working set packed from 0, which always fits. Nothing is emitted for a layout that fails, so an
+        operand is never reloaded twice for one op.
+        """
+        memory, size = self.memory[d], self.size.__getitem__
+        if len(items) == 1 and self._room_for_one(memory, items[0], operands):
+            return {items[0]: memory.where[items[0]]}
+        operands = set(operands)
+        resident = sorted((o for o in operands if o in memory.where), key=lambda o: (self.store[o] < 0, size(o), o))
+        layouts = [(items, [])] + [(items + resident[:k], resident[:k]) for k in range(len(resident) + 1)]
+        for k, (placing, moved) in enumerate(layouts):
+            trial = memory.copy()
+            for o in moved:
+                trial.release(o, self.step)
+            order = placing if k == 0 else sorted(placing, key=size, reverse=True)
+            fitted = trial.fit([(t, size(t)) for t in order], operands, self._victim_cost, self.step)
+            if fitted is not None:
+                return self._adopt(d, trial, moved + fitted[0], fitted[1])
+        trial = memory.copy()
+        for t in memory.where:
+            trial.release(t, self.step)
+        starts, top = {}, 0
+        for t in sorted(items + resident, key=size, reverse=True):
+            trial.take(top, size(t), t)
+            starts[t], top = top, top + size(t)
+        return self._adopt(d, trial, list(memory.where), starts)
+
+    def _room_for_one(self, memory: DeviceMemory, t: int, operands: list[int]) -> bool:
+        """The first layout of `_make_room` for a single tensor, done in place (nothing to undo when it
+        fails: the search changes nothing). Most ops only need room for their output."""
+        size = self.size[t]
+        start = memory.place_free(size)
+        if start is None:
+            start = memory.best_window(size, set(operands), self._victim_cost)
+            if start is None:
+                return False
+            for victim in memory.holders(start, size):
+                memory.release(victim, self.step)
+                self._write_back(victim)
+        memory.take(start, size, t)
+        return True
+
+    def _adopt(self, d: int, trial: DeviceMemory, evicted: list[int], starts: dict[int, int]) -> dict[int, int]:
+        """Make `trial` GPU `d`'s memory: write back what it evicted; returns the placed items' starts."""
+        for t in evicted:
+            self._write_back(t)
+        self.memory[d] = trial
+        return starts
+
+    def _drop_if_dead(self, t: int) -> None:
+        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0:
+            self.memory[self.view.devices[t]].release(t, self.step)
+            self.gpu[t] = -1
+
+    def _next_use(self, t: int) -> int:
+        return self.uses[t][self.next[t]] if self.next[t] < len(self.uses[t]) else NEVER
+
+    def _victim_cost(self, t: int) -> int:
+        """Bytes that evicting `t` moves, per step until they are due (Belady with costs), times 2^24.
+
+        It moves a reload at its next use, plus an offload now unless storage holds it or it is an
+        input nobody has read (that one simply starts in storage). An output not read again is due
+        at the end. Among clean tensors of one size this is Belady: the farthest next use goes first.
+        Integers, so that sums over a window are exact.
+        """
+        uses, k = self.uses[t], self.next[t]
+        nbytes, use = self.view.nbytes[t], uses[k] if k < len(uses) else NEVER
+        moved = nbytes if use < NEVER else 0
+        if self.store[t] < 0 and self.gpu[t] not in self.unread and (use < NEVER or self.is_output[t]):
+            moved += nbytes
+        return (moved << 24) // (min(use, len(self.order)) - self.step)
+
+    def _write_back(self, t: int) -> None:
+        """Take tensor `t` off its GPU (its memory is already freed), offloading it unless storage holds it.
+
+        The offload waits only for the tensor's writer: it reads, so it runs beside the other readers;
+        the next writer of the location waits for it and for them (turnip-insert-memory-deps).
+        """
+        if self.gpu[t] in self.unread:
+            self._start_in_storage(t)
+        elif self.store[t] < 0:
+            d = self.view.devices[t]
+            self.store[t] = self._emit("offload", t, d, storage=self._storage(t), inputs=(self.gpu[t],))
+        self.gpu[t] = -1
+
+    def _start_in_storage(self, t: int) -> None:
+        """An input evicted before anyone read it never needed the GPU: it starts in CPU storage instead."""
+        node = self.out.nodes[self.gpu[t]]
+        self.unread.discard(node.id)
+        node.device, node.loc, node.storage = None, None, self._storage(t)
+        self.store[t] = node.id
+
+    def _storage(self, t: int) -> tuple[int, int]:
+        start = self.storage_top
+        self.storage_top += self.size[t]
+        return (start, self.view.nbytes[t])
+
+    def _emit(self, op: str, t: int, device, loc=None, storage=None, inputs=()) -> int:
+        task = self.tasks[t]
+        node_id = len(self.out.nodes)
+        kernel = task.op if op == "kernel" else None
+        attrs = dict(task.attrs) if op == "kernel" else {}
+        self.out.nodes.append(MemNode(node_id, op, task.id, device, loc, storage, inputs, (), kernel, task.shape, task.dtype, attrs))
+        return node_id

@@ -98,10 +98,14 @@ class MemGraph:
     def dumps(self) -> str:
         """Compact JSON, one node per line, so that big graphs stay diffable and fast to write."""
         doc = self.to_json()
-        nodes = ",\n  ".join(json.dumps(node, separators=(",", ":")) for node in doc["nodes"])
+        encode = _COMPACT.encode  # one encoder: json.dumps with options builds a new one per call
+        nodes = ",\n  ".join(map(encode, doc["nodes"]))
         head = {k: v for k, v in doc.items() if k not in ("nodes", "outputs")}
         text = json.dumps(head)[:-1]
         return f'{text}, "nodes": [\n  {nodes}],\n "outputs": {json.dumps(doc["outputs"])}}}\n'
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def _node_json(node: MemNode) -> dict:

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from turnip_cli import interrupt
 from turnip_ir.errors import TurnipError
 
 SUBCOMMANDS = {
@@ -22,7 +23,8 @@ SUBCOMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        with interrupt.guard():
+            return _main(argv)
     except KeyboardInterrupt:  # also while the subcommands import, not only while they run
         print("turnip: interrupted", file=sys.stderr)
         return 130

@@ -24,6 +24,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes.ir import GraphPass
+from turnip_cli import interrupt
 from turnip_ir.dialect import Turnip
 from turnip_ir.errors import InputError, TurnipError
 from turnip_ir.io import (
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     # and writing JSON). It stays off until the process ends.
     gc.disable()
     try:
-        with collecting() as stats:
+        with interrupt.guard(), collecting() as stats:  # a Ctrl-C swallowed while compiling still stops it
             tool = TurnipOptMain(description="turnip-opt: compile taskgraphs into memgraphs", args=argv)
             tool.run()
         text = tool.buffer.getvalue()

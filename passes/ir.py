@@ -8,9 +8,12 @@ IR only if the output asks for it (xDSL op construction costs about 0.1 ms per o
 
 from __future__ import annotations
 
+from typing import ClassVar, Self
+
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
+from xdsl.utils.arg_spec import ArgSpec
 
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -21,6 +24,19 @@ Graph = TaskGraph | MemGraph
 
 class GraphPass(ModulePass):
     """A pass defined on the Python graphs; subclasses implement `transform`."""
+
+    aliases: ClassVar[dict[str, str]] = {}
+    """Deprecated option spellings -> the option they stand for; accepted in a pipeline, never printed."""
+
+    @classmethod
+    def from_spec(cls, spec: ArgSpec) -> Self:
+        options = dict(spec.normalize_parameter_names().parameters)
+        for old, new in cls.aliases.items():
+            if old in options:
+                if new in options:
+                    raise InputError(f"{cls.name}: give {new}= only ({old}= is its deprecated alias)")
+                options[new] = options.pop(old)
+        return super().from_spec(ArgSpec(spec.name, options))
 
     def transform(self, graph: Graph) -> Graph:
         raise NotImplementedError

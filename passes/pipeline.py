@@ -30,7 +30,7 @@ from turnip_ir.taskgraph import TaskGraph
 def compile_taskgraph(
     graph: TaskGraph,
     budget: int,
-    order: str = "given",
+    schedule: str = "given",
     stats: CompileStats | None = None,
     *,
     devices: int = 0,
@@ -42,7 +42,7 @@ def compile_taskgraph(
 ) -> MemGraph:
     """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
 
-    `order` is the simulated order (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
+    `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
     taskgraph's count); `placement` picks among free regions (`loosest`, the default, or `first-fit`);
     `inputs` says where inputs start (`gpu` while they fit, or `host`: all in CPU storage);
     `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
@@ -51,7 +51,7 @@ def compile_taskgraph(
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
     stats = stats if stats is not None else CompileStats()
     with _cyclic_gc_paused():
-        memgraph, placed = _stages(graph, budget, order, stats, devices, placement, inputs, minimize, reduce)
+        memgraph, placed = _stages(graph, budget, schedule, stats, devices, placement, inputs, minimize, reduce)
         if verify:
             with timed(stats, "verify"):
                 verify_memgraph(memgraph, placed)
@@ -59,11 +59,11 @@ def compile_taskgraph(
     return memgraph
 
 
-def _stages(graph, budget, order, stats, devices, placement, inputs, minimize, reduce) -> tuple[MemGraph, TaskGraph]:
+def _stages(graph, budget, schedule, stats, devices, placement, inputs, minimize, reduce) -> tuple[MemGraph, TaskGraph]:
     with timed(stats, "place"):
         placed = place_devices(graph, devices)
     with timed(stats, "simulate"):
-        memgraph = insert_offload(placed, budget, order, placement, inputs)
+        memgraph = insert_offload(placed, budget, schedule, placement, inputs)
     with timed(stats, "memory-deps"):
         arrays = MemArrays.build(memgraph.nodes)
         stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph, arrays)
@@ -95,18 +95,20 @@ class MemgraphPipelinePass(GraphPass):
 
     Runs placement, offload insertion by simulation, memory dependencies, minimization, transitive
     reduction and the verifier on the compact structures, converting the module once each way.
-    Options: `budget` (bytes per GPU, required), `order` (given, dfs, memory), `devices` (0 keeps the
-    module's count), `placement` (loosest, first-fit). When the CLI collects stats
+    Options: `budget` (bytes per GPU, required), `schedule` (given, dfs, memory; `order` is its
+    deprecated alias), `devices` (0 keeps the module's count), `placement` (loosest, first-fit).
+    When the CLI collects stats
     (`passes.stats.collecting`), they are recorded there.
     """
 
     name = "turnip-memgraph"
+    aliases = {"order": "schedule"}
     budget: int = 0
-    order: str = "given"
+    schedule: str = "given"
     devices: int = 0
     placement: str = "loosest"
 
     def transform(self, graph: TaskGraph) -> MemGraph:
         check_budget_option(self.budget, self.name)
         graph = taskgraph_of(graph, self.name)
-        return compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices, placement=self.placement)
+        return compile_taskgraph(graph, self.budget, self.schedule, collected.get(), devices=self.devices, placement=self.placement)

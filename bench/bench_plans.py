@@ -17,7 +17,7 @@ from passes.insert_offload import insert_offload, minimum_budget
 from passes.schedules import SCHEDULES, scheduled_tasks
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
-from passes.stats import CompileStats
+from passes.compile_stats import CompileStats
 from runtime import execute
 from runtime.cost import CostModel
 from turnip_ir.errors import BudgetError

@@ -18,9 +18,9 @@ from numba import njit
 
 from turnip_ir.ancestors import ancestor_answers
 from passes.compact import MemArrays, row_of
-from passes.ir import GraphPass, memgraph_of
+from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.regions import Overwrites
-from passes.stats import collected, timed
+from passes.compile_stats import collected, timed
 from turnip_ir.memgraph import MemGraph
 
 

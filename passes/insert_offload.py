@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from passes.ir import GraphPass, check_budget_option, taskgraph_of
-from passes.stats import collected, timed
+from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
+from passes.compile_stats import collected, timed
 from passes.allocator import ALIGN, PLACEMENTS, aligned
 from passes.compact import TaskView
 from passes.schedules import scheduled_tasks

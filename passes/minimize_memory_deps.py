@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from passes.compact import MemArrays, csr_union, data_entries, drop_memory_edges
-from passes.ir import GraphPass, count_into, memgraph_of
+from passes.graph_pass import GraphPass, count_into, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 

@@ -19,8 +19,8 @@ from passes.insert_offload import insert_offload
 from passes.minimize_memory_deps import minimize_memory_deps
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
-from passes.ir import GraphPass, check_budget_option, taskgraph_of
-from passes.stats import CompileStats, collected, timed
+from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
+from passes.compile_stats import CompileStats, collected, timed
 from passes.verify_memgraph import verify_memgraph
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -98,7 +98,7 @@ class MemgraphPipelinePass(GraphPass):
     Options: `budget` (bytes per GPU, required), `schedule` (given, dfs, memory; `order` is its
     deprecated alias), `devices` (0 keeps the module's count), `placement` (loosest, first-fit).
     When the CLI collects stats
-    (`passes.stats.collecting`), they are recorded there.
+    (`passes.compile_stats.collecting`), they are recorded there.
     """
 
     name = "turnip-memgraph"

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from passes.ir import GraphPass, taskgraph_of
-from passes.stats import collected, timed
+from passes.graph_pass import GraphPass, taskgraph_of
+from passes.compile_stats import collected, timed
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TaskGraph, TaskNode

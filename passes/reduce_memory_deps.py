@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from turnip_ir.ancestors import implied_predecessors
 from passes.compact import MemArrays, csr_union, drop_memory_edges
-from passes.ir import GraphPass, count_into, memgraph_of
+from passes.graph_pass import GraphPass, count_into, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from passes.ir import GraphPass, memgraph_of
-from passes.stats import collected, timed
+from passes.graph_pass import GraphPass, memgraph_of
+from passes.compile_stats import collected, timed
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.verifier import verify_memgraph
 

@@ -9,7 +9,7 @@ import pytest
 from passes.insert_memory_deps import insert_memory_deps
 from passes.insert_offload import insert_offload
 from passes.pipeline import compile_taskgraph
-from passes.stats import CompileStats
+from passes.compile_stats import CompileStats
 from turnip_cli.opt import main as opt_main
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.json_memgraph import memgraph_from_json

@@ -1,14 +1,15 @@
-"""`GraphPass`: an xDSL pass whose work is a function from graph to graph.
+"""`GraphPass`, the base of every turnip pass, and the helpers passes share (input checks, counting).
 
-Every turnip pass is a `GraphPass`: `transform(graph)` works on a `TaskGraph` or `MemGraph`, and
-`apply`, the xDSL entry point, converts the module once on entry and once on exit around it. Because
-the work never needs IR, `turnip-opt` can run a whole pipeline of them on the Python graphs and build
-IR only if the output asks for it (xDSL op construction costs about 0.1 ms per op: see benchmarks.md).
+A `GraphPass` is an xDSL pass whose work is a function from graph to graph: `transform(graph)` works
+on a `TaskGraph` or `MemGraph`, and `apply`, the xDSL entry point, converts the module once on entry
+and once on exit around it. Because the work never needs IR, `turnip-opt` can run a whole pipeline of
+them on the Python graphs and build IR only if the output asks for it (xDSL op construction costs
+about 0.1 ms per op: see benchmarks.md).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -29,7 +30,7 @@ class GraphPass(ModulePass):
     """Deprecated option spellings -> the option they stand for; accepted in a pipeline, never printed."""
 
     @classmethod
-    def from_spec(cls, spec: ArgSpec) -> Self:
+    def from_spec(cls, spec: ArgSpec) -> GraphPass:
         options = dict(spec.normalize_parameter_names().parameters)
         for old, new in cls.aliases.items():
             if old in options:
@@ -63,7 +64,7 @@ def memgraph_of(graph: Graph, pass_name: str) -> MemGraph:
 def count_into(graph: MemGraph, stage: str, algorithm, counter: str) -> MemGraph:
     """Run `algorithm(graph) -> count` in place, timed, adding the count to the collected stats'
     field `counter` when the CLI collects stats."""
-    from passes.stats import collected, timed
+    from passes.compile_stats import collected, timed
 
     stats = collected.get()
     with timed(stats, stage):

@@ -1,8 +1,10 @@
 """`GraphPass`, the base of every turnip pass, and the helpers passes share (input checks, counting).
 
-A `GraphPass` is an xDSL pass whose work is a function from graph to graph: `transform(graph)` works
-on a `TaskGraph` or `MemGraph`, and `apply`, the xDSL entry point, converts the module once on entry
-and once on exit around it. Because the work never needs IR, `turnip-opt` can run a whole pipeline of
+A `GraphPass` is an xDSL pass whose work is a function from graph to graph: `run(graph, stats)` works
+on a `TaskGraph` or `MemGraph` and records what it did into `stats` (compile_stats.py), the one place
+a stage is timed and counted, whether `turnip-opt` runs the pass alone or `compile_taskgraph` runs it
+in the pipeline. `apply`, the xDSL entry point, converts the module once on entry and once on exit
+around it. Because the work never needs IR, `turnip-opt` can run a whole pipeline of
 them on the Python graphs and build IR only if the output asks for it (xDSL op construction costs
 about 0.1 ms per op: see benchmarks.md).
 """
@@ -16,6 +18,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
+from passes.compile_stats import CompileStats, collected
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
@@ -24,7 +27,7 @@ Graph = TaskGraph | MemGraph
 
 
 class GraphPass(ModulePass):
-    """A pass defined on the Python graphs; subclasses implement `transform`."""
+    """A pass defined on the Python graphs; subclasses implement `run`."""
 
     aliases: ClassVar[dict[str, str]] = {}
     """Deprecated option spellings -> the option they stand for; accepted in a pipeline, never printed."""
@@ -39,8 +42,13 @@ class GraphPass(ModulePass):
                 options[new] = options.pop(old)
         return super().from_spec(ArgSpec(spec.name, options))
 
-    def transform(self, graph: Graph) -> Graph:
+    def run(self, graph: Graph, stats: CompileStats | None) -> Graph:
+        """The pass's work on `graph`, timed and counted into `stats` unless it is None."""
         raise NotImplementedError
+
+    def transform(self, graph: Graph) -> Graph:
+        """`run` with the stats the CLI collects (`compile_stats.collecting`), if it does."""
+        return self.run(graph, collected.get())
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from turnip_ir.convert import replace_module
@@ -58,19 +66,6 @@ def taskgraph_of(graph: Graph, pass_name: str) -> TaskGraph:
 def memgraph_of(graph: Graph, pass_name: str) -> MemGraph:
     if not isinstance(graph, MemGraph):
         raise InputError(f"{pass_name} needs a memgraph (run turnip-insert-offload first), got a taskgraph")
-    return graph
-
-
-def count_into(graph: MemGraph, stage: str, algorithm, counter: str) -> MemGraph:
-    """Run `algorithm(graph) -> count` in place, timed, adding the count to the collected stats'
-    field `counter` when the CLI collects stats."""
-    from passes.compile_stats import collected, timed
-
-    stats = collected.get()
-    with timed(stats, stage):
-        count = algorithm(graph)
-    if stats is not None:
-        setattr(stats, counter, getattr(stats, counter) + count)
     return graph
 
 

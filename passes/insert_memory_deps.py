@@ -18,9 +18,9 @@ from numba import njit
 
 from turnip_ir.ancestors import ancestor_answers
 from passes.compact import MemArrays, row_of
+from passes.compile_stats import CompileStats, add, timed
 from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.regions import Overwrites
-from passes.compile_stats import collected, timed
 from turnip_ir.memgraph import MemGraph
 
 
@@ -91,12 +91,9 @@ class InsertMemoryDepsPass(GraphPass):
 
     name = "turnip-insert-memory-deps"
 
-    def transform(self, graph: MemGraph) -> MemGraph:
+    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
         graph = memgraph_of(graph, self.name)
-        stats = collected.get()
         with timed(stats, "memory-deps"):
-            added, redundant = insert_memory_deps(graph)
-        if stats is not None:
-            stats.edges_added += added
-            stats.edges_redundant += redundant
+            added, redundant = insert_memory_deps(graph, arrays)
+        add(stats, edges_added=added, edges_redundant=redundant)
         return graph

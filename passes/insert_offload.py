@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+from passes.compile_stats import CompileStats, timed
 from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
-from passes.compile_stats import collected, timed
 from passes.allocator import ALIGN, PLACEMENTS, aligned
 from passes.compact import TaskView
 from passes.schedules import scheduled_tasks
@@ -117,13 +117,13 @@ class InsertOffloadPass(GraphPass):
     budget: int = 0
     schedule: str = "given"
     placement: str = "loosest"
+    inputs: str = "gpu"
 
-    def transform(self, graph: TaskGraph) -> MemGraph:
+    def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
         check_budget_option(self.budget, self.name)
         graph = taskgraph_of(graph, self.name)
-        stats = collected.get()
         with timed(stats, "simulate"):
-            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement)
+            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs)
         if stats is not None:
-            stats.record_graph(memgraph)
+            stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
         return memgraph

@@ -16,7 +16,8 @@ import numpy as np
 from numba import njit
 
 from passes.compact import MemArrays, csr_union, data_entries, drop_memory_edges
-from passes.graph_pass import GraphPass, count_into, memgraph_of
+from passes.compile_stats import CompileStats, add, timed
+from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 
@@ -81,5 +82,9 @@ class MinimizeMemoryDepsPass(GraphPass):
 
     name = "turnip-minimize-memory-deps"
 
-    def transform(self, graph: MemGraph) -> MemGraph:
-        return count_into(memgraph_of(graph, self.name), "minimize", minimize_memory_deps, "edges_removed_minimize")
+    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
+        graph = memgraph_of(graph, self.name)
+        with timed(stats, "minimize"):
+            removed = minimize_memory_deps(graph, arrays)
+        add(stats, edges_removed_minimize=removed)
+        return graph

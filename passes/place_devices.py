@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+from passes.compile_stats import CompileStats, timed
 from passes.graph_pass import GraphPass, taskgraph_of
-from passes.compile_stats import collected, timed
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TaskGraph, TaskNode
@@ -97,6 +97,6 @@ class PlaceDevicesPass(GraphPass):
     name = "turnip-place-devices"
     devices: int = 0
 
-    def transform(self, graph: TaskGraph) -> TaskGraph:
-        with timed(collected.get(), "place"):
+    def run(self, graph: TaskGraph, stats: CompileStats | None) -> TaskGraph:
+        with timed(stats, "place"):
             return place_devices(taskgraph_of(graph, self.name), self.devices)

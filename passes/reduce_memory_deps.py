@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from turnip_ir.ancestors import implied_predecessors
 from passes.compact import MemArrays, csr_union, drop_memory_edges
-from passes.graph_pass import GraphPass, count_into, memgraph_of
+from passes.compile_stats import CompileStats, add, timed
+from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 
@@ -36,5 +37,9 @@ class ReduceMemoryDepsPass(GraphPass):
 
     name = "turnip-reduce-memory-deps"
 
-    def transform(self, graph: MemGraph) -> MemGraph:
-        return count_into(memgraph_of(graph, self.name), "reduce", reduce_memory_deps, "edges_removed_reduce")
+    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
+        graph = memgraph_of(graph, self.name)
+        with timed(stats, "reduce"):
+            removed = reduce_memory_deps(graph, arrays)
+        add(stats, edges_removed_reduce=removed)
+        return graph

@@ -89,9 +89,9 @@ def test_impossible_budget_names_the_op_and_bytes():
 
 def test_stats_count_offload_bytes_and_edges():
     stats = CompileStats()
-    compile_taskgraph(seven_tensors(), 4 * SLOT, stats=stats)
+    m = compile_taskgraph(seven_tensors(), 4 * SLOT, stats=stats)
     assert stats.ops["offload"] == 1 and stats.bytes_offloaded == SLOT == stats.bytes_reloaded
-    assert stats.edges_added >= stats.edges_removed_minimize + stats.edges_removed_reduce
+    assert stats.memory_edges == sum(len(node.mem_deps) for node in m.nodes) > 0  # each stage counted once
     assert "bytes offloaded" in stats.table() and stats.peak_memory == {0: 4 * SLOT}
 
 

@@ -85,8 +85,11 @@ def _sources(over_ptr, writer, read_ptr, read_idx, mem_ptr, mem_idx):
 class InsertMemoryDepsPass(GraphPass):
     """Add a memory dependency wherever a location or storage region is reused.
 
-    A node that overwrites bytes waits for their last writer and every reader of it (or its offload).
-    Edges that a data path already implies are stored as redundant (drawn dashed, ignored at run time).
+    The last-writer sweep (turnip_ir/regions.py) finds, per space (each GPU, CPU storage), the
+    earlier writes each node overwrites. The node waits for their last writer and every reader of it
+    placed before it, an offload included; older writers were already ordered before that last
+    writer the same way. Edges that a data path already implies (asked of the ancestor sweep) go to
+    `redundant_deps`, drawn dashed and ignored at run time.
     """
 
     name = "turnip-insert-memory-deps"

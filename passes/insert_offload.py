@@ -105,19 +105,28 @@ def check_budget(graph: TaskGraph, view: TaskView, budget: int, align: int) -> N
 class InsertOffloadPass(GraphPass):
     """Turn a placed taskgraph into a memgraph by simulating one run under a per-GPU budget.
 
-    The simulation runs the tasks in `schedule` (given, dfs, memory) with a 256-byte-aligned allocator per
-    GPU, gives every tensor a location, evicts the tensors cheapest to move per step until they are
-    needed (offloading only what is needed again or is an output), reloads before the next use into
-    a fresh location, and starts the inputs that do not fit in CPU storage. Offloads wait for nothing
-    but their tensor. It adds no reuse edges: run turnip-insert-memory-deps next.
+    The simulation runs the tasks in the chosen schedule with an allocator per GPU, gives every
+    tensor a location, evicts the tensors cheapest to move per step until they are needed
+    (offloading only what is needed again or is an output), reloads before the next use into a fresh
+    location, and starts the inputs that do not fit in CPU storage. Offloads wait for nothing but
+    their tensor. Offsets are 256-byte aligned while every op's working set fits the budget so
+    padded, else element-aligned; a budget below an op's working set fails naming the op, its GPU
+    and the bytes it needs. It adds no reuse edges: run turnip-insert-memory-deps next.
     """
 
     name = "turnip-insert-offload"
     aliases = {"order": "schedule"}
     budget: int = 0
+    """Bytes per GPU; required, a positive number."""
     schedule: str = "given"
+    """The order of the simulated run: `given` (the taskgraph's node order), `dfs` (a depth-first
+    post-order from the outputs) or `memory` (the ready task that grows live memory least)."""
     placement: str = "loosest"
+    """Which free region that fits takes a tensor: `loosest` (the one freed longest ago, for the
+    loosest memory edges) or `first-fit` (the lowest offset, for ablations)."""
     inputs: str = "gpu"
+    """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit) or `host` (all in
+    CPU storage, as weights loaded into host memory; the plan reloads them where they are read)."""
 
     def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
         check_budget_option(self.budget, self.name)

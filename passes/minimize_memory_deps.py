@@ -75,9 +75,11 @@ def _before_any(ptr, idx, alive, kept, count, u):
 class MinimizeMemoryDepsPass(GraphPass):
     """Drop memory edges implied by a two-step path through another kept edge.
 
-    The cheap local half of minimization (reader -> offload -> writer makes reader -> writer
-    unnecessary); the allocator already chose the loosest free regions, and
-    turnip-reduce-memory-deps removes what longer paths imply.
+    The cheap local half of minimization: visiting each node's predecessors latest first, a memory
+    edge u -> w goes when u is a direct predecessor of a kept predecessor x of w (u -> x -> w), so
+    each dropped edge is justified by a kept one. The typical case is reader -> offload -> new
+    writer. Cheap: binary searches in sorted predecessor rows. The allocator already chose the
+    loosest free regions, and turnip-reduce-memory-deps removes what longer paths imply.
     """
 
     name = "turnip-minimize-memory-deps"

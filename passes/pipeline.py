@@ -84,20 +84,25 @@ def _cyclic_gc_paused():
 class MemgraphPipelinePass(GraphPass):
     """The default pipeline: taskgraph in, verified memgraph out, under a per-GPU budget.
 
-    Runs placement, offload insertion by simulation, memory dependencies, minimization, transitive
-    reduction and the verifier on the compact structures, converting the module once each way.
-    Options: `budget` (bytes per GPU, required), `schedule` (given, dfs, memory; `order` is its
-    deprecated alias), `devices` (0 keeps the module's count), `placement` (loosest, first-fit),
-    `inputs` (gpu, host). It is `compile_taskgraph`, so its statistics are those of each stage.
+    Runs turnip-place-devices, turnip-insert-offload, turnip-insert-memory-deps,
+    turnip-minimize-memory-deps, turnip-reduce-memory-deps and turnip-verify-memgraph (given the
+    placed taskgraph, so condition (a) is proved too) on the compact structures, converting the
+    module once each way. It is `compile_taskgraph` (passes/pipeline.py): the same stages, timed and
+    counted once each.
     """
 
     name = "turnip-memgraph"
     aliases = {"order": "schedule"}
     budget: int = 0
+    """Bytes per GPU; required, a positive number."""
     schedule: str = "given"
+    """The simulated schedule: `given`, `dfs` or `memory` (as in turnip-insert-offload)."""
     devices: int = 0
+    """How many GPUs to place on; 0 keeps the module's count (as in turnip-place-devices)."""
     placement: str = "loosest"
+    """`loosest` or `first-fit` (as in turnip-insert-offload)."""
     inputs: str = "gpu"
+    """Where inputs start: `gpu` or `host` (as in turnip-insert-offload)."""
 
     def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
         check_budget_option(self.budget, self.name)

@@ -31,8 +31,10 @@ def reduce_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> int:
 class ReduceMemoryDepsPass(GraphPass):
     """Remove every memory edge that another path of data or memory edges implies.
 
-    A transitive reduction restricted to memory edges, with the shared ancestor sweep over the topological
-    order; data edges are never removed.
+    A transitive reduction restricted to memory edges; data edges are never removed. The shared
+    ancestor sweep (turnip_ir/ancestors.py) visits each node's predecessors latest first; one that a
+    later predecessor already reaches is implied, and if it is a memory edge it goes. Only the
+    sources of memory edges still to be visited are watched.
     """
 
     name = "turnip-reduce-memory-deps"

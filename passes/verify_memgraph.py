@@ -29,6 +29,8 @@ class VerifyMemgraphPass(GraphPass):
 
     name = "turnip-verify-memgraph"
     taskgraph: str = ""
+    """The taskgraph file the memgraph was compiled from, to prove condition (a) as well; empty: the
+    memgraph alone."""
 
     def run(self, graph: MemGraph, stats: CompileStats | None, source: TaskGraph | None = None) -> MemGraph:
         """`source`: the placed taskgraph, when the caller has it (the pipeline); else read from the option."""

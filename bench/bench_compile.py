@@ -20,7 +20,7 @@ from pathlib import Path
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
-from passes.stats import CompileStats
+from passes.compile_stats import CompileStats
 from turnip_ir.random_graphs import random_taskgraph
 
 STAGES = ("place", "simulate", "memory-deps", "minimize", "reduce", "verify")

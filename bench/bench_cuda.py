@@ -34,7 +34,7 @@ from runtime.executor import Executor  # noqa: E402
 from runtime.graph import build_exec_graph  # noqa: E402
 from runtime.inputs import Tiled, input_specs  # noqa: E402
 from runtime.policies import make_policy  # noqa: E402
-from runtime.stats import summarize, union_length  # noqa: E402
+from runtime.summary import summarize, union_length  # noqa: E402
 from runtime.synthetic import chain_memgraph, random_memgraph  # noqa: E402
 from turnip_ir.memgraph import MemGraph, MemNode  # noqa: E402
 from turnip_ir.taskgraph import TaskGraph  # noqa: E402

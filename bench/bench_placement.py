@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
-from passes.stats import CompileStats
+from passes.compile_stats import CompileStats
 from runtime import execute
 from turnip_ir.random_graphs import random_taskgraph
 from turnip_ir.workloads import ffn as ffn_workload

@@ -1,6 +1,6 @@
 """Plan-quality benchmarks: offload traffic against Belady, sim makespan against a bound, memory edges.
 
-    .venv/bin/python bench/bench_plans.py traffic    # offload/reload bytes per order vs a Belady simulation
+    .venv/bin/python bench/bench_plans.py traffic    # offload/reload bytes per schedule vs a Belady simulation
     .venv/bin/python bench/bench_plans.py makespan   # sim makespan vs max(compute, transfer) per GPU
     .venv/bin/python bench/bench_plans.py edges      # memory edges kept vs every-reader edges without minimization
 
@@ -14,10 +14,10 @@ import argparse
 
 from passes.compact import TaskView
 from passes.insert_offload import insert_offload, minimum_budget
-from passes.orders import execution_order
+from passes.schedules import SCHEDULES, scheduled_tasks
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
-from passes.stats import CompileStats
+from passes.compile_stats import CompileStats
 from runtime import execute
 from runtime.cost import CostModel
 from turnip_ir.errors import BudgetError
@@ -40,13 +40,13 @@ class Belady:
     The same rules as the planner's model: inputs start on their GPU in first-use order while they fit,
     and one evicted before its first read costs nothing (it could have started in storage); a tensor is
     offloaded when evicted without a storage copy while still needed or an output; a load is a reload.
-    For tiles of one size this is Belady's algorithm, optimal in reloads for the order; for mixed sizes
+    For tiles of one size this is Belady's algorithm, optimal in reloads for the schedule; for mixed sizes
     it is a reference that ignores fragmentation, not a bound.
     """
 
-    def __init__(self, graph, order: str, budget: int) -> None:
+    def __init__(self, graph, schedule: str, budget: int) -> None:
         self.view = TaskView.build(graph)
-        self.steps = execution_order(self.view, order)
+        self.steps = scheduled_tasks(self.view, schedule)
         self.uses: dict[int, list[int]] = {}
         for step, i in enumerate(self.steps):
             for o in dict.fromkeys(self.view.inputs[i]):
@@ -124,19 +124,19 @@ def wasted_reload_bytes(memgraph) -> int:
 def traffic_rows(name: str, graph, budgets) -> list[str]:
     rows = []
     for label, budget in budgets:
-        for order in ("given", "dfs", "memory"):
+        for schedule in SCHEDULES:
             stats = CompileStats()
-            memgraph = compile_taskgraph(graph, budget, order=order, stats=stats)
-            reload_ref, offload_ref = Belady(place_devices(graph), order, budget).run()
+            memgraph = compile_taskgraph(graph, budget, schedule=schedule, stats=stats)
+            reload_ref, offload_ref = Belady(place_devices(graph), schedule, budget).run()
             rows.append(
-                f"| {name} | {label} | {order} | {stats.bytes_offloaded} | {stats.bytes_reloaded} | {wasted_reload_bytes(memgraph)} "
+                f"| {name} | {label} | {schedule} | {stats.bytes_offloaded} | {stats.bytes_reloaded} | {wasted_reload_bytes(memgraph)} "
                 f"| {offload_ref} | {reload_ref} | {stats.bytes_reloaded / max(reload_ref, 1):.2f} |"
             )
     return rows
 
 
 def traffic() -> None:
-    print("| graph | budget | order | offload B | reload B | reloaded twice in a step B | Belady offload B | Belady reload B | reload / Belady |")
+    print("| graph | budget | schedule | offload B | reload B | reloaded twice in a step B | Belady offload B | Belady reload B | reload / Belady |")
     print("|" + " --- |" * 9)
     slot = 64 * 64 * 4
     ffn = ffn_stack(layers=8, tokens=64, hidden=64, ffn=64, devices=1)

@@ -42,7 +42,7 @@ from bench_cuda import cuda_time, loops, row  # noqa: E402
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
-from runtime.stats import union_length  # noqa: E402
+from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
 GIB = 1 << 30

@@ -21,7 +21,7 @@ import numpy as np
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
-from passes.stats import CompileStats
+from passes.compile_stats import CompileStats
 from runtime import execute
 from turnip_ir.dot import have_dot, render
 from turnip_ir.workloads import llama

@@ -18,9 +18,9 @@ from numba import njit
 
 from turnip_ir.ancestors import ancestor_answers
 from passes.compact import MemArrays, row_of
-from passes.ir import GraphPass, memgraph_of
+from passes.compile_stats import CompileStats, add, timed
+from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.regions import Overwrites
-from passes.stats import collected, timed
 from turnip_ir.memgraph import MemGraph
 
 
@@ -85,18 +85,18 @@ def _sources(over_ptr, writer, read_ptr, read_idx, mem_ptr, mem_idx):
 class InsertMemoryDepsPass(GraphPass):
     """Add a memory dependency wherever a location or storage region is reused.
 
-    A node that overwrites bytes waits for their last writer and every reader of it (or its offload).
-    Edges that a data path already implies are stored as redundant (drawn dashed, ignored at run time).
+    The last-writer sweep (turnip_ir/regions.py) finds, per space (each GPU, CPU storage), the
+    earlier writes each node overwrites. The node waits for their last writer and every reader of it
+    placed before it, an offload included; older writers were already ordered before that last
+    writer the same way. Edges that a data path already implies (asked of the ancestor sweep) go to
+    `redundant_deps`, drawn dashed and ignored at run time.
     """
 
     name = "turnip-insert-memory-deps"
 
-    def transform(self, graph: MemGraph) -> MemGraph:
+    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
         graph = memgraph_of(graph, self.name)
-        stats = collected.get()
         with timed(stats, "memory-deps"):
-            added, redundant = insert_memory_deps(graph)
-        if stats is not None:
-            stats.edges_added += added
-            stats.edges_redundant += redundant
+            added, redundant = insert_memory_deps(graph, arrays)
+        add(stats, edges_added=added, edges_redundant=redundant)
         return graph

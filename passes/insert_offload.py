@@ -1,7 +1,7 @@
 """Offload insertion: the pass that turns a placed taskgraph into a memgraph under a per-GPU budget.
 
 It checks the budget, picks the alignment and runs the offload planner (passes/planner.py) in the
-chosen order. Alignment: offsets are multiples of 256 bytes while every op's working set still fits
+chosen schedule (passes/schedules.py). Alignment: offsets are multiples of 256 bytes while every op's working set still fits
 so padded; a budget tighter than that packs at element alignment, so any budget that holds the
 largest working set (`minimum_budget`) works. A smaller one fails naming the op, its GPU and bytes.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from passes.ir import GraphPass, check_budget_option, taskgraph_of
-from passes.stats import collected, timed
+from passes.compile_stats import CompileStats, timed
+from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
 from passes.allocator import ALIGN, PLACEMENTS, aligned
 from passes.compact import TaskView
-from passes.orders import execution_order
+from passes.schedules import scheduled_tasks
 from passes.planner import Planner
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.kernels import DTYPE_BYTES
@@ -28,8 +28,8 @@ INPUTS_START = ("gpu", "host")
 CPU storage, as weights loaded into host memory do; the plan reloads them)."""
 
 
-def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placement: str = "loosest", inputs: str = "gpu") -> MemGraph:
-    """The memgraph of one simulated run of the placed `graph` in `order` under a per-GPU `budget`.
+def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu") -> MemGraph:
+    """The memgraph of one simulated run of the placed `graph` in `schedule` under a per-GPU `budget`.
 
     `placement` chooses among free regions that fit: `loosest` (freed longest ago) or `first-fit`;
     `inputs` says where inputs start (INPUTS_START).
@@ -43,7 +43,7 @@ def insert_offload(graph: TaskGraph, budget: int, order: str = "given", placemen
     if placement not in PLACEMENTS:
         raise InputError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
     align = alignment(graph, view, budget)
-    return Planner(graph, view, budget, execution_order(view, order), placement, align, inputs_on_gpu=inputs == "gpu").run()
+    return Planner(graph, view, budget, scheduled_tasks(view, schedule), placement, align, inputs_on_gpu=inputs == "gpu").run()
 
 
 def fine_alignment(graph: TaskGraph) -> int:
@@ -105,24 +105,34 @@ def check_budget(graph: TaskGraph, view: TaskView, budget: int, align: int) -> N
 class InsertOffloadPass(GraphPass):
     """Turn a placed taskgraph into a memgraph by simulating one run under a per-GPU budget.
 
-    The simulation runs the tasks in `order` (given, dfs, memory) with a 256-byte-aligned allocator per
-    GPU, gives every tensor a location, evicts the tensors cheapest to move per step until they are
-    needed (offloading only what is needed again or is an output), reloads before the next use into
-    a fresh location, and starts the inputs that do not fit in CPU storage. Offloads wait for nothing
-    but their tensor. It adds no reuse edges: run turnip-insert-memory-deps next.
+    The simulation runs the tasks in the chosen schedule with an allocator per GPU, gives every
+    tensor a location, evicts the tensors cheapest to move per step until they are needed
+    (offloading only what is needed again or is an output), reloads before the next use into a fresh
+    location, and starts the inputs that do not fit in CPU storage. Offloads wait for nothing but
+    their tensor. Offsets are 256-byte aligned while every op's working set fits the budget so
+    padded, else element-aligned; a budget below an op's working set fails naming the op, its GPU
+    and the bytes it needs. It adds no reuse edges: run turnip-insert-memory-deps next.
     """
 
     name = "turnip-insert-offload"
+    aliases = {"order": "schedule"}
     budget: int = 0
-    order: str = "given"
+    """Bytes per GPU; required, a positive number."""
+    schedule: str = "given"
+    """The order of the simulated run: `given` (the taskgraph's node order), `dfs` (a depth-first
+    post-order from the outputs) or `memory` (the ready task that grows live memory least)."""
     placement: str = "loosest"
+    """Which free region that fits takes a tensor: `loosest` (the one freed longest ago, for the
+    loosest memory edges) or `first-fit` (the lowest offset, for ablations)."""
+    inputs: str = "gpu"
+    """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit) or `host` (all in
+    CPU storage, as weights loaded into host memory; the plan reloads them where they are read)."""
 
-    def transform(self, graph: TaskGraph) -> MemGraph:
+    def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
         check_budget_option(self.budget, self.name)
         graph = taskgraph_of(graph, self.name)
-        stats = collected.get()
         with timed(stats, "simulate"):
-            memgraph = insert_offload(graph, self.budget, self.order, self.placement)
+            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs)
         if stats is not None:
-            stats.record_graph(memgraph)
+            stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
         return memgraph

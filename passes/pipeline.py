@@ -1,9 +1,11 @@
 """The default compiler pipeline on the compact structures: taskgraph in, verified memgraph out.
 
 Stages: place devices -> simulate (offload insertion) -> memory deps -> minimize -> reduce -> verify.
-Each works on Python lists or CSR arrays (built once for the memory passes); nothing is printed or
-parsed between them; the cyclic garbage collector is paused meanwhile. `compile_taskgraph`
-is the contract the runtime's `turnip run` calls for taskgraph files.
+The pipeline is composed here once: `compile_taskgraph` runs each stage's pass (`run(graph, stats)`,
+where the stage is timed and counted, as when `turnip-opt` runs it alone), and the `turnip-memgraph`
+pass calls `compile_taskgraph`. Stages work on Python lists or CSR arrays (built once for the memory
+passes); nothing is printed or parsed between them; the cyclic garbage collector is paused meanwhile.
+`compile_taskgraph` is the contract the runtime's `turnip run` calls for taskgraph files.
 """
 
 from __future__ import annotations
@@ -12,16 +14,15 @@ import contextlib
 import gc
 from dataclasses import dataclass
 
-
 from passes.compact import MemArrays
-from passes.insert_memory_deps import insert_memory_deps
-from passes.insert_offload import insert_offload
-from passes.minimize_memory_deps import minimize_memory_deps
-from passes.place_devices import place_devices
-from passes.reduce_memory_deps import reduce_memory_deps
-from passes.ir import GraphPass, check_budget_option, taskgraph_of
-from passes.stats import CompileStats, collected, timed
-from passes.verify_memgraph import verify_memgraph
+from passes.compile_stats import CompileStats, timed
+from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
+from passes.insert_memory_deps import InsertMemoryDepsPass
+from passes.insert_offload import InsertOffloadPass
+from passes.minimize_memory_deps import MinimizeMemoryDepsPass
+from passes.place_devices import PlaceDevicesPass
+from passes.reduce_memory_deps import ReduceMemoryDepsPass
+from passes.verify_memgraph import VerifyMemgraphPass
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
@@ -30,7 +31,7 @@ from turnip_ir.taskgraph import TaskGraph
 def compile_taskgraph(
     graph: TaskGraph,
     budget: int,
-    order: str = "given",
+    schedule: str = "given",
     stats: CompileStats | None = None,
     *,
     devices: int = 0,
@@ -42,7 +43,7 @@ def compile_taskgraph(
 ) -> MemGraph:
     """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
 
-    `order` is the simulated order (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
+    `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
     taskgraph's count); `placement` picks among free regions (`loosest`, the default, or `first-fit`);
     `inputs` says where inputs start (`gpu` while they fit, or `host`: all in CPU storage);
     `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
@@ -51,29 +52,19 @@ def compile_taskgraph(
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
     stats = stats if stats is not None else CompileStats()
     with _cyclic_gc_paused():
-        memgraph, placed = _stages(graph, budget, order, stats, devices, placement, inputs, minimize, reduce)
+        placed = PlaceDevicesPass(devices=devices).run(graph, stats)
+        simulate = InsertOffloadPass(budget=budget, schedule=schedule, placement=placement, inputs=inputs)
+        memgraph = simulate.run(placed, stats)
+        with timed(stats, "memory-deps"):  # the arrays the memory passes share, built for the first of them
+            arrays = MemArrays.build(memgraph.nodes)
+        InsertMemoryDepsPass().run(memgraph, stats, arrays)
+        if minimize:
+            MinimizeMemoryDepsPass().run(memgraph, stats, arrays)
+        if reduce:
+            ReduceMemoryDepsPass().run(memgraph, stats, arrays)
         if verify:
-            with timed(stats, "verify"):
-                verify_memgraph(memgraph, placed)
-    stats.record_graph(memgraph)
+            VerifyMemgraphPass().run(memgraph, stats, source=placed)
     return memgraph
-
-
-def _stages(graph, budget, order, stats, devices, placement, inputs, minimize, reduce) -> tuple[MemGraph, TaskGraph]:
-    with timed(stats, "place"):
-        placed = place_devices(graph, devices)
-    with timed(stats, "simulate"):
-        memgraph = insert_offload(placed, budget, order, placement, inputs)
-    with timed(stats, "memory-deps"):
-        arrays = MemArrays.build(memgraph.nodes)
-        stats.edges_added, stats.edges_redundant = insert_memory_deps(memgraph, arrays)
-    if minimize:
-        with timed(stats, "minimize"):
-            stats.edges_removed_minimize = minimize_memory_deps(memgraph, arrays)
-    if reduce:
-        with timed(stats, "reduce"):
-            stats.edges_removed_reduce = reduce_memory_deps(memgraph, arrays)
-    return memgraph, placed
 
 
 @contextlib.contextmanager
@@ -93,20 +84,28 @@ def _cyclic_gc_paused():
 class MemgraphPipelinePass(GraphPass):
     """The default pipeline: taskgraph in, verified memgraph out, under a per-GPU budget.
 
-    Runs placement, offload insertion by simulation, memory dependencies, minimization, transitive
-    reduction and the verifier on the compact structures, converting the module once each way.
-    Options: `budget` (bytes per GPU, required), `order` (given, dfs, memory), `devices` (0 keeps the
-    module's count), `placement` (loosest, first-fit). When the CLI collects stats
-    (`passes.stats.collecting`), they are recorded there.
+    Runs turnip-place-devices, turnip-insert-offload, turnip-insert-memory-deps,
+    turnip-minimize-memory-deps, turnip-reduce-memory-deps and turnip-verify-memgraph (given the
+    placed taskgraph, so condition (a) is proved too) on the compact structures, converting the
+    module once each way. It is `compile_taskgraph` (passes/pipeline.py): the same stages, timed and
+    counted once each.
     """
 
     name = "turnip-memgraph"
+    aliases = {"order": "schedule"}
     budget: int = 0
-    order: str = "given"
+    """Bytes per GPU; required, a positive number."""
+    schedule: str = "given"
+    """The simulated schedule: `given`, `dfs` or `memory` (as in turnip-insert-offload)."""
     devices: int = 0
+    """How many GPUs to place on; 0 keeps the module's count (as in turnip-place-devices)."""
     placement: str = "loosest"
+    """`loosest` or `first-fit` (as in turnip-insert-offload)."""
+    inputs: str = "gpu"
+    """Where inputs start: `gpu` or `host` (as in turnip-insert-offload)."""
 
-    def transform(self, graph: TaskGraph) -> MemGraph:
+    def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
         check_budget_option(self.budget, self.name)
         graph = taskgraph_of(graph, self.name)
-        return compile_taskgraph(graph, self.budget, self.order, collected.get(), devices=self.devices, placement=self.placement)
+        options = {"devices": self.devices, "placement": self.placement, "inputs": self.inputs}
+        return compile_taskgraph(graph, self.budget, self.schedule, stats, **options)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from passes.ir import GraphPass, taskgraph_of
-from passes.stats import collected, timed
+from passes.compile_stats import CompileStats, timed
+from passes.graph_pass import GraphPass, taskgraph_of
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TaskGraph, TaskNode
@@ -89,14 +89,18 @@ def _is_move(node: TaskNode, src: str, device: int) -> bool:
 class PlaceDevicesPass(GraphPass):
     """Give a GPU to every kernel without one, balancing load along the critical path.
 
-    List scheduling in topological order: each unplaced kernel goes to the GPU where it would finish
-    earliest, counting operand copies; operands on another GPU get a shared `move` inserted. Kernels
-    that already have a device keep it. Option `devices` widens the machine (0 keeps the module's count).
+    List scheduling in topological order (as in HEFT): each unplaced kernel goes to the GPU where it
+    would finish earliest, counting its operands' finish times, a copy time for operands on another
+    GPU and the GPU's busy time, so the longest chain stays together and parallel branches spread
+    out. Kernels that already have a device keep it. When an operand lives on another GPU the pass
+    inserts a `move` named `'<operand>.to<gpu>'` (as the model generators name theirs), shared by
+    every reader on that GPU: the data moves, a placed producer is never second-guessed.
     """
 
     name = "turnip-place-devices"
     devices: int = 0
+    """How many GPUs to place on; 0 keeps the module's count, and fewer than it is an error."""
 
-    def transform(self, graph: TaskGraph) -> TaskGraph:
-        with timed(collected.get(), "place"):
+    def run(self, graph: TaskGraph, stats: CompileStats | None) -> TaskGraph:
+        with timed(stats, "place"):
             return place_devices(taskgraph_of(graph, self.name), self.devices)

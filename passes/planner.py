@@ -1,7 +1,7 @@
 """The offload planner: simulate one run of a placed taskgraph and write the memgraph it implies.
 
 State: one `DeviceMemory` per GPU (passes/allocator.py), and per tensor its GPU copy (a memgraph node
-or -1), its storage copy (an offload or a storage input, or -1), and its remaining uses in the order.
+or -1), its storage copy (an offload or a storage input, or -1), and its remaining uses in the schedule.
 
 Per task: find room on each GPU it touches for the operands in storage and the output, all at once
 (`_make_room`), emit their reloads and the node, then free the tensors nobody reads again. Room is
@@ -35,10 +35,10 @@ class Planner:
     """One simulation; `run()` returns the memgraph. The caller has checked that every working set fits."""
 
     def __init__(
-        self, graph: TaskGraph, view: TaskView, budget: int, order: list[int], placement: str = "loosest", align: int = ALIGN,
+        self, graph: TaskGraph, view: TaskView, budget: int, schedule: list[int], placement: str = "loosest", align: int = ALIGN,
         inputs_on_gpu: bool = True,
     ) -> None:
-        self.graph, self.view, self.order, self.align = graph, view, order, align
+        self.graph, self.view, self.schedule, self.align = graph, view, schedule, align
         self.out = MemGraph(graph.devices, budget)
         self.memory = [DeviceMemory(budget // align * align, placement) for _ in range(graph.devices)]
         n = len(view)
@@ -48,7 +48,7 @@ class Planner:
         self.gpu = [-1] * n
         self.store = [-1] * n
         self.uses: list[list[int]] = [[] for _ in range(n)]
-        for step, i in enumerate(order):
+        for step, i in enumerate(schedule):
             for o in self.operands[i]:
                 self.uses[o].append(step)
         self.next = [0] * n
@@ -64,7 +64,7 @@ class Planner:
 
     def run(self) -> MemGraph:
         self._place_inputs()
-        for step, i in enumerate(self.order):
+        for step, i in enumerate(self.schedule):
             self.step = step
             self._run_task(i)
         for o in self.view.outputs:
@@ -128,8 +128,8 @@ class Planner:
             trial = memory.copy()
             for o in moved:
                 trial.release(o, self.step)
-            order = placing if k == 0 else sorted(placing, key=size, reverse=True)
-            fitted = trial.fit([(t, size(t)) for t in order], operands, self._victim_cost, self.step)
+            ranked = placing if k == 0 else sorted(placing, key=size, reverse=True)
+            fitted = trial.fit([(t, size(t)) for t in ranked], operands, self._victim_cost, self.step)
             if fitted is not None:
                 return self._adopt(d, trial, moved + fitted[0], fitted[1])
         trial = memory.copy()
@@ -184,7 +184,7 @@ class Planner:
         moved = nbytes if use < NEVER else 0
         if self.store[t] < 0 and self.gpu[t] not in self.unread and (use < NEVER or self.is_output[t]):
             moved += nbytes
-        return (moved << 24) // (min(use, len(self.order)) - self.step)
+        return (moved << 24) // (min(use, len(self.schedule)) - self.step)
 
     def _write_back(self, t: int) -> None:
         """Take tensor `t` off its GPU (its memory is already freed), offloading it unless storage holds it.

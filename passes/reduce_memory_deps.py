@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from turnip_ir.ancestors import implied_predecessors
 from passes.compact import MemArrays, csr_union, drop_memory_edges
-from passes.ir import GraphPass, count_into, memgraph_of
+from passes.compile_stats import CompileStats, add, timed
+from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
 
@@ -30,11 +31,17 @@ def reduce_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> int:
 class ReduceMemoryDepsPass(GraphPass):
     """Remove every memory edge that another path of data or memory edges implies.
 
-    A transitive reduction restricted to memory edges, with the shared ancestor sweep over the topological
-    order; data edges are never removed.
+    A transitive reduction restricted to memory edges; data edges are never removed. The shared
+    ancestor sweep (turnip_ir/ancestors.py) visits each node's predecessors latest first; one that a
+    later predecessor already reaches is implied, and if it is a memory edge it goes. Only the
+    sources of memory edges still to be visited are watched.
     """
 
     name = "turnip-reduce-memory-deps"
 
-    def transform(self, graph: MemGraph) -> MemGraph:
-        return count_into(memgraph_of(graph, self.name), "reduce", reduce_memory_deps, "edges_removed_reduce")
+    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
+        graph = memgraph_of(graph, self.name)
+        with timed(stats, "reduce"):
+            removed = reduce_memory_deps(graph, arrays)
+        add(stats, edges_removed_reduce=removed)
+        return graph

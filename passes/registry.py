@@ -14,15 +14,16 @@ from xdsl.passes import ModulePass
 
 
 _PASSES: dict[str, tuple[str, str]] = {
+    "turnip-memgraph": ("passes.pipeline", "MemgraphPipelinePass"),
     "turnip-place-devices": ("passes.place_devices", "PlaceDevicesPass"),
     "turnip-insert-offload": ("passes.insert_offload", "InsertOffloadPass"),
     "turnip-insert-memory-deps": ("passes.insert_memory_deps", "InsertMemoryDepsPass"),
     "turnip-minimize-memory-deps": ("passes.minimize_memory_deps", "MinimizeMemoryDepsPass"),
     "turnip-reduce-memory-deps": ("passes.reduce_memory_deps", "ReduceMemoryDepsPass"),
     "turnip-verify-memgraph": ("passes.verify_memgraph", "VerifyMemgraphPass"),
-    "turnip-memgraph": ("passes.pipeline", "MemgraphPipelinePass"),
 }
-"""Pass name -> (module, class)."""
+"""Pass name -> (module, class): the named pipeline, then its stages in the order it runs them.
+docs/passes.md lists them in this order (passes/pass_reference.py)."""
 
 
 def _load(module: str, cls: str) -> type[ModulePass]:

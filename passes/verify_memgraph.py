@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from passes.ir import GraphPass, memgraph_of
-from passes.stats import collected, timed
+from passes.compile_stats import CompileStats, timed
+from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph
+from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.verifier import verify_memgraph
 
 
@@ -28,11 +29,15 @@ class VerifyMemgraphPass(GraphPass):
 
     name = "turnip-verify-memgraph"
     taskgraph: str = ""
+    """The taskgraph file the memgraph was compiled from, to prove condition (a) as well; empty: the
+    memgraph alone."""
 
-    def transform(self, graph: MemGraph) -> MemGraph:
+    def run(self, graph: MemGraph, stats: CompileStats | None, source: TaskGraph | None = None) -> MemGraph:
+        """`source`: the placed taskgraph, when the caller has it (the pipeline); else read from the option."""
         graph = memgraph_of(graph, self.name)
-        source = self._taskgraph(graph.devices) if self.taskgraph else None
-        with timed(collected.get(), "verify"):
+        if source is None and self.taskgraph:
+            source = self._taskgraph(graph.devices)
+        with timed(stats, "verify"):
             verify_memgraph(graph, source)
         return graph
 

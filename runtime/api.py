@@ -20,7 +20,7 @@ from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
-from runtime.stats import RunSummary, summarize
+from runtime.summary import RunSummary, summarize
 from turnip_ir.errors import BudgetError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.memgraph_types import check_types, infer_types

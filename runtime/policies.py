@@ -5,6 +5,7 @@ of that resource class is free), and nothing else. `nondet` takes the ready vert
 critical path (ties: earliest in the memgraph); `random` takes a seeded uniformly random ready vertex;
 `fixed` replays the memgraph order per resource: only the earliest not-yet-started vertex of a resource
 class may start, so a late input stalls everything queued behind it, the deterministic baseline.
+The policy is the run-time order (`--order`); the order the compiler simulated is its schedule.
 """
 
 from __future__ import annotations

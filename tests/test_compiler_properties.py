@@ -22,6 +22,7 @@ from reference_formulas import evaluate
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
+from passes.schedules import SCHEDULES
 from turnip_ir.verifier import verify_memgraph
 from runtime import execute as run_on_cpu
 from turnip_ir.errors import VerifyError
@@ -37,7 +38,7 @@ def cases(draw, factors=FACTORS):
     seed = draw(st.integers(0, 10_000))
     devices = draw(st.integers(1, 4))
     sizes = draw(st.sampled_from([(8,), (8, 16), (4, 12, 20), (16, 8, 24)]))
-    # float64 graphs: a wrong schedule reads the wrong bytes and is off by far more than rounding, while
+    # float64 graphs: a wrong plan reads the wrong bytes and is off by far more than rounding, while
     # float32 rounding through 80 chained ops can cancel to 10% errors that prove nothing; the smaller
     # float32 graphs keep the float32 kernels honest too
     tasks = draw(st.integers(3, 80))
@@ -48,23 +49,23 @@ def cases(draw, factors=FACTORS):
             if node.op not in ("input", "move") and random.Random(seed + len(node.id)).random() < 0.5:
                 node.device = None
     factor = draw(st.sampled_from(factors))
-    order = draw(st.sampled_from(["given", "dfs", "memory"]))
-    return graph, factor, order, seed
+    schedule = draw(st.sampled_from(SCHEDULES))
+    return graph, factor, schedule, seed
 
 
-def _compile(graph, factor, order):
+def _compile(graph, factor, schedule):
     from passes.place_devices import place_devices
 
     placed = place_devices(graph)
     budget = int(minimum_budget(placed) * factor)
-    return placed, compile_taskgraph(graph, budget, order=order)
+    return placed, compile_taskgraph(graph, budget, schedule=schedule)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_compiled_memgraph_verifies_and_computes_the_reference(case):
-    graph, factor, order, seed = case
-    placed, memgraph = _compile(graph, factor, order)
+    graph, factor, schedule, seed = case
+    placed, memgraph = _compile(graph, factor, schedule)
     verify_memgraph(memgraph, placed)
     assert violations(memgraph, placed) == []
     dtype = next(iter(graph.nodes.values())).dtype
@@ -83,8 +84,8 @@ def test_compiled_memgraph_verifies_and_computes_the_reference(case):
 @settings(max_examples=150, deadline=None)
 @given(cases(TIGHT), st.randoms(use_true_random=False))
 def test_verifier_catches_a_dropped_memory_edge(case, rng):
-    graph, factor, order, _ = case
-    _, memgraph = _compile(graph, factor, order)
+    graph, factor, schedule, _ = case
+    _, memgraph = _compile(graph, factor, schedule)
     edges = [(n, d) for n in memgraph.nodes if n.op != "offload" for d in n.mem_deps]
     assume(edges)
     node, dep = rng.choice(edges)
@@ -97,8 +98,8 @@ def test_verifier_catches_a_dropped_memory_edge(case, rng):
 @settings(max_examples=150, deadline=None)
 @given(cases(), st.randoms(use_true_random=False))
 def test_verifier_catches_a_location_shifted_onto_an_operand(case, rng):
-    graph, factor, order, _ = case
-    _, memgraph = _compile(graph, factor, order)
+    graph, factor, schedule, _ = case
+    _, memgraph = _compile(graph, factor, schedule)
     by_id = memgraph.by_id()
     candidates = [n for n in memgraph.nodes if n.op == "kernel" and n.inputs and by_id[n.inputs[0]].loc[1] >= n.loc[1] > 0]
     assume(candidates)
@@ -112,8 +113,8 @@ def test_verifier_catches_a_location_shifted_onto_an_operand(case, rng):
 @settings(max_examples=100, deadline=None)
 @given(cases(), st.randoms(use_true_random=False))
 def test_verifier_catches_an_added_cycle(case, rng):
-    graph, factor, order, _ = case
-    _, memgraph = _compile(graph, factor, order)
+    graph, factor, schedule, _ = case
+    _, memgraph = _compile(graph, factor, schedule)
     edges = [(n, d) for n in memgraph.nodes for d in n.inputs]
     assume(edges)
     node, dep = rng.choice(edges)
@@ -127,5 +128,5 @@ def test_verifier_catches_an_added_cycle(case, rng):
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_no_budget_error_at_the_minimum_budget(case):
-    graph, _, order, _ = case
-    _compile(graph, 1.0, order)
+    graph, _, schedule, _ = case
+    _compile(graph, 1.0, schedule)

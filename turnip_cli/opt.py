@@ -23,7 +23,7 @@ from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from passes.ir import GraphPass
+from passes.graph_pass import GraphPass
 from turnip_cli import interrupt
 from turnip_ir.dialect import Turnip
 from turnip_ir.errors import InputError, TurnipError
@@ -166,7 +166,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from passes.stats import collecting
+    from passes.compile_stats import collecting
 
     # A one-shot command: the graphs it reads, compiles and writes are millions of small acyclic objects,
     # freed by reference counts; the cyclic collector only rescans them (at 100k tasks, ~3 s of reading

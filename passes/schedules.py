@@ -1,6 +1,8 @@
-"""Execution orders the offload planner can simulate: `given`, `dfs` and `memory`.
+"""Schedules the offload planner can simulate: `given`, `dfs` and `memory`.
 
-Every order lists the non-input tasks of a `TaskView`, each after its operands.
+A schedule is the compile-time order of one simulated run (the run-time dispatch order is the
+runtime's policy, `runtime/policies.py`, a separate choice). Every schedule lists the non-input tasks
+of a `TaskView`, each after its operands.
 - `given`: the taskgraph's own order.
 - `dfs`: a depth-first post-order from the outputs, which finishes one branch before starting the next
   and so keeps few tensors live.
@@ -15,18 +17,18 @@ import heapq
 from passes.compact import TaskView
 from turnip_ir.errors import InputError
 
-ORDERS = ("given", "dfs", "memory")
+SCHEDULES = ("given", "dfs", "memory")
 
 
-def execution_order(view: TaskView, order: str) -> list[int]:
-    """The positions of the non-input tasks of `view` in the named order."""
-    if order == "given":
+def scheduled_tasks(view: TaskView, schedule: str) -> list[int]:
+    """The positions of the non-input tasks of `view` in the named schedule."""
+    if schedule == "given":
         return [i for i, op in enumerate(view.ops) if op != "input"]
-    if order == "dfs":
+    if schedule == "dfs":
         return _dfs(view)
-    if order == "memory":
+    if schedule == "memory":
         return _memory(view)
-    raise InputError(f"unknown order '{order}' (known: {', '.join(ORDERS)})")
+    raise InputError(f"unknown schedule '{schedule}' (known: {', '.join(SCHEDULES)})")
 
 
 def _dfs(view: TaskView) -> list[int]:

@@ -1,8 +1,10 @@
 """Compile statistics: what the pipeline did, and a collector the CLI reads for `--stats`.
 
-`CompileStats` is filled by `compile_taskgraph`. Passes stay stateless: each xDSL pass wrapper records
-what it did into the `collected` context variable when the CLI has set one (`collecting()`), and
-nowhere otherwise, so `--stats` works for the named pipeline and for a list of single passes alike.
+Each pass's `run(graph, stats)` records what it did into the `CompileStats` it is given (`timed`,
+`add`), and `compile_taskgraph` hands the same one to every stage. Passes stay stateless: run by
+`turnip-opt`, a pass records into the `collected` context variable when the CLI has set one
+(`collecting()`), and nowhere otherwise, so `--stats` works for the named pipeline and for a list of
+single passes alike.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ def timed(stats: CompileStats | None, stage: str):
     yield
     if stats is not None:
         stats.seconds[stage] = stats.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+
+def add(stats: CompileStats | None, **counts: int) -> None:
+    """Add each count to the field of `stats` it names (no-op when `stats` is None)."""
+    if stats is not None:
+        for counter, count in counts.items():
+            setattr(stats, counter, getattr(stats, counter) + count)
 
 
 collected: contextvars.ContextVar[CompileStats | None] = contextvars.ContextVar("turnip_compile_stats", default=None)

@@ -1,0 +1,109 @@
+"""The pass reference of docs/passes.md, rendered from the registered passes' own docstrings.
+
+Per pass, in registry order (passes/registry.py): its name and module, the docstring's first line
+(the summary), the rest of the docstring (the description), and a table of its options: name,
+default and meaning, the meaning being the string literal written under the option's field (an
+attribute docstring), followed by the deprecated spellings the pass still accepts (`aliases`). A pass
+whose summary is not one line, or an option without its docstring, is an error, not a gap in the docs.
+
+    .venv/bin/python -m passes.pass_reference                          # print the reference
+    .venv/bin/python -m passes.pass_reference --write docs/passes.md   # replace it between the markers
+    .venv/bin/python -m passes.pass_reference --check docs/passes.md   # exit 1 if the file has drifted
+
+In the file the reference sits between `<!-- passes:reference -->` and `<!-- /passes:reference -->`;
+the hand-written text around the markers is kept. tests/test_pass_reference.py runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+import textwrap
+from pathlib import Path
+
+from passes.registry import all_passes
+
+BEGIN = "<!-- passes:reference -->"
+END = "<!-- /passes:reference -->"
+
+
+def option_docs(cls: type) -> dict[str, str]:
+    """Each field's attribute docstring: the string literal right under `name: type = default` in the class."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs: dict[str, str] = {}
+    for statement, following in zip(body, body[1:]):
+        literal = following.value if isinstance(following, ast.Expr) else None
+        if isinstance(statement, ast.AnnAssign) and isinstance(literal, ast.Constant) and isinstance(literal.value, str):
+            docs[statement.target.id] = " ".join(literal.value.split())
+    return docs
+
+
+def _default(value: object) -> str:
+    return '`""`' if value == "" else f"`{value}`"
+
+
+def render_pass(cls: type) -> str:
+    """One pass's section: heading, summary, description, options table."""
+    summary, _, description = inspect.getdoc(cls).partition("\n\n")
+    if "\n" in summary:
+        raise ValueError(f"{cls.name}: the docstring's summary must be one line, then a blank line")
+    module = cls.__module__.replace(".", "/") + ".py"
+    parts = [f"### `{cls.name}` ({module})", summary]
+    if description:
+        parts.append(description)
+    fields = [field for field in dataclasses.fields(cls) if field.init]
+    if fields:
+        docs = option_docs(cls)
+        rows = ["| option | default | meaning |", "| --- | --- | --- |"]
+        for field in fields:
+            if field.name not in docs:
+                raise ValueError(f"{cls.name}: option '{field.name}' has no docstring (a string literal under its field)")
+            rows.append(f"| `{field.name}` | {_default(field.default)} | {docs[field.name]} |")
+        rows += [f"| `{old}` | | deprecated alias of `{new}`, still accepted |" for old, new in cls.aliases.items()]
+        parts.append("\n".join(rows))
+    else:
+        parts.append("No options.")
+    return "\n\n".join(parts)
+
+
+def render() -> str:
+    """The whole reference, every registered pass in registry order."""
+    return "\n\n".join(render_pass(factory()) for factory in all_passes().values())
+
+
+def replace_reference(doc: str, reference: str) -> str:
+    """`doc` with what lies between the markers replaced by `reference`."""
+    if doc.count(BEGIN) != 1 or doc.count(END) != 1 or doc.index(BEGIN) > doc.index(END):
+        raise ValueError(f"the file needs one {BEGIN} and, after it, one {END}")
+    head, rest = doc.split(BEGIN)
+    _, tail = rest.split(END)
+    return f"{head}{BEGIN}\n{reference}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", type=Path, metavar="FILE", help="replace the reference between the markers in FILE")
+    action.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's reference differs from the docstrings")
+    args = parser.parse_args(argv)
+    reference = render()
+    if args.write is None and args.check is None:
+        print(reference)
+        return 0
+    path = args.write or args.check
+    doc = path.read_text()
+    updated = replace_reference(doc, reference)
+    if args.write is not None:
+        path.write_text(updated)
+        return 0
+    if updated != doc:
+        print(f"{path}: the pass reference differs from the docstrings; run python -m passes.pass_reference --write {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_plans.py traffic    # offload/reload bytes per schedule vs a Belady simulation
     .venv/bin/python bench/bench_plans.py makespan   # sim makespan vs max(compute, transfer) per GPU
+    .venv/bin/python bench/bench_plans.py llama      # the same for LLaMA 7b prefill at 8k, 32k and 128k tokens
     .venv/bin/python bench/bench_plans.py edges      # memory edges kept vs every-reader edges without minimization
 
 Prints markdown tables for docs/benchmarks.md ("## Compiler"). The Belady simulation and the edge
@@ -219,6 +220,22 @@ def makespan() -> None:
             print(row, flush=True)
 
 
+LLAMA_CASES = ((8192, 1, (16, 4, 2)), (32768, 1, (16, 4, 2)), (32768, 2, (4,)), (131072, 1, (16, 4)))
+"""(tokens, GPUs, budgets in GiB): 7b in fp16, blocks of 4096 tokens, the `sequence` placement."""
+
+
+def llama_makespan() -> None:
+    from turnip_ir.workloads import llama
+
+    print("| graph | budget GiB | offload+reload GiB | bound ms | critical path ms | fixed / nondet ms | fixed / bound | nondet / bound |")
+    print("|" + " --- |" * 8)
+    for tokens, gpus, budgets in LLAMA_CASES:
+        built = llama.build_llama(llama.load_config("7b"), tokens, gpus=gpus)
+        label = f"llama 7b {tokens // 1024}k fp16, {gpus} GPU{'s' if gpus > 1 else ''}"
+        for row in makespan_rows(label, built.graph, [b * GIB for b in budgets]):
+            print(row, flush=True)
+
+
 def every_reader_edges(memgraph) -> int:
     """Edges of the seed's rule without minimization: each write waits for the last writer of every
     byte it overwrites and for every reader of that writer (brute force over live segments)."""
@@ -267,13 +284,16 @@ def edges() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["traffic", "makespan", "edges", "all"], nargs="?", default="all")
+    parser.add_argument("which", choices=["traffic", "makespan", "llama", "edges", "all"], nargs="?", default="all")
     args = parser.parse_args()
     if args.which in ("traffic", "all"):
         traffic()
         print()
     if args.which in ("makespan", "all"):
         makespan()
+        print()
+    if args.which in ("llama", "all"):
+        llama_makespan()
         print()
     if args.which in ("edges", "all"):
         edges()

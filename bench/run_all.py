@@ -46,7 +46,7 @@ JOBS = (
         ("compile-stages", "compile-cli", "compile-numba"),
         full=("bench_compile.py", "--sizes", "20000", "100000"),
     ),
-    Job(("bench_plans.py",), ("plans-traffic", "plans-makespan", "plans-edges")),
+    Job(("bench_plans.py",), ("plans-traffic", "plans-makespan", "plans-llama", "plans-edges")),
     Job(("bench_placement.py",), ("placement",)),
     Job(("bench_ir.py", "--ops", "10000"), ("ir",), full=("bench_ir.py", "--ops", "10000", "100000")),
     Job(("bench_llama.py",), ("llama",)),

@@ -4,7 +4,11 @@
 
 Prints one markdown table of every run (time, ratios to the baselines and to the floor, peak memory,
 bytes reloaded and their rate, agreement, what bound it) and draws time against budget per system.
-The floor is max(FLOPs / GEMM peak, weight bytes / H2D rate), both ceilings measured in the run's call.
+The floor is max(FLOPs / GEMM peak, weight bytes / H2D rate), both ceilings measured in the run's call,
+over g GPUs max(FLOPs / (g x GEMM peak), weight bytes / (g x H2D rate)): each GPU has its own host link.
+Files without runs (the kernel and dispatch results in docs/results/) are skipped, so a glob may take them.
+A file named after its placement with a suffix (h200x2-llama-sequence-spread.json) labels its rows with
+the suffix too ("sequence spread"), to tell calls of one placement apart.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+from pathlib import Path
 
 GIB = 1 << 30
 MEASURED = {  # printed by bench/run.py's set-up line, for results written before it stored them
@@ -24,9 +29,14 @@ def load(paths):
     runs = []
     for path in paths:
         doc = json.load(open(path))
+        if "runs" not in doc:
+            continue
         known = doc.get("workloads", {})
         words = doc.get("command", "").split()
         placement = words[words.index("--placement") + 1] if "--placement" in words else "sequence"
+        stem = Path(path).stem
+        if f"-{placement}-" in stem:
+            placement += " " + stem.split(f"-{placement}-", 1)[1].replace("-", " ")
         for run in doc["runs"]:
             run["placement"] = placement if run.get("gpus", 1) > 1 else ""
             if run.get("agreement") == 0.0 and run["system"] == "turnip-nondet":
@@ -34,7 +44,8 @@ def load(paths):
             flops, weights = MEASURED.get((run["workload"], run["tokens"]), (0, 0))
             if str(run["tokens"]) in known:
                 flops, weights = known[str(run["tokens"])]["flops"], known[str(run["tokens"])]["weight_bytes"]
-            run["floor"] = max(flops / doc["ceilings"]["gemm"], weights / doc["ceilings"]["h2d"])
+            gpus = run.get("gpus", 1)
+            run["floor"] = max(flops / (gpus * doc["ceilings"]["gemm"]), weights / (gpus * doc["ceilings"]["h2d"]))
             run["source"] = path
             runs.append(run)
     return [r for r in runs if r["system"] != "floor"]

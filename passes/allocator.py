@@ -48,9 +48,13 @@ class DeviceMemory:
         self.stamps = [-1]
         self.where: dict[int, int] = {}
         """tensor -> start offset of its segment."""
+        self.free = capacity
+        """Free bytes in all: when fewer than a request, no free run can hold it (no scan needed)."""
 
     def place_free(self, size: int) -> int | None:
         """The start of the loosest free placement of `size` bytes, or None when no free run fits."""
+        if size > self.free:
+            return None
         best = None
         starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
         n = len(starts)
@@ -122,6 +126,7 @@ class DeviceMemory:
         twin = DeviceMemory(self.capacity, "first-fit" if self.first_fit else "loosest")
         twin.starts, twin.ends, twin.owners, twin.stamps = list(self.starts), list(self.ends), list(self.owners), list(self.stamps)
         twin.where = dict(self.where)
+        twin.free = self.free
         return twin
 
     def holders(self, start: int, size: int) -> list[int]:
@@ -133,6 +138,7 @@ class DeviceMemory:
         """Give [start, start + size), which must be free, to `tensor`."""
         self._carve(start, start + size, tensor, -1)
         self.where[tensor] = start
+        self.free -= size
 
     def release(self, tensor: int, step: int) -> None:
         """Free the segment of `tensor`, stamping it with `step`; merge it with free neighbours of that stamp.
@@ -143,6 +149,7 @@ class DeviceMemory:
         start = self.where.pop(tensor)
         i = _find(self.starts, start)
         self.owners[i], self.stamps[i] = FREE, step
+        self.free += self.ends[i] - start
         for k in (i + 1, i):
             if 0 < k < len(self.starts) and self.owners[k] == FREE == self.owners[k - 1] and self.stamps[k] == self.stamps[k - 1]:
                 self.ends[k - 1] = self.ends[k]
@@ -151,13 +158,13 @@ class DeviceMemory:
 
     def _carve(self, start: int, end: int, owner: int, stamp: int) -> None:
         i = _find(self.starts, start)
+        if self.starts[i] == start and self.ends[i] == end and self.owners[i] == FREE:
+            self.owners[i], self.stamps[i] = owner, stamp  # the common case: a free segment of the exact size
+            return
         j = i
         while self.ends[j] < end:
             j += 1
         assert all(o == FREE for o in self.owners[i : j + 1]), "allocator placed over a live tensor"
-        if i == j and self.starts[i] == start and self.ends[i] == end:
-            self.owners[i], self.stamps[i] = owner, stamp  # the common case: a free segment of the exact size
-            return
         new = [(self.starts[i], start, FREE, self.stamps[i])] if self.starts[i] < start else []
         new.append((start, end, owner, stamp))
         if self.ends[j] > end:

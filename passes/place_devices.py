@@ -31,6 +31,8 @@ def place_devices(graph: TaskGraph, devices: int = 0) -> TaskGraph:
     if count < graph.devices:
         raise InputError(f"place-devices: devices={count} is fewer than the taskgraph's {graph.devices}")
     placed = TaskGraph(count)
+    if all(node.device is not None for node in graph.nodes.values()):
+        return _with_moves(graph, placed)  # nothing to choose: no finish times needed
     finish: dict[str, float] = {}
     busy = [0.0] * count
     for node in graph.nodes.values():
@@ -41,6 +43,20 @@ def place_devices(graph: TaskGraph, devices: int = 0) -> TaskGraph:
         start = max([busy[device]] + [finish[i] for i in inputs])
         finish[node.id] = start + cost
         busy[device] = finish[node.id]
+    placed.outputs = list(graph.outputs)
+    return placed
+
+
+def _with_moves(graph: TaskGraph, placed: TaskGraph) -> TaskGraph:
+    """`place_devices` of a graph whose every node has a device: the same nodes and the moves they need."""
+    nodes = placed.nodes
+    for node in graph.nodes.values():
+        device = node.device
+        if node.op == "move":
+            inputs = node.inputs
+        else:
+            inputs = tuple(src if nodes[src].device == device else _local(placed, graph, src, device, None) for src in node.inputs)
+        nodes[node.id] = TaskNode(node.id, node.op, inputs, node.shape, node.dtype, device, dict(node.attrs))
     placed.outputs = list(graph.outputs)
     return placed
 
@@ -67,7 +83,7 @@ def _best_device(placed: TaskGraph, node: TaskNode, cost: float, finish: dict[st
     return best[1]
 
 
-def _local(placed: TaskGraph, graph: TaskGraph, src: str, device: int, finish: dict[str, float]) -> str:
+def _local(placed: TaskGraph, graph: TaskGraph, src: str, device: int, finish: dict[str, float] | None) -> str:
     """The id of `src` on `device`: itself, or a move to there (made once and shared)."""
     operand = placed.nodes[src]
     if operand.device == device:
@@ -77,7 +93,8 @@ def _local(placed: TaskGraph, graph: TaskGraph, src: str, device: int, finish: d
         name += "'"
     if name not in placed.nodes:
         placed.nodes[name] = TaskNode(name, "move", (src,), operand.shape, operand.dtype, device)
-        finish[name] = finish[src] + float(operand.nbytes)
+        if finish is not None:
+            finish[name] = finish[src] + float(operand.nbytes)
     return name
 
 

@@ -45,6 +45,8 @@ class Planner:
         self.tasks = list(graph.nodes.values())
         self.operands = [list(dict.fromkeys(operands)) for operands in view.inputs]
         self.size = [aligned(nbytes, align) for nbytes in view.nbytes]
+        self.nbytes = view.nbytes
+        self.steps = len(schedule)
         self.gpu = [-1] * n
         self.store = [-1] * n
         self.uses: list[list[int]] = [[] for _ in range(n)]
@@ -99,14 +101,17 @@ class Planner:
                 for t, start in self._make_room(d, items, operands).items():
                     if t != i:
                         gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
-        start = self.memory[view.devices[i]].where[i]
+        d = view.devices[i]
+        start = self.memory[d].where[i]
         kind = "move" if view.ops[i] == "move" else "kernel"
-        gpu[i] = self._emit(kind, i, view.devices[i], loc=(start, view.nbytes[i]), inputs=tuple(gpu[o] for o in view.inputs[i]))
+        gpu[i] = self._emit(kind, i, d, loc=(start, view.nbytes[i]), inputs=tuple([gpu[o] for o in view.inputs[i]]))
         if self.unread:
-            self.unread.difference_update(gpu[o] for o in operands)
+            self.unread.difference_update([gpu[o] for o in operands])
+        uses, later = self.uses, self.next
         for o in operands:
-            self.next[o] += 1
-            self._drop_if_dead(o)
+            later[o] += 1
+            if later[o] == len(uses[o]):
+                self._drop_if_dead(o)
         self._drop_if_dead(i)
 
     def _make_room(self, d: int, items: list[int], operands: list[int]) -> dict[int, int]:
@@ -180,11 +185,15 @@ class Planner:
         Integers, so that sums over a window are exact.
         """
         uses, k = self.uses[t], self.next[t]
-        nbytes, use = self.view.nbytes[t], uses[k] if k < len(uses) else NEVER
-        moved = nbytes if use < NEVER else 0
-        if self.store[t] < 0 and self.gpu[t] not in self.unread and (use < NEVER or self.is_output[t]):
+        nbytes = self.nbytes[t]
+        if k < len(uses):
+            use = uses[k]
+            due, moved = (use if use < self.steps else self.steps), nbytes
+        else:
+            use, due, moved = NEVER, self.steps, 0
+        if self.store[t] < 0 and (use < NEVER or self.is_output[t]) and self.gpu[t] not in self.unread:
             moved += nbytes
-        return (moved << 24) // (min(use, len(self.schedule)) - self.step)
+        return (moved << 24) // (due - self.step)
 
     def _write_back(self, t: int) -> None:
         """Take tensor `t` off its GPU (its memory is already freed), offloading it unless storage holds it.

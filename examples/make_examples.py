@@ -16,7 +16,8 @@ from turnip_ir.workloads import ffn, llama, matmul
 HERE = Path(__file__).parent
 
 
-def main() -> None:
+def texts() -> dict[str, str]:
+    """File name -> the text this script writes there (tests/test_examples.py checks the files match)."""
     stack = ffn.FfnConfig(layers=4, tokens=64, hidden=128, ffn=256, block=64)
     graphs = {
         "blocked_matmul": matmul.build(matmul.PRESETS["seed"]).taskgraph(),
@@ -24,12 +25,18 @@ def main() -> None:
         "ffn_2gpu": ffn.build(ffn.FfnConfig(**{**stack.__dict__, "gpus": 2, "placement": "layers"})).taskgraph(),
         "llama_tiny": llama.build_llama(llama.load_config("tiny"), 128).graph,
     }
+    out = {}
     for name, graph in graphs.items():
-        (HERE / f"{name}.json").write_text(graph_text(graph, "json"))
+        out[f"{name}.json"] = graph_text(graph, "json")
         if name in ("blocked_matmul", "ffn"):
-            (HERE / f"{name}.mlir").write_text(graph_text(graph, "mlir"))
-        print(f"wrote {name}: {len(graph)} nodes")
+            out[f"{name}.mlir"] = graph_text(graph, "mlir")
+    return out
 
+
+def main() -> None:
+    for name, text in texts().items():
+        (HERE / name).write_text(text)
+        print(f"wrote {name}")
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,8 @@ inside a ctypes callback (llvmlite's object cache while numba compiles, a driver
 ctypes prints "Exception ignored ..." with a traceback and swallows it, and the command would go on to
 write its outputs as if nothing had happened. `guard()` records every SIGINT as well as raising it,
 and hides the swallowed copy; commands call `check()` before anything they write, and the run loop
-calls it after every completion through `StopOnInterrupt`.
+calls it after every completion through `stop_on_interrupt()`. The module imports nothing of the
+runtime, so `turnip-opt` starts without it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-
-from runtime.callbacks import Callback
 
 _pending = False
 
@@ -59,8 +58,12 @@ def guard() -> Iterator[None]:
         sys.unraisablehook = hook
 
 
-class StopOnInterrupt(Callback):
-    """Stops a run at the next completion after a Ctrl-C that was swallowed where it landed."""
+def stop_on_interrupt():
+    """A run-loop callback that stops the run at the next completion after a Ctrl-C swallowed where it landed."""
+    from runtime.callbacks import Callback
 
-    def vertex_end(self, completion) -> None:
-        check()
+    class StopOnInterrupt(Callback):
+        def vertex_end(self, completion) -> None:
+            check()
+
+    return StopOnInterrupt()

@@ -21,7 +21,7 @@ from runtime.backends import BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.run_cmd import parse_size
-from turnip_cli.interrupt import StopOnInterrupt, check as check_interrupt
+from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_ir.errors import InputError
 from turnip_ir.io import write_atomic
 from turnip_ir.workloads import llama
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
           f"budget {args.memory} per GPU")
     memgraph = compile_taskgraph(built.graph, arena_budget(built.graph, budget, backend))  # less the cuda workspace
     inputs = built.feed(weights, ids) if backend != "sim" else None
-    result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), StopOnInterrupt()])
+    result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
     if args.outputs:
         data = io.BytesIO()

@@ -19,7 +19,7 @@ from runtime.backends import BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
-from turnip_cli.interrupt import StopOnInterrupt, check as check_interrupt
+from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_ir.errors import InputError
 from turnip_ir.io import load_graph, write_atomic
 from turnip_ir.memgraph import MemGraph
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=inputs,
         jitter=args.jitter,
         streams=args.streams,
-        callbacks=[ProgressBar(), StopOnInterrupt()],
+        callbacks=[ProgressBar(), stop_on_interrupt()],
         verify=not (compiled or args.no_verify),  # the compiler verifies its own plans
     )
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing

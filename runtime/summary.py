@@ -42,21 +42,22 @@ class RunSummary:
         gb = 1e9
         busy = ", ".join(f"gpu{d} {b:.0%}" for d, b in enumerate(self.busy))
         stall = ", ".join(f"gpu{d} {s * 1e3:.3f} ms" for d, s in enumerate(self.transfer_stall))
-        arena = ", ".join(f"gpu{d} {_size(b)}" for d, b in enumerate(self.arena_high_water))
+        arena = ", ".join(f"gpu{d} {format_size(b)}" for d, b in enumerate(self.arena_high_water))
         return [
             f"backend {self.backend}, order {self.order}, {self.vertices} vertices",
             f"wall time {self.wall_time:.4f} s, makespan {self.makespan * 1e3:.3f} ms",
             f"busy: {busy}",
-            f"offloaded {_size(self.bytes_offloaded)} at {self.d2h_bandwidth / gb:.1f} GB/s, "
-            f"reloaded {_size(self.bytes_reloaded)} at {self.h2d_bandwidth / gb:.1f} GB/s, "
-            f"moved {_size(self.bytes_moved)} at {self.peer_bandwidth / gb:.1f} GB/s",
+            f"offloaded {format_size(self.bytes_offloaded)} at {self.d2h_bandwidth / gb:.1f} GB/s, "
+            f"reloaded {format_size(self.bytes_reloaded)} at {self.h2d_bandwidth / gb:.1f} GB/s, "
+            f"moved {format_size(self.bytes_moved)} at {self.peer_bandwidth / gb:.1f} GB/s",
             f"stall waiting on transfers: {stall}",
             f"peak arena use: {arena}",
             *self.notes,
         ]
 
 
-def _size(count: int) -> str:
+def format_size(count: int) -> str:
+    """Bytes as the run summary prints them: `1.50 GiB`, `12.00 KiB`, `300 B`."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if count >= scale:
             return f"{count / scale:.2f} {unit}"

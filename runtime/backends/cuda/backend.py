@@ -39,6 +39,7 @@ from runtime.backends.cuda.completion import NOTIFIERS, make_notifier
 from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_view
 from runtime.graph import ExecGraph, Lane
 from runtime.inputs import Tiled, fill
+from runtime.summary import format_size
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.memgraph import MemNode
 
@@ -478,12 +479,12 @@ class CudaBackend(Backend):
         lines = []
         if "arena_bytes" in self.stats:
             lines.append(
-                f"cuda: per GPU arena {_size(self.stats['arena_bytes'])} + workspace {_size(self.stats['workspace_bytes'])}"
-                f" + library memory {_size(self.stats.get('library_bytes', 0))}, pinned storage {_size(self.stats['pinned_bytes'])},"
+                f"cuda: per GPU arena {format_size(self.stats['arena_bytes'])} + workspace {format_size(self.stats['workspace_bytes'])}"
+                f" + library memory {format_size(self.stats.get('library_bytes', 0))}, pinned storage {format_size(self.stats['pinned_bytes'])},"
                 f" attention {self.attention}, prepare {self.stats['prepare_s']:.2f} s"
             )
         if "peak_drop" in self.stats:
-            lines.append(f"cuda: largest drop in free GPU memory while running {_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
+            lines.append(f"cuda: largest drop in free GPU memory while running {format_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
         return lines
 
     def _synchronize(self) -> None:
@@ -553,13 +554,6 @@ def _launch_stream(stream):
 
 def _device_pointer(array) -> int:
     return array.__cuda_array_interface__["data"][0]
-
-
-def _size(count: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.2f} {unit}"
-    return f"{count} B"
 
 
 class LaneAllocator:

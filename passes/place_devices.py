@@ -31,32 +31,18 @@ def place_devices(graph: TaskGraph, devices: int = 0) -> TaskGraph:
     if count < graph.devices:
         raise InputError(f"place-devices: devices={count} is fewer than the taskgraph's {graph.devices}")
     placed = TaskGraph(count)
-    if all(node.device is not None for node in graph.nodes.values()):
-        return _with_moves(graph, placed)  # nothing to choose: no finish times needed
-    finish: dict[str, float] = {}
+    choosing = any(node.device is None for node in graph.nodes.values())
+    finish: dict[str, float] | None = {} if choosing else None  # finish times matter only to a choice
     busy = [0.0] * count
     for node in graph.nodes.values():
-        cost = _cost(graph, node)
+        cost = _cost(graph, node) if choosing else 0.0
         device = node.device if node.device is not None else _best_device(placed, node, cost, finish, busy)
         inputs = tuple(_local(placed, graph, src, device, finish) for src in node.inputs) if node.op != "move" else node.inputs
         placed.nodes[node.id] = TaskNode(node.id, node.op, inputs, node.shape, node.dtype, device, dict(node.attrs))
-        start = max([busy[device]] + [finish[i] for i in inputs])
-        finish[node.id] = start + cost
-        busy[device] = finish[node.id]
-    placed.outputs = list(graph.outputs)
-    return placed
-
-
-def _with_moves(graph: TaskGraph, placed: TaskGraph) -> TaskGraph:
-    """`place_devices` of a graph whose every node has a device: the same nodes and the moves they need."""
-    nodes = placed.nodes
-    for node in graph.nodes.values():
-        device = node.device
-        if node.op == "move":
-            inputs = node.inputs
-        else:
-            inputs = tuple(src if nodes[src].device == device else _local(placed, graph, src, device, None) for src in node.inputs)
-        nodes[node.id] = TaskNode(node.id, node.op, inputs, node.shape, node.dtype, device, dict(node.attrs))
+        if choosing:
+            start = max([busy[device]] + [finish[i] for i in inputs])
+            finish[node.id] = start + cost
+            busy[device] = finish[node.id]
     placed.outputs = list(graph.outputs)
     return placed
 

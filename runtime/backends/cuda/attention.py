@@ -31,6 +31,7 @@ import numpy as np
 from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, Matrix, cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import array_args, compiled_launch, prepare_launch
+from runtime.backends.cuda.memory import device_pointer
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import softmax_scale
 
@@ -117,9 +118,6 @@ def library_bytes(node, sources, provider: str) -> int:
     return tq * width * item + heads * tq * 4 + expanded + TORCH_ALLOWANCE
 
 
-def _pointer(array) -> int:
-    return array.__cuda_array_interface__["data"][0]
-
 
 def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str):
     from numba.cuda import types
@@ -174,8 +172,8 @@ def build_cublas(node, inputs, out, env):
                     return lambda: numpy_gemm(values_plan, host(s), host(v).reshape(-1)[g * d :], host(o))
                 plans.append((gemms, None))
             else:
-                first = cublas_call(scores_plan, _pointer(q) + h0 * d * item, _pointer(k) + g * d * item, _pointer(s), dtype, alpha=scale)
-                second = cublas_call(values_plan, _pointer(s), _pointer(v) + g * d * item, _pointer(o), dtype)
+                first = cublas_call(scores_plan, device_pointer(q) + h0 * d * item, device_pointer(k) + g * d * item, device_pointer(s), dtype, alpha=scale)
+                second = cublas_call(values_plan, device_pointer(s), device_pointer(v) + g * d * item, device_pointer(o), dtype)
                 plans.append((first, second))
         soft = prepare_launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
         grid, block = kn.merge_grid(tq, group, d)
@@ -222,7 +220,7 @@ def build_torch(node, inputs, out, env, provider: str):
 
     def heads_view(array, count, rows):
         tensor = torch.as_tensor(array, device=device)
-        assert tensor.data_ptr() == _pointer(array), "torch copied an arena view"
+        assert tensor.data_ptr() == device_pointer(array), "torch copied an arena view"
         return tensor.view(rows, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
 
     q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
@@ -231,8 +229,8 @@ def build_torch(node, inputs, out, env, provider: str):
     kernel, argtypes = _merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype))
     grid, block = kn.merge_grid(tq, heads, d)
     merge = compiled_launch(kernel, argtypes, grid, block)
-    out_params = array_args(_pointer(out), out.shape, out.strides, out.dtype.itemsize)
-    prev_params = None if prev is None else array_args(_pointer(prev), prev.shape, prev.strides, 4)
+    out_params = array_args(device_pointer(out), out.shape, out.strides, out.dtype.itemsize)
+    prev_params = None if prev is None else array_args(device_pointer(prev), prev.shape, prev.strides, 4)
     tail = [ctypes.c_int64(0), ctypes.c_int64(heads)]
 
     def fused(lane):

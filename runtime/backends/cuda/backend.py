@@ -36,7 +36,7 @@ from runtime.backends.base import Backend, Completion
 from runtime.backends.cuda import attention, registry
 from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle, timing_event
 from runtime.backends.cuda.completion import NOTIFIERS, make_notifier
-from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_view
+from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_pointer, device_view
 from runtime.graph import ExecGraph, Lane
 from runtime.inputs import Tiled, fill
 from runtime.summary import format_size
@@ -217,11 +217,11 @@ class CudaBackend(Backend):
         count = target.nbytes
         handles = [stream_handle(stream) for stream in self.streams]
         if kind == "h2d":
-            call, dst, src = driver.cuMemcpyHtoDAsync, _device_pointer(target), source.ctypes.data
+            call, dst, src = driver.cuMemcpyHtoDAsync, device_pointer(target), source.ctypes.data
         elif kind == "d2h":
-            call, dst, src = driver.cuMemcpyDtoHAsync, target.ctypes.data, _device_pointer(source)
+            call, dst, src = driver.cuMemcpyDtoHAsync, target.ctypes.data, device_pointer(source)
         else:
-            call, dst, src = driver.cuMemcpyAsync, _device_pointer(target), _device_pointer(source)
+            call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
         return lambda lane: call(dst, src, count, handles[lane])
 
     # ----- what kernels ask of the backend (the `env` of registry.py) ----------------------------------
@@ -552,9 +552,6 @@ def _launch_stream(stream):
     return Stream.from_handle(stream_handle(stream))
 
 
-def _device_pointer(array) -> int:
-    return array.__cuda_array_interface__["data"][0]
-
 
 class LaneAllocator:
     """CuPy's allocator while the loop runs: refuses, except inside `cupy_scratch`, where it bump-allocates
@@ -584,7 +581,7 @@ class LaneAllocator:
             raise MemoryError(f"a kernel needs {size} bytes of scratch beyond its lane's {self.area.shape[0]}-byte workspace slice")
         self.top = start + size
         self.served += 1
-        pointer = _device_pointer(self.area) + start
+        pointer = device_pointer(self.area) + start
         memory = cupy.cuda.UnownedMemory(pointer, size, self.area)
         return cupy.cuda.MemoryPointer(memory, 0)
 

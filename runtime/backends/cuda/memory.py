@@ -35,6 +35,11 @@ def pinned_bytes(count: int) -> np.ndarray:
     return np.ndarray(shape=(count,), dtype=np.uint8, buffer=buffer)
 
 
+def device_pointer(array) -> int:
+    """The device address of a numba device array or view (what cuBLAS and the driver's copies take)."""
+    return array.__cuda_array_interface__["data"][0]
+
+
 def device_view(buffer, offset: int, shape: tuple[int, ...], dtype: str):
     """The tensor of `shape` and `dtype` at byte `offset` of a device (or host) uint8 buffer."""
     count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

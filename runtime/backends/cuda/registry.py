@@ -17,14 +17,12 @@ from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm, plan_einsum
 from runtime.backends.cuda.launch import prepare_launch
+from runtime.backends.cuda.memory import device_pointer
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
 
 Work = Callable[[int], None]
 
-
-def _pointer(array) -> int:
-    return array.__cuda_array_interface__["data"][0]
 
 
 def _flat(array):
@@ -40,7 +38,7 @@ def _gemm(plan, a, b, out, env) -> Work:
     if env.simulated:
         host = env.host
         return lambda lane: numpy_gemm(plan, host(a), host(b), host(out))
-    call = cublas_call(plan, _pointer(a), _pointer(b), _pointer(out), str(out.dtype))
+    call = cublas_call(plan, device_pointer(a), device_pointer(b), device_pointer(out), str(out.dtype))
     return lambda lane: call(env.cublas(lane))
 
 

@@ -25,6 +25,12 @@ MEASURED = {  # printed by bench/run.py's set-up line, for results written befor
 }
 
 
+def floor_seconds(flops: float, weight_bytes: float, ceilings: dict, gpus: int = 1) -> float:
+    """The physical floor of a run (bench/run.py records it, this report divides by it): every weight
+    crosses a host link once and every FLOP runs at the GEMM peak, each GPU with its own of both."""
+    return max(flops / (gpus * ceilings["gemm"]), weight_bytes / (gpus * ceilings["h2d"]))
+
+
 def load(paths):
     runs = []
     for path in paths:
@@ -44,8 +50,7 @@ def load(paths):
             flops, weights = MEASURED.get((run["workload"], run["tokens"]), (0, 0))
             if str(run["tokens"]) in known:
                 flops, weights = known[str(run["tokens"])]["flops"], known[str(run["tokens"])]["weight_bytes"]
-            gpus = run.get("gpus", 1)
-            run["floor"] = max(flops / (gpus * doc["ceilings"]["gemm"]), weights / (gpus * doc["ceilings"]["h2d"]))
+            run["floor"] = floor_seconds(flops, weights, doc["ceilings"], run.get("gpus", 1))
             run["source"] = path
             runs.append(run)
     return [r for r in runs if r["system"] != "floor"]

@@ -14,8 +14,9 @@ Systems (all under the same per-GPU budget, in GiB; `--systems` picks):
                                with the best kernels); llama only;
   hf-offload                   transformers' LlamaModel through accelerate (device_map="auto",
                                max_memory={0: budget}) at `--hf-points` budgets; a plain torch module for ffn;
-  floor                        max(FLOPs / measured GEMM peak, weight bytes / measured H2D): every system starts with
-                               its weights in host memory, so each weight crosses PCIe at least once.
+  floor                        max(FLOPs / measured GEMM peak, weight bytes / measured H2D), each over --gpus
+                               (report.floor_seconds): every system starts with its weights in host memory,
+                               so each weight crosses PCIe at least once.
 Each time is the median of `--repeats` timed runs after a warm-up, with CUDA events (or device event
 times, for turnip). Outputs of every system are compared with torch-resident's (or turnip-nondet's).
 Prints markdown tables; `--json` keeps every figure, for docs/benchmarks.md.
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_cuda import cuda_time, loops, row  # noqa: E402
+from report import floor_seconds  # noqa: E402
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
@@ -379,8 +381,7 @@ def main(argv=None) -> int:
                     results["torch-prefetch"] = _guard(lambda: llama_torch(work, "prefetch", gib, args.repeats))
                 else:
                     results.update(_guard(lambda: ffn_torch(work, gib, args.repeats)))
-            floor = max(work.flops / ceilings["gemm"], work.weight_bytes / ceilings["h2d"])  # every weight starts in host memory
-            results["floor"] = {"seconds": floor}
+            results["floor"] = {"seconds": floor_seconds(work.flops, work.weight_bytes, ceilings, args.gpus)}
             reference = (resident or {}).get("output")
             if reference is None:
                 reference = (results.get("turnip-nondet") or {}).get("output")

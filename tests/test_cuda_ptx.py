@@ -17,6 +17,10 @@ SCRIPT = r'''
 from numba import cuda
 from numba.cuda import types as T
 from runtime.backends.cuda import kernels_numba as K
+import types, numba.cuda.dispatcher as D
+# A device function compiles for the current device's compute capability, which needs a driver; the
+# kernels here target sm_90 anyway, so tell the device-function compiler the same.
+D.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
 
 def arr(dt, nd, layout="C"):
     return T.Array({"float16": T.float16, "float32": T.float32, "float64": T.float64}[dt], nd, layout)

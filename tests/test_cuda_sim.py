@@ -64,6 +64,72 @@ def test_every_elementwise_and_row_kernel_matches_numpy(dtype):
         _close(result.outputs[name], value, dtype)
 
 
+@pytest.mark.parametrize("cols", [5, 37, 100, 130])
+def test_unrolled_loops_and_their_tails_match_numpy(cols):
+    """The kernels load four (or eight) elements per step and finish with a plain loop: widths below,
+    at and between multiples of the unrolled step (8 simulated threads per row, 16 per grid) hit both."""
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    y = rng.standard_normal((3, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    x[1, cols // 2] = 30.0  # a large value late in a row: the running maximum must rescale its sum
+    flat = lambda a: a.reshape(-1)  # noqa: E731
+
+    got = {}
+    for name in ("gelu", "silu", "exp"):
+        out = np.zeros(x.size, np.float32)
+        kernels_numba.unary(name, "float32")[kernels_numba.element_grid(x.size)](flat(x), out, 1.0)
+        got[name] = out.reshape(x.shape)
+    for name in kernels_numba.BINARY:
+        out = np.zeros(x.size, np.float32)
+        kernels_numba.binary_same(name, "float32")[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
+        got[name] = out.reshape(x.shape)
+    out = np.zeros(x.size, np.float32)
+    kernels_numba.swiglu("float32")[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
+    got["swiglu"] = out.reshape(x.shape)
+    out = np.zeros_like(x)
+    kernels_numba.softmax("float32")[3, kernels_numba.ROW_THREADS](x, out)
+    got["softmax"] = out
+    for weighted in (True, False):
+        out = np.zeros_like(x)
+        kernels_numba.rmsnorm("float32", weighted)[3, kernels_numba.ROW_THREADS](x, w if weighted else flat(x), out, 1e-6)
+        got["norm" if weighted else "plain"] = out
+    want = _formulas({"x": x.astype(np.float64), "y": y.astype(np.float64), "row": w.astype(np.float64)})
+    want["plain"] = want["norm"] / w
+    want["exp"] = np.exp(x.astype(np.float64))
+    for name, value in got.items():
+        np.testing.assert_allclose(value, want[name], rtol=2e-5, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("d", [16, 40])
+@pytest.mark.parametrize("has_prev", [True, False])
+@pytest.mark.parametrize("final", [True, False])
+def test_attention_merge_folds_a_block_into_the_packed_partial(d, has_prev, final):
+    """One warp per (row, head), four elements per lane: head widths of one and of two lane sweeps."""
+    rng = np.random.default_rng(d)
+    total_heads, h0, heads, tq = 4, 1, 2, 3
+    o = rng.standard_normal((heads, tq, d)).astype(np.float32)
+    lse = rng.standard_normal((heads, tq)).astype(np.float32)
+    prev = rng.standard_normal((tq, total_heads * d + total_heads)).astype(np.float32)
+    width = total_heads * d
+    out = np.zeros((tq, width if final else width + total_heads), np.float32)
+    kernel = kernels_numba.attention_merge("float32", has_prev, final)
+    grid, block = kernels_numba.merge_grid(tq, heads, d)
+    kernel[grid, block](o, lse, prev if has_prev else lse, out, h0, total_heads)
+    for h in range(heads):
+        cols = slice((h0 + h) * d, (h0 + h + 1) * d)
+        lb = lse[h].astype(np.float64)
+        if has_prev:
+            lp = prev[:, width + h0 + h].astype(np.float64)
+            merged = np.logaddexp(lp, lb)
+            want = np.exp(lp - merged)[:, None] * prev[:, cols] + np.exp(lb - merged)[:, None] * o[h]
+        else:
+            merged, want = lb, o[h]
+        np.testing.assert_allclose(out[:, cols], want, rtol=1e-5, atol=1e-5)
+        if not final:
+            np.testing.assert_allclose(out[:, width + h0 + h], merged, rtol=1e-5, atol=1e-5)
+
+
 def _formulas(v):
     x, y, row = v["x"], v["y"], v["row"]
     soft = lambda a: np.exp(a - a.max(-1, keepdims=True)) / np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)  # noqa: E731

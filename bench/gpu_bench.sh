@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark calls, stage by stage, each with its own time limit; logs and JSON go to $OUT.
 #   source bench/gpu_setup.sh && bash bench/gpu_bench.sh tests kernels llama8k llama32k
-# Stages: tests (GPU tests of the llama, attention, random graphs, memory, two GPUs), kernels (memory-bound
-# kernels, attention providers, the 2-GPU blocked matmul), llama8k, llama32k, llama128k (issue 11, one GPU),
+# Stages: tests (GPU tests of the llama, attention, random graphs, memory, two GPUs), kerneltests (the GPU
+# tests of the numba kernels, the attention providers and llama), kernels (memory-bound kernels, attention
+# providers, the 2-GPU blocked matmul), depth8k (llama 8k at 2 GiB with the copy lanes 2 and 8 deep; 4, the default, is llama8k),
+# llama8k, llama32k, llama128k (issue 11, one GPU),
 # llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -11,6 +13,10 @@ for s in "$@"; do
   case $s in
     tests) stage tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
              -k "llama or providers or random_graphs or allocated or two" ;;
+    kerneltests) stage kerneltests 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 120 tests/test_cuda_gpu.py \
+             -k "unrolled or merge or random_graphs_under or providers or (llama_prefill and not two)" ;;
+    depth8k) for d in 2 8; do stage "depth8k-$d" 70 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --copy-depth $d \
+             --systems turnip-nondet turnip-fixed floor --json "$OUT/depth8k-$d.json"; done ;;
     tests2) stage tests2 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 100 tests/test_cuda_gpu.py \
              -k "llama or two_gpus" ;;
     peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
@@ -18,10 +24,10 @@ for s in "$@"; do
              --traces "$OUT" --json "$OUT/trace8k.json" ;;
     kernels) stage kernels 110 python3 bench/bench_cuda.py kernels attention peer --quick --json "$OUT/kernels.json" ;;
     llama8k) stage llama8k 230 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 --hf-points 2 --json "$OUT/llama8k.json" ;;
-    llama32k) stage llama32k 200 python3 bench/run.py llama --tokens 32768 --budgets 4 16 --repeats 2 \
+    llama32k) stage llama32k 230 python3 bench/run.py llama --tokens 32768 --budgets 2 4 16 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;
-    llama128k) stage llama128k 240 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 \
-             --systems turnip-nondet torch-prefetch floor --json "$OUT/llama128k.json" ;;
+    llama128k) stage llama128k 260 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 16 --repeats 3 \
+             --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama128k.json" ;;
     llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
              --repeats 1 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
     ffn) stage ffn 150 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --repeats 2 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;

@@ -50,6 +50,8 @@ from turnip_ir.errors import BudgetError  # noqa: E402
 GIB = 1 << 30
 TRACES = None
 """A folder for the turnip nondet runs' traces (--traces)."""
+COPY_DEPTH = None
+"""Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
@@ -137,7 +139,8 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
         for order in ("nondet", "fixed"):
             results[f"turnip-{order}"] = {"error": f"does not fit: {err}"}
         return
-    runs = loops(memgraph, CudaBackend(), orders=ORDERS, repeats=repeats, inputs=work.inputs)
+    backend = CudaBackend(copy_queue_depth=COPY_DEPTH)
+    runs = loops(memgraph, backend, orders=ORDERS, repeats=repeats, inputs=work.inputs)
     if TRACES:
         name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu.json"
         runs["nondet"]["recorder"].write_trace(Path(TRACES) / name)
@@ -153,6 +156,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run), "lines": summary.lines() + runs["notes"], "output": output,
+            "copy_depth": backend.copy_queue_depth,
         }
 
 
@@ -343,11 +347,14 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default="7b", help="llama preset (tiny: a smoke test of this script)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs for turnip's llama (torch baselines use one)")
     parser.add_argument("--placement", default="sequence", help="llama placement over --gpus: sequence, layers or heads")
+    parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
+    parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)
-    global TRACES, ORDERS
+    global TRACES, ORDERS, COPY_DEPTH
     TRACES = args.traces
+    COPY_DEPTH = args.copy_depth
     ORDERS = tuple(o for o in ("nondet", "fixed") if f"turnip-{o}" in args.systems) or ("nondet",)
     import torch
 
@@ -372,18 +379,19 @@ def main(argv=None) -> int:
         if "torch-resident" in args.systems and args.workload == "llama":
             resident = _guard(lambda: llama_torch(work, "resident", None, args.repeats))
             _record(report, args.workload, tokens, None, "torch-resident", resident, None)
-        for gib in args.budgets:
+        reference = (resident or {}).get("output")
+        prefetch_budgets = args.budgets if args.prefetch_budgets is None else args.prefetch_budgets
+        for gib in sorted(set(args.budgets) | set(prefetch_budgets)):
             results: dict = {}
-            if any(s.startswith("turnip") for s in args.systems):
+            if any(s.startswith("turnip") for s in args.systems) and gib in args.budgets:
                 _guard(lambda: turnip(work, gib, args.repeats, results))
-            if "torch-prefetch" in args.systems:
+            if "torch-prefetch" in args.systems and gib in prefetch_budgets:
                 if args.workload == "llama":
                     results["torch-prefetch"] = _guard(lambda: llama_torch(work, "prefetch", gib, args.repeats))
                 else:
                     results.update(_guard(lambda: ffn_torch(work, gib, args.repeats)))
             results["floor"] = {"seconds": floor_seconds(work.flops, work.weight_bytes, ceilings, args.gpus)}
-            reference = (resident or {}).get("output")
-            if reference is None:
+            if reference is None:  # no torch-resident: the first turnip output of this length
                 reference = (results.get("turnip-nondet") or {}).get("output")
             for system in [s for s in SYSTEMS if s in results]:
                 _record(report, args.workload, tokens, gib, system, results[system], reference)

@@ -12,8 +12,9 @@ When is a vertex READY? On a host backend (cpu, sim) when every data and memory 
 A device backend (cuda) enforces dependencies itself, with stream order and event waits, so it may be
 handed a vertex whose dependencies are merely submitted (`Backend.device_deps`): the vertex is READY
 once every dependency is RUNNING or DONE, and the GPU starts it the moment the last one finishes,
-without a host round trip in between. Each lane then holds up to `Backend.queue_depth` vertices,
-which run in submission order; a host backend's lanes hold one. The policy still chooses among what
+without a host round trip in between. Each lane then holds up to `Backend.lane_depth(lane)` vertices
+(`queue_depth`, deeper on the cuda copy engines, where a tiny copy would otherwise leave the engine
+idle for a host round trip), which run in submission order; a host backend's lanes hold one. The policy still chooses among what
 may be queued, so `nondet`, `random` and `fixed` keep their meaning; a small depth keeps the choice late.
 
 Resources. Each GPU has `streams` compute lanes (kernels), one H2D engine (reloads), one D2H engine
@@ -65,7 +66,8 @@ class Executor:
         self.policy = policy
         self.callbacks = list(callbacks)
         self.ahead = bool(backend.device_deps)
-        self.depth = max(1, int(backend.queue_depth)) if self.ahead else 1
+        self.depth = [max(1, int(backend.lane_depth(lane))) if self.ahead else 1 for lane in graph.lanes]
+        """How many vertices each lane may hold: `Backend.lane_depth`, or 1 on a host backend."""
         self.state = [WAITING] * len(graph)
         self.remaining = list(graph.dep_count)
         """Dependencies not DONE."""
@@ -129,7 +131,7 @@ class Executor:
                 lanes = self.graph.lanes_of[resource]
                 while True:
                     lane = min(lanes, key=lambda index: len(self.queued[index]))
-                    if len(self.queued[lane]) >= self.depth:
+                    if len(self.queued[lane]) >= self.depth[lane]:
                         break
                     vertex = self.policy.pick(resource)
                     if vertex is None:
@@ -142,7 +144,7 @@ class Executor:
             assert self.unsubmitted[vertex] == 0, f"vertex {vertex} submitted before a dependency"
         else:
             assert self.remaining[vertex] == 0, f"vertex {vertex} started before a dependency finished"
-        assert len(self.queued[lane_index]) < self.depth, f"lane {lane_index} is full"
+        assert len(self.queued[lane_index]) < self.depth[lane_index], f"lane {lane_index} is full"
         lane = self.graph.lanes[lane_index]
         self.state[vertex] = RUNNING
         self.queued[lane_index].append(vertex)

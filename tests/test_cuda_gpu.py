@@ -53,6 +53,22 @@ def test_random_graphs_under_tight_budgets_match_float64(seed, order):
         np.testing.assert_allclose(result.outputs[task], want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("cols", [100, 1025, 4096, 16387])
+def test_unrolled_kernels_match_numpy_at_widths_beyond_a_block(cols):
+    from tests.test_cuda_sim import check_unrolled_kernels
+
+    check_unrolled_kernels(cols, rows=5)
+
+
+@pytest.mark.parametrize("d", [64, 128, 200])
+@pytest.mark.parametrize("has_prev", [True, False])
+def test_attention_merge_matches_numpy(d, has_prev):
+    from tests.test_cuda_sim import check_attention_merge
+
+    for final in (True, False):
+        check_attention_merge(d, has_prev, final, tq=33)
+
+
 @pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "cublas"])
 @pytest.mark.parametrize("kv_heads", [8, 2])
 def test_blocked_attention_providers_equal_full_causal_attention(provider, kv_heads):

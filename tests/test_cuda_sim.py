@@ -68,9 +68,15 @@ def test_every_elementwise_and_row_kernel_matches_numpy(dtype):
 def test_unrolled_loops_and_their_tails_match_numpy(cols):
     """The kernels load four (or eight) elements per step and finish with a plain loop: widths below,
     at and between multiples of the unrolled step (8 simulated threads per row, 16 per grid) hit both."""
+    check_unrolled_kernels(cols)
+
+
+def check_unrolled_kernels(cols: int, rows: int = 3) -> None:
+    """Every elementwise and row kernel launched directly on [rows, cols] float32, against numpy (also
+    run on a GPU by tests/test_cuda_gpu.py, at widths beyond its 256 threads per row)."""
     rng = np.random.default_rng(cols)
-    x = rng.standard_normal((3, cols)).astype(np.float32)
-    y = rng.standard_normal((3, cols)).astype(np.float32)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = rng.standard_normal((rows, cols)).astype(np.float32)
     w = rng.standard_normal(cols).astype(np.float32)
     x[1, cols // 2] = 30.0  # a large value late in a row: the running maximum must rescale its sum
     flat = lambda a: a.reshape(-1)  # noqa: E731
@@ -88,11 +94,11 @@ def test_unrolled_loops_and_their_tails_match_numpy(cols):
     kernels_numba.swiglu("float32")[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
     got["swiglu"] = out.reshape(x.shape)
     out = np.zeros_like(x)
-    kernels_numba.softmax("float32")[3, kernels_numba.ROW_THREADS](x, out)
+    kernels_numba.softmax("float32")[rows, kernels_numba.ROW_THREADS](x, out)
     got["softmax"] = out
     for weighted in (True, False):
         out = np.zeros_like(x)
-        kernels_numba.rmsnorm("float32", weighted)[3, kernels_numba.ROW_THREADS](x, w if weighted else flat(x), out, 1e-6)
+        kernels_numba.rmsnorm("float32", weighted)[rows, kernels_numba.ROW_THREADS](x, w if weighted else flat(x), out, 1e-6)
         got["norm" if weighted else "plain"] = out
     want = _formulas({"x": x.astype(np.float64), "y": y.astype(np.float64), "row": w.astype(np.float64)})
     want["plain"] = want["norm"] / w
@@ -106,8 +112,12 @@ def test_unrolled_loops_and_their_tails_match_numpy(cols):
 @pytest.mark.parametrize("final", [True, False])
 def test_attention_merge_folds_a_block_into_the_packed_partial(d, has_prev, final):
     """One warp per (row, head), four elements per lane: head widths of one and of two lane sweeps."""
+    check_attention_merge(d, has_prev, final, tq=3)
+
+
+def check_attention_merge(d: int, has_prev: bool, final: bool, tq: int) -> None:
     rng = np.random.default_rng(d)
-    total_heads, h0, heads, tq = 4, 1, 2, 3
+    total_heads, h0, heads = 4, 1, 2
     o = rng.standard_normal((heads, tq, d)).astype(np.float32)
     lse = rng.standard_normal((heads, tq)).astype(np.float32)
     prev = rng.standard_normal((tq, total_heads * d + total_heads)).astype(np.float32)

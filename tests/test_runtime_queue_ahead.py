@@ -26,8 +26,10 @@ class FakeDevice(Backend):
     name = "fake-device"
     device_deps = True
 
-    def __init__(self, depth=2, durations=None, fail=None):
+    def __init__(self, depth=2, durations=None, fail=None, copy_depth=None):
         self.queue_depth = depth
+        self.copy_depth = depth if copy_depth is None else copy_depth
+        self.kind_of: dict[int, str] = {}
         self.durations = durations or {}
         self.fail = fail
         self.clock = 0.0
@@ -49,10 +51,14 @@ class FakeDevice(Backend):
     def now(self):
         return self.clock
 
+    def lane_depth(self, lane):
+        return self.queue_depth if lane.kind == "compute" else self.copy_depth
+
     def submit(self, vertex, lane):
         for dep in self.deps[vertex]:  # what the executor promises a device backend
             assert dep in self.submitted_at or dep in self.ended, f"vertex {vertex} submitted before dependency {dep}"
         self.submitted_at[vertex] = self.clock
+        self.kind_of[vertex] = lane.kind
         self.lanes[lane.index].append(vertex)
         self.log.append(("submit", vertex))
 
@@ -117,6 +123,21 @@ def test_queue_depth_bounds_what_a_lane_holds():
     assert backend.clock == 6.0
 
 
+def test_copy_lanes_may_queue_deeper_than_compute_lanes():
+    """Eight reloads of one stored tensor, each read by a kernel: the h2d lane holds up to its own depth."""
+    spec = [("x", "input", None, [], [])]
+    spec += [(f"r{i}", "reload", 0, [0], []) for i in range(8)]
+    spec += [(f"k{i}", "kernel", 0, [1 + i], []) for i in range(8)]
+    backend = _run(_graph(spec), depth=2, copy_depth=4)
+    holding, most = {"h2d": 0, "compute": 0}, {"h2d": 0, "compute": 0}
+    for event, vertex in backend.log:
+        kind = backend.kind_of[vertex]
+        holding[kind] += 1 if event == "submit" else -1
+        most[kind] = max(most[kind], holding[kind])
+    assert most == {"h2d": 4, "compute": 2}
+    _check_device_order(backend)
+
+
 def test_host_backends_keep_one_vertex_per_lane_and_wait_for_completion():
     class HostFake(FakeDevice):
         device_deps = False
@@ -133,7 +154,7 @@ def test_host_backends_keep_one_vertex_per_lane_and_wait_for_completion():
 @pytest.mark.parametrize("order", ["nondet", "fixed", "random"])
 def test_random_memgraphs_never_run_a_vertex_before_its_dependencies(order, seed):
     memgraph = random_memgraph(seed, vertices=120, devices=2)
-    backend = _run(memgraph, order=order, seed=seed, streams=2, depth=1 + seed % 3)
+    backend = _run(memgraph, order=order, seed=seed, streams=2, depth=1 + seed % 3, copy_depth=1 + seed % 4)
     assert len(backend.ended) == len(memgraph.nodes)
     _check_device_order(backend)
 

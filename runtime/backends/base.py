@@ -37,6 +37,10 @@ class Backend:
     queue_depth = 1
     """How many submitted, unfinished vertices one lane may hold (more than 1 only with device_deps)."""
 
+    def lane_depth(self, lane: Lane) -> int:
+        """`queue_depth` for `lane`; a backend may queue deeper on some lanes (the cuda copy engines)."""
+        return self.queue_depth
+
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
         """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run."""
         raise NotImplementedError

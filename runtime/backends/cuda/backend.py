@@ -57,12 +57,15 @@ class CudaBackend(Backend):
     device_deps = True
 
     def __init__(self, notifier: str = "hostfunc", queue_depth: int = 2, lookahead: bool = True, attention_provider: str = "auto",
-                 chunk_bytes: int = CHUNK_BYTES, sample_memory: float = 0.0):
+                 chunk_bytes: int = CHUNK_BYTES, sample_memory: float = 0.0, copy_queue_depth: int | None = 4):
         if notifier not in NOTIFIERS:
             raise InputError(f"unknown notifier '{notifier}' (known: {', '.join(NOTIFIERS)})")
         self.notifier_kind = notifier
         self.device_deps = lookahead
         self.queue_depth = queue_depth if lookahead else 1
+        self.copy_queue_depth = (queue_depth if copy_queue_depth is None else copy_queue_depth) if lookahead else 1
+        """Depth of the copy-engine lanes (h2d, d2h, peer): deeper than the compute lanes', so a tiny copy
+        (a norm weight's reload) does not leave the engine idle while the host learns it finished."""
         self.attention_choice = attention_provider
         self.chunk_bytes = chunk_bytes
         self.sample_memory = sample_memory
@@ -72,6 +75,9 @@ class CudaBackend(Backend):
         self.ready = False
         self.notifier = None
         self.stats: dict = {}
+
+    def lane_depth(self, lane) -> int:
+        return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
     # ----- set-up --------------------------------------------------------------------------------------
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
@@ -329,8 +335,8 @@ class CudaBackend(Backend):
         self.origins = []
         for device in range(graph.memgraph.devices):
             with self._on(device):  # events belong to a device: made here, in its context, and recycled
-                lanes = sum(1 for d in self.lane_device if d == device)
-                self.events[device] = [timing_event() for _ in range(2 * lanes * (self.queue_depth + 1))]
+                held = sum(self.lane_depth(lane) + 1 for lane in graph.lanes if lane.device == device)
+                self.events[device] = [timing_event() for _ in range(2 * held)]
                 origin = timing_event()
                 stream = next(self.streams[i] for i, d in enumerate(self.lane_device) if d == device)
                 origin.record(stream)

@@ -47,7 +47,9 @@ def acc_type(dtype: str):
 
 
 def element_grid(count: int) -> tuple[int, int]:
-    blocks = max(1, min(MAX_BLOCKS, (count + ELEMENT_THREADS - 1) // ELEMENT_THREADS))
+    """Enough threads for four elements each (the unrolled step), at most MAX_BLOCKS blocks."""
+    per_block = 4 * ELEMENT_THREADS
+    blocks = max(1, min(MAX_BLOCKS, (count + per_block - 1) // per_block))
     return blocks, ELEMENT_THREADS
 
 

@@ -5,7 +5,8 @@
 Sections: ceilings (H2D, D2H, both at once, HBM copy, fp16 GEMM), notifiers (completion latency and a
 100,000-vertex stress test per notifier), lookahead (idle gap between dependent GEMMs, queued ahead or
 not), dispatch (host cost per tiny vertex), kernels (memory-bound kernels against the HBM copy rate),
-attention (providers on 7B blocks against torch's best SDPA), copies (reload-bound and duplex chains),
+merge (the attention merge alone, against its previous version), attention (providers on 7B blocks against
+torch's best SDPA), copies (reload-bound and duplex chains),
 ffn (16 layers 8192x32768 fp16 at 8 GiB: turnip nondet and fixed, a synchronous layer-by-layer copy, a
 hand-written double-buffered prefetch, and the PCIe floor), sim (the sim prediction beside the measured run).
 Run on the GPU machine through bench/gpu_check.py, which sets the machine up first.
@@ -279,6 +280,89 @@ def attention_bench(quick: bool) -> dict:
     return out
 
 
+# ----- the attention merge, alone ---------------------------------------------------------------------
+def _merge_before(has_prev: bool, final: bool):
+    """The merge as it was before the quad rework (a block per query row, each warp sweeping heads one
+    element per lane at a time): kept here only as the comparison point of `merge`."""
+    import math
+
+    from numba import cuda
+    from numba.cuda import types
+
+    acc = types.float32
+
+    @cuda.jit(fastmath=True)
+    def kernel(o, lse, prev, out, h0, total_heads):
+        t = cuda.blockIdx.x
+        heads, d = o.shape[0], o.shape[2]
+        width = total_heads * d
+        lanes = 32 if cuda.blockDim.x >= 32 else cuda.blockDim.x
+        lane = cuda.threadIdx.x % lanes
+        warps = cuda.blockDim.x // lanes
+        for h in range(cuda.threadIdx.x // lanes, heads, warps):
+            base = (h0 + h) * d
+            lb = acc(lse[h, t])
+            wp = acc(0.0)
+            wb = acc(1.0)
+            merged = lb
+            if has_prev:
+                lp = acc(prev[t, width + h0 + h])
+                top = max(lp, lb)
+                wp = math.exp(lp - top)
+                wb = math.exp(lb - top)
+                total = wp + wb
+                merged = top + math.log(total)
+                wp = wp / total
+                wb = wb / total
+            for j in range(lane, d, lanes):
+                value = acc(o[h, t, j]) * wb
+                if has_prev:
+                    value += acc(prev[t, base + j]) * wp
+                out[t, base + j] = value
+            if not final and lane == 0:
+                out[t, width + h0 + h] = merged
+
+    return kernel
+
+
+def merge(quick: bool) -> dict:
+    """The attention merge alone on a 7B block (32 heads, 4096 queries, d 128): this kernel against the one
+    before it, with o laid out as cuDNN returns it and as contiguous heads; and the fused op's layouts."""
+    import torch
+    from numba import cuda
+
+    from runtime.backends.cuda import kernels_numba as kn
+
+    heads, tq, d = 32, 4096, 128
+    width = heads * d
+    stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    x = torch.randn(tq, width, device="cuda", dtype=torch.float16)
+    q4 = x.view(tq, heads, d).transpose(0, 1).unsqueeze(0)
+    o_fused, lse_fused = torch.ops.aten._scaled_dot_product_cudnn_attention(q4, q4, q4, None, True, 0.0, False, False)[:2]
+    layouts = {"cudnn o": (tuple(o_fused.shape), tuple(o_fused.stride())), "cudnn lse": (tuple(lse_fused.shape), tuple(lse_fused.stride()))}
+    print(f"\n### Attention merge alone (32 heads x 4096 rows x d128); the fused op returns {layouts}\n")
+    o_layouts = {"o as cuDNN returns it": o_fused[0], "o heads contiguous": torch.randn(heads, tq, d, device="cuda", dtype=torch.float16)}
+    lse = torch.randn(heads, tq, device="cuda", dtype=torch.float32)
+    prev = torch.randn(tq, width + heads, device="cuda", dtype=torch.float32)
+    partial = torch.empty(tq, width + heads, device="cuda", dtype=torch.float32)
+    final_out = torch.empty(tq, width, device="cuda", dtype=torch.float16)
+    out = {"layouts": {k: str(v) for k, v in layouts.items()}}
+    row("case", "o layout", "kernel", "us", "GB/s")
+    row("---", "---", "---", "---", "---")
+    for case, has_prev, final in (("first block (no prev, partial out)", False, False), ("last block (prev, final out)", True, True)):
+        target = final_out if final else partial
+        for label, o in o_layouts.items():
+            traffic = o.numel() * 2 + target.numel() * target.element_size() + (prev.numel() * 4 if has_prev else 0)
+            args = [cuda.as_cuda_array(a) for a in (o, lse, prev if has_prev else lse, target)] + [0, heads]
+            for name, kernel, (grid, block) in (("quads, warp per row and head", kn.attention_merge(str(target.dtype).split(".")[-1], has_prev, final), kn.merge_grid(tq, heads, d)),
+                                                ("before: block per row", _merge_before(has_prev, final), (tq, 256))):
+                go = lambda: [kernel[grid, block, stream](*args) for _ in range(10)]  # noqa: E731
+                seconds = cuda_time(go, repeats=5) / 10
+                out[f"{case} / {label} / {name}"] = {"seconds": seconds, "rate": traffic / seconds}
+                row(case, label, name, f"{seconds * 1e6:.0f}", f"{traffic / seconds / 1e9:.0f}")
+    return out
+
+
 # ----- copy engines -------------------------------------------------------------------------------------
 def copy_graph(count: int, size: int, duplex: bool) -> MemGraph:
     """`count` reloads of `size`-byte tensors from CPU storage; with `duplex`, as many offloads at once."""
@@ -505,7 +589,7 @@ def peer(quick: bool) -> dict:
     return out
 
 
-SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "attention", "copies", "ffn", "sim", "peer")
+SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "merge", "attention", "copies", "ffn", "sim", "peer")
 
 
 def main(argv=None) -> int:

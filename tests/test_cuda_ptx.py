@@ -26,25 +26,31 @@ def arr(dt, nd, layout="C"):
     return T.Array({"float16": T.float16, "float32": T.float32, "float64": T.float64}[dt], nd, layout)
 
 def ptx(kernel, sig):
-    cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+    return cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))[0]
 
 for dt in ("float16", "float32", "float64"):
-    for name in K.UNARY:
-        ptx(K.unary(name, dt), (arr(dt, 1), arr(dt, 1), T.float64))
+    for vector in (True, False):
+        for name in K.UNARY:
+            ptx(K.unary(name, dt, vector), (arr(dt, 1), arr(dt, 1), T.float64))
+        for name in K.BINARY:
+            ptx(K.binary_same(name, dt, vector), (arr(dt, 1),) * 3)
+        ptx(K.swiglu(dt, vector), (arr(dt, 1),) * 3)
+        ptx(K.softmax(dt, vector), (arr(dt, 1),) * 2 + (T.int64,))
+        for weighted in (True, False):
+            ptx(K.rmsnorm(dt, weighted, vector), (arr(dt, 1),) * 3 + (T.int64, T.float64))
     for name in K.BINARY:
-        ptx(K.binary_same(name, dt), (arr(dt, 1),) * 3)
         ptx(K.binary_broadcast(name, dt), (arr(dt, 1),) * 3 + (T.int64,) * 11)
-    ptx(K.swiglu(dt), (arr(dt, 1),) * 3)
     ptx(K.rope(dt), (arr(dt, 2),) * 4)
-    ptx(K.softmax(dt), (arr(dt, 2),) * 2)
-    for weighted in (True, False):
-        ptx(K.rmsnorm(dt, weighted), (arr(dt, 2), arr(dt, 1), arr(dt, 2), T.float64))
     for causal in (True, False):
         ptx(K.attention_scores_softmax(dt, causal), (arr(dt, 3), arr("float32", 2)))
     for has_prev in (True, False):
         for final in (True, False):
             out = dt if final else "float32"
             ptx(K.attention_merge(out, has_prev, final), (arr(dt, 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr(out, 2), T.int64, T.int64))
+# the quad builds read and write with vector instructions, the element-by-element builds do not
+for vector in (True, False):
+    text = ptx(K.rmsnorm("float16", True, vector), (arr("float16", 1),) * 3 + (T.int64, T.float64))
+    assert ("ld.global.v4.u16" in text and "st.global.v4.u16" in text) == vector, vector
 print("compiled")
 '''
 

@@ -64,16 +64,18 @@ def test_every_elementwise_and_row_kernel_matches_numpy(dtype):
         _close(result.outputs[name], value, dtype)
 
 
-@pytest.mark.parametrize("cols", [5, 37, 100, 130])
-def test_unrolled_loops_and_their_tails_match_numpy(cols):
-    """The kernels load four (or eight) elements per step and finish with a plain loop: widths below,
-    at and between multiples of the unrolled step (8 simulated threads per row, 16 per grid) hit both."""
-    check_unrolled_kernels(cols)
+@pytest.mark.parametrize("cols", [5, 36, 37, 100, 130])
+def test_quad_loops_and_their_tails_match_numpy(cols):
+    """The kernels work on quads (two in flight per thread) and finish with a plain loop: widths below, at
+    and between multiples of the unrolled step (8 simulated threads per row, 16 per grid) hit every path.
+    The simulator runs `vector.load4` element by element; the GPU test runs the vector instructions."""
+    check_unrolled_kernels(cols, vector=cols % 4 == 0)
 
 
-def check_unrolled_kernels(cols: int, rows: int = 3) -> None:
+def check_unrolled_kernels(cols: int, rows: int = 3, vector: bool = True) -> None:
     """Every elementwise and row kernel launched directly on [rows, cols] float32, against numpy (also
-    run on a GPU by tests/test_cuda_gpu.py, at widths beyond its 256 threads per row)."""
+    run on a GPU by tests/test_cuda_gpu.py, at widths beyond its 256 threads per row). `vector` builds
+    read by vector instructions, which need rows of a multiple of four."""
     rng = np.random.default_rng(cols)
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     y = rng.standard_normal((rows, cols)).astype(np.float32)
@@ -84,22 +86,22 @@ def check_unrolled_kernels(cols: int, rows: int = 3) -> None:
     got = {}
     for name in ("gelu", "silu", "exp"):
         out = np.zeros(x.size, np.float32)
-        kernels_numba.unary(name, "float32")[kernels_numba.element_grid(x.size)](flat(x), out, 1.0)
+        kernels_numba.unary(name, "float32", vector)[kernels_numba.element_grid(x.size)](flat(x), out, 1.0)
         got[name] = out.reshape(x.shape)
     for name in kernels_numba.BINARY:
         out = np.zeros(x.size, np.float32)
-        kernels_numba.binary_same(name, "float32")[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
+        kernels_numba.binary_same(name, "float32", vector)[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
         got[name] = out.reshape(x.shape)
     out = np.zeros(x.size, np.float32)
-    kernels_numba.swiglu("float32")[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
+    kernels_numba.swiglu("float32", vector)[kernels_numba.element_grid(x.size)](flat(x), flat(y), out)
     got["swiglu"] = out.reshape(x.shape)
-    out = np.zeros_like(x)
-    kernels_numba.softmax("float32")[rows, kernels_numba.ROW_THREADS](x, out)
-    got["softmax"] = out
+    out = np.zeros(x.size, np.float32)
+    kernels_numba.softmax("float32", vector)[rows, kernels_numba.ROW_THREADS](flat(x), out, cols)
+    got["softmax"] = out.reshape(x.shape)
     for weighted in (True, False):
-        out = np.zeros_like(x)
-        kernels_numba.rmsnorm("float32", weighted)[rows, kernels_numba.ROW_THREADS](x, w if weighted else flat(x), out, 1e-6)
-        got["norm" if weighted else "plain"] = out
+        out = np.zeros(x.size, np.float32)
+        kernels_numba.rmsnorm("float32", weighted, vector)[rows, kernels_numba.ROW_THREADS](flat(x), w if weighted else flat(x), out, cols, 1e-6)
+        got["norm" if weighted else "plain"] = out.reshape(x.shape)
     want = _formulas({"x": x.astype(np.float64), "y": y.astype(np.float64), "row": w.astype(np.float64)})
     want["plain"] = want["norm"] / w
     want["exp"] = np.exp(x.astype(np.float64))
@@ -166,7 +168,7 @@ def test_gemms_run_as_planned_contractions(dtype):
 
 
 def test_rope_matches_the_formula_per_head():
-    tokens, heads, kv_heads, width = 8, 4, 2, 4
+    tokens, heads, kv_heads, width = 8, 11, 2, 4  # 11 heads: pairs of heads and a last one alone
     g = TaskGraph(devices=1)
     cos, sin = formulas.rope_tables(tokens, width)
     q = g.input((tokens, heads * width), "float32", device=0, id="q")

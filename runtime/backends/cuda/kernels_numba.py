@@ -19,6 +19,7 @@ import math
 from functools import lru_cache
 
 from runtime.backends.cuda.compat import cuda, simulated
+from runtime.backends.cuda.vector import load4, store4
 
 ROW_THREADS = 8 if simulated() else 256
 """Threads per row of a row kernel (a power of two). The simulator runs each thread as Python (~80 us
@@ -62,17 +63,32 @@ BINARY = {"add": 0, "sub": 1, "mul": 2}
 
 # Memory-level parallelism. A thread that loads one fp16 element, waits for it and stores it keeps two
 # bytes in flight: far too few to cover HBM latency (the first versions of these kernels reached 0.23 to
-# 0.54 of the copy rate that way). So every loop below issues four loads per operand before it computes or
-# stores anything: `_load4` reads elements i, i + step, i + 2 step, i + 3 step (each one coalesced across a
-# warp), and the loop then steps by 4 step, with a plain loop for the tail.
+# 0.54 of the copy rate that way). So the elementwise and row kernels work on quads, four consecutive
+# elements read by one vector load (`vector.load4`: one `ld.global.v4`, 8 bytes of float16 per thread,
+# 256 per warp) and written by one vector store, two quads per operand in flight; where an operand is not
+# aligned to four elements the factories' `vector=False` build reads the same quads element by element.
+# The rope kernel and the attention merge issue four strided loads before they use any (`_load4`).
 @device()
 def _load4(x, i, step):
     return x[i], x[i + step], x[i + 2 * step], x[i + 3 * step]
 
 
 @device()
-def _row4(x, row, j, step):
-    return x[row, j], x[row, j + step], x[row, j + 2 * step], x[row, j + 3 * step]
+def _quad_load(x, i):
+    return x[i], x[i + 1], x[i + 2], x[i + 3]
+
+
+@device()
+def _quad_store(x, i, a, b, c, d):
+    x[i] = a
+    x[i + 1] = b
+    x[i + 2] = c
+    x[i + 3] = d
+
+
+def quads(vector: bool):
+    """(load4, store4): vector instructions, or the same four elements one at a time."""
+    return (load4, store4) if vector else (_quad_load, _quad_store)
 
 
 @device()
@@ -111,26 +127,30 @@ def _unary_op(kind: int, acc):
 
 
 @lru_cache(maxsize=None)
-def unary(name: str, dtype: str):
+def unary(name: str, dtype: str, vector: bool = True):
     """out[i] = f(x[i]) over flat arrays; `scale` takes its factor as a scalar argument."""
     acc = acc_type(dtype)
     op = _unary_op(UNARY[name], acc)
+    ld, st = quads(vector)
 
     @cuda.jit(fastmath=True)
     def kernel(x, out, factor):
         n = out.size
         f = acc(factor)
-        i, step = cuda.grid(1), cuda.gridsize(1)
-        while i + 3 * step < n:
-            a, b, c, d = _load4(x, i, step)
-            out[i] = op(acc(a), f)
-            out[i + step] = op(acc(b), f)
-            out[i + 2 * step] = op(acc(c), f)
-            out[i + 3 * step] = op(acc(d), f)
-            i += 4 * step
-        while i < n:
+        q, step = cuda.grid(1), cuda.gridsize(1)
+        count = n // 4
+        while q + step < count:
+            a0, a1, a2, a3 = ld(x, 4 * q)
+            b0, b1, b2, b3 = ld(x, 4 * (q + step))
+            st(out, 4 * q, op(acc(a0), f), op(acc(a1), f), op(acc(a2), f), op(acc(a3), f))
+            st(out, 4 * (q + step), op(acc(b0), f), op(acc(b1), f), op(acc(b2), f), op(acc(b3), f))
+            q += 2 * step
+        if q < count:
+            a0, a1, a2, a3 = ld(x, 4 * q)
+            st(out, 4 * q, op(acc(a0), f), op(acc(a1), f), op(acc(a2), f), op(acc(a3), f))
+        i = 4 * count + cuda.grid(1)
+        if i < n:
             out[i] = op(acc(x[i]), f)
-            i += step
 
     return kernel
 
@@ -148,26 +168,25 @@ def _binary_op(kind: int):
 
 
 @lru_cache(maxsize=None)
-def binary_same(name: str, dtype: str):
+def binary_same(name: str, dtype: str, vector: bool = True):
     """out[i] = a[i] op b[i] for operands of the output's shape (the common, broadcast-free case)."""
     acc = acc_type(dtype)
     op = _binary_op(BINARY[name])
+    ld, st = quads(vector)
 
     @cuda.jit
     def kernel(a, b, out):
         n = out.size
-        i, step = cuda.grid(1), cuda.gridsize(1)
-        while i + 3 * step < n:
-            a0, a1, a2, a3 = _load4(a, i, step)
-            b0, b1, b2, b3 = _load4(b, i, step)
-            out[i] = op(acc(a0), acc(b0))
-            out[i + step] = op(acc(a1), acc(b1))
-            out[i + 2 * step] = op(acc(a2), acc(b2))
-            out[i + 3 * step] = op(acc(a3), acc(b3))
-            i += 4 * step
-        while i < n:
+        q, step = cuda.grid(1), cuda.gridsize(1)
+        count = n // 4
+        while q < count:
+            a0, a1, a2, a3 = ld(a, 4 * q)
+            b0, b1, b2, b3 = ld(b, 4 * q)
+            st(out, 4 * q, op(acc(a0), acc(b0)), op(acc(a1), acc(b1)), op(acc(a2), acc(b2)), op(acc(a3), acc(b3)))
+            q += step
+        i = 4 * count + cuda.grid(1)
+        if i < n:
             out[i] = op(acc(a[i]), acc(b[i]))
-            i += step
 
     return kernel
 
@@ -231,9 +250,10 @@ def _fold(shape, sa, sb):
 
 
 @lru_cache(maxsize=None)
-def swiglu(dtype: str):
+def swiglu(dtype: str, vector: bool = True):
     acc = acc_type(dtype)
     one = acc(1.0)
+    ld, st = quads(vector)
 
     @device(fastmath=True)
     def op(g, u):
@@ -242,18 +262,16 @@ def swiglu(dtype: str):
     @cuda.jit(fastmath=True)
     def kernel(gate, up, out):
         n = out.size
-        i, step = cuda.grid(1), cuda.gridsize(1)
-        while i + 3 * step < n:
-            g0, g1, g2, g3 = _load4(gate, i, step)
-            u0, u1, u2, u3 = _load4(up, i, step)
-            out[i] = op(acc(g0), acc(u0))
-            out[i + step] = op(acc(g1), acc(u1))
-            out[i + 2 * step] = op(acc(g2), acc(u2))
-            out[i + 3 * step] = op(acc(g3), acc(u3))
-            i += 4 * step
-        while i < n:
+        q, step = cuda.grid(1), cuda.gridsize(1)
+        count = n // 4
+        while q < count:
+            g0, g1, g2, g3 = ld(gate, 4 * q)
+            u0, u1, u2, u3 = ld(up, 4 * q)
+            st(out, 4 * q, op(acc(g0), acc(u0)), op(acc(g1), acc(u1)), op(acc(g2), acc(u2)), op(acc(g3), acc(u3)))
+            q += step
+        i = 4 * count + cuda.grid(1)
+        if i < n:
             out[i] = op(acc(gate[i]), acc(up[i]))
-            i += step
 
     return kernel
 
@@ -282,10 +300,19 @@ def rope(dtype: str):
             return
         c1, s1 = acc(cos[t, j]), acc(sin[t, j])
         c2, s2 = acc(cos[t, j + half]), acc(sin[t, j + half])
-        for h in range(first, heads, span):
+        h = first
+        while h + span < heads:  # two heads at a time: four loads in flight
+            base, other = h * d, (h + span) * d
+            a, b = acc(x[t, base + j]), acc(x[t, base + j + half])
+            e, f = acc(x[t, other + j]), acc(x[t, other + j + half])
+            out[t, base + j] = a * c1 - b * s1
+            out[t, base + j + half] = b * c2 + a * s2
+            out[t, other + j] = e * c1 - f * s1
+            out[t, other + j + half] = f * c2 + e * s2
+            h += 2 * span
+        if h < heads:
             base = h * d
-            a = acc(x[t, base + j])
-            b = acc(x[t, base + j + half])
+            a, b = acc(x[t, base + j]), acc(x[t, base + j + half])
             out[t, base + j] = a * c1 - b * s1
             out[t, base + j + half] = b * c2 + a * s2
 
@@ -306,43 +333,41 @@ def lowest(acc):
 
 
 @lru_cache(maxsize=None)
-def softmax(dtype: str):
-    """Softmax over the last axis of x viewed as [rows, cols]; one block per row, two passes over the row.
+def softmax(dtype: str, vector: bool = True):
+    """Softmax over rows of `cols` elements of flat x; one block per row, two passes over the row.
 
-    Pass one keeps each thread's running maximum m and sum s of exp(x - m), four elements at a time (one
-    rescale of s per four), and the block combines the (m, s) pairs; pass two writes exp(x - M) / S. The
-    second read of the row mostly hits L2. (A three-pass version loading one element per step reached 0.23
-    of the HBM copy rate on the H200.)"""
+    Pass one keeps each thread's running maximum m and sum s of exp(x - m), a quad at a time (one
+    rescale of s per quad), and the block combines the (m, s) pairs; pass two writes exp(x - M) / S. The
+    second read of the row mostly hits L2. (Three passes loading one element per step reached 0.23 of the
+    HBM copy rate on the H200.)"""
     acc = acc_type(dtype)
     threads = ROW_THREADS
     start = lowest(acc)
+    ld, st = quads(vector)
 
     @cuda.jit(fastmath=True)
-    def kernel(x, out):
-        row = cuda.blockIdx.x
+    def kernel(x, out, cols):
+        base = cuda.blockIdx.x * cols
         tid = cuda.threadIdx.x
-        cols = x.shape[1]
+        count = cols // 4
         top = cuda.shared.array(ROW_THREADS, acc)
         sums = cuda.shared.array(ROW_THREADS, acc)
         m = start
         s = acc(0.0)
-        j = tid
-        while j + 3 * threads < cols:
-            a, b, c, d = _row4(x, row, j, threads)
+        for q in range(tid, count, threads):
+            a, b, c, d = ld(x, base + 4 * q)
             a, b, c, d = acc(a), acc(b), acc(c), acc(d)
             chunk = max(max(a, b), max(c, d))
             if chunk > m:
                 s = s * math.exp(m - chunk)
                 m = chunk
-            s += math.exp(a - m) + math.exp(b - m) + math.exp(c - m) + math.exp(d - m)
-            j += 4 * threads
-        while j < cols:
-            v = acc(x[row, j])
+            s += (math.exp(a - m) + math.exp(b - m)) + (math.exp(c - m) + math.exp(d - m))
+        for j in range(4 * count + tid, cols, threads):
+            v = acc(x[base + j])
             if v > m:
                 s = s * math.exp(m - v)
                 m = v
             s += math.exp(v - m)
-            j += threads
         top[tid] = m
         sums[tid] = s
         cuda.syncthreads()
@@ -357,70 +382,59 @@ def softmax(dtype: str):
             width //= 2
         m = top[0]
         inv = acc(1.0) / sums[0]
-        j = tid
-        while j + 3 * threads < cols:
-            a, b, c, d = _row4(x, row, j, threads)
-            out[row, j] = math.exp(acc(a) - m) * inv
-            out[row, j + threads] = math.exp(acc(b) - m) * inv
-            out[row, j + 2 * threads] = math.exp(acc(c) - m) * inv
-            out[row, j + 3 * threads] = math.exp(acc(d) - m) * inv
-            j += 4 * threads
-        while j < cols:
-            out[row, j] = math.exp(acc(x[row, j]) - m) * inv
-            j += threads
+        for q in range(tid, count, threads):
+            a, b, c, d = ld(x, base + 4 * q)
+            st(out, base + 4 * q, math.exp(acc(a) - m) * inv, math.exp(acc(b) - m) * inv, math.exp(acc(c) - m) * inv, math.exp(acc(d) - m) * inv)
+        for j in range(4 * count + tid, cols, threads):
+            out[base + j] = math.exp(acc(x[base + j]) - m) * inv
 
     return kernel
 
 
 @lru_cache(maxsize=None)
-def rmsnorm(dtype: str, weighted: bool):
-    """x / sqrt(mean(x^2) + eps) [* w] over the last axis of x viewed as [rows, cols]; one block per row.
-    Both passes load four elements per operand before using any (the second read of the row mostly hits
-    L2); without `weighted`, w is a dummy the kernel never reads."""
+def rmsnorm(dtype: str, weighted: bool, vector: bool = True):
+    """x / sqrt(mean(x^2) + eps) [* w] over rows of `cols` elements of flat x; one block per row. The sum
+    of squares keeps two quads in flight per thread; the second read of the row mostly hits L2. Without
+    `weighted`, w is a dummy the kernel never reads."""
     acc = acc_type(dtype)
     threads = ROW_THREADS
     one = acc(1.0)
+    ld, st = quads(vector)
 
     @cuda.jit(fastmath=True)
-    def kernel(x, w, out, eps):
-        row = cuda.blockIdx.x
+    def kernel(x, w, out, cols, eps):
+        base = cuda.blockIdx.x * cols
         tid = cuda.threadIdx.x
-        cols = x.shape[1]
+        count = cols // 4
         shared = cuda.shared.array(ROW_THREADS, acc)
         total = acc(0.0)
-        j = tid
-        while j + 7 * threads < cols:
-            a, b, c, d = _row4(x, row, j, threads)
-            e, f, g, h = _row4(x, row, j + 4 * threads, threads)
+        q = tid
+        while q + threads < count:
+            a, b, c, d = ld(x, base + 4 * q)
+            e, f, g, h = ld(x, base + 4 * (q + threads))
             a, b, c, d, e, f, g, h = acc(a), acc(b), acc(c), acc(d), acc(e), acc(f), acc(g), acc(h)
             total += (a * a + b * b) + (c * c + d * d) + (e * e + f * f) + (g * g + h * h)
-            j += 8 * threads
-        while j < cols:
-            a = acc(x[row, j])
+            q += 2 * threads
+        if q < count:
+            a, b, c, d = ld(x, base + 4 * q)
+            a, b, c, d = acc(a), acc(b), acc(c), acc(d)
+            total += (a * a + b * b) + (c * c + d * d)
+        for j in range(4 * count + tid, cols, threads):
+            a = acc(x[base + j])
             total += a * a
-            j += threads
         inv = one / math.sqrt(_block_sum(shared, tid, total, threads) / acc(cols) + acc(eps))
-        j = tid
-        while j + 3 * threads < cols:
-            a, b, c, d = _row4(x, row, j, threads)
+        for q in range(tid, count, threads):
+            a, b, c, d = ld(x, base + 4 * q)
             if weighted:
-                wa, wb, wc, wd = _load4(w, j, threads)
-                out[row, j] = acc(a) * inv * acc(wa)
-                out[row, j + threads] = acc(b) * inv * acc(wb)
-                out[row, j + 2 * threads] = acc(c) * inv * acc(wc)
-                out[row, j + 3 * threads] = acc(d) * inv * acc(wd)
+                wa, wb, wc, wd = ld(w, 4 * q)
+                st(out, base + 4 * q, acc(a) * inv * acc(wa), acc(b) * inv * acc(wb), acc(c) * inv * acc(wc), acc(d) * inv * acc(wd))
             else:
-                out[row, j] = acc(a) * inv
-                out[row, j + threads] = acc(b) * inv
-                out[row, j + 2 * threads] = acc(c) * inv
-                out[row, j + 3 * threads] = acc(d) * inv
-            j += 4 * threads
-        while j < cols:
-            v = acc(x[row, j]) * inv
+                st(out, base + 4 * q, acc(a) * inv, acc(b) * inv, acc(c) * inv, acc(d) * inv)
+        for j in range(4 * count + tid, cols, threads):
+            v = acc(x[base + j]) * inv
             if weighted:
                 v = v * acc(w[j])
-            out[row, j] = v
-            j += threads
+            out[base + j] = v
 
     return kernel
 

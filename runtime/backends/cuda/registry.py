@@ -15,6 +15,7 @@ import numpy as np
 
 from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
+from runtime.backends.cuda.vector import aligned
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm, plan_einsum
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.memory import device_pointer
@@ -29,9 +30,16 @@ def _flat(array):
     return array.reshape(array.size)
 
 
-def _rows(array):
+def _row_count(array) -> tuple[int, int]:
+    """(rows, cols) of `array` viewed as rows of its last axis."""
     cols = tuple(array.shape)[-1]
-    return array.reshape(array.size // cols, cols)
+    return array.size // cols, cols
+
+
+def _vector(env, *arrays, cols: int = 4) -> bool:
+    """Whether a kernel may read and write these arrays by quads (`vector.load4`): every operand aligned to
+    four elements and, for row kernels, rows of a multiple of four. The simulator takes the scalar build."""
+    return not env.simulated and cols % 4 == 0 and aligned(*arrays)
 
 
 def _gemm(plan, a, b, out, env) -> Work:
@@ -82,7 +90,8 @@ def build_unary(node, inputs, out, env) -> Work:
     x = _flat(inputs[0])
     factor = float(node.attrs.get("factor", 1.0))
     blocks, threads = kn.element_grid(out.size)
-    go = prepare_launch(kn.unary(node.kernel, str(out.dtype)), blocks, threads, (x, _flat(out), factor))
+    kernel = kn.unary(node.kernel, str(out.dtype), _vector(env, x, out))
+    go = prepare_launch(kernel, blocks, threads, (x, _flat(out), factor))
     return lambda lane: go(env.launch_streams[lane])
 
 
@@ -91,7 +100,8 @@ def build_binary(node, inputs, out, env) -> Work:
     dtype = str(out.dtype)
     blocks, threads = kn.element_grid(out.size)
     if tuple(a.shape) == tuple(b.shape) == tuple(out.shape):
-        go = prepare_launch(kn.binary_same(node.kernel, dtype), blocks, threads, (_flat(a), _flat(b), _flat(out)))
+        kernel = kn.binary_same(node.kernel, dtype, _vector(env, a, b, out))
+        go = prepare_launch(kernel, blocks, threads, (_flat(a), _flat(b), _flat(out)))
     else:
         folded = kn.broadcast_strides(tuple(out.shape), tuple(a.shape), tuple(b.shape))
         if folded is None:
@@ -103,17 +113,19 @@ def build_binary(node, inputs, out, env) -> Work:
 
 
 def build_softmax(node, inputs, out, env) -> Work:
-    rows = _rows(out)
-    go = prepare_launch(kn.softmax(str(out.dtype)), rows.shape[0], kn.ROW_THREADS, (_rows(inputs[0]), rows))
+    rows, cols = _row_count(out)
+    kernel = kn.softmax(str(out.dtype), _vector(env, inputs[0], out, cols=cols))
+    go = prepare_launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), _flat(out), cols))
     return lambda lane: go(env.launch_streams[lane])
 
 
 def build_rmsnorm(node, inputs, out, env) -> Work:
-    x, rows = _rows(inputs[0]), _rows(out)
+    rows, cols = _row_count(out)
     weighted = len(inputs) == 2
     weight = inputs[1] if weighted else _flat(inputs[0])
     eps = float(KERNELS["rmsnorm"].attr(node.attrs, "eps"))
-    go = prepare_launch(kn.rmsnorm(str(out.dtype), weighted), rows.shape[0], kn.ROW_THREADS, (x, weight, rows, eps))
+    kernel = kn.rmsnorm(str(out.dtype), weighted, _vector(env, inputs[0], weight, out, cols=cols))
+    go = prepare_launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), weight, _flat(out), cols, eps))
     return lambda lane: go(env.launch_streams[lane])
 
 
@@ -127,7 +139,8 @@ def build_rope(node, inputs, out, env) -> Work:
 def build_swiglu(node, inputs, out, env) -> Work:
     gate, up = inputs
     blocks, threads = kn.element_grid(out.size)
-    go = prepare_launch(kn.swiglu(str(out.dtype)), blocks, threads, (_flat(gate), _flat(up), _flat(out)))
+    kernel = kn.swiglu(str(out.dtype), _vector(env, gate, up, out))
+    go = prepare_launch(kernel, blocks, threads, (_flat(gate), _flat(up), _flat(out)))
     return lambda lane: go(env.launch_streams[lane])
 
 

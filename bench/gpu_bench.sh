@@ -22,7 +22,7 @@ for s in "$@"; do
     peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
     trace8k) stage trace8k 90 python3 bench/run.py llama --tokens 8192 --budgets 2 8 --repeats 1 --systems turnip-nondet floor \
              --traces "$OUT" --json "$OUT/trace8k.json" ;;
-    kernels) stage kernels 110 python3 bench/bench_cuda.py kernels merge attention peer --quick --json "$OUT/kernels.json" ;;
+    kernels) stage kernels 150 python3 bench/bench_cuda.py kernels merge attention peer --quick --json "$OUT/kernels.json" ;;
     llama8k) stage llama8k 230 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 --hf-points 2 --json "$OUT/llama8k.json" ;;
     llama32k) stage llama32k 230 python3 bench/run.py llama --tokens 32768 --budgets 2 4 16 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;

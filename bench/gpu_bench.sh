@@ -23,15 +23,17 @@ for s in "$@"; do
     trace8k) stage trace8k 90 python3 bench/run.py llama --tokens 8192 --budgets 2 8 --repeats 1 --systems turnip-nondet floor \
              --traces "$OUT" --json "$OUT/trace8k.json" ;;
     kernels) stage kernels 150 python3 bench/bench_cuda.py kernels merge attention peer --quick --json "$OUT/kernels.json" ;;
-    llama8k) stage llama8k 230 python3 bench/run.py llama --tokens 8192 --budgets 2 4 8 --hf-points 2 --json "$OUT/llama8k.json" ;;
+    llama8k) stage llama8k 230 python3 bench/run.py llama --tokens 8192 --budgets 2 4 --hf-points 2 --json "$OUT/llama8k.json" ;;
     llama32k) stage llama32k 230 python3 bench/run.py llama --tokens 32768 --budgets 2 4 16 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;
     llama128k) stage llama128k 260 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 16 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama128k.json" ;;
+    prefetch128k) stage prefetch128k 200 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 20 --repeats 3 \
+             --systems turnip-nondet torch-prefetch floor --json "$OUT/prefetch128k.json" ;;
     llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
              --repeats 1 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
     ffn) stage ffn 150 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --repeats 2 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;
     severe) stage severe32k 70 python3 bench/run.py llama --tokens 32768 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe32k.json"
-            stage severe128k 110 python3 bench/run.py llama --tokens 131072 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe128k.json" ;;
+            stage severe128k 250 python3 bench/run.py llama --tokens 131072 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe128k.json" ;;
   esac
 done

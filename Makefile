@@ -21,7 +21,7 @@ $(STAMP): $(PY) pyproject.toml
 
 # Only `make test` needs CPU torch and transformers (the parity test; about 2 minutes to install once).
 $(PARITY): $(STAMP)
-	$(PY) -m pip install -q -e '.[parity]' || echo "note: the parity extra (CPU torch, transformers) did not install; tests/test_parity_hf.py will skip"
+	$(PY) -m pip install -q -e '.[parity]' || echo "note: the parity extra (CPU torch, transformers, triton) did not install; tests/test_parity_hf.py and test_attention_triton.py will skip"
 	touch $(PARITY)
 
 install: $(STAMP)

@@ -267,7 +267,7 @@ def attention_bench(quick: bool) -> dict:
     row("---", "---", "---", "---")
     row("torch SDPA (public, no lse)", f"{best_full / 1e12:.0f}", f"{best_causal / 1e12:.0f}", "1.00")
     row("cudnn op alone, lse, heads strided (no merge)", f"{op_alone['full'] / 1e12:.0f}", f"{op_alone['causal'] / 1e12:.0f}", f"{op_alone['full'] / best_full:.2f}")
-    for provider in ("torch-cudnn", "torch-flash", "torch-efficient", "cublas"):
+    for provider in ("torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas"):
         try:
             run = loops(memgraph, CudaBackend(attention_provider=provider), repeats=5)["nondet"]
         except Exception as err:  # a provider this torch lacks
@@ -278,8 +278,12 @@ def attention_bench(quick: bool) -> dict:
         out[provider] = {"full": rate_full, "causal": rate_causal}
         row(provider + " (a lone block: includes the host's launch latency)", f"{rate_full / 1e12:.0f}", f"{rate_causal / 1e12:.0f}", f"{rate_full / best_full:.2f}")
     queued = queued_blocks(8)
-    for provider in ("torch-cudnn", "torch-flash"):
-        run = loops(queued, CudaBackend(attention_provider=provider), repeats=3, streams=1)["nondet"]
+    for provider in ("torch-cudnn", "torch-flash", "triton"):
+        try:
+            run = loops(queued, CudaBackend(attention_provider=provider), repeats=3, streams=1)["nondet"]
+        except Exception as err:  # a provider this machine lacks
+            row(provider + " queued", f"failed: {type(err).__name__}: {str(err)[:80]}", "", "")
+            continue
         spans = {"full": [], "diagonal": []}
         for c in run["recorder"].completions:
             task = queued.nodes[c.vertex].task

@@ -70,7 +70,7 @@ def test_attention_merge_matches_numpy(d, has_prev):
         check_attention_merge(d, has_prev, final, tq=33)
 
 
-@pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "cublas"])
+@pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "triton", "cublas"])
 @pytest.mark.parametrize("kv_heads", [8, 2])
 def test_blocked_attention_providers_equal_full_causal_attention(provider, kv_heads):
     tokens, block, heads, width = 512, 128, 8, 64
@@ -168,7 +168,7 @@ def test_ctrl_c_ends_a_gpu_run_cleanly(tmp_path):
 
 
 @pytest.mark.parametrize("preset, dtype", [("tiny", "float32"), ("tiny-gqa", "float16")])
-@pytest.mark.parametrize("provider", ["torch-cudnn", "cublas"])
+@pytest.mark.parametrize("provider", ["torch-cudnn", "triton", "cublas"])
 def test_llama_prefill_on_the_gpu_equals_the_float64_reference(preset, dtype, provider):
     from dataclasses import replace
 

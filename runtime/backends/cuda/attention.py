@@ -18,6 +18,10 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
   a numba masked softmax in place that also writes the log-sum-exp, O = P·V as a second batched GEMM.
   Unfused (scores go through HBM), so about 5x slower than cuDNN at 7B block sizes, but it needs nothing
   beyond CuPy; it is also what the CUDA simulator runs (with numpy GEMMs).
+- `triton` (runtime/backends/cuda/attention_triton.py): one Triton kernel per block that computes the
+  block and folds it into `prev` itself, so no merge kernel runs and nothing is allocated; float16 blocks
+  with a power-of-two head width (others take `cublas`). Checked under Triton's interpreter on the CPU
+  (tests/test_attention_triton.py); not yet measured on a GPU.
 `auto` takes torch-cudnn when torch with CUDA is importable, else cublas.
 """
 
@@ -35,7 +39,20 @@ from runtime.backends.cuda.memory import device_pointer
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import softmax_scale
 
-PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "cublas")
+PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas")
+
+
+def uses_torch(provider: str) -> bool:
+    """Whether a resolved provider launches through torch (its streams, caches and allocator cap)."""
+    return provider.startswith("torch") or provider == "triton"
+
+
+def have_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def have_torch_cuda() -> bool:
@@ -51,8 +68,10 @@ def resolve(provider: str, simulated: bool) -> str:
         raise KernelError(f"unknown attention provider '{provider}' (known: {', '.join(PROVIDERS)})")
     if provider == "auto":
         return "cublas" if simulated or not have_torch_cuda() else "torch-cudnn"
-    if provider.startswith("torch") and (simulated or not have_torch_cuda()):
+    if uses_torch(provider) and (simulated or not have_torch_cuda()):
         raise KernelError(f"attention provider '{provider}' needs torch with CUDA, which is not importable here")
+    if provider == "triton" and not have_triton():
+        raise KernelError("attention provider 'triton' needs triton, which is not importable here")
     return provider
 
 
@@ -90,11 +109,16 @@ def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
 
 def scratch_bytes(node, sources, provider: str) -> int:
     """Lane scratch one attention vertex needs (the cublas provider's scores, output and log-sum-exp per chunk)."""
-    if provider != "cublas" and sources[0].dtype == "float16":
-        return 0
     q, k = sources[0], sources[1]
     heads, kv_heads, _, _, _ = attention_attrs(node)
     d = q.shape[1] // heads
+    if provider == "triton":
+        from runtime.backends.cuda import attention_triton
+
+        if attention_triton.supported(heads, kv_heads, d, q.dtype):
+            return 0
+    elif provider != "cublas" and q.dtype == "float16":
+        return 0
     tq, tk = q.shape[0], k.shape[0]
     item = np.dtype(q.dtype).itemsize
     chunk = heads // kv_heads
@@ -293,7 +317,7 @@ def segments_allocated(backend) -> list[int]:
 
 def release(backend) -> None:
     """Lift the cap on torch's allocator after a run."""
-    if not backend.attention.startswith("torch"):
+    if not uses_torch(backend.attention):
         return
     import torch
 
@@ -301,12 +325,51 @@ def release(backend) -> None:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
+def build_triton(node, inputs, out, env):
+    """One Triton kernel per block: attention and the fold into the packed partial (attention_triton.py)."""
+    import torch
+
+    from runtime.backends.cuda import attention_triton
+
+    b = block_of(node, inputs)
+    device = torch.device("cuda", env.device_of(node))
+
+    def tensor(array):
+        if array is None:
+            return None
+        made = torch.as_tensor(array, device=device)
+        assert made.data_ptr() == device_pointer(array), "torch copied an arena view"
+        return made
+
+    q, k, v, prev, target = (tensor(x) for x in (b.q, b.k, b.v, b.prev, out))
+    args = (q, k, v, prev, target, b.heads, b.kv_heads, b.causal, b.final, b.scale)
+
+    def work(lane):
+        with torch.cuda.stream(env.torch_stream(lane)):
+            attention_triton.launch(*args)
+
+    def warm(lane):
+        with torch.cuda.stream(env.torch_stream(lane)):
+            attention_triton.warm(*args)
+
+    work.warm = warm
+    work.signature = ("triton", tuple(q.shape), tuple(k.shape), b.causal, b.final, b.prev is not None, b.heads, b.kv_heads, str(q.dtype))
+    return work
+
+
 def build(node, inputs, out, env):
     if any(x is None for x in inputs) or out is None:
         return None  # an empty block
     provider = env.attention
-    if provider == "cublas" or str(inputs[0].dtype) != "float16":  # torch's fused ops take half precision only
-        return build_cublas(node, inputs, out, env)
-    if provider == "cublas":
+    b = block_of(node, inputs)
+    if provider == "triton" and attention_triton_supported(b, str(inputs[0].dtype)):
+        return build_triton(node, inputs, out, env)
+    if provider in ("cublas", "triton") or str(inputs[0].dtype) != "float16":  # torch's fused ops take half precision only
         return build_cublas(node, inputs, out, env)
     return build_torch(node, inputs, out, env, provider)
+
+
+def attention_triton_supported(block: Block, dtype: str) -> bool:
+    from runtime.backends.cuda import attention_triton
+
+    return attention_triton.supported(block.heads, block.kv_heads, block.d, dtype)

@@ -297,7 +297,7 @@ class CudaBackend(Backend):
             with self._on(device), cupy.cuda.Device(device):
                 self.cublas_handles.append(cupy_device.get_cublas_handle())
         self.cupy_streams = [_cupy_stream(cupy, s, self.lane_device[i]) for i, s in enumerate(self.streams)]
-        if self.attention.startswith("torch"):
+        if attention.uses_torch(self.attention):
             import torch
 
             self.torch_streams = [torch.cuda.ExternalStream(stream_handle(s), device=torch.device("cuda", self.lane_device[i])) for i, s in enumerate(self.streams)]
@@ -318,7 +318,7 @@ class CudaBackend(Backend):
                 probe = cupy.zeros((16, 16), dtype=cupy.float16)
                 cupy.matmul(probe, probe)
                 self.streams[index].synchronize()
-        if self.attention.startswith("torch"):
+        if attention.uses_torch(self.attention):
             attention.warm_up(self, graph)
         for stream in self.streams:
             stream.synchronize()
@@ -476,7 +476,7 @@ class CudaBackend(Backend):
         allocator = getattr(self, "allocator", None)
         if allocator is not None:
             self.stats["cupy_refused"], self.stats["cupy_served"] = allocator.refused, allocator.served
-        if not self.simulated and self.attention.startswith("torch") and "torch_segments" in self.stats:
+        if not self.simulated and attention.uses_torch(self.attention) and "torch_segments" in self.stats:
             now = attention.segments_allocated(self)
             self.stats["torch_new_segments"] = sum(now) - sum(self.stats["torch_segments"])
 

@@ -1,0 +1,61 @@
+"""The `triton` attention provider: one Triton kernel per block computes attention and folds it into the
+packed partial, so no merge kernel runs and nothing is allocated.
+
+A program takes BLOCK_M query rows of one head h (its key-value head g = h // group). It streams the key
+block in BLOCK_N columns with the online softmax of flash attention (running maximum and sum, in base 2),
+then, in its epilogue, folds the result into `prev` (the packed partial [tq, H*d + H] in float32: the
+normalised output, then the log-sum-exp per head) and writes `out`: the next packed partial, or the final
+output in q's dtype. q [tq, H*d], k and v [tk, KV*d] are read in place with heads as column offsets, so
+grouped heads need no copy. A causal block is a diagonal block (tq == tk): query i sees keys j <= i.
+
+Triton launches on torch's current stream: the provider wraps the arena views as torch tensors (no copy)
+and launches inside `torch.cuda.stream(lane's stream)`. The kernel compiles in `prepare` (`warm`), with
+Triton's `warmup`, which compiles without running: a run before the loop would write into the arena.
+Without a GPU, `TRITON_INTERPRET=1` runs the same kernel on CPU tensors (tests/test_attention_triton.py).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+LOG2E = 1.4426950408889634
+BLOCK_M = 64
+BLOCK_N = 64
+
+
+def supported(heads: int, kv_heads: int, d: int, dtype: str) -> bool:
+    """What the kernel takes: float16 (float32 dots would run as tf32) and a power-of-two head width from
+    16 to 256 (`tl.arange`, `tl.dot`). Other blocks go to the cublas provider."""
+    return dtype == "float16" and 16 <= d <= 256 and d & (d - 1) == 0 and heads % kv_heads == 0
+
+
+@lru_cache(maxsize=None)
+def kernel():
+    """The jitted kernel (imported on first use: the module needs triton, which is optional)."""
+    from runtime.backends.cuda import attention_triton_kernel
+
+    return attention_triton_kernel.attention_block
+
+
+def arguments(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float):
+    """(grid, positional arguments, constexpr keywords) of one block: torch tensors, 2-D, rows contiguous."""
+    tq, width = q.shape
+    d = width // heads
+    grid = (math.ceil(tq / BLOCK_M), heads)
+    args = (q, k, v, prev if prev is not None else out, out, scale * LOG2E, tq, k.shape[0], q.stride(0), k.stride(0), v.stride(0),
+            (prev if prev is not None else out).stride(0), out.stride(0), heads, heads // kv_heads)
+    constants = dict(D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_PREV=prev is not None, FINAL=final)
+    return grid, args, constants
+
+
+def launch(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float) -> None:
+    """Run one block on torch's current stream (or on the CPU under TRITON_INTERPRET=1)."""
+    grid, args, constants = arguments(q, k, v, prev, out, heads, kv_heads, causal, final, scale)
+    kernel()[grid](*args, **constants)
+
+
+def warm(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float) -> None:
+    """Compile the block's specialisation without running it (nothing is written)."""
+    grid, args, constants = arguments(q, k, v, prev, out, heads, kv_heads, causal, final, scale)
+    kernel().warmup(*args, grid=grid, **constants)

@@ -65,7 +65,7 @@ BINARY = {"add": 0, "sub": 1, "mul": 2}
 # bytes in flight: far too few to cover HBM latency (the first versions of these kernels reached 0.23 to
 # 0.54 of the copy rate that way). So the elementwise and row kernels work on quads, four consecutive
 # elements read by one vector load (`vector.load4`: one `ld.global.v4`, 8 bytes of float16 per thread,
-# 256 per warp) and written by one vector store, two quads per operand in flight; where an operand is not
+# 256 per warp) and written by one vector store, two quads in flight per thread; where an operand is not
 # aligned to four elements the factories' `vector=False` build reads the same quads element by element.
 # The rope kernel takes two heads per step, so four loads are in flight.
 @device()

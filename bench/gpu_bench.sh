@@ -28,7 +28,7 @@ for s in "$@"; do
              --systems turnip-nondet turnip-fixed torch-prefetch torch-resident floor --json "$OUT/llama32k.json" ;;
     llama128k) stage llama128k 260 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 16 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama128k.json" ;;
-    prefetch128k) stage prefetch128k 200 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 20 --repeats 3 \
+    prefetch128k) stage prefetch128k 330 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 20 32 --repeats 2 \
              --systems turnip-nondet torch-prefetch floor --json "$OUT/prefetch128k.json" ;;
     llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
              --repeats 1 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;

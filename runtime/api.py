@@ -27,17 +27,18 @@ from turnip_ir.memgraph_types import check_types, infer_types
 from turnip_ir.verifier import verify_memgraph
 
 
-def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2) -> int:
+def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2, attention: str = "auto") -> int:
     """The bytes per GPU the planner may give tensors when a run may take `budget` bytes per GPU in all.
 
-    The cuda backend holds back a workspace (per-lane scratch and library memory) inside the budget;
-    other backends take nothing beside their arena. `graph` is the taskgraph (or memgraph) to run."""
+    The cuda backend holds back a workspace (per-lane scratch and library memory, which depend on the
+    `attention` provider it will use) inside the budget; other backends take nothing beside their arena.
+    `graph` is the taskgraph (or memgraph) to run."""
     if resolve_backend(backend) != "cuda":
         return budget
     from runtime.backends.cuda import CudaBackend
 
     nodes = graph.nodes.values() if isinstance(graph.nodes, dict) else graph.nodes
-    reserve = CudaBackend.reserve_bytes(list(nodes), streams)
+    reserve = CudaBackend.reserve_bytes(list(nodes), streams, attention)
     if reserve >= budget:
         raise BudgetError(f"a budget of {budget} bytes per GPU leaves nothing for tensors after the cuda workspace of {reserve} bytes")
     return budget - reserve

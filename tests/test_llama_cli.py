@@ -145,3 +145,13 @@ def test_stored_dtypes_are_converted_to_the_model_dtype(tmp_path):
     assert q.dtype == np.float32 and np.array_equal(q, half["model.layers.0.self_attn.q_proj.weight"])
     norm = loaded["model.norm.weight"]  # stored as BF16: 8 bits of mantissa
     assert norm.dtype == np.float32 and np.allclose(norm, weights["model.norm.weight"], rtol=1e-2)
+
+
+def test_the_attention_provider_is_a_cuda_option_that_other_backends_accept(tmp_path, capsys):
+    common = ["--config", "tiny", "--tokens", 24, "--memory", "1MiB", "--backend", "cpu"]
+    plain = hidden_states(capsys, *common, "--outputs", tmp_path / "a.npz")
+    chosen = hidden_states(capsys, *common, "--attention", "triton", "--outputs", tmp_path / "b.npz")
+    np.testing.assert_array_equal(plain, chosen)
+    with pytest.raises(SystemExit) as exit_:
+        turnip(["llama", *map(str, common), "--attention", "flash9"])
+    assert exit_.value.code == 2 and "invalid choice: 'flash9'" in capsys.readouterr().err

@@ -17,7 +17,7 @@ import numpy as np
 
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.backends import BACKENDS, make_backend, resolve_backend
+from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.run_cmd import parse_size
@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1, metavar="N")
     parser.add_argument("--block", type=int, metavar="N", help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
@@ -56,14 +57,15 @@ def run(args: argparse.Namespace) -> int:
         if path is not None and not Path(path).resolve().parent.is_dir():
             raise InputError(f"cannot write {path}: its folder does not exist")
     budget = parse_size(args.memory)
-    machine = make_backend(backend, 0.0, args.seed)  # before anything is read: a missing GPU fails fast
+    options = {"attention_provider": args.attention} if backend == "cuda" else {}
+    machine = make_backend(backend, 0.0, args.seed, **options)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
     ids = _ids(args, config)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
-    memgraph = compile_taskgraph(built.graph, arena_budget(built.graph, budget, backend))  # less the cuda workspace
+    memgraph = compile_taskgraph(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention))  # less the cuda workspace
     inputs = built.feed(weights, ids) if backend != "sim" else None
     result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing

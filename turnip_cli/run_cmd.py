@@ -15,7 +15,7 @@ import numpy as np
 
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.backends import BACKENDS, make_backend, resolve_backend
+from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", help="per-GPU budget, e.g. 4GiB (required for a taskgraph)")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, help="seeds --order random, missing inputs and jitter")
     parser.add_argument("--inputs", help=".npz of input tensors keyed by taskgraph input id")
     parser.add_argument("--outputs", help="write the outputs to this .npz, keyed by taskgraph id")
@@ -60,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
-    backend_object = make_backend(backend, args.jitter, args.seed)  # before compiling: a missing GPU fails fast
-    memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams)
+    options = {"attention_provider": args.attention} if backend == "cuda" else {}
+    backend_object = make_backend(backend, args.jitter, args.seed, **options)  # before compiling: a missing GPU fails fast
+    memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams, args.attention)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
         memgraph,
@@ -95,16 +97,16 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     write_atomic(path, data.getvalue())
 
 
-def _memgraph(path: str, memory: str | None, backend: str, streams: int) -> tuple[MemGraph, bool]:
+def _memgraph(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto") -> tuple[MemGraph, bool]:
     """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
 
     The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
     graph = load_graph(path)
     budget = parse_size(memory) if memory is not None else None
     if isinstance(graph, MemGraph):
-        if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams):
+        if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams, attention):
             raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget} allows the {backend} backend's arena")
         return graph, False
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_taskgraph(graph, arena_budget(graph, budget, backend, streams)), True
+    return compile_taskgraph(graph, arena_budget(graph, budget, backend, streams, attention)), True

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import ATTENTION_PROVIDERS, Backend, Completion
 from turnip_ir.errors import InputError
 
 BACKENDS = ("auto", "cpu", "sim", "cuda")
@@ -51,4 +51,4 @@ def make_backend(name: str, jitter: float = 0.0, seed: int = 0, **options) -> Ba
     return CudaBackend(**options)
 
 
-__all__ = ["BACKENDS", "Backend", "Completion", "make_backend", "resolve_backend"]
+__all__ = ["ATTENTION_PROVIDERS", "BACKENDS", "Backend", "Completion", "make_backend", "resolve_backend"]

@@ -13,6 +13,10 @@ import numpy as np
 
 from runtime.graph import ExecGraph, Lane
 
+ATTENTION_PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas")
+"""The cuda backend's attention providers (runtime/backends/cuda/attention.py), named here where the CLI
+reads them without importing numba; `auto` is torch-cudnn when torch with CUDA is importable, else cublas."""
+
 
 @dataclass(frozen=True)
 class Completion:

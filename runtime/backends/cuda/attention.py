@@ -32,14 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime.backends.base import ATTENTION_PROVIDERS as PROVIDERS
 from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, Matrix, cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import array_args, compiled_launch, prepare_launch
 from runtime.backends.cuda.memory import device_pointer
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import softmax_scale
-
-PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas")
 
 
 def uses_torch(provider: str) -> bool:

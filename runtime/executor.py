@@ -13,9 +13,9 @@ A device backend (cuda) enforces dependencies itself, with stream order and even
 handed a vertex whose dependencies are merely submitted (`Backend.device_deps`): the vertex is READY
 once every dependency is RUNNING or DONE, and the GPU starts it the moment the last one finishes,
 without a host round trip in between. Each lane then holds up to `Backend.lane_depth(lane)` vertices
-(`queue_depth`, deeper on the cuda copy engines, where a tiny copy would otherwise leave the engine
-idle for a host round trip), which run in submission order; a host backend's lanes hold one. The policy still chooses among what
-may be queued, so `nondet`, `random` and `fixed` keep their meaning; a small depth keeps the choice late.
+(`queue_depth`; the cuda backend may queue deeper on its copy engines), which run in submission order;
+a host backend's lanes hold one. The policy still chooses among what may be queued, so `nondet`,
+`random` and `fixed` keep their meaning; a small depth keeps the choice late.
 
 Resources. Each GPU has `streams` compute lanes (kernels), one H2D engine (reloads), one D2H engine
 (offloads) and one peer-in engine (moves, issued by the destination GPU, which pulls: NVLink is full

@@ -15,10 +15,10 @@ import numpy as np
 
 from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
-from runtime.backends.cuda.vector import aligned
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm, plan_einsum
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.memory import device_pointer
+from runtime.backends.cuda.vector import aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
 

@@ -4,7 +4,9 @@
 # Stages: tests (GPU tests of the llama, attention, random graphs, memory, two GPUs), kerneltests (the GPU
 # tests of the numba kernels, the attention providers and llama), kernels (memory-bound kernels, attention
 # providers, the 2-GPU blocked matmul), depth8k (llama 8k at 2 GiB with the copy lanes 2 and 8 deep; 4, the default, is llama8k),
-# llama8k, llama32k, llama128k (issue 11, one GPU),
+# llama8k, llama32k, llama128k, prefetch128k, severe (issue 11, one GPU), tritontests (the triton attention
+# provider's GPU tests), below2 (llama 32k under 2 GiB), hfpoints (llama 8k at 8 GiB with hf-offload at
+# both of its working points),
 # llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -30,6 +32,11 @@ for s in "$@"; do
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama128k.json" ;;
     prefetch128k) stage prefetch128k 330 python3 bench/run.py llama --tokens 131072 --budgets 4 --prefetch-budgets 20 32 --repeats 2 \
              --systems turnip-nondet torch-prefetch floor --json "$OUT/prefetch128k.json" ;;
+    tritontests) stage tritontests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py -k triton ;;
+    below2) stage below2 150 python3 bench/run.py llama --tokens 32768 --budgets 1 0.5 --repeats 1 --systems turnip-nondet floor \
+             --json "$OUT/below2.json" ;;
+    hfpoints) stage hfpoints 200 python3 bench/run.py llama --tokens 8192 --budgets 8 --hf-points 7 2 \
+             --systems turnip-nondet turnip-fixed torch-prefetch torch-resident hf-offload floor --json "$OUT/hfpoints.json" ;;
     llama2gpu) for p in sequence layers; do stage "llama2gpu-$p" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
              --repeats 1 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed floor --json "$OUT/llama2gpu-$p.json"; done ;;
     ffn) stage ffn 150 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --repeats 2 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;

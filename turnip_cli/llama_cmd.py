@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if path is not None and not Path(path).resolve().parent.is_dir():
             raise InputError(f"cannot write {path}: its folder does not exist")
     budget = parse_size(args.memory)
-    options = {"attention_provider": args.attention} if backend == "cuda" else {}
-    machine = make_backend(backend, 0.0, args.seed, **options)  # before anything is read: a missing GPU fails fast
+    machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
     ids = _ids(args, config)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)

@@ -61,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
-    options = {"attention_provider": args.attention} if backend == "cuda" else {}
-    backend_object = make_backend(backend, args.jitter, args.seed, **options)  # before compiling: a missing GPU fails fast
+    backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
     memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams, args.attention)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(

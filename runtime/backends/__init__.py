@@ -32,7 +32,8 @@ def resolve_backend(name: str) -> str:
 
 
 def make_backend(name: str, jitter: float = 0.0, seed: int = 0, **options) -> Backend:
-    """A fresh backend of the given kind; `options` go to the cuda backend's constructor."""
+    """A fresh backend of the given kind; `options` go to the cuda backend's constructor (the others,
+    which have no such options, ignore them)."""
     name = resolve_backend(name)
     if name == "cpu":
         from runtime.backends.cpu import CpuBackend

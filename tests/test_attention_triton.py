@@ -88,5 +88,16 @@ def test_the_provider_takes_float16_power_of_two_heads_only():
     assert not A.supported(4, 4, 24, "float16")
 
 
+def test_the_provider_decides_per_vertex_from_its_heads_and_first_operand():
+    from types import SimpleNamespace
+
+    from runtime.backends.cuda.attention import triton_takes
+
+    grouped = SimpleNamespace(attrs={"heads": 32, "kv_heads": 8})
+    assert triton_takes(grouped, SimpleNamespace(shape=(4096, 32 * 128), dtype="float16"))
+    assert not triton_takes(grouped, SimpleNamespace(shape=(4096, 32 * 128), dtype="float32"))  # runs on cublas
+    assert not triton_takes(SimpleNamespace(attrs={"heads": 4, "kv_heads": 4}), SimpleNamespace(shape=(8, 4 * 24), dtype="float16"))
+
+
 if __name__ == "__main__":
     CHECKS[sys.argv[1]]()

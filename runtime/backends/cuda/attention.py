@@ -111,12 +111,9 @@ def scratch_bytes(node, sources, provider: str) -> int:
     q, k = sources[0], sources[1]
     heads, kv_heads, _, _, _ = attention_attrs(node)
     d = q.shape[1] // heads
-    if provider == "triton":
-        from runtime.backends.cuda import attention_triton
-
-        if attention_triton.supported(heads, kv_heads, d, q.dtype):
-            return 0
-    elif provider != "cublas" and q.dtype == "float16":
+    if provider == "triton" and triton_takes(node, q):
+        return 0
+    if provider not in ("cublas", "triton") and q.dtype == "float16":  # the torch providers: no scratch
         return 0
     tq, tk = q.shape[0], k.shape[0]
     item = np.dtype(q.dtype).itemsize
@@ -242,9 +239,7 @@ def build_torch(node, inputs, out, env, provider: str):
     device = torch.device("cuda", env.device_of(node))
 
     def heads_view(array, count, rows):
-        tensor = torch.as_tensor(array, device=device)
-        assert tensor.data_ptr() == device_pointer(array), "torch copied an arena view"
-        return tensor.view(rows, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
+        return torch_view(array, device).view(rows, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
 
     q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
     group = heads // kv_heads
@@ -332,15 +327,7 @@ def build_triton(node, inputs, out, env):
 
     b = block_of(node, inputs)
     device = torch.device("cuda", env.device_of(node))
-
-    def tensor(array):
-        if array is None:
-            return None
-        made = torch.as_tensor(array, device=device)
-        assert made.data_ptr() == device_pointer(array), "torch copied an arena view"
-        return made
-
-    q, k, v, prev, target = (tensor(x) for x in (b.q, b.k, b.v, b.prev, out))
+    q, k, v, prev, target = (None if x is None else torch_view(x, device) for x in (b.q, b.k, b.v, b.prev, out))
     args = (q, k, v, prev, target, b.heads, b.kv_heads, b.causal, b.final, b.scale)
 
     def work(lane):
@@ -360,15 +347,26 @@ def build(node, inputs, out, env):
     if any(x is None for x in inputs) or out is None:
         return None  # an empty block
     provider = env.attention
-    b = block_of(node, inputs)
-    if provider == "triton" and attention_triton_supported(b, str(inputs[0].dtype)):
+    if provider == "triton" and triton_takes(node, inputs[0]):
         return build_triton(node, inputs, out, env)
     if provider in ("cublas", "triton") or str(inputs[0].dtype) != "float16":  # torch's fused ops take half precision only
         return build_cublas(node, inputs, out, env)
     return build_torch(node, inputs, out, env, provider)
 
 
-def attention_triton_supported(block: Block, dtype: str) -> bool:
+def triton_takes(node, q) -> bool:
+    """Whether the triton provider's kernel takes this vertex (else it runs on cublas); `q` is its first
+    operand, an array or a taskgraph node (anything with a shape and a dtype)."""
     from runtime.backends.cuda import attention_triton
 
-    return attention_triton.supported(block.heads, block.kv_heads, block.d, dtype)
+    heads, kv_heads, _, _, _ = attention_attrs(node)
+    return attention_triton.supported(heads, kv_heads, int(q.shape[1]) // heads, str(q.dtype))
+
+
+def torch_view(array, device):
+    """A torch tensor over an arena view, with no copy (asserted: a copy would be written to in vain)."""
+    import torch
+
+    tensor = torch.as_tensor(array, device=device)
+    assert tensor.data_ptr() == device_pointer(array), "torch copied an arena view"
+    return tensor

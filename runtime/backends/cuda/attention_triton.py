@@ -43,8 +43,9 @@ def arguments(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final
     tq, width = q.shape
     d = width // heads
     grid = (math.ceil(tq / BLOCK_M), heads)
-    args = (q, k, v, prev if prev is not None else out, out, scale * LOG2E, tq, k.shape[0], q.stride(0), k.stride(0), v.stride(0),
-            (prev if prev is not None else out).stride(0), out.stride(0), heads, heads // kv_heads)
+    partial = prev if prev is not None else out  # never read without HAS_PREV; any valid pointer will do
+    args = (q, k, v, partial, out, scale * LOG2E, tq, k.shape[0], q.stride(0), k.stride(0), v.stride(0), partial.stride(0),
+            out.stride(0), heads, heads // kv_heads)
     constants = dict(D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_PREV=prev is not None, FINAL=final)
     return grid, args, constants
 

@@ -162,14 +162,11 @@ def _binary_op(kind: int):
     return op
 
 
-@lru_cache(maxsize=None)
-def binary_same(name: str, dtype: str, vector: bool = True):
-    """out[i] = a[i] op b[i] for operands of the output's shape (the common, broadcast-free case)."""
-    acc = acc_type(dtype)
-    op = _binary_op(BINARY[name])
+def _two_operand(op, acc, vector: bool, fastmath: bool):
+    """out[i] = op(a[i], b[i]) over flat arrays of one shape, a quad of each operand at a time."""
     ld, st = quads(vector)
 
-    @cuda.jit
+    @cuda.jit(fastmath=fastmath)
     def kernel(a, b, out):
         n = out.size
         q, step = cuda.grid(1), cuda.gridsize(1)
@@ -184,6 +181,12 @@ def binary_same(name: str, dtype: str, vector: bool = True):
             out[i] = op(acc(a[i]), acc(b[i]))
 
     return kernel
+
+
+@lru_cache(maxsize=None)
+def binary_same(name: str, dtype: str, vector: bool = True):
+    """out[i] = a[i] op b[i] for operands of the output's shape (the common, broadcast-free case)."""
+    return _two_operand(_binary_op(BINARY[name]), acc_type(dtype), vector, fastmath=False)
 
 
 @lru_cache(maxsize=None)
@@ -246,29 +249,15 @@ def _fold(shape, sa, sb):
 
 @lru_cache(maxsize=None)
 def swiglu(dtype: str, vector: bool = True):
+    """out[i] = silu(gate[i]) * up[i]."""
     acc = acc_type(dtype)
     one = acc(1.0)
-    ld, st = quads(vector)
 
     @device(fastmath=True)
     def op(g, u):
         return g / (one + math.exp(-g)) * u
 
-    @cuda.jit(fastmath=True)
-    def kernel(gate, up, out):
-        n = out.size
-        q, step = cuda.grid(1), cuda.gridsize(1)
-        count = n // 4
-        while q < count:
-            g0, g1, g2, g3 = ld(gate, 4 * q)
-            u0, u1, u2, u3 = ld(up, 4 * q)
-            st(out, 4 * q, op(acc(g0), acc(u0)), op(acc(g1), acc(u1)), op(acc(g2), acc(u2)), op(acc(g3), acc(u3)))
-            q += step
-        i = 4 * count + cuda.grid(1)
-        if i < n:
-            out[i] = op(acc(gate[i]), acc(up[i]))
-
-    return kernel
+    return _two_operand(op, acc, vector, fastmath=True)
 
 
 @lru_cache(maxsize=None)

@@ -55,10 +55,10 @@ def test_random_graphs_under_tight_budgets_match_float64(seed, order):
 
 @pytest.mark.parametrize("cols", [100, 1025, 4096, 16387])
 def test_quad_kernels_match_numpy_at_widths_beyond_a_block(cols):
-    from tests.test_cuda_sim import check_unrolled_kernels
+    from tests.test_cuda_sim import check_quad_kernels
 
-    check_unrolled_kernels(cols, rows=5, vector=cols % 4 == 0)
-    check_unrolled_kernels(cols, rows=5, vector=False)
+    check_quad_kernels(cols, rows=5, vector=cols % 4 == 0)
+    check_quad_kernels(cols, rows=5, vector=False)
 
 
 @pytest.mark.parametrize("d", [64, 128, 200])

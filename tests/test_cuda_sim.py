@@ -69,10 +69,10 @@ def test_quad_loops_and_their_tails_match_numpy(cols):
     """The kernels work on quads (two in flight per thread) and finish with a plain loop: widths below, at
     and between multiples of the unrolled step (8 simulated threads per row, 16 per grid) hit every path.
     The simulator runs `vector.load4` element by element; the GPU test runs the vector instructions."""
-    check_unrolled_kernels(cols, vector=cols % 4 == 0)
+    check_quad_kernels(cols, vector=cols % 4 == 0)
 
 
-def check_unrolled_kernels(cols: int, rows: int = 3, vector: bool = True) -> None:
+def check_quad_kernels(cols: int, rows: int = 3, vector: bool = True) -> None:
     """Every elementwise and row kernel launched directly on [rows, cols] float32, against numpy (also
     run on a GPU by tests/test_cuda_gpu.py, at widths beyond its 256 threads per row). `vector` builds
     read by vector instructions, which need rows of a multiple of four."""

@@ -3,11 +3,14 @@
 #   source bench/gpu_setup.sh && bash bench/gpu_bench.sh tests kernels llama8k llama32k
 # Stages: tests (GPU tests of the llama, attention, random graphs, memory, two GPUs), kerneltests (the GPU
 # tests of the numba kernels, the attention providers and llama), kernels (memory-bound kernels, attention
-# providers, the 2-GPU blocked matmul), depth8k (llama 8k at 2 GiB with the copy lanes 2 and 8 deep; 4, the default, is llama8k),
+# providers, the 2-GPU blocked matmul), depth8k (llama 8k at 2 GiB with the copy lanes 2, 4 and 8 deep),
 # llama8k, llama32k, llama128k, prefetch128k, severe (issue 11, one GPU), tritontests (the triton attention
 # provider's GPU tests), below2 (llama 32k under 2 GiB), hfpoints (llama 8k at 8 GiB with hf-offload at
 # both of its working points),
-# llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN).
+# llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN),
+# attntests (the GPU tests of the merge and the triton provider), attnbench (the merge, the triton tile
+# sweep and the providers; the chosen tile shape goes to $OUT/triton-config), providers8k and providers32k
+# (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -17,7 +20,7 @@ for s in "$@"; do
              -k "llama or providers or random_graphs or allocated or two" ;;
     kerneltests) stage kerneltests 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 120 tests/test_cuda_gpu.py \
              -k "unrolled or merge or random_graphs_under or providers or (llama_prefill and not two)" ;;
-    depth8k) for d in 2 8; do stage "depth8k-$d" 70 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --copy-depth $d \
+    depth8k) for d in 2 4 8; do stage "depth8k-$d" 70 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --copy-depth $d \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/depth8k-$d.json"; done ;;
     tests2) stage tests2 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 100 tests/test_cuda_gpu.py \
              -k "llama or two_gpus" ;;
@@ -42,5 +45,16 @@ for s in "$@"; do
     ffn) stage ffn 150 python3 bench/run.py ffn --tokens 2048 8192 --budgets 8 --repeats 2 --systems turnip-nondet turnip-fixed torch-prefetch hf-offload floor --json "$OUT/ffn.json" ;;
     severe) stage severe32k 70 python3 bench/run.py llama --tokens 32768 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe32k.json"
             stage severe128k 250 python3 bench/run.py llama --tokens 131072 --budgets 2 --repeats 1 --systems turnip-nondet floor --json "$OUT/severe128k.json" ;;
+    attntests) stage attntests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py -k "merge or triton" ;;
+    attnbench) stage attnbench 200 python3 bench/bench_cuda.py merge triton attention --json "$OUT/attn.json"
+             python3 -c "import json; print(json.load(open('$OUT/attn.json')).get('triton', {}).get('chosen', ''))" > "$OUT/triton-config" ;;
+    providers8k) export TURNIP_TRITON_ATTENTION=$(cat "$OUT/triton-config" 2>/dev/null); for p in torch-cudnn triton; do
+             stage "providers8k-$p" 80 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --attention $p \
+             --systems turnip-nondet floor --json "$OUT/providers8k-$p.json"; done ;;
+    providers32k) export TURNIP_TRITON_ATTENTION=$(cat "$OUT/triton-config" 2>/dev/null); for p in torch-cudnn triton; do
+             stage "providers32k-$p" 110 python3 bench/run.py llama --tokens 32768 --budgets 4 --repeats 3 --attention $p \
+             --systems turnip-nondet floor --json "$OUT/providers32k-$p.json"; done ;;
+    llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
+             --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
   esac
 done

@@ -43,6 +43,7 @@ from bench_cuda import cuda_time, loops, row  # noqa: E402
 from report import floor_seconds  # noqa: E402
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
+from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
@@ -52,6 +53,8 @@ TRACES = None
 """A folder for the turnip nondet runs' traces (--traces)."""
 COPY_DEPTH = None
 """Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
+ATTENTION = "auto"
+"""Turnip's attention provider (--attention)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
@@ -133,13 +136,14 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     budget = int(budget_gib * GIB)
     try:
         began = time.perf_counter()
-        memgraph = compile_taskgraph(work.graph, arena_budget(work.graph, budget, "cuda"), inputs="host")
+        memgraph = compile_taskgraph(work.graph, arena_budget(work.graph, budget, "cuda", attention=ATTENTION), inputs="host")
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):
             results[f"turnip-{order}"] = {"error": f"does not fit: {err}"}
         return
-    backend = CudaBackend(copy_queue_depth=COPY_DEPTH)
+    depth = {} if COPY_DEPTH is None else {"copy_queue_depth": COPY_DEPTH}  # None: the backend's default, not its lane depth
+    backend = CudaBackend(attention_provider=ATTENTION, **depth)
     runs = loops(memgraph, backend, orders=ORDERS, repeats=repeats, inputs=work.inputs)
     if TRACES:
         name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu.json"
@@ -156,7 +160,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run), "lines": summary.lines() + runs["notes"], "output": output,
-            "copy_depth": backend.copy_queue_depth,
+            "copy_depth": backend.copy_queue_depth, "attention": ATTENTION,
         }
 
 
@@ -349,12 +353,14 @@ def main(argv=None) -> int:
     parser.add_argument("--placement", default="sequence", help="llama placement over --gpus: sequence, layers or heads")
     parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)
-    global TRACES, ORDERS, COPY_DEPTH
+    global TRACES, ORDERS, COPY_DEPTH, ATTENTION
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
+    ATTENTION = args.attention
     ORDERS = tuple(o for o in ("nondet", "fixed") if f"turnip-{o}" in args.systems) or ("nondet",)
     import torch
 

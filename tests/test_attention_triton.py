@@ -70,14 +70,36 @@ CHECKS = {
     "causal": check_lone_causal_block,
 }
 
+# The tile shapes the checks run under ($TURNIP_TRITON_ATTENTION): the default (one tile of rows at these
+# sizes), and small tiles, so causal blocks take the unmasked sweep below the diagonal and several row
+# tiles, with key counts that fill the last tile (48, 80) and one that does not (70).
+CONFIGS = {"default": None, "small-tiles": "32,16,4,2", "square-tiles": "16,16,4,1"}
 
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("check", sorted(CHECKS))
-def test_the_kernel_under_the_interpreter_equals_the_formulas(check):
+def test_the_kernel_under_the_interpreter_equals_the_formulas(check, config):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": ROOT}
+    env.pop("TURNIP_TRITON_ATTENTION", None)
+    if CONFIGS[config]:
+        env["TURNIP_TRITON_ATTENTION"] = CONFIGS[config]
     done = subprocess.run([sys.executable, "-m", "tests.test_attention_triton", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_tile_shape_is_four_integers_with_rows_a_multiple_of_columns(monkeypatch):
+    from runtime.backends.cuda import attention_triton as A
+
+    assert A.Config.parse("64,32,4,2") == A.Config(64, 32, 4, 2)
+    for bad, says in (("64,32,4", "four integers"), ("a,b,c,d", "four integers"), ("32,64,4,2", "multiple")):
+        with pytest.raises(ValueError, match=says):
+            A.Config.parse(bad)
+    monkeypatch.setenv(A.ENVIRONMENT, "64,64,4,3")
+    assert A.default_config(128) == A.Config(64, 64, 4, 3)
+    monkeypatch.delenv(A.ENVIRONMENT)
+    assert A.default_config(128).block_m % A.default_config(128).block_n == 0
 
 
 def test_the_provider_takes_float16_power_of_two_heads_only():

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 SCRIPT = r'''
+import re
 from numba import cuda
 from numba.cuda import types as T
 from runtime.backends.cuda import kernels_numba as K
@@ -46,11 +47,17 @@ for dt in ("float16", "float32", "float64"):
     for has_prev in (True, False):
         for final in (True, False):
             out = dt if final else "float32"
-            ptx(K.attention_merge(out, has_prev, final), (arr(dt, 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr(out, 2), T.int64, T.int64))
+            for vector in (True, False):
+                ptx(K.attention_merge(out, has_prev, final, vector), (arr(dt, 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr(out, 2), T.int64, T.int64))
 # the quad builds read and write with vector instructions, the element-by-element builds do not
 for vector in (True, False):
     text = ptx(K.rmsnorm("float16", True, vector), (arr("float16", 1),) * 3 + (T.int64, T.float64))
     assert ("ld.global.v4.u16" in text and "st.global.v4.u16" in text) == vector, vector
+    # the merge: float16 o through its strides, float32 prev and out (loads through strided "A" arrays come
+    # out as generic `ld.v4`, not `ld.global.v4`: still one instruction per quad)
+    text = ptx(K.attention_merge("float32", True, False, vector), (arr("float16", 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr("float32", 2), T.int64, T.int64))
+    found = [bool(re.search(pattern, text)) for pattern in (r"ld(\.global)?\.v4\.u16", r"ld(\.global)?\.v4\.f32", r"st(\.global)?\.v4\.f32")]
+    assert found == [vector] * 3, (vector, found)
 print("compiled")
 '''
 

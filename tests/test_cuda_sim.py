@@ -19,6 +19,7 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from runtime import execute
 from runtime.backends.cuda import CudaBackend, simulated
+from runtime.backends.cuda.compat import cuda
 from runtime.backends.cuda import completion, gemm, kernels_numba, memory, registry
 from runtime.inputs import input_specs, make_inputs
 from runtime.reference import evaluate
@@ -109,25 +110,30 @@ def check_quad_kernels(cols: int, rows: int = 3, vector: bool = True) -> None:
         np.testing.assert_allclose(value, want[name], rtol=2e-5, atol=2e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("d", [16, 40])
+@pytest.mark.parametrize("d, vector", [(16, True), (40, True), (16, False), (18, False)])
 @pytest.mark.parametrize("has_prev", [True, False])
 @pytest.mark.parametrize("final", [True, False])
-def test_attention_merge_folds_a_block_into_the_packed_partial(d, has_prev, final):
-    """One warp per (row, head), four elements per lane: head widths of one and of two lane sweeps."""
-    check_attention_merge(d, has_prev, final, tq=3)
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_attention_merge_folds_a_block_into_the_packed_partial(d, vector, has_prev, final, interleaved):
+    """Quads of (row, head): the vector build's strided quads, and the element build with a head width
+    that leaves a tail; o with its heads contiguous, and interleaved as cuDNN returns it."""
+    check_attention_merge(d, has_prev, final, tq=3, vector=vector, interleaved=interleaved)
 
 
-def check_attention_merge(d: int, has_prev: bool, final: bool, tq: int) -> None:
+def check_attention_merge(d: int, has_prev: bool, final: bool, tq: int, vector: bool = False, interleaved: bool = False) -> None:
     rng = np.random.default_rng(d)
     total_heads, h0, heads = 4, 1, 2
     o = rng.standard_normal((heads, tq, d)).astype(np.float32)
+    o_arg = o
+    if interleaved:  # [tq, heads, d] in memory, seen as [heads, tq, d]
+        o_arg = cuda.to_device(np.ascontiguousarray(o.transpose(1, 0, 2))).transpose((1, 0, 2))
     lse = rng.standard_normal((heads, tq)).astype(np.float32)
     prev = rng.standard_normal((tq, total_heads * d + total_heads)).astype(np.float32)
     width = total_heads * d
     out = np.zeros((tq, width if final else width + total_heads), np.float32)
-    kernel = kernels_numba.attention_merge("float32", has_prev, final)
+    kernel = kernels_numba.attention_merge("float32", has_prev, final, vector)
     grid, block = kernels_numba.merge_grid(tq, heads, d)
-    kernel[grid, block](o, lse, prev if has_prev else lse, out, h0, total_heads)
+    kernel[grid, block](o_arg, lse, prev if has_prev else lse, out, h0, total_heads)
     for h in range(heads):
         cols = slice((h0 + h) * d, (h0 + h + 1) * d)
         lb = lse[h].astype(np.float64)

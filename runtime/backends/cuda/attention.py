@@ -139,7 +139,7 @@ def library_bytes(node, sources, provider: str) -> int:
 
 
 
-def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str):
+def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str, vector: bool = False):
     from numba.cuda import types
 
     element = {"float16": types.float16, "float32": types.float32, "float64": types.float64}
@@ -151,7 +151,7 @@ def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str):
         types.int64,
         types.int64,
     )
-    return kn.attention_merge(out_dtype, has_prev, final), argtypes
+    return kn.attention_merge(out_dtype, has_prev, final, vector), argtypes
 
 
 def build_cublas(node, inputs, out, env):
@@ -166,7 +166,6 @@ def build_cublas(node, inputs, out, env):
     scores_plan = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
     values_plan = GemmPlan(tq, d, tk, group, Matrix(tq, tk, tk, tq * tk), Matrix(tk, d, kv_heads * d, 0), Matrix(tq, d, d, tq * d))
     softmax = kn.attention_scores_softmax(dtype, causal)
-    merge = kn.attention_merge(str(out.dtype), prev is not None, final)
 
     def buffers(lane):
         scratch = env.scratch(lane)
@@ -197,6 +196,9 @@ def build_cublas(node, inputs, out, env):
                 plans.append((first, second))
         soft = prepare_launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
         grid, block = kn.merge_grid(tq, group, d)
+        operands = [o, out] + ([prev] if prev is not None else [])
+        vector = not env.simulated and kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in operands))
+        merge = kn.attention_merge(str(out.dtype), prev is not None, final, vector)
         merges = [prepare_launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
         return plans, soft, merges
 
@@ -244,9 +246,10 @@ def build_torch(node, inputs, out, env, provider: str):
     q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
     group = heads // kv_heads
     op = TORCH_OPS[provider]
-    kernel, argtypes = _merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype))
     grid, block = kn.merge_grid(tq, heads, d)
-    merge = compiled_launch(kernel, argtypes, grid, block)
+    arena_quads = kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in ([out] + ([prev] if prev is not None else []))))
+    merges = {vector: compiled_launch(*_merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype), vector), grid, block)
+              for vector in ({False, True} if arena_quads else {False})}
     out_params = array_args(device_pointer(out), out.shape, out.strides, out.dtype.itemsize)
     prev_params = None if prev is None else array_args(device_pointer(prev), prev.shape, prev.strides, 4)
     tail = [ctypes.c_int64(0), ctypes.c_int64(heads)]
@@ -265,9 +268,11 @@ def build_torch(node, inputs, out, env, provider: str):
             if lse.dim() == 3:
                 lse = lse[..., 0]
             lse = lse[:, :tq]
-            o_params = array_args(o.data_ptr(), tuple(o.shape), tuple(s * o.element_size() for s in o.stride()), o.element_size())
+            o_strides = tuple(s * o.element_size() for s in o.stride())
+            o_params = array_args(o.data_ptr(), tuple(o.shape), o_strides, o.element_size())
             lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(s * 4 for s in lse.stride()), 4)
-            merge(env.launch_streams[lane], o_params + lse_params + (prev_params or lse_params) + out_params + tail)
+            vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
+            merges[vector](env.launch_streams[lane], o_params + lse_params + (prev_params or lse_params) + out_params + tail)
 
     def warm(lane):
         """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""

@@ -17,11 +17,50 @@ Without a GPU, `TRITON_INTERPRET=1` runs the same kernel on CPU tensors (tests/t
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass
 from functools import lru_cache
 
 LOG2E = 1.4426950408889634
-BLOCK_M = 64
-BLOCK_N = 64
+ENVIRONMENT = "TURNIP_TRITON_ATTENTION"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A launch shape: query rows and key columns per tile, warps per program, and software-pipeline stages.
+    `block_m` must be a multiple of `block_n` (a causal block's diagonal starts on a key tile)."""
+
+    block_m: int = 128
+    block_n: int = 64
+    warps: int = 8
+    stages: int = 3
+
+    @classmethod
+    def parse(cls, text: str) -> "Config":
+        """`"BLOCK_M,BLOCK_N,WARPS,STAGES"`, as $TURNIP_TRITON_ATTENTION takes it."""
+        parts = text.split(",")
+        try:
+            if len(parts) != 4:
+                raise ValueError
+            config = cls(*(int(part) for part in parts))
+        except ValueError:
+            raise ValueError(f"{ENVIRONMENT}={text!r}: expected four integers BLOCK_M,BLOCK_N,WARPS,STAGES") from None
+        if config.block_m % config.block_n:
+            raise ValueError(f"{ENVIRONMENT}={text!r}: BLOCK_M must be a multiple of BLOCK_N")
+        return config
+
+
+def default_config(d: int) -> Config:
+    """The shape for head width d (the shared memory of one program grows with d and the tiles), unless
+    $TURNIP_TRITON_ATTENTION names one. docs/benchmarks.md has the sweep these come from."""
+    text = os.environ.get(ENVIRONMENT)
+    if text:
+        return Config.parse(text)
+    if d <= 64:
+        return Config(128, 64, 4, 3)
+    if d <= 128:
+        return Config(128, 64, 8, 3)
+    return Config(64, 32, 4, 2)
 
 
 def supported(heads: int, kv_heads: int, d: int, dtype: str) -> bool:
@@ -38,25 +77,27 @@ def kernel():
     return attention_triton_kernel.attention_block
 
 
-def arguments(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float):
-    """(grid, positional arguments, constexpr keywords) of one block: torch tensors, 2-D, rows contiguous."""
+def arguments(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float, config: Config | None = None):
+    """(grid, positional arguments, launch keywords) of one block: torch tensors, 2-D, rows contiguous."""
     tq, width = q.shape
     d = width // heads
-    grid = (math.ceil(tq / BLOCK_M), heads)
+    config = config or default_config(d)
+    grid = (math.ceil(tq / config.block_m), heads)
     partial = prev if prev is not None else out  # never read without HAS_PREV; any valid pointer will do
     args = (q, k, v, partial, out, scale * LOG2E, tq, k.shape[0], q.stride(0), k.stride(0), v.stride(0), partial.stride(0),
             out.stride(0), heads, heads // kv_heads)
-    constants = dict(D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal, HAS_PREV=prev is not None, FINAL=final)
+    constants = dict(D=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal, HAS_PREV=prev is not None, FINAL=final,
+                     EVEN_N=k.shape[0] % config.block_n == 0, num_warps=config.warps, num_stages=config.stages)
     return grid, args, constants
 
 
-def launch(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float) -> None:
+def launch(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float, config: Config | None = None) -> None:
     """Run one block on torch's current stream (or on the CPU under TRITON_INTERPRET=1)."""
-    grid, args, constants = arguments(q, k, v, prev, out, heads, kv_heads, causal, final, scale)
+    grid, args, constants = arguments(q, k, v, prev, out, heads, kv_heads, causal, final, scale, config)
     kernel()[grid](*args, **constants)
 
 
-def warm(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float) -> None:
+def warm(q, k, v, prev, out, heads: int, kv_heads: int, causal: bool, final: bool, scale: float, config: Config | None = None) -> None:
     """Compile the block's specialisation without running it (nothing is written)."""
-    grid, args, constants = arguments(q, k, v, prev, out, heads, kv_heads, causal, final, scale)
+    grid, args, constants = arguments(q, k, v, prev, out, heads, kv_heads, causal, final, scale, config)
     kernel().warmup(*args, grid=grid, **constants)

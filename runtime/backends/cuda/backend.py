@@ -66,7 +66,7 @@ class CudaBackend(Backend):
         self.copy_queue_depth = (queue_depth if copy_queue_depth is None else copy_queue_depth) if lookahead else 1
         """Depth of the copy-engine lanes (h2d, d2h, peer), which may queue deeper than the compute lanes: a
         tiny copy then cannot leave its engine idle while the host learns it finished. On llama 7b at 8k and
-        2 GiB, depths 2, 4 and 8 measured the same within noise (docs/benchmarks.md)."""
+        2 GiB, depths 2 and 8 measured the same within noise (docs/benchmarks.md)."""
         self.attention_choice = attention_provider
         self.chunk_bytes = chunk_bytes
         self.sample_memory = sample_memory

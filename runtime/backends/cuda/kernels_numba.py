@@ -19,7 +19,7 @@ import math
 from functools import lru_cache
 
 from runtime.backends.cuda.compat import cuda, simulated
-from runtime.backends.cuda.vector import load4, store4
+from runtime.backends.cuda.vector import load4, load4_2, load4_3, rows_aligned, store4, store4_2
 
 ROW_THREADS = 8 if simulated() else 256
 """Threads per row of a row kernel (a power of two). The simulator runs each thread as Python (~80 us
@@ -424,24 +424,29 @@ def rmsnorm(dtype: str, weighted: bool, vector: bool = True):
 
 
 @lru_cache(maxsize=None)
-def attention_merge(out_dtype: str, has_prev: bool, final: bool):
+def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = False):
     """Fold one key block's attention (o [heads, tq, d], lse [heads, tq], for heads h0..h0+heads) into
     the packed partial `prev` [tq, H*d + H] (float32), writing `out`: the normalised output [tq, H*d]
-    when `final`, else the new packed partial. One block per query row; each warp takes a head at a time
-    (its weights computed once) and its lanes sweep d, so nothing divides per element. (A warp per (row,
-    head) loading four elements per lane before storing measured 15% slower on the H200: 99-131 us
-    against 85-110 us on a 7B block, bench_cuda.py merge.)"""
+    when `final`, else the new packed partial. One block per query row; its threads sweep the row's
+    (head, quad) pairs, four consecutive elements of one head each, so a warp reads a head's 128 columns
+    in one go and the next warp the next head. Each thread works out its head's two weights itself (two
+    exponentials and a logarithm, far below the memory time). With `vector`, the quads are vector loads and
+    stores (`vector.load4_3` and friends: every operand's last axis contiguous and its rows aligned to four
+    elements, d a multiple of 4; `merge_vector_ok` checks); without, the same quads element by element.
+    (The block-per-row, warp-per-head kernel with one element per lane ran 83-110 us on a 7B block, about
+    0.4 of HBM; a warp per (row, head) was 15% slower still. bench_cuda.py merge.)"""
     acc = acc_type("float32")
+    ld3, ld2, st2 = (load4_3, load4_2, store4_2) if vector else (_quad_load3, _quad_load2, _quad_store2)
 
     @cuda.jit(fastmath=True)
     def kernel(o, lse, prev, out, h0, total_heads):
         t = cuda.blockIdx.x
         heads, d = o.shape[0], o.shape[2]
         width = total_heads * d
-        lanes = 32 if cuda.blockDim.x >= 32 else cuda.blockDim.x
-        lane = cuda.threadIdx.x % lanes
-        warps = cuda.blockDim.x // lanes
-        for h in range(cuda.threadIdx.x // lanes, heads, warps):
+        per_head = (d + 3) // 4
+        for item in range(cuda.threadIdx.x, heads * per_head, cuda.blockDim.x):
+            h = item // per_head
+            j = 4 * (item - h * per_head)
             base = (h0 + h) * d
             lb = acc(lse[h, t])
             wp = acc(0.0)
@@ -456,15 +461,50 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool):
                 merged = top + math.log(total)
                 wp = wp / total
                 wb = wb / total
-            for j in range(lane, d, lanes):
-                value = acc(o[h, t, j]) * wb
+            if j + 4 <= d:
+                o0, o1, o2, o3 = ld3(o, h, t, j)
+                r0, r1, r2, r3 = acc(o0) * wb, acc(o1) * wb, acc(o2) * wb, acc(o3) * wb
                 if has_prev:
-                    value += acc(prev[t, base + j]) * wp
-                out[t, base + j] = value
-            if not final and lane == 0:
+                    p0, p1, p2, p3 = ld2(prev, t, base + j)
+                    r0 += acc(p0) * wp
+                    r1 += acc(p1) * wp
+                    r2 += acc(p2) * wp
+                    r3 += acc(p3) * wp
+                st2(out, t, base + j, r0, r1, r2, r3)
+            else:  # the tail of a head width that is not a multiple of 4 (never with `vector`)
+                for c in range(j, d):
+                    value = acc(o[h, t, c]) * wb
+                    if has_prev:
+                        value += acc(prev[t, base + c]) * wp
+                    out[t, base + c] = value
+            if not final and j == 0:
                 out[t, width + h0 + h] = merged
 
     return kernel
+
+
+@device()
+def _quad_load3(x, h, i, j):
+    return x[h, i, j], x[h, i, j + 1], x[h, i, j + 2], x[h, i, j + 3]
+
+
+@device()
+def _quad_load2(x, i, j):
+    return x[i, j], x[i, j + 1], x[i, j + 2], x[i, j + 3]
+
+
+@device()
+def _quad_store2(x, i, j, a, b, c, d):
+    x[i, j] = a
+    x[i, j + 1] = b
+    x[i, j + 2] = c
+    x[i, j + 3] = d
+
+
+def merge_vector_ok(d: int, *arrays) -> bool:
+    """Whether `attention_merge(..., vector=True)` may run on these operands: (pointer, byte strides,
+    itemsize) of o, prev and out (lse is read element-wise), d a multiple of 4."""
+    return d % 4 == 0 and all(rows_aligned(pointer, strides, itemsize) for pointer, strides, itemsize in arrays)
 
 
 def merge_grid(tq: int, heads: int, d: int) -> tuple[int, int]:

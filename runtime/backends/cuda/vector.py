@@ -80,8 +80,97 @@ def _simulated():
 load4, store4 = _simulated() if simulated() else _intrinsics()
 
 
+def _strided_intrinsics():
+    """`load4_2(a, i, j)`, `load4_3(a, h, i, j)` and `store4_2(a, i, j, w, x, y, z)`: a quad of a 2-D or
+    3-D array at an index, through the array's own strides (views such as cuDNN's [heads, rows, d] output,
+    whose heads interleave), for the last axis contiguous, `j` a multiple of 4 and the rows aligned."""
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    def address(context, builder, arrty, array, indices, indextys):
+        ary = context.make_array(arrty)(context, builder, value=array)
+        inds = [context.cast(builder, i, t, types.intp) for i, t in zip(indices, indextys)]
+        pointer = cgutils.get_item_pointer(context, builder, arrty, ary, inds)
+        vector = ir.VectorType(context.get_data_type(arrty.dtype), 4)
+        return builder.bitcast(pointer, vector.as_pointer())
+
+    def loader(rank):
+        def typer(typingctx, array, *indices):
+            if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank:
+                return None
+            if not all(isinstance(i, types.Integer) for i in indices):
+                return None
+            sig = types.UniTuple(array.dtype, 4)(array, *indices)
+
+            def codegen(context, builder, signature, args):
+                arrty = signature.args[0]
+                vector_pointer = address(context, builder, arrty, args[0], args[1:], signature.args[1:])
+                loaded = builder.load(vector_pointer, align=4 * arrty.dtype.bitwidth // 8)
+                items = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+                return context.make_tuple(builder, signature.return_type, items)
+
+            return sig, codegen
+
+        return typer
+
+    def load4_2(typingctx, array, i, j):
+        return loader(2)(typingctx, array, i, j)
+
+    def load4_3(typingctx, array, h, i, j):
+        return loader(3)(typingctx, array, h, i, j)
+
+    def store4_2(typingctx, array, i, j, a, b, c, d):
+        if not isinstance(array, types.Array) or array.ndim != 2 or not isinstance(i, types.Integer) or not isinstance(j, types.Integer):
+            return None
+        sig = types.none(array, i, j, a, b, c, d)
+
+        def codegen(context, builder, signature, args):
+            arrty = signature.args[0]
+            vector_pointer = address(context, builder, arrty, args[0], args[1:3], signature.args[1:3])
+            packed = ir.Constant(vector_pointer.type.pointee, ir.Undefined)
+            for k in range(4):
+                value = context.cast(builder, args[3 + k], signature.args[3 + k], arrty.dtype)
+                packed = builder.insert_element(packed, value, ir.Constant(ir.IntType(32), k))
+            builder.store(packed, vector_pointer, align=4 * arrty.dtype.bitwidth // 8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(load4_2), intrinsic(load4_3), intrinsic(store4_2)
+
+
+def _strided_simulated():
+    @cuda.jit(device=True)
+    def load4_2(array, i, j):
+        return array[i, j], array[i, j + 1], array[i, j + 2], array[i, j + 3]
+
+    @cuda.jit(device=True)
+    def load4_3(array, h, i, j):
+        return array[h, i, j], array[h, i, j + 1], array[h, i, j + 2], array[h, i, j + 3]
+
+    @cuda.jit(device=True)
+    def store4_2(array, i, j, a, b, c, d):
+        array[i, j] = a
+        array[i, j + 1] = b
+        array[i, j + 2] = c
+        array[i, j + 3] = d
+
+    return load4_2, load4_3, store4_2
+
+
+load4_2, load4_3, store4_2 = _strided_simulated() if simulated() else _strided_intrinsics()
+
+
 def aligned(*arrays) -> bool:
     """Whether every array (device array or view) may be read four elements at a time from its start."""
     from runtime.backends.cuda.memory import device_pointer
 
     return all(device_pointer(a) % (4 * a.dtype.itemsize) == 0 for a in arrays)
+
+
+def rows_aligned(pointer: int, strides, itemsize: int) -> bool:
+    """Whether an array at `pointer` with these byte strides, its last axis contiguous, may be read four
+    elements at a time at every index whose last coordinate is a multiple of 4."""
+    quad = 4 * itemsize
+    return pointer % quad == 0 and strides[-1] == itemsize and all(s % quad == 0 for s in strides[:-1])

@@ -312,6 +312,45 @@ def queued_blocks(count: int, heads: int = 32, block: int = 4096, width: int = 1
     return compile_taskgraph(g, 4 << 30)
 
 
+# ----- the host link while the GPU computes ----------------------------------------------------------
+def contention(quick: bool) -> dict:
+    """H2D copies of 1 GiB from pinned memory alone, and while fp16 GEMMs (the FFN's shapes: 2048 x 32768
+    x 8192) run back to back on another stream: does the host link keep its rate when the SMs are busy?"""
+    import torch
+
+    n = GIB
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+    a = torch.randn(2048, 8192, device="cuda", dtype=torch.float16)
+    w = torch.randn(8192, 32768, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    alone = n / cuda_time(lambda: dev.copy_(host, non_blocking=True), repeats=5)
+    gemm_alone = cuda_time(lambda: torch.matmul(a, w), repeats=10)
+    count = int(1.5 * (n / alone) / gemm_alone) + 1  # enough GEMMs to outlast the copy
+
+    rates = []
+    for attempt in range(6):  # the first is a warm-up
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(count):
+                torch.matmul(a, w)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dev.copy_(host, non_blocking=True)  # on the current stream, while the side stream computes
+        end.record()
+        torch.cuda.synchronize()
+        if attempt:
+            rates.append(n / (start.elapsed_time(end) * 1e-3))
+    under = statistics.median(rates)
+    print("\n### The host link while the GPU computes (1 GiB H2D from pinned memory)\n")
+    row("H2D alone GB/s", "H2D while fp16 GEMMs run GB/s", "ratio", "GEMM 2048x32768x8192 alone TFLOP/s")
+    row("---", "---", "---", "---")
+    row(f"{alone / 1e9:.1f}", f"{under / 1e9:.1f}", f"{under / alone:.3f}", f"{2 * 2048 * 32768 * 8192 / gemm_alone / 1e12:.0f}")
+    del host, dev, a, w
+    torch.cuda.empty_cache()
+    return {"h2d_alone": alone, "h2d_under_gemm": under, "gemm_seconds": gemm_alone}
+
+
 # ----- the triton provider's tile shapes ---------------------------------------------------------------
 TRITON_CONFIGS = ("128,64,8,3", "128,64,8,4", "128,128,8,3", "128,128,8,2", "128,64,4,3", "64,64,4,3", "64,64,4,4", "128,32,4,3")
 
@@ -651,7 +690,7 @@ def peer(quick: bool) -> dict:
     return out
 
 
-SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "merge", "triton", "attention", "copies", "ffn", "sim", "peer")
+SECTIONS = ("ceilings", "notifiers", "lookahead", "dispatch", "kernels", "merge", "triton", "attention", "contention", "copies", "ffn", "sim", "peer")
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,9 @@
 # llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN),
 # attntests (the GPU tests of the merge and the triton provider), attnbench (the merge, the triton tile
 # sweep and the providers; the chosen tile shape goes to $OUT/triton-config), providers8k and providers32k
-# (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB).
+# (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB),
+# notifiers (the PCIe-bound runs, ffn at 8k and llama at 8k, with the host-function and the polling
+# notifier: does the host function after each copy hold the H2D engine?).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -54,6 +56,10 @@ for s in "$@"; do
     providers32k) export TURNIP_TRITON_ATTENTION=$(cat "$OUT/triton-config" 2>/dev/null); for p in torch-cudnn triton; do
              stage "providers32k-$p" 110 python3 bench/run.py llama --tokens 32768 --budgets 4 --repeats 3 --attention $p \
              --systems turnip-nondet floor --json "$OUT/providers32k-$p.json"; done ;;
+    notifiers) for n in hostfunc poll; do stage "notifiers-$n" 120 python3 bench/run.py ffn --tokens 8192 --budgets 8 --repeats 3 \
+             --notifier $n --systems turnip-nondet floor --traces "$OUT/traces-$n" --json "$OUT/notifiers-$n.json"; done
+             for n in hostfunc poll; do stage "notifiers8k-$n" 90 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 \
+             --notifier $n --systems turnip-nondet floor --json "$OUT/notifiers8k-$n.json"; done ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
   esac

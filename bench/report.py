@@ -6,6 +6,8 @@ Prints one markdown table of every run (time, ratios to the baselines and to the
 bytes reloaded and their rate, agreement, what bound it) and draws time against budget per system.
 The floor is max(FLOPs / GEMM peak, weight bytes / H2D rate), both ceilings measured in the run's call,
 over g GPUs max(FLOPs / (g x GEMM peak), weight bytes / (g x H2D rate)): each GPU has its own host link.
+With --where, a second table gives each turnip run's busy fractions, host time beyond the GPU span, bytes
+reloaded against the plan's, what bound it, and the sim's prediction beside it.
 Files without runs (the kernel and dispatch results in docs/results/) are skipped, so a glob may take them.
 A file named after its placement with a suffix (h200x2-llama-sequence-spread.json) labels its rows with
 the suffix too ("sequence spread"), to tell calls of one placement apart.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,6 +48,8 @@ def load(paths):
             placement += " " + stem.split(f"-{placement}-", 1)[1].replace("-", " ")
         for run in doc["runs"]:
             run["placement"] = placement if run.get("gpus", 1) > 1 else ""
+            provider = run.get("attention", "auto")
+            run["label"] = run["system"] if provider in ("auto", "torch-cudnn") else f"{run['system']} ({provider} attention)"
             if run.get("agreement") == 0.0 and run["system"] == "turnip-nondet":
                 run.pop("agreement")  # it was its own reference (no torch system in that run)
             flops, weights = MEASURED.get((run["workload"], run["tokens"]), (0, 0))
@@ -62,14 +67,14 @@ def table(runs) -> str:
         by_key[(r["workload"], r["tokens"])][(r["system"], r["budget"])] = r
     lines = ["| workload | T | budget GiB | GPUs | system | seconds | x floor | vs torch-prefetch | vs hf-offload | peak GiB | reloaded GiB | H2D GB/s | agrees | bound by |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["placement"], r["budget"] or 0, r["system"])):
+    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["placement"], r["budget"] or 0, r["label"])):
         group = by_key[(r["workload"], r["tokens"])]
         seconds = r.get("seconds")
         prefetch = [g["seconds"] for (s, b), g in group.items() if s == "torch-prefetch" and g.get("seconds")]
         hf = [g["seconds"] for (s, b), g in group.items() if s == "hf-offload" and g.get("seconds")]
         cell = lambda x, f: f.format(x) if isinstance(x, (int, float)) and x is not False else ""  # noqa: E731
         lines.append("| " + " | ".join([
-            r["workload"], str(r["tokens"]), cell(r["budget"], "{:g}") or "none", f"{r.get('gpus', 1)} {r['placement']}".strip(), r["system"],
+            r["workload"], str(r["tokens"]), cell(r["budget"], "{:g}") or "none", f"{r.get('gpus', 1)} {r['placement']}".strip(), r["label"],
             cell(seconds, "{:.3f}") or r.get("error", "")[:40], cell(seconds and seconds / r["floor"], "{:.2f}"),
             cell(seconds and prefetch and seconds / min(prefetch), "{:.2f}"), cell(seconds and hf and min(hf) / seconds, "{:.1f}x faster"),
             cell(r.get("peak") and r["peak"] / GIB, "{:.2f}"), cell(r.get("reloaded") and r["reloaded"] / GIB, "{:.2f}"),
@@ -88,8 +93,11 @@ def plot(runs, path: str) -> None:
     figure, axes = plt.subplots(1, len(tokens), figsize=(5 * len(tokens), 4))
     for ax, t in zip(figure.axes, tokens):
         for system, marker in (("turnip-nondet", "o-"), ("turnip-fixed", "s--"), ("torch-prefetch", "^-"), ("hf-offload", "x-")):
-            points = sorted((r["budget"], r["seconds"]) for r in runs if r["workload"] == "llama" and r["tokens"] == t and r["system"] == system
-                            and r.get("seconds") and r["budget"] and r.get("gpus", 1) == 1)
+            by_budget = defaultdict(list)  # several calls may have run one point: their median
+            for r in runs:
+                if r["workload"] == "llama" and r["tokens"] == t and r["label"] == system and r.get("seconds") and r["budget"] and r.get("gpus", 1) == 1:
+                    by_budget[r["budget"]].append(r["seconds"])
+            points = sorted((budget, statistics.median(times)) for budget, times in by_budget.items())
             if points:
                 ax.plot(*zip(*points), marker, label=system)
         resident = [r["seconds"] for r in runs if r["tokens"] == t and r["system"] == "torch-resident" and r.get("seconds")]
@@ -106,13 +114,35 @@ def plot(runs, path: str) -> None:
     figure.savefig(path, dpi=110)
 
 
+def where(runs) -> str:
+    """Per turnip run: what bound it (bench/run.py's `bound_by` line: busy fractions and the loop's wall
+    time against the GPU span), bytes reloaded against the plan's, and the sim's prediction beside it."""
+    lines = ["| workload | T | budget GiB | system | seconds | sim s | sim / measured | compute / H2D / D2H busy | host beyond GPU span s | reloaded / planned GiB | offloaded GiB | bound by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["budget"] or 0, r["label"], r.get("seconds") or 0)):
+        if not r["system"].startswith("turnip") or not r.get("seconds"):
+            continue
+        bound = r.get("bound", "")
+        busy = bound.split("(", 1)[1].split(" busy")[0].replace("compute ", "").replace(", H2D ", " / ").replace(", D2H ", " / ") if "(" in bound else ""
+        lines.append("| " + " | ".join([
+            r["workload"], str(r["tokens"]), f"{r['budget']:g}", r["label"], f"{r['seconds']:.3f}", f"{r['sim']:.3f}" if r.get("sim") else "",
+            f"{r['sim'] / r['seconds']:.2f}" if r.get("sim") else "", busy, f"{max(0.0, r.get('wall', 0) - r['seconds']):.3f}",
+            f"{r.get('reloaded', 0) / GIB:.2f} / {r.get('planned_reload', 0) / GIB:.2f}", f"{r.get('offloaded', 0) / GIB:.2f}", bound.split(" (")[0],
+        ]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", nargs="+")
     parser.add_argument("--plot")
+    parser.add_argument("--where", action="store_true", help="also the where-the-time-goes table of the turnip runs, with the sim beside each")
     args = parser.parse_args()
     runs = load(args.results)
     print(table(runs))
+    if args.where:
+        print()
+        print(where(runs))
     if args.plot:
         plot(runs, args.plot)
 

@@ -55,6 +55,8 @@ COPY_DEPTH = None
 """Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 ATTENTION = "auto"
 """Turnip's attention provider (--attention)."""
+NOTIFIER = "hostfunc"
+"""How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
@@ -143,10 +145,11 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             results[f"turnip-{order}"] = {"error": f"does not fit: {err}"}
         return
     depth = {} if COPY_DEPTH is None else {"copy_queue_depth": COPY_DEPTH}  # None: the backend's default, not its lane depth
-    backend = CudaBackend(attention_provider=ATTENTION, **depth)
+    backend = CudaBackend(attention_provider=ATTENTION, notifier=NOTIFIER, **depth)
     runs = loops(memgraph, backend, orders=ORDERS, repeats=repeats, inputs=work.inputs)
     if TRACES:
         name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu.json"
+        Path(TRACES).mkdir(parents=True, exist_ok=True)
         runs["nondet"]["recorder"].write_trace(Path(TRACES) / name)
     output = work.output(runs["outputs"]).astype(np.float32)
     for order in ORDERS:
@@ -160,7 +163,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run), "lines": summary.lines() + runs["notes"], "output": output,
-            "copy_depth": backend.copy_queue_depth, "attention": ATTENTION,
+            "copy_depth": backend.copy_queue_depth, "attention": ATTENTION, "notifier": NOTIFIER,
         }
 
 
@@ -354,13 +357,15 @@ def main(argv=None) -> int:
     parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
+    parser.add_argument("--notifier", default="hostfunc", choices=("hostfunc", "poll", "thread"), help="how turnip's loop learns a vertex finished")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)
-    global TRACES, ORDERS, COPY_DEPTH, ATTENTION
+    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
     ATTENTION = args.attention
+    NOTIFIER = args.notifier
     ORDERS = tuple(o for o in ("nondet", "fixed") if f"turnip-{o}" in args.systems) or ("nondet",)
     import torch
 

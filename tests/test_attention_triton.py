@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests import formulas_llama as formulas
+from turnip_ir.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,7 +95,7 @@ def test_a_tile_shape_is_four_integers_with_rows_a_multiple_of_columns(monkeypat
 
     assert A.Config.parse("64,32,4,2") == A.Config(64, 32, 4, 2)
     for bad, says in (("64,32,4", "four integers"), ("a,b,c,d", "four integers"), ("32,64,4,2", "multiple")):
-        with pytest.raises(ValueError, match=says):
+        with pytest.raises(InputError, match=says):
             A.Config.parse(bad)
     monkeypatch.setenv(A.ENVIRONMENT, "64,64,4,3")
     assert A.default_config(128) == A.Config(64, 64, 4, 3)

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from turnip_ir.errors import InputError
+
 LOG2E = 1.4426950408889634
 ENVIRONMENT = "TURNIP_TRITON_ATTENTION"
 
@@ -44,22 +46,22 @@ class Config:
                 raise ValueError
             config = cls(*(int(part) for part in parts))
         except ValueError:
-            raise ValueError(f"{ENVIRONMENT}={text!r}: expected four integers BLOCK_M,BLOCK_N,WARPS,STAGES") from None
+            raise InputError(f"{ENVIRONMENT}={text!r}: expected four integers BLOCK_M,BLOCK_N,WARPS,STAGES") from None
         if config.block_m % config.block_n:
-            raise ValueError(f"{ENVIRONMENT}={text!r}: BLOCK_M must be a multiple of BLOCK_N")
+            raise InputError(f"{ENVIRONMENT}={text!r}: BLOCK_M must be a multiple of BLOCK_N")
         return config
 
 
 def default_config(d: int) -> Config:
-    """The shape for head width d (the shared memory of one program grows with d and the tiles), unless
-    $TURNIP_TRITON_ATTENTION names one. docs/benchmarks.md has the sweep these come from."""
+    """The shape for head width d, unless $TURNIP_TRITON_ATTENTION names one. 64 x 64 tiles, 4 warps and 3
+    stages were the fastest of eight shapes on the H200 at d 128 (`bench_cuda.py triton`, docs/benchmarks.md);
+    d 64 takes the same shape unmeasured, and d 256 halves the key tile and the stages so a program's
+    shared memory stays what it is at d 128 (also unmeasured)."""
     text = os.environ.get(ENVIRONMENT)
     if text:
         return Config.parse(text)
-    if d <= 64:
-        return Config(128, 64, 4, 3)
     if d <= 128:
-        return Config(128, 64, 8, 3)
+        return Config(64, 64, 4, 3)
     return Config(64, 32, 4, 2)
 
 

@@ -94,7 +94,10 @@ def test_a_tile_shape_is_four_integers_with_rows_a_multiple_of_columns(monkeypat
     from runtime.backends.cuda import attention_triton as A
 
     assert A.Config.parse("64,32,4,2") == A.Config(64, 32, 4, 2)
-    for bad, says in (("64,32,4", "four integers"), ("a,b,c,d", "four integers"), ("32,64,4,2", "multiple")):
+    bad_ones = (("64,32,4", "four integers"), ("a,b,c,d", "four integers"), ("32,64,4,2", "multiple"), ("64,0,4,3", "powers of two"),
+                ("-64,64,4,3", "powers of two"), ("96,32,4,3", "powers of two"), ("64,8,4,3", "powers of two"), ("64,64,3,3", "WARPS"),
+                ("64,64,4,0", "STAGES"))
+    for bad, says in bad_ones:
         with pytest.raises(InputError, match=says):
             A.Config.parse(bad)
     monkeypatch.setenv(A.ENVIRONMENT, "64,64,4,3")

@@ -64,11 +64,12 @@ def test_quad_kernels_match_numpy_at_widths_beyond_a_block(cols):
 @pytest.mark.parametrize("d", [64, 128, 200])
 @pytest.mark.parametrize("has_prev", [True, False])
 @pytest.mark.parametrize("vector", [True, False])
-def test_attention_merge_matches_numpy(d, has_prev, vector):
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_attention_merge_matches_numpy(d, has_prev, vector, interleaved):
     from tests.test_cuda_sim import check_attention_merge
 
     for final in (True, False):
-        check_attention_merge(d, has_prev, final, tq=33, vector=vector)
+        check_attention_merge(d, has_prev, final, tq=33, vector=vector, interleaved=interleaved)
 
 
 @pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "triton", "cublas"])

@@ -120,13 +120,25 @@ def test_attention_merge_folds_a_block_into_the_packed_partial(d, vector, has_pr
     check_attention_merge(d, has_prev, final, tq=3, vector=vector, interleaved=interleaved)
 
 
+def _heads_interleaved(o: np.ndarray):
+    """A device array [heads, tq, d] whose memory is laid out [tq, heads, d]."""
+    base = cuda.to_device(np.ascontiguousarray(o.transpose(1, 0, 2)))
+    if simulated():
+        return base.transpose((1, 0, 2))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray  # a real DeviceNDArray transposes 2-D arrays only
+
+    heads, tq, d = o.shape
+    item = o.dtype.itemsize
+    return DeviceNDArray((heads, tq, d), (d * item, heads * d * item, item), o.dtype, gpu_data=base.gpu_data)
+
+
 def check_attention_merge(d: int, has_prev: bool, final: bool, tq: int, vector: bool = False, interleaved: bool = False) -> None:
     rng = np.random.default_rng(d)
     total_heads, h0, heads = 4, 1, 2
     o = rng.standard_normal((heads, tq, d)).astype(np.float32)
     o_arg = o
-    if interleaved:  # [tq, heads, d] in memory, seen as [heads, tq, d]
-        o_arg = cuda.to_device(np.ascontiguousarray(o.transpose(1, 0, 2))).transpose((1, 0, 2))
+    if interleaved:  # [tq, heads, d] in memory, seen as [heads, tq, d], as cuDNN returns o
+        o_arg = _heads_interleaved(o)
     lse = rng.standard_normal((heads, tq)).astype(np.float32)
     prev = rng.standard_normal((tq, total_heads * d + total_heads)).astype(np.float32)
     width = total_heads * d

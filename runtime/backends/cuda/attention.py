@@ -336,7 +336,8 @@ def build_triton(node, inputs, out, env):
     b = block_of(node, inputs)
     device = torch.device("cuda", env.device_of(node))
     q, k, v, prev, target = (None if x is None else torch_view(x, device) for x in (b.q, b.k, b.v, b.prev, out))
-    args = (q, k, v, prev, target, b.heads, b.kv_heads, b.causal, b.final, b.scale)
+    config = attention_triton.default_config(b.d)  # read once, when the vertex is built: a bad value fails here
+    args = (q, k, v, prev, target, b.heads, b.kv_heads, b.causal, b.final, b.scale, config)
 
     def work(lane):
         with torch.cuda.stream(env.torch_stream(lane)):
@@ -347,7 +348,7 @@ def build_triton(node, inputs, out, env):
             attention_triton.warm(*args)
 
     work.warm = warm
-    work.signature = ("triton", tuple(q.shape), tuple(k.shape), b.causal, b.final, b.prev is not None, b.heads, b.kv_heads, str(q.dtype))
+    work.signature = ("triton", tuple(q.shape), tuple(k.shape), b.causal, b.final, b.prev is not None, b.heads, b.kv_heads, str(q.dtype), config)
     return work
 
 

@@ -30,11 +30,13 @@ ENVIRONMENT = "TURNIP_TRITON_ATTENTION"
 @dataclass(frozen=True)
 class Config:
     """A launch shape: query rows and key columns per tile, warps per program, and software-pipeline stages.
-    `block_m` must be a multiple of `block_n` (a causal block's diagonal starts on a key tile)."""
+    The tiles are powers of two from 16 (`tl.arange`, `tl.dot`), `block_m` a multiple of `block_n` (a
+    causal block's diagonal starts on a key tile); warps a power of two. The defaults are `default_config`'s
+    shape for head widths up to 128."""
 
-    block_m: int = 128
+    block_m: int = 64
     block_n: int = 64
-    warps: int = 8
+    warps: int = 4
     stages: int = 3
 
     @classmethod
@@ -47,8 +49,13 @@ class Config:
             config = cls(*(int(part) for part in parts))
         except ValueError:
             raise InputError(f"{ENVIRONMENT}={text!r}: expected four integers BLOCK_M,BLOCK_N,WARPS,STAGES") from None
+        power = lambda n: n > 0 and n & (n - 1) == 0  # noqa: E731
+        if not (power(config.block_m) and power(config.block_n) and config.block_m >= 16 and config.block_n >= 16):
+            raise InputError(f"{ENVIRONMENT}={text!r}: BLOCK_M and BLOCK_N must be powers of two from 16")
         if config.block_m % config.block_n:
             raise InputError(f"{ENVIRONMENT}={text!r}: BLOCK_M must be a multiple of BLOCK_N")
+        if not power(config.warps) or config.stages < 1:
+            raise InputError(f"{ENVIRONMENT}={text!r}: WARPS must be a power of two and STAGES at least 1")
         return config
 
 
@@ -61,7 +68,7 @@ def default_config(d: int) -> Config:
     if text:
         return Config.parse(text)
     if d <= 128:
-        return Config(64, 64, 4, 3)
+        return Config()
     return Config(64, 32, 4, 2)
 
 

@@ -433,6 +433,8 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
     exponentials and a logarithm, far below the memory time). With `vector`, the quads are vector loads and
     stores (`vector.load4_3` and friends: every operand's last axis contiguous and its rows aligned to four
     elements, d a multiple of 4; `merge_vector_ok` checks); without, the same quads element by element.
+    `out` must not alias `prev`: where a head spans several warps (d > 128), one warp writes the head's
+    log-sum-exp while others still read prev's (the planner gives the two distinct tensors).
     (The block-per-row, warp-per-head kernel with one element per lane ran 83-110 us on a 7B block, about
     0.4 of HBM; a warp per (row, head) was 15% slower still. bench_cuda.py merge.)"""
     acc = acc_type("float32")

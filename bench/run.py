@@ -45,6 +45,7 @@ from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
+from runtime.backends.cuda.completion import NOTIFIERS  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
@@ -357,7 +358,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
-    parser.add_argument("--notifier", default="hostfunc", choices=("hostfunc", "poll", "thread"), help="how turnip's loop learns a vertex finished")
+    parser.add_argument("--notifier", default="hostfunc", choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)

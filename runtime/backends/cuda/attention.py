@@ -157,6 +157,11 @@ def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str, vec
     return kn.attention_merge(out_dtype, has_prev, final, vector), argtypes
 
 
+def _merge_quads(d: int, *arrays) -> bool:
+    """Whether the merge may read and write these numba arrays (None: absent) with vector instructions."""
+    return kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in arrays if a is not None))
+
+
 def build_cublas(node, inputs, out, env):
     """The unfused provider: GEMMs through cuBLAS (numpy under the simulator) and numba kernels."""
     b = block_of(node, inputs)
@@ -199,8 +204,7 @@ def build_cublas(node, inputs, out, env):
                 plans.append((first, second))
         soft = prepare_launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
         grid, block = kn.merge_grid(tq, group, d)
-        operands = [o, out] + ([prev] if prev is not None else [])
-        vector = not env.simulated and kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in operands))
+        vector = not env.simulated and _merge_quads(d, o, out, prev)
         merge = kn.attention_merge(str(out.dtype), prev is not None, final, vector)
         merges = [prepare_launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
         return plans, soft, merges
@@ -250,7 +254,7 @@ def build_torch(node, inputs, out, env, provider: str):
     group = heads // kv_heads
     op = TORCH_OPS[provider]
     grid, block = kn.merge_grid(tq, heads, d)
-    arena_quads = kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in ([out] + ([prev] if prev is not None else []))))
+    arena_quads = _merge_quads(d, out, prev)  # and o, which torch returns at run time, is checked per call
     merges = {vector: compiled_launch(*_merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype), vector), grid, block)
               for vector in ({False, True} if arena_quads else {False})}
     out_params = array_args(device_pointer(out), out.shape, out.strides, out.dtype.itemsize)

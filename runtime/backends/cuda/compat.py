@@ -8,7 +8,8 @@ handles, the CUDA simulator, and whether a GPU is there at all.
   (which is why `Stream.add_callback` is broken in 0.30.4). `stream_handle()` is the one way we turn a stream
   into the integer CuPy (`cupy.cuda.ExternalStream`), torch (`torch.cuda.ExternalStream`) and the driver take.
 - Under `NUMBA_ENABLE_CUDASIM=1` (CI, no GPU) kernels, streams, device arrays and pinned arrays work, but
-  events carry no time, there are no stream handles and every launch runs synchronously on the host.
+  events carry no time, there are no stream handles, every launch runs synchronously on the host, and
+  device functions cannot be `forceinline` (`device()`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def stream_handle(stream) -> int:
     if simulated():
         return 0
     return int(stream.handle)
+
+
+def device(fastmath: bool = False):
+    """A numba device function, inlined into its callers on a GPU (the simulator knows no `forceinline`)."""
+    if simulated():
+        return cuda.jit(device=True)
+    return cuda.jit(device=True, forceinline=True, fastmath=fastmath)
 
 
 def timing_event():

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from runtime.backends.cuda.compat import cuda, simulated
-from runtime.backends.cuda.vector import load4, load4_2, load4_3, rows_aligned, store4, store4_2
+from runtime.backends.cuda import vector as V
+from runtime.backends.cuda.compat import cuda, device, simulated
+from runtime.backends.cuda.vector import rows_aligned
 
 ROW_THREADS = 8 if simulated() else 256
 """Threads per row of a row kernel (a power of two). The simulator runs each thread as Python (~80 us
@@ -27,13 +28,6 @@ apiece), so its launches use few threads, each looping over more elements."""
 ELEMENT_THREADS = 16 if simulated() else 256
 MAX_BLOCKS = 1 if simulated() else 132 * 16
 """Enough blocks to fill an H200 (132 SMs) many times over; the grid-stride loop covers the rest."""
-
-
-def device(fastmath: bool = False):
-    """A numba device function, inlined into its callers on a GPU (the simulator knows no `forceinline`)."""
-    if simulated():
-        return cuda.jit(device=True)
-    return cuda.jit(device=True, forceinline=True, fastmath=fastmath)
 
 
 def _types():
@@ -68,22 +62,9 @@ BINARY = {"add": 0, "sub": 1, "mul": 2}
 # 256 per warp) and written by one vector store, two quads in flight per thread; where an operand is not
 # aligned to four elements the factories' `vector=False` build reads the same quads element by element.
 # The rope kernel takes two heads per step, so four loads are in flight.
-@device()
-def _quad_load(x, i):
-    return x[i], x[i + 1], x[i + 2], x[i + 3]
-
-
-@device()
-def _quad_store(x, i, a, b, c, d):
-    x[i] = a
-    x[i + 1] = b
-    x[i + 2] = c
-    x[i + 3] = d
-
-
 def quads(vector: bool):
     """(load4, store4): vector instructions, or the same four elements one at a time."""
-    return (load4, store4) if vector else (_quad_load, _quad_store)
+    return (V.load4, V.store4) if vector else (V.element_load4, V.element_store4)
 
 
 @device()
@@ -438,7 +419,10 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
     (The block-per-row, warp-per-head kernel with one element per lane ran 83-110 us on a 7B block, about
     0.4 of HBM; a warp per (row, head) was 15% slower still. bench_cuda.py merge.)"""
     acc = acc_type("float32")
-    ld3, ld2, st2 = (load4_3, load4_2, store4_2) if vector else (_quad_load3, _quad_load2, _quad_store2)
+    if vector:
+        ld3, ld2, st2 = V.load4_3, V.load4_2, V.store4_2
+    else:
+        ld3, ld2, st2 = V.element_load4_3, V.element_load4_2, V.element_store4_2
 
     @cuda.jit(fastmath=True)
     def kernel(o, lse, prev, out, h0, total_heads):
@@ -485,24 +469,6 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
     return kernel
 
 
-@device()
-def _quad_load3(x, h, i, j):
-    return x[h, i, j], x[h, i, j + 1], x[h, i, j + 2], x[h, i, j + 3]
-
-
-@device()
-def _quad_load2(x, i, j):
-    return x[i, j], x[i, j + 1], x[i, j + 2], x[i, j + 3]
-
-
-@device()
-def _quad_store2(x, i, j, a, b, c, d):
-    x[i, j] = a
-    x[i, j + 1] = b
-    x[i, j + 2] = c
-    x[i, j + 3] = d
-
-
 def merge_vector_ok(d: int, *arrays) -> bool:
     """Whether `attention_merge(..., vector=True)` may run on these operands: (pointer, byte strides,
     itemsize) of o, prev and out (lse is read element-wise), d a multiple of 4."""
@@ -547,15 +513,7 @@ def attention_scores_softmax(dtype: str, causal: bool):
         total = acc(0.0)
         for j in range(tid, limit, threads):
             total += math.exp(acc(s[h, t, j]) - top)
-        shared[tid] = total
-        cuda.syncthreads()
-        width = threads // 2
-        while width > 0:
-            if tid < width:
-                shared[tid] += shared[tid + width]
-            cuda.syncthreads()
-            width //= 2
-        total = shared[0]
+        total = _block_sum(shared, tid, total, threads)
         for j in range(tid, tk, threads):
             s[h, t, j] = math.exp(acc(s[h, t, j]) - top) / total if j < limit else acc(0.0)
         if tid == 0:

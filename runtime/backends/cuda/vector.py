@@ -8,158 +8,130 @@ multiple of 4 and that the array's data is aligned to four elements (arena views
 the registry checks before it picks a vector kernel).
 
 These are numba `intrinsic`s (LLVM vector types); the CUDA simulator cannot run those, so under it the
-same names are plain device functions with the same meaning, element by element.
+same names are the `element_*` device functions, which read and write the same quads element by element
+(and which the kernels also use for operands that are not aligned).
 """
 
 from __future__ import annotations
 
-from runtime.backends.cuda.compat import cuda, simulated
+from runtime.backends.cuda.compat import device, simulated
+
+
+# The same quads element by element: the kernels' build for operands not aligned to four elements, and
+# what the simulator runs in place of the vector instructions.
+@device()
+def element_load4(x, i):
+    return x[i], x[i + 1], x[i + 2], x[i + 3]
+
+
+@device()
+def element_store4(x, i, a, b, c, d):
+    x[i] = a
+    x[i + 1] = b
+    x[i + 2] = c
+    x[i + 3] = d
+
+
+@device()
+def element_load4_2(x, i, j):
+    return x[i, j], x[i, j + 1], x[i, j + 2], x[i, j + 3]
+
+
+@device()
+def element_load4_3(x, h, i, j):
+    return x[h, i, j], x[h, i, j + 1], x[h, i, j + 2], x[h, i, j + 3]
+
+
+@device()
+def element_store4_2(x, i, j, a, b, c, d):
+    x[i, j] = a
+    x[i, j + 1] = b
+    x[i, j + 2] = c
+    x[i, j + 3] = d
 
 
 def _intrinsics():
-    from llvmlite import ir
-    from numba.cuda import types
-    from numba.cuda.extending import intrinsic
-
-    def pointer(context, builder, arrty, array, index, indexty):
-        data = context.make_array(arrty)(context, builder, value=array).data
-        offset = context.cast(builder, index, indexty, types.intp)
-        vector = ir.VectorType(context.get_data_type(arrty.dtype), 4)
-        return builder.bitcast(builder.gep(data, [offset]), vector.as_pointer()), vector
-
-    @intrinsic
-    def load4(typingctx, array, index):
-        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
-            return None
-        sig = types.UniTuple(array.dtype, 4)(array, index)
-
-        def codegen(context, builder, signature, args):
-            address, vector = pointer(context, builder, signature.args[0], args[0], args[1], signature.args[1])
-            loaded = builder.load(address, align=4 * signature.args[0].dtype.bitwidth // 8)
-            items = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(4)]
-            return context.make_tuple(builder, signature.return_type, items)
-
-        return sig, codegen
-
-    @intrinsic
-    def store4(typingctx, array, index, a, b, c, d):
-        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
-            return None
-        sig = types.none(array, index, a, b, c, d)
-
-        def codegen(context, builder, signature, args):
-            arrty = signature.args[0]
-            address, vector = pointer(context, builder, arrty, args[0], args[1], signature.args[1])
-            packed = ir.Constant(vector, ir.Undefined)
-            for k in range(4):
-                value = context.cast(builder, args[2 + k], signature.args[2 + k], arrty.dtype)
-                packed = builder.insert_element(packed, value, ir.Constant(ir.IntType(32), k))
-            builder.store(packed, address, align=4 * arrty.dtype.bitwidth // 8)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return load4, store4
-
-
-def _simulated():
-    @cuda.jit(device=True)
-    def load4(array, index):
-        return array[index], array[index + 1], array[index + 2], array[index + 3]
-
-    @cuda.jit(device=True)
-    def store4(array, index, a, b, c, d):
-        array[index] = a
-        array[index + 1] = b
-        array[index + 2] = c
-        array[index + 3] = d
-
-    return load4, store4
-
-
-load4, store4 = _simulated() if simulated() else _intrinsics()
-
-
-def _strided_intrinsics():
-    """`load4_2(a, i, j)`, `load4_3(a, h, i, j)` and `store4_2(a, i, j, w, x, y, z)`: a quad of a 2-D or
-    3-D array at an index, through the array's own strides (views such as cuDNN's [heads, rows, d] output,
-    whose heads interleave), for the last axis contiguous, `j` a multiple of 4 and the rows aligned."""
+    """`load4(a, i)` and `store4(a, i, w, x, y, z)` at a flat element offset from a's data (C-contiguous
+    arrays); `load4_2(a, i, j)`, `load4_3(a, h, i, j)` and `store4_2(a, i, j, w, x, y, z)` at an index of a
+    2-D or 3-D array through its own strides (views such as cuDNN's [heads, rows, d] output, whose heads
+    interleave), for the last axis contiguous, `j` a multiple of 4 and the rows aligned. Each finds the
+    first element's address, then loads or stores one LLVM vector of four there."""
     from llvmlite import ir
     from numba.cuda import cgutils, types
     from numba.cuda.extending import intrinsic
 
-    def address(context, builder, arrty, array, indices, indextys):
+    def flat(context, builder, arrty, array, indices, indextys):
+        data = context.make_array(arrty)(context, builder, value=array).data
+        return builder.gep(data, [context.cast(builder, indices[0], indextys[0], types.intp)])
+
+    def strided(context, builder, arrty, array, indices, indextys):
         ary = context.make_array(arrty)(context, builder, value=array)
         inds = [context.cast(builder, i, t, types.intp) for i, t in zip(indices, indextys)]
-        pointer = cgutils.get_item_pointer(context, builder, arrty, ary, inds)
-        vector = ir.VectorType(context.get_data_type(arrty.dtype), 4)
-        return builder.bitcast(pointer, vector.as_pointer())
+        return cgutils.get_item_pointer(context, builder, arrty, ary, inds)
 
-    def loader(rank):
-        def typer(typingctx, array, *indices):
-            if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank:
-                return None
-            if not all(isinstance(i, types.Integer) for i in indices):
-                return None
-            sig = types.UniTuple(array.dtype, 4)(array, *indices)
+    def vector_at(item, context, builder, signature, args, rank):
+        arrty = signature.args[0]
+        first = item(context, builder, arrty, args[0], args[1 : 1 + rank], signature.args[1 : 1 + rank])
+        return arrty, builder.bitcast(first, ir.VectorType(context.get_data_type(arrty.dtype), 4).as_pointer())
 
-            def codegen(context, builder, signature, args):
-                arrty = signature.args[0]
-                vector_pointer = address(context, builder, arrty, args[0], args[1:], signature.args[1:])
-                loaded = builder.load(vector_pointer, align=4 * arrty.dtype.bitwidth // 8)
-                items = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(4)]
-                return context.make_tuple(builder, signature.return_type, items)
+    def typed(array, indices, ndim) -> bool:
+        return isinstance(array, types.Array) and (ndim is None or array.ndim == ndim) and all(isinstance(i, types.Integer) for i in indices)
 
-            return sig, codegen
-
-        return typer
-
-    def load4_2(typingctx, array, i, j):
-        return loader(2)(typingctx, array, i, j)
-
-    def load4_3(typingctx, array, h, i, j):
-        return loader(3)(typingctx, array, h, i, j)
-
-    def store4_2(typingctx, array, i, j, a, b, c, d):
-        if not isinstance(array, types.Array) or array.ndim != 2 or not isinstance(i, types.Integer) or not isinstance(j, types.Integer):
+    def load(typingctx, array, indices, item, ndim):
+        if not typed(array, indices, ndim):
             return None
-        sig = types.none(array, i, j, a, b, c, d)
 
         def codegen(context, builder, signature, args):
-            arrty = signature.args[0]
-            vector_pointer = address(context, builder, arrty, args[0], args[1:3], signature.args[1:3])
-            packed = ir.Constant(vector_pointer.type.pointee, ir.Undefined)
+            arrty, pointer = vector_at(item, context, builder, signature, args, len(indices))
+            loaded = builder.load(pointer, align=4 * arrty.dtype.bitwidth // 8)
+            items = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, signature.return_type, items)
+
+        return types.UniTuple(array.dtype, 4)(array, *indices), codegen
+
+    def store(typingctx, array, indices, values, item, ndim):
+        if not typed(array, indices, ndim):
+            return None
+        rank = len(indices)
+
+        def codegen(context, builder, signature, args):
+            arrty, pointer = vector_at(item, context, builder, signature, args, rank)
+            packed = ir.Constant(pointer.type.pointee, ir.Undefined)
             for k in range(4):
-                value = context.cast(builder, args[3 + k], signature.args[3 + k], arrty.dtype)
+                value = context.cast(builder, args[1 + rank + k], signature.args[1 + rank + k], arrty.dtype)
                 packed = builder.insert_element(packed, value, ir.Constant(ir.IntType(32), k))
-            builder.store(packed, vector_pointer, align=4 * arrty.dtype.bitwidth // 8)
+            builder.store(packed, pointer, align=4 * arrty.dtype.bitwidth // 8)
             return context.get_dummy_value()
 
-        return sig, codegen
+        return types.none(array, *indices, *values), codegen
 
-    return intrinsic(load4_2), intrinsic(load4_3), intrinsic(store4_2)
+    @intrinsic
+    def load4(typingctx, array, index):
+        return load(typingctx, array, (index,), flat, None)
+
+    @intrinsic
+    def store4(typingctx, array, index, a, b, c, d):
+        return store(typingctx, array, (index,), (a, b, c, d), flat, None)
+
+    @intrinsic
+    def load4_2(typingctx, array, i, j):
+        return load(typingctx, array, (i, j), strided, 2)
+
+    @intrinsic
+    def load4_3(typingctx, array, h, i, j):
+        return load(typingctx, array, (h, i, j), strided, 3)
+
+    @intrinsic
+    def store4_2(typingctx, array, i, j, a, b, c, d):
+        return store(typingctx, array, (i, j), (a, b, c, d), strided, 2)
+
+    return load4, store4, load4_2, load4_3, store4_2
 
 
-def _strided_simulated():
-    @cuda.jit(device=True)
-    def load4_2(array, i, j):
-        return array[i, j], array[i, j + 1], array[i, j + 2], array[i, j + 3]
-
-    @cuda.jit(device=True)
-    def load4_3(array, h, i, j):
-        return array[h, i, j], array[h, i, j + 1], array[h, i, j + 2], array[h, i, j + 3]
-
-    @cuda.jit(device=True)
-    def store4_2(array, i, j, a, b, c, d):
-        array[i, j] = a
-        array[i, j + 1] = b
-        array[i, j + 2] = c
-        array[i, j + 3] = d
-
-    return load4_2, load4_3, store4_2
-
-
-load4_2, load4_3, store4_2 = _strided_simulated() if simulated() else _strided_intrinsics()
+if simulated():  # the simulator cannot run LLVM intrinsics
+    load4, store4, load4_2, load4_3, store4_2 = element_load4, element_store4, element_load4_2, element_load4_3, element_store4_2
+else:
+    load4, store4, load4_2, load4_3, store4_2 = _intrinsics()
 
 
 def aligned(*arrays) -> bool:

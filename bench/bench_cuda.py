@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
+from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
 from runtime.callbacks import Recorder  # noqa: E402
 from runtime.executor import Executor  # noqa: E402
 from runtime.graph import build_exec_graph  # noqa: E402
@@ -156,8 +157,8 @@ def notifiers(quick: bool) -> dict:
     row("notifier", "chain latency us/vertex (no queueing)", "stress vertices", "random us/vertex", "nondet us/vertex")
     row("---", "---", "---", "---", "---")
     chain = chain_memgraph(2000)
-    for kind in ("hostfunc", "poll", "thread"):
-        size = 100_000 if kind == "hostfunc" and not quick else 20_000
+    for kind in NOTIFIERS:
+        size = 100_000 if kind == DEFAULT_NOTIFIER and not quick else 20_000
         stress = random_memgraph(7, vertices=size, devices=1)
         lat = loops(chain, CudaBackend(notifier=kind, lookahead=False), repeats=2)["nondet"]["wall"] / len(chain)
         runs = loops(stress, CudaBackend(notifier=kind), orders=("random", "nondet"), repeats=1)

@@ -11,8 +11,9 @@
 # attntests (the GPU tests of the merge and the triton provider), attnbench (the merge, the triton tile
 # sweep and the providers; the chosen tile shape goes to $OUT/triton-config), providers8k and providers32k
 # (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB),
-# notifiers (the PCIe-bound runs, ffn at 8k and llama at 8k, with the host-function and the polling
-# notifier: does the host function after each copy hold the H2D engine?).
+# notifiers (the PCIe-bound runs, ffn at 8k and llama at 8k, with the host function on a side stream, on
+# the lane's stream, and the polling notifier), notifiers32k (llama 32k at 4 GiB, compute-bound, with both
+# host-function placements; then bench_cuda.py notifiers: latency per vertex and the stress test).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -20,8 +21,8 @@ for s in "$@"; do
   case $s in
     tests) stage tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
              -k "llama or providers or random_graphs or allocated or two" ;;
-    kerneltests) stage kerneltests 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 120 tests/test_cuda_gpu.py \
-             -k "unrolled or merge or random_graphs_under or providers or (llama_prefill and not two)" ;;
+    kerneltests) stage kerneltests 180 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 120 tests/test_cuda_gpu.py \
+             -k "unrolled or merge or random_graphs_under or every_notifier or hundred_thousand or providers or (llama_prefill and not two)" ;;
     depth8k) for d in 2 4 8; do stage "depth8k-$d" 70 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --copy-depth $d \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/depth8k-$d.json"; done ;;
     tests2) stage tests2 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 100 tests/test_cuda_gpu.py \
@@ -56,10 +57,13 @@ for s in "$@"; do
     providers32k) export TURNIP_TRITON_ATTENTION=$(cat "$OUT/triton-config" 2>/dev/null); for p in torch-cudnn triton; do
              stage "providers32k-$p" 110 python3 bench/run.py llama --tokens 32768 --budgets 4 --repeats 3 --attention $p \
              --systems turnip-nondet floor --json "$OUT/providers32k-$p.json"; done ;;
-    notifiers) for n in hostfunc poll; do stage "notifiers-$n" 120 python3 bench/run.py ffn --tokens 8192 --budgets 8 --repeats 3 \
-             --notifier $n --systems turnip-nondet floor --traces "$OUT/traces-$n" --json "$OUT/notifiers-$n.json"; done
-             for n in hostfunc poll; do stage "notifiers8k-$n" 90 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 \
-             --notifier $n --systems turnip-nondet floor --json "$OUT/notifiers8k-$n.json"; done ;;
+    notifiers) for n in hostfunc-side hostfunc poll; do stage "notifiers-$n" 100 python3 bench/run.py ffn --tokens 8192 --budgets 8 --repeats 3 \
+             --notifier $n --systems turnip-nondet floor --json "$OUT/notifiers-$n.json"; done
+             for n in hostfunc-side hostfunc poll; do stage "notifiers8k-$n" 80 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 \
+             --notifier $n --systems turnip-nondet turnip-fixed floor --json "$OUT/notifiers8k-$n.json"; done ;;
+    notifiers32k) for n in hostfunc-side hostfunc; do stage "notifiers32k-$n" 110 python3 bench/run.py llama --tokens 32768 --budgets 4 --repeats 3 \
+             --notifier $n --systems turnip-nondet floor --json "$OUT/notifiers32k-$n.json"; done
+             stage notifierlatency 150 python3 bench/bench_cuda.py notifiers --json "$OUT/notifierlatency.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
   esac

@@ -50,6 +50,8 @@ def load(paths):
             run["placement"] = placement if run.get("gpus", 1) > 1 else ""
             provider = run.get("attention", "auto")
             run["label"] = run["system"] if provider in ("auto", "torch-cudnn") else f"{run['system']} ({provider} attention)"
+            if run["system"].startswith("turnip"):
+                run.setdefault("notifier", "hostfunc")  # runs before bench/run.py recorded it used the in-stream host function
             if run.get("agreement") == 0.0 and run["system"] == "turnip-nondet":
                 run.pop("agreement")  # it was its own reference (no torch system in that run)
             flops, weights = MEASURED.get((run["workload"], run["tokens"]), (0, 0))
@@ -65,18 +67,18 @@ def table(runs) -> str:
     by_key = defaultdict(dict)
     for r in runs:
         by_key[(r["workload"], r["tokens"])][(r["system"], r["budget"])] = r
-    lines = ["| workload | T | budget GiB | GPUs | system | seconds | x floor | vs torch-prefetch | vs hf-offload | peak GiB | reloaded GiB | H2D GB/s | agrees | bound by |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["placement"], r["budget"] or 0, r["label"])):
+    lines = ["| workload | T | budget GiB | GPUs | system | notifier | seconds | x floor | vs torch-prefetch | vs hf-offload | peak GiB | reloaded GiB | H2D GB/s | agrees | bound by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["placement"], r["budget"] or 0, r["label"], r.get("notifier", ""))):
         group = by_key[(r["workload"], r["tokens"])]
         seconds = r.get("seconds")
         prefetch = [g["seconds"] for (s, b), g in group.items() if s == "torch-prefetch" and g.get("seconds")]
         hf = [g["seconds"] for (s, b), g in group.items() if s == "hf-offload" and g.get("seconds")]
         cell = lambda x, f: f.format(x) if isinstance(x, (int, float)) and x is not False else ""  # noqa: E731
         lines.append("| " + " | ".join([
-            r["workload"], str(r["tokens"]), cell(r["budget"], "{:g}") or "none", f"{r.get('gpus', 1)} {r['placement']}".strip(), r["label"],
+            r["workload"], str(r["tokens"]), cell(r["budget"], "{:g}") or "none", f"{r.get('gpus', 1)} {r['placement']}".strip(), r["label"], r.get("notifier", ""),
             cell(seconds, "{:.3f}") or r.get("error", "")[:40], cell(seconds and seconds / r["floor"], "{:.2f}"),
-            cell(seconds and prefetch and seconds / min(prefetch), "{:.2f}"), cell(seconds and hf and min(hf) / seconds, "{:.1f}x faster"),
+            cell(seconds and prefetch and seconds / min(prefetch), "{:.2f}"), cell(seconds and hf and r["system"] != "hf-offload" and min(hf) / seconds, "{:.1f}x faster"),
             cell(r.get("peak") and r["peak"] / GIB, "{:.2f}"), cell(r.get("reloaded") and r["reloaded"] / GIB, "{:.2f}"),
             cell(r.get("h2d_rate") and r["h2d_rate"] / 1e9, "{:.1f}"), cell(r.get("agreement"), "{:.0e}"), r.get("bound", "").split(" (")[0],
         ]) + " |")
@@ -117,15 +119,15 @@ def plot(runs, path: str) -> None:
 def where(runs) -> str:
     """Per turnip run: what bound it (bench/run.py's `bound_by` line: busy fractions and the loop's wall
     time against the GPU span), bytes reloaded against the plan's, and the sim's prediction beside it."""
-    lines = ["| workload | T | budget GiB | system | seconds | sim s | sim / measured | compute / H2D / D2H busy | host beyond GPU span s | reloaded / planned GiB | offloaded GiB | bound by |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["budget"] or 0, r["label"], r.get("seconds") or 0)):
+    lines = ["| workload | T | budget GiB | system | notifier | seconds | sim s | sim / measured | compute / H2D / D2H busy | host beyond GPU span s | reloaded / planned GiB | offloaded GiB | bound by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["budget"] or 0, r["label"], r.get("notifier", ""), r.get("seconds") or 0)):
         if not r["system"].startswith("turnip") or not r.get("seconds"):
             continue
         bound = r.get("bound", "")
         busy = bound.split("(", 1)[1].split(" busy")[0].replace("compute ", "").replace(", H2D ", " / ").replace(", D2H ", " / ") if "(" in bound else ""
         lines.append("| " + " | ".join([
-            r["workload"], str(r["tokens"]), f"{r['budget']:g}", r["label"], f"{r['seconds']:.3f}", f"{r['sim']:.3f}" if r.get("sim") else "",
+            r["workload"], str(r["tokens"]), f"{r['budget']:g}", r["label"], r.get("notifier", ""), f"{r['seconds']:.3f}", f"{r['sim']:.3f}" if r.get("sim") else "",
             f"{r['sim'] / r['seconds']:.2f}" if r.get("sim") else "", busy, f"{max(0.0, r.get('wall', 0) - r['seconds']):.3f}",
             f"{r.get('reloaded', 0) / GIB:.2f} / {r.get('planned_reload', 0) / GIB:.2f}", f"{r.get('offloaded', 0) / GIB:.2f}", bound.split(" (")[0],
         ]) + " |")

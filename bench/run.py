@@ -45,7 +45,7 @@ from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
-from runtime.backends.cuda.completion import NOTIFIERS  # noqa: E402
+from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
@@ -56,7 +56,7 @@ COPY_DEPTH = None
 """Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 ATTENTION = "auto"
 """Turnip's attention provider (--attention)."""
-NOTIFIER = "hostfunc"
+NOTIFIER = DEFAULT_NOTIFIER
 """How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
@@ -176,9 +176,12 @@ def bound_by(run) -> str:
     busy = {kind: union_length([(c.start, c.end) for c in completions if graph.lanes[c.lane].kind == kind]) / span for kind in ("compute", "h2d", "d2h")}
     host = max(0.0, run["wall"] - span) / run["wall"]
     text = f"compute {busy['compute']:.0%}, H2D {busy['h2d']:.0%}, D2H {busy['d2h']:.0%} busy; loop wall {run['wall']:.3f} s vs GPU span {span:.3f} s"
+    pcie = max(busy["h2d"], busy["d2h"])
+    if busy["compute"] >= 0.85 and pcie >= 0.85:
+        return f"compute- and PCIe-bound ({text})"
     if busy["compute"] >= 0.85:
         return f"compute-bound ({text})"
-    if max(busy["h2d"], busy["d2h"]) >= 0.85:
+    if pcie >= 0.85:
         return f"PCIe-bound ({text})"
     if host > 0.15:
         return f"dispatch-bound ({text})"
@@ -358,7 +361,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
-    parser.add_argument("--notifier", default="hostfunc", choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
+    parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)

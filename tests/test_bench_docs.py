@@ -34,3 +34,33 @@ def test_tables_are_taken_in_order_and_text_around_them_is_kept() -> None:
 def test_a_missing_marker_is_an_error_not_a_silent_skip() -> None:
     with pytest.raises(ValueError, match="bench:z"):
         run_all.replace_block("<!-- bench:x -->\n<!-- /bench:x -->\n", "z", "| t |")
+
+
+def test_what_bound_a_run_names_both_engines_when_both_are_saturated() -> None:
+    from types import SimpleNamespace as NS
+
+    import run
+
+    lanes = [NS(kind="compute"), NS(kind="h2d"), NS(kind="d2h")]
+
+    def bound(compute: float, h2d: float, wall: float = 1.0) -> str:
+        done = [NS(lane=0, start=0.0, end=compute), NS(lane=1, start=0.0, end=h2d)]
+        recorder = NS(completions=done, graph=NS(lanes=lanes))
+        return run.bound_by({"recorder": recorder, "makespan": 1.0, "wall": wall}).split(" (")[0]
+
+    assert bound(0.87, 0.98) == "compute- and PCIe-bound"
+    assert bound(0.97, 0.19) == "compute-bound"
+    assert bound(0.60, 0.97) == "PCIe-bound"
+    assert bound(0.30, 0.30, wall=1.5) == "dispatch-bound"
+    assert bound(0.30, 0.30) == "dependency stalls"
+
+
+def test_the_report_tells_the_notifiers_apart() -> None:
+    import report
+
+    paths = sorted(str(p) for p in (ROOT / "docs" / "results").glob("h200-2026-12-01c-notifiers-llama8k-*.json"))
+    runs = report.load(paths)
+    assert {r["notifier"] for r in runs} == {"hostfunc", "hostfunc-side", "poll"}
+    table = report.table(runs)
+    assert "| notifier |" in table.splitlines()[0]
+    assert sum("| hostfunc-side |" in line for line in table.splitlines()) == 2  # nondet and fixed

@@ -53,6 +53,21 @@ def test_random_graphs_under_tight_budgets_match_float64(seed, order):
         np.testing.assert_allclose(result.outputs[task], want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("notifier", ["hostfunc-side", "hostfunc", "poll", "thread"])
+def test_every_notifier_runs_random_graphs_to_the_float64_result(notifier):
+    from runtime.backends.cuda.completion import NOTIFIERS
+
+    assert set(NOTIFIERS) == {"hostfunc-side", "hostfunc", "poll", "thread"}  # a new notifier joins this test
+    graph = random_taskgraph(11, tasks=120, devices=1, sizes=(64, 128, 256))
+    memgraph = compile_taskgraph(graph, int(minimum_budget(place_devices(graph, 0)) * 1.25))
+    inputs = make_inputs(input_specs(memgraph), None, 11)
+    expected = evaluate(graph, {k: v.astype(np.float64) for k, v in inputs.items()})
+    for order in ("random", "nondet"):
+        result = execute(memgraph, backend=_backend(notifier=notifier), order=order, seed=3, inputs=inputs)
+        for task, want in expected.items():
+            np.testing.assert_allclose(result.outputs[task], want, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("cols", [100, 1025, 4096, 16387])
 def test_quad_kernels_match_numpy_at_widths_beyond_a_block(cols):
     from tests.test_cuda_sim import check_quad_kernels

@@ -35,7 +35,7 @@ import numpy as np
 from runtime.backends.base import Backend, Completion
 from runtime.backends.cuda import attention, registry
 from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle, timing_event
-from runtime.backends.cuda.completion import NOTIFIERS, make_notifier
+from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS, make_notifier
 from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_pointer, device_view
 from runtime.graph import ExecGraph, Lane
 from runtime.inputs import Tiled, fill
@@ -56,7 +56,7 @@ class CudaBackend(Backend):
     name = "cuda"
     device_deps = True
 
-    def __init__(self, notifier: str = "hostfunc", queue_depth: int = 2, lookahead: bool = True, attention_provider: str = "auto",
+    def __init__(self, notifier: str = DEFAULT_NOTIFIER, queue_depth: int = 2, lookahead: bool = True, attention_provider: str = "auto",
                  chunk_bytes: int = CHUNK_BYTES, sample_memory: float = 0.0, copy_queue_depth: int | None = 4):
         if notifier not in NOTIFIERS:
             raise InputError(f"unknown notifier '{notifier}' (known: {', '.join(NOTIFIERS)})")
@@ -355,7 +355,13 @@ class CudaBackend(Backend):
                 self.deps[user].append(vertex)
         self.fifo = [deque() for _ in graph.lanes]
         self.errors: list[Completion] = []
-        self.notifier = make_notifier(self.notifier_kind, len(graph.lanes))
+        side = None
+        if self.notifier_kind == "hostfunc-side" and not self.simulated:
+            side = [None] * len(graph.lanes)
+            for lane in graph.lanes:
+                with self._on(lane.device):
+                    side[lane.index] = cuda.stream()
+        self.notifier = make_notifier(self.notifier_kind, len(graph.lanes), side)
         self.sampler = MemorySampler(self, self.sample_memory) if self.sample_memory and not self.simulated else None
 
     # ----- the loop's calls ------------------------------------------------------------------------------

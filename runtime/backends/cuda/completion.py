@@ -5,17 +5,25 @@ event is recorded just after the vertex), and the loop calls `wait()`, which blo
 lane reports progress and returns `{lane: finished count}`. Work on one stream finishes in order, so a
 count is enough: the backend pops that many vertices off the lane's FIFO.
 
-- `HostFuncNotifier` (the default on a GPU): a numba `cfunc` launched with the driver's
-  `cuLaunchHostFunc` after each vertex. It runs on the driver's thread and never takes the GIL (so it
-  cannot deadlock against a Python thread that waits on the driver, numba-cuda issue #317): it adds one
-  to the lane's counter and writes to an `eventfd`, on which the loop blocks in `select` with the GIL
-  released. A timeout lets the loop notice a failed stream (CUDA errors arrive late and stick) and Ctrl-C.
+- `HostFuncNotifier`: a numba `cfunc` launched with the driver's `cuLaunchHostFunc` after each vertex.
+  It runs on the driver's thread and never takes the GIL (so it cannot deadlock against a Python thread
+  that waits on the driver, numba-cuda issue #317): it adds one to the lane's counter and writes to an
+  `eventfd`, on which the loop blocks in `select` with the GIL released. A timeout lets the loop notice a
+  failed stream (CUDA errors arrive late and stick) and Ctrl-C. Two placements of the host function:
+  - `hostfunc` puts it on the lane's own stream, behind the vertex. Work queued after it on that stream
+    waits until the driver's thread has run it: on the H200 that held each reload on the H2D engine
+    until the previous one's host function ran (llama 7b at 8k and 2 GiB: 0.265 s against 0.242 s
+    with `poll`).
+  - `hostfunc-side` (the default on a GPU) puts it on a side stream per lane, which waits on the
+    vertex's end event: the lane's stream never waits for the host, and the side stream keeps the
+    lane's notices in order.
 - `PollingNotifier`: the loop queries the end event of each lane's oldest unfinished vertex, spinning.
 - `ThreadNotifier`: one thread per lane blocks in `cuEventSynchronize` on the lane's events, in order,
   and hands finished lanes to the loop through a queue.
 - `ImmediateNotifier`: the CUDA simulator runs every launch synchronously, so work is done when queued.
 
-docs/runtime.md compares the first three on the H200 (latency per vertex, a 100,000-vertex stress test).
+docs/runtime.md and docs/benchmarks.md compare them on the H200 (latency per vertex, a 100,000-vertex
+stress test, and llama and the FFN end to end).
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ import numpy as np
 
 from runtime.backends.cuda.compat import simulated
 
-NOTIFIERS = ("hostfunc", "poll", "thread")
+NOTIFIERS = ("hostfunc-side", "hostfunc", "poll", "thread")
+DEFAULT_NOTIFIER = "hostfunc-side"
 POLL_TIMEOUT = 0.5
 """Seconds the loop blocks before it checks the streams for errors (and lets Ctrl-C in)."""
 
@@ -154,7 +163,11 @@ def _host_function():
 
 
 class HostFuncNotifier(Notifier):
-    def __init__(self, lanes: int):
+    """`side_streams`: one stream per lane for the host functions (`hostfunc-side`); None puts each on
+    the lane's own stream, behind its vertex (`hostfunc`)."""
+
+    def __init__(self, lanes: int, side_streams: list | None = None):
+        self.side_streams = side_streams
         self.fd = os.eventfd(0, os.EFD_CLOEXEC)
         self.records = np.zeros((lanes, 4), dtype=np.int64)
         self.records[:, FD] = self.fd
@@ -180,6 +193,9 @@ class HostFuncNotifier(Notifier):
 
         if self.launch_host_func is None:
             self.launch_host_func = self._driver_entry()
+        if self.side_streams is not None:
+            stream = self.side_streams[lane]
+            event.wait(stream)
         status = self.launch_host_func(stream_handle(stream), self.address, self.user_data[lane])
         if status != 0:
             raise RuntimeError(f"cuLaunchHostFunc failed with CUresult {status}")
@@ -200,9 +216,15 @@ class HostFuncNotifier(Notifier):
             self.fd = -1
 
 
-def make_notifier(kind: str, lanes: int) -> Notifier:
+def make_notifier(kind: str, lanes: int, side_streams: list | None = None) -> Notifier:
+    """`side_streams` (one per lane, on the lane's device) are what `hostfunc-side` queues its host
+    functions on."""
     if simulated():
         return ImmediateNotifier(lanes)
+    if kind == "hostfunc-side":
+        if side_streams is None or len(side_streams) != lanes:
+            raise ValueError("the hostfunc-side notifier needs one side stream per lane")
+        return HostFuncNotifier(lanes, side_streams)
     if kind == "hostfunc":
         return HostFuncNotifier(lanes)
     if kind == "poll":

@@ -129,7 +129,7 @@ def loops(memgraph: MemGraph, backend, orders=("nondet",), repeats: int = 3, inp
         out["outputs"] = backend.read_outputs()
     finally:
         backend.close()
-    out["stats"] = dict(backend.stats)
+    out["stats"] = dict(getattr(backend, "stats", {}))
     out["notes"] = backend.notes()
     return out
 
@@ -636,6 +636,41 @@ def sim(quick: bool) -> dict:
     return {"rows": out}
 
 
+PEER_N: int | None = None
+"""The blocked matmul's edge for the `peer` section (--peer-n); None: 16384 with --quick, else 49152."""
+
+
+def random_matrix(n: int, seed: int, threads: int | None = None) -> np.ndarray:
+    """An n x n float32 standard-normal matrix, its row bands drawn in parallel (numpy's generators release
+    the GIL while they fill), so 2 x 9 GiB of inputs take seconds, not minutes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = threads or os.cpu_count() or 1
+    out = np.empty((n, n), dtype=np.float32)
+    bands = np.array_split(np.arange(n), threads)
+    seeds = np.random.SeedSequence(seed).spawn(threads)
+
+    def fill(i: int) -> None:
+        if len(bands[i]):
+            np.random.default_rng(seeds[i]).standard_normal(out=out[bands[i][0] : bands[i][-1] + 1], dtype=np.float32)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fill, range(threads)))
+    return out
+
+
+def rows_error(a: np.ndarray, b: np.ndarray, c: np.ndarray, rows: np.ndarray, columns: int = 4096) -> float:
+    """max |c[rows] - (a @ b)[rows]| / max |(a @ b)[rows]|, the reference in float64, b taken a band of
+    columns at a time (a float64 copy of a 9 GiB b would be 18 GiB)."""
+    left = a[rows].astype(np.float64)
+    worst, scale = 0.0, 0.0
+    for start in range(0, b.shape[1], columns):
+        want = left @ b[:, start : start + columns].astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(c[rows, start : start + columns] - want))))
+        scale = max(scale, float(np.max(np.abs(want))))
+    return worst / scale
+
+
 def peer(quick: bool) -> dict:
     """The seed's blocked matmul over 2 GPUs (partial products moved by peer copies), against numpy on
     sampled rows, with the achieved peer bandwidth beside the link's ceiling measured here."""
@@ -660,34 +695,49 @@ def peer(quick: bool) -> dict:
     two_way = 2 * GIB / cuda_time(both)
     del src, dst, back_src, back_dst
     torch.cuda.empty_cache()
+    out = {"peer_ceiling": one_way, "peer_both_ways": two_way}
+    print(f"\npeer copy ceiling in this run: {one_way / 1e9:.0f} GB/s one way, {two_way / 1e9:.0f} GB/s both ways")
+    out.update(peer_matmul(PEER_N or (16384 if quick else 49152), one_way))
+    return out
+
+
+def peer_matmul(n: int, ceiling: float, budgets_gib=(16, 6), repeats: int = 2, backend: str = "cuda") -> dict:
+    """The blocked matmul n^3 fp32 over 2 GPUs on the cuda backend, each budget in both orders; the
+    error on 64 sampled rows against float64, the peer rate against `ceiling` (bytes per second).
+    `backend="cpu"` runs the same steps on the cpu backend (the tests: the CUDA simulator has one GPU)."""
+    from runtime.backends.cpu import CpuBackend
+
     from turnip_ir.workloads import matmul
 
-    n = 16384 if quick else 32768
     config = matmul.MatmulConfig(m=n, k=n, n=n, block=n // 4, gpus=2, dtype="float32")
     program = matmul.build(config)
     graph = program.taskgraph()
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
+    began = time.perf_counter()
+    a, b = random_matrix(n, 0), random_matrix(n, 1)
     inputs = program.feed({"A": a, "B": b})
-    out = {"peer_ceiling": one_way, "peer_both_ways": two_way}
-    print(f"\n### Blocked matmul {n}^3 fp32 over 2 GPUs (4x4 tiles, the seed's placement)\n")
-    print(f"peer copy ceiling in this run: {one_way / 1e9:.0f} GB/s one way, {two_way / 1e9:.0f} GB/s both ways\n")
-    row("budget GiB", "order", "seconds", "moved GiB", "peer GB/s while copying", "fraction of ceiling", "busy per GPU", "max rel. error (64 rows)")
-    row("---", "---", "---", "---", "---", "---", "---", "---")
-    for gib in (16, 6):
-        memgraph = compile_taskgraph(graph, arena_budget(graph, gib * GIB, "cuda"))
-        runs = loops(memgraph, CudaBackend(), orders=("nondet", "fixed"), repeats=2, inputs=inputs)
-        c = program.gather(program.outputs["C"], runs["outputs"])
-        rows = rng.choice(n, 64, replace=False)
-        want = a[rows].astype(np.float64) @ b.astype(np.float64)
-        error = float(np.max(np.abs(c[rows] - want)) / np.max(np.abs(want)))
+    drawn = time.perf_counter() - began
+    rng = np.random.default_rng(0)
+    out = {"n": n, "inputs_s": drawn}
+    print(f"\n### Blocked matmul {n}^3 fp32 over 2 GPUs (4x4 tiles, the seed's placement; inputs drawn in {drawn:.1f} s)\n")
+    row("budget GiB", "order", "seconds", "sim s", "TFLOP/s", "moved GiB", "peer GB/s while copying", "fraction of ceiling",
+        "offloaded / reloaded GiB", "busy per GPU", "max rel. error (64 rows)")
+    row(*["---"] * 11)
+    for gib in budgets_gib:
+        memgraph = compile_taskgraph(graph, arena_budget(graph, int(gib * GIB), backend))
+        runs = loops(memgraph, CudaBackend() if backend == "cuda" else CpuBackend(), orders=("nondet", "fixed"), repeats=repeats, inputs=inputs)
+        c = program.gather(program.outputs["C"], runs.pop("outputs"))
+        error = rows_error(a, b, c, rng.choice(n, min(64, n), replace=False))
+        del c
         for order in ("nondet", "fixed"):
             summary = runs[order]["summary"]
-            out[f"{gib}-{order}"] = {"seconds": runs[order]["makespan"], "moved": summary.bytes_moved, "peer_rate": summary.peer_bandwidth,
-                                      "busy": summary.busy, "error": error, "sim": execute(memgraph, backend="sim", order=order).summary.makespan}
-            row(gib, order, f"{runs[order]['makespan']:.3f}", f"{summary.bytes_moved / GIB:.1f}", f"{summary.peer_bandwidth / 1e9:.0f}",
-                f"{summary.peer_bandwidth / one_way:.2f}", ", ".join(f"{b:.0%}" for b in summary.busy), f"{error:.1e}")
+            seconds = runs[order]["makespan"] or 1e-9
+            predicted = execute(memgraph, backend="sim", order=order).summary.makespan
+            out[f"{gib}-{order}"] = {"seconds": seconds, "moved": summary.bytes_moved, "peer_rate": summary.peer_bandwidth,
+                                      "offloaded": summary.bytes_offloaded, "reloaded": summary.bytes_reloaded,
+                                      "busy": summary.busy, "error": error, "sim": predicted}
+            row(gib, order, f"{seconds:.3f}", f"{predicted:.3f}", f"{2 * n**3 / seconds / 1e12:.0f}", f"{summary.bytes_moved / GIB:.1f}",
+                f"{summary.peer_bandwidth / 1e9:.0f}", f"{summary.peer_bandwidth / ceiling:.2f}",
+                f"{summary.bytes_offloaded / GIB:.1f} / {summary.bytes_reloaded / GIB:.1f}", ", ".join(f"{b:.0%}" for b in summary.busy), f"{error:.1e}")
     return out
 
 
@@ -699,7 +749,10 @@ def main(argv=None) -> int:
     parser.add_argument("sections", nargs="*", default=list(SECTIONS))
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a first smoke run")
+    parser.add_argument("--peer-n", type=int, help="the peer section's matmul edge (default 49152, 16384 with --quick)")
     args = parser.parse_args(argv)
+    global PEER_N
+    PEER_N = args.peer_n
     import torch
 
     RESULTS["machine"] = torch.cuda.get_device_name(0)

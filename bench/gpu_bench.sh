@@ -8,6 +8,9 @@
 # provider's GPU tests), below2 (llama 32k under 2 GiB), hfpoints (llama 8k at 8 GiB with hf-offload at
 # both of its working points),
 # llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN),
+# peerbig (issue 12: the blocked matmul 49152^3 fp32 over 2 GPUs, seconds per run), exitcheck (issue 12:
+# which step of a 2-GPU process aborts at exit; bench/exit_check.py), llama2gpu1 and llama2gpuz (issue 12:
+# one GPU, then zigzag and sequence over two, at 4 GiB per GPU with torch-resident, in one call),
 # attntests (the GPU tests of the merge and the triton provider), attnbench (the merge, the triton tile
 # sweep and the providers; the chosen tile shape goes to $OUT/triton-config), providers8k and providers32k
 # (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB),
@@ -28,6 +31,12 @@ for s in "$@"; do
     tests2) stage tests2 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 100 tests/test_cuda_gpu.py \
              -k "llama or two_gpus" ;;
     peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
+    peerbig) stage peerbig 300 python3 bench/bench_cuda.py peer --json "$OUT/peerbig.json" ;;
+    exitcheck) stage exitcheck 300 python3 bench/exit_check.py --json "$OUT/exitcheck.json" ;;
+    llama2gpu1) for t in 8192 32768; do stage "llama2gpu1-$t" 150 python3 bench/run.py llama --tokens $t --budgets 4 --repeats 2 \
+             --gpus 1 --systems turnip-nondet turnip-fixed torch-resident floor --json "$OUT/llama2gpu1-$t.json"; done ;;
+    llama2gpuz) for p in zigzag sequence; do stage "llama2gpuz-$p" 200 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
+             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed torch-resident floor --json "$OUT/llama2gpuz-$p.json"; done ;;
     trace8k) stage trace8k 90 python3 bench/run.py llama --tokens 8192 --budgets 2 8 --repeats 1 --systems turnip-nondet floor \
              --traces "$OUT" --json "$OUT/trace8k.json" ;;
     kernels) stage kernels 150 python3 bench/bench_cuda.py kernels merge attention peer --quick --json "$OUT/kernels.json" ;;

@@ -77,7 +77,7 @@ def replace_block(doc: str, name: str, body: str) -> str:
 
 
 def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)  # "-dirty": uncommitted changes ran
     return done.stdout.strip() or "unknown commit"
 
 

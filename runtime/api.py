@@ -68,7 +68,8 @@ def execute(
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
     `backend` is a name ("cpu", "sim") built with `jitter` and `seed`, or a Backend instance used as is.
-    Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
+    `cost` (a CostModel; None: the H200 defaults) ranks vertices for the `nondet` policy and, with
+    backend="sim", is the sim's clock. Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
     plan race-free first (`VerifyError` otherwise); pass False to skip that for a plan verified already.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
@@ -79,7 +80,7 @@ def execute(
         verify_memgraph(memgraph)
     graph = build_exec_graph(memgraph, streams, cost)
     policy = make_policy(order, graph, seed)
-    machine = make_backend(backend, jitter, seed) if isinstance(backend, str) else backend
+    machine = make_backend(backend, jitter, seed, cost=cost) if isinstance(backend, str) else backend
     arrays = make_inputs(input_specs(memgraph), inputs, seed) if machine.needs_data else {}
     recorder = Recorder()
     try:

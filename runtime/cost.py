@@ -29,10 +29,14 @@ class CostModel:
     fp32_flops: float = 50.5e12
     half_flops: float = 750e12
     """fp16 and bf16 GEMM rate."""
-    attention_flops: float = 420e12
+    attention_flops: float = 460e12
     """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
-    partial): 397-437 TFLOP/s on full 7B blocks, 328-380 on causal ones (docs/benchmarks.md). With the GEMM
-    rate instead, the sim predicted llama prefill 25-33% faster than measured."""
+    partial), one rate for full and causal blocks. Fitted on llama 7b at 4 GiB on the H200 (2026-12-01):
+    460 TFLOP/s predicts 32k within 2% (1.274 against 1.303 s) and 128k within 3% (12.56 against 12.24 s);
+    the earlier 420 (from the merge before its rework) was 10% pessimistic at 128k. Queued alone, full
+    blocks run at 595 TFLOP/s and causal ones at 440 (docs/benchmarks.md); in a prefill the blocks share
+    the GPU with the GEMMs of the other stream. With the GEMM rate instead, the sim predicted llama prefill
+    25-33% faster than measured."""
     fp64_flops: float = 0.8e12
     launch: float = 10e-6
     """Per-kernel overhead. A host-side numba launch costs 28 us (docs/hardware.md); an async launch queued

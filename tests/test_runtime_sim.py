@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from runtime import execute
@@ -153,3 +155,12 @@ def test_kernels_on_two_streams_of_one_gpu_share_it_but_overlap_a_reload():
     ends = {c.vertex: c.end for c in result.recorder.completions}
     assert ends[2] == pytest.approx(2 * _relu_time(n), rel=1e-9) and ends[3] == pytest.approx(2 * _relu_time(n), rel=1e-9)
     assert ends[4] == pytest.approx(1e-3, rel=1e-9)
+
+
+def test_execute_by_name_runs_the_sim_on_the_cost_model_it_is_given():
+    graph = _late_transfer_example(move_elements=2 * ELEMENTS)
+    by_instance = execute(graph, backend=SimBackend(cost=UNIT), order="nondet", streams=1, cost=UNIT).summary.makespan
+    by_name = execute(graph, backend="sim", order="nondet", streams=1, cost=UNIT).summary.makespan
+    assert by_name == pytest.approx(by_instance, rel=1e-12) == pytest.approx(4e-3, rel=1e-9)
+    halved = replace(UNIT, peer_bw=UNIT.peer_bw * 2, hbm_bw=UNIT.hbm_bw * 2)
+    assert execute(graph, backend="sim", order="nondet", streams=1, cost=halved).summary.makespan < by_name

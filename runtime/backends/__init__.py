@@ -31,9 +31,10 @@ def resolve_backend(name: str) -> str:
     return name
 
 
-def make_backend(name: str, jitter: float = 0.0, seed: int = 0, **options) -> Backend:
-    """A fresh backend of the given kind; `options` go to the cuda backend's constructor (the others,
-    which have no such options, ignore them)."""
+def make_backend(name: str, jitter: float = 0.0, seed: int = 0, cost=None, **options) -> Backend:
+    """A fresh backend of the given kind; `cost` (a CostModel) is the sim backend's clock (None: the
+    H200 defaults); `options` go to the cuda backend's constructor (the others, which have no such
+    options, ignore them)."""
     name = resolve_backend(name)
     if name == "cpu":
         from runtime.backends.cpu import CpuBackend
@@ -42,7 +43,7 @@ def make_backend(name: str, jitter: float = 0.0, seed: int = 0, **options) -> Ba
     if name == "sim":
         from runtime.backends.sim import SimBackend
 
-        return SimBackend(jitter=jitter, seed=seed)
+        return SimBackend(cost=cost, jitter=jitter, seed=seed)
     try:
         from runtime.backends.cuda import CudaBackend, gpu_count
     except ImportError as err:

@@ -77,8 +77,16 @@ def replace_block(doc: str, name: str, body: str) -> str:
 
 
 def _commit() -> str:
-    done = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)  # "-dirty": uncommitted changes ran
-    return done.stdout.strip() or "unknown commit"
+    """The commit the benchmarks run from, "-dirty" when the tree had uncommitted changes: asked once,
+    before any table is written (the doc's own rewrites would make every later stamp dirty)."""
+    global COMMIT
+    if COMMIT is None:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)
+        COMMIT = done.stdout.strip() or "unknown commit"
+    return COMMIT
+
+
+COMMIT: str | None = None
 
 
 def run(job: Job, full: bool) -> list[str] | None:
@@ -105,6 +113,7 @@ def main() -> int:
     doc = args.doc.read_text()
     for name in (table for job in JOBS for table in job.tables):
         replace_block(doc, name, "")  # every marker is in place before anything runs
+    _commit()  # before the first table is written
     failed = False
     for job in JOBS:
         if args.only and not set(args.only) & set(job.tables):

@@ -7,8 +7,8 @@ glibc's heap check at exit. Each scenario below is a fresh interpreter that does
 the cuda backend does over two GPUs (contexts, peer access, a peer copy, portable pinned memory, CuPy's
 cuBLAS handles and streams, cuda.core streams, torch, the host-function notifier, a whole run), with
 faulthandler on, so the first scenario that aborts names the step, and the Python frames printed at the
-abort name the finalizer. The last scenarios try remedies on a whole run: a run with nothing but the
-backend's own teardown, then explicit teardowns at exit. Prints a table (scenario, exit status, the last
+abort name the finalizer. The last scenarios try remedies on a whole run: the backend's `close` with and
+without its release of every CUDA object (`RELEASE_AT_CLOSE`), then explicit teardowns at exit. Prints a table (scenario, exit status, the last
 stderr line) and, with --json, every scenario's stderr tail.
 """
 
@@ -134,6 +134,7 @@ SCENARIOS = {
     "+ torch on both GPUs": TORCH,
     "+ the host-function notifier": HOSTFUNC,
     "a run over 2 GPUs (default notifier)": RUN.format(options=""),
+    "a run over 2 GPUs, no release at close": "import runtime.backends.cuda.backend as b; b.RELEASE_AT_CLOSE = False\n" + RUN.format(options=""),
     "a run over 2 GPUs, poll notifier": RUN.format(options='notifier="poll"'),
     "a run over 2 GPUs, then del + gc": RUN.format(options="") + TEARDOWN,
     "a run over 2 GPUs, then numba's cuda.close()": RUN.format(options="") + RESET,

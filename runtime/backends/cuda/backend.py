@@ -25,6 +25,7 @@ stream before memory goes, after a failure and after Ctrl-C too.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 from dataclasses import dataclass
 import time
@@ -47,6 +48,9 @@ LIBRARY_RESERVE = 32 << 20
 """Bytes per compute lane held back for cuBLAS's workspace pool on the lane's stream (14 MiB measured
 per lane on the H200, docs/benchmarks.md); torch's attention memory is added per graph (attention.py)."""
 
+
+RELEASE_AT_CLOSE = True
+"""`close` frees the run's CUDA objects at once (`_release`); bench/exit_check.py turns it off to compare."""
 
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""
@@ -525,6 +529,25 @@ class CudaBackend(Backend):
             self.work = []
             self.gpu_view = self.host_view = []
             self.arenas, self.workspaces, self.storage = [], [], None
+            if RELEASE_AT_CLOSE:
+                self._release()
+
+    def _release(self) -> None:
+        """Drop every CUDA object the run made (streams and their CuPy, torch and cuda.core views, events,
+        the notifier's side streams, arenas, pinned chunks) and have numba free them now, while every
+        context is alive, rather than from finalizers at interpreter exit, after other libraries may have
+        torn their CUDA state down."""
+        self.notifier = None
+        self.launch_streams, self.cupy_streams, self.torch_streams = [], [], []
+        self.events, self.origins = [], []
+        self.start_event = self.end_event = []
+        self.streams = []
+        if self.simulated:
+            return
+        gc.collect()
+        for device, context in enumerate(getattr(self, "contexts", [])):
+            with contextlib.suppress(Exception), self._on(device):
+                context.deallocations.clear()
 
 
 @dataclass(frozen=True)

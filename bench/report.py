@@ -125,7 +125,10 @@ def where(runs) -> str:
         if not r["system"].startswith("turnip") or not r.get("seconds"):
             continue
         bound = r.get("bound", "")
-        busy = bound.split("(", 1)[1].split(" busy")[0].replace("compute ", "").replace(", H2D ", " / ").replace(", D2H ", " / ") if "(" in bound else ""
+        if "engine_busy" in r:  # bench/run.py stores the fractions; older JSON has them only in its `bound` line
+            busy = " / ".join(f"{r['engine_busy'][kind]:.0%}" for kind in ("compute", "h2d", "d2h"))
+        else:
+            busy = bound.split("(", 1)[1].split(" busy")[0].replace("compute ", "").replace(", H2D ", " / ").replace(", D2H ", " / ") if "(" in bound else ""
         lines.append("| " + " | ".join([
             r["workload"], str(r["tokens"]), f"{r['budget']:g}", r["label"], r.get("notifier", ""), f"{r['seconds']:.3f}", f"{r['sim']:.3f}" if r.get("sim") else "",
             f"{r['sim'] / r['seconds']:.2f}" if r.get("sim") else "", busy, f"{max(0.0, r.get('wall', 0) - r['seconds']):.3f}",

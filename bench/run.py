@@ -163,17 +163,23 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "planned_reload": sum(n.nbytes for n in memgraph.nodes if n.op == "reload"),
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
-            "bound": bound_by(run), "lines": summary.lines() + runs["notes"], "output": output,
+            "bound": bound_by(run), "engine_busy": engine_busy(run), "lines": summary.lines() + runs["notes"], "output": output,
             "copy_depth": backend.copy_queue_depth, "attention": ATTENTION, "notifier": NOTIFIER,
         }
 
 
-def bound_by(run) -> str:
-    """One line saying what limited a turnip run: compute, PCIe, dispatch, or dependency stalls."""
+def engine_busy(run) -> dict[str, float]:
+    """The fraction of the GPU span in which some lane of each kind (compute, h2d, d2h) was busy."""
     completions = run["recorder"].completions
     graph = run["recorder"].graph
     span = run["makespan"] or 1e-9
-    busy = {kind: union_length([(c.start, c.end) for c in completions if graph.lanes[c.lane].kind == kind]) / span for kind in ("compute", "h2d", "d2h")}
+    return {kind: union_length([(c.start, c.end) for c in completions if graph.lanes[c.lane].kind == kind]) / span for kind in ("compute", "h2d", "d2h")}
+
+
+def bound_by(run) -> str:
+    """One line saying what limited a turnip run: compute, PCIe, dispatch, or dependency stalls."""
+    span = run["makespan"] or 1e-9
+    busy = engine_busy(run)
     host = max(0.0, run["wall"] - span) / run["wall"]
     text = f"compute {busy['compute']:.0%}, H2D {busy['h2d']:.0%}, D2H {busy['d2h']:.0%} busy; loop wall {run['wall']:.3f} s vs GPU span {span:.3f} s"
     pcie = max(busy["h2d"], busy["d2h"])

@@ -53,6 +53,19 @@ def test_what_bound_a_run_names_both_engines_when_both_are_saturated() -> None:
     assert bound(0.60, 0.97) == "PCIe-bound"
     assert bound(0.30, 0.30, wall=1.5) == "dispatch-bound"
     assert bound(0.30, 0.30) == "dependency stalls"
+    done = [NS(lane=0, start=0.0, end=0.5), NS(lane=0, start=0.25, end=0.75), NS(lane=2, start=0.5, end=1.0)]
+    busy = run.engine_busy({"recorder": NS(completions=done, graph=NS(lanes=lanes)), "makespan": 1.0})
+    assert busy == {"compute": 0.75, "h2d": 0.0, "d2h": 0.5}
+
+
+def test_the_where_table_takes_stored_busy_fractions_and_reads_old_bound_lines() -> None:
+    import report
+
+    base = {"workload": "llama", "tokens": 8192, "budget": 2.0, "system": "turnip-nondet", "label": "turnip-nondet", "seconds": 0.25}
+    old = {**base, "bound": "PCIe-bound (compute 82%, H2D 97%, D2H 0% busy; loop wall 0.246 s vs GPU span 0.245 s)"}
+    new = {**base, "bound": "PCIe-bound (whatever)", "engine_busy": {"compute": 0.82, "h2d": 0.97, "d2h": 0.0}}
+    rows = report.where([old, new]).splitlines()[2:]
+    assert len(rows) == 2 and all("| 82% / 97% / 0% |" in row for row in rows)
 
 
 def test_the_report_tells_the_notifiers_apart() -> None:

@@ -41,11 +41,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_cuda import cuda_time, loops, row  # noqa: E402
 from report import floor_seconds  # noqa: E402
-from passes.pipeline import compile_taskgraph  # noqa: E402
-from runtime import arena_budget, execute  # noqa: E402
+from passes.pipeline import compile_best, compile_taskgraph  # noqa: E402
+from runtime import arena_budget, execute, sim_makespan  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
+from passes.schedules import SCHEDULES  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
@@ -57,6 +58,8 @@ COPY_DEPTH = None
 ATTENTION = "auto"
 """Turnip's attention provider (--attention)."""
 NOTIFIER = DEFAULT_NOTIFIER
+SCHEDULE = "given"
+"""The compiler's simulated schedule for turnip (--schedule; auto: every schedule, the sim's fastest plan)."""
 """How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
@@ -139,7 +142,12 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     budget = int(budget_gib * GIB)
     try:
         began = time.perf_counter()
-        memgraph = compile_taskgraph(work.graph, arena_budget(work.graph, budget, "cuda", attention=ATTENTION), inputs="host")
+        arena = arena_budget(work.graph, budget, "cuda", attention=ATTENTION)
+        scores = {}
+        if SCHEDULE == "auto":
+            memgraph, schedule, scores = compile_best(work.graph, arena, sim_makespan, inputs="host")
+        else:
+            memgraph, schedule = compile_taskgraph(work.graph, arena, SCHEDULE, inputs="host"), SCHEDULE
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):
@@ -165,6 +173,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run), "engine_busy": engine_busy(run), "lines": summary.lines() + runs["notes"], "output": output,
             "copy_depth": backend.copy_queue_depth, "attention": ATTENTION, "notifier": NOTIFIER,
+            "schedule": schedule, "schedule_scores": scores,
         }
 
 
@@ -368,14 +377,16 @@ def main(argv=None) -> int:
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
+    parser.add_argument("--schedule", default="given", choices=(*SCHEDULES, "auto"), help="the compiler's simulated schedule for turnip")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)
-    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER
+    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
     ATTENTION = args.attention
     NOTIFIER = args.notifier
+    SCHEDULE = args.schedule
     ORDERS = tuple(o for o in ("nondet", "fixed") if f"turnip-{o}" in args.systems) or ("nondet",)
     import torch
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from passes.compact import MemArrays
@@ -22,8 +23,9 @@ from passes.insert_offload import InsertOffloadPass
 from passes.minimize_memory_deps import MinimizeMemoryDepsPass
 from passes.place_devices import PlaceDevicesPass
 from passes.reduce_memory_deps import ReduceMemoryDepsPass
+from passes.schedules import SCHEDULES
 from passes.verify_memgraph import VerifyMemgraphPass
-from turnip_ir.errors import InputError
+from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -65,6 +67,39 @@ def compile_taskgraph(
         if verify:
             VerifyMemgraphPass().run(memgraph, stats, source=placed)
     return memgraph
+
+
+def compile_best(
+    graph: TaskGraph,
+    budget: int,
+    judge: Callable[[MemGraph], float],
+    schedules: Sequence[str] = SCHEDULES,
+    **options,
+) -> tuple[MemGraph, str, dict[str, float]]:
+    """Compile `graph` under each of `schedules` and keep the plan `judge` rates fastest.
+
+    `judge` maps a memgraph to seconds (the runtime's sim makespan, say: the compiler cannot run the
+    sim itself, the layers only look down). Returns the plan, its schedule and every score; a schedule
+    whose plan does not fit is left out, and when none fits the first one's `BudgetError` is raised.
+    Ties go to the earlier schedule. `options` are `compile_taskgraph`'s.
+    """
+    if not schedules:
+        raise InputError("compile_best needs at least one schedule")
+    best: tuple[float, str, MemGraph] | None = None
+    scores: dict[str, float] = {}
+    first_error: BudgetError | None = None
+    for schedule in schedules:
+        try:
+            memgraph = compile_taskgraph(graph, budget, schedule, **options)
+        except BudgetError as err:
+            first_error = first_error or err
+            continue
+        scores[schedule] = judge(memgraph)
+        if best is None or scores[schedule] < best[0]:
+            best = (scores[schedule], schedule, memgraph)
+    if best is None:
+        raise first_error
+    return best[2], best[1], scores
 
 
 @contextlib.contextmanager

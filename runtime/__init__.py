@@ -4,6 +4,6 @@
 the design (states, resources, invariants, policies) and docs/runtime.md for a guide.
 """
 
-from runtime.api import RunResult, arena_budget, execute
+from runtime.api import RunResult, arena_budget, execute, sim_makespan
 
-__all__ = ["RunResult", "arena_budget", "execute"]
+__all__ = ["RunResult", "arena_budget", "execute", "sim_makespan"]

@@ -94,3 +94,9 @@ def execute(
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
     summary.notes = machine.notes()
     return RunResult(outputs, summary, recorder)
+
+
+def sim_makespan(memgraph: MemGraph, streams: int = 2, order: str = "nondet", cost: CostModel | None = None) -> float:
+    """Seconds the sim backend predicts for one run of `memgraph` (the H200 cost model unless `cost`);
+    what `passes.pipeline.compile_best` ranks schedules by in `turnip run --schedule auto`."""
+    return execute(memgraph, backend="sim", order=order, streams=streams, cost=cost, verify=False).summary.makespan

@@ -85,3 +85,34 @@ def test_an_unread_input_needed_next_stays_while_a_tensor_needed_last_goes():
     assert by_task["w", "input"].loc is not None and ("w", "reload") not in by_task
     assert ("x", "offload") in by_task and ("x", "reload") in by_task
     assert memgraph.count("offload") + memgraph.count("reload") == 2
+
+
+def test_compile_best_keeps_the_schedule_the_judge_rates_fastest_and_skips_plans_that_do_not_fit(monkeypatch):
+    import pytest
+
+    from passes import pipeline
+    from runtime import sim_makespan
+    from turnip_ir.errors import BudgetError
+
+    graph = random_taskgraph(4, tasks=80, devices=1, sizes=(64, 128, 256))
+    budget = int(minimum_budget(place_devices(graph, 0)) * 1.3)
+    marks = iter([3.0, 1.0, 2.0])
+    memgraph, chosen, scores = pipeline.compile_best(graph, budget, lambda m: next(marks))
+    assert chosen == "dfs" and scores == {"given": 3.0, "dfs": 1.0, "memory": 2.0}
+    assert isinstance(memgraph, MemGraph) and memgraph.budget <= budget
+    # with the sim as the judge, the kept plan is the one with the smallest predicted makespan
+    memgraph, chosen, scores = pipeline.compile_best(graph, budget, sim_makespan)
+    assert scores[chosen] == min(scores.values()) and sim_makespan(memgraph) == scores[chosen]
+
+    real = pipeline.compile_taskgraph
+
+    def refusing(graph, budget, schedule="given", *args, **kwargs):
+        if schedule != "memory":
+            raise BudgetError(f"{schedule} does not fit")
+        return real(graph, budget, schedule, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "compile_taskgraph", refusing)
+    _, chosen, scores = pipeline.compile_best(graph, budget, sim_makespan)
+    assert chosen == "memory" and list(scores) == ["memory"]
+    with pytest.raises(BudgetError, match="given does not fit"):
+        pipeline.compile_best(graph, budget, sim_makespan, schedules=("given", "dfs"))

@@ -175,3 +175,14 @@ def test_a_given_memgraph_with_a_race_is_refused_unless_told(tmp_path):
     proc = _turnip(race)
     _one_line_error(proc, 3, "race: node 3 (exp 'c') overwrites [1024, 2048) on GPU 0")
     assert _turnip(race, "--no-verify").returncode == 0
+
+
+def test_schedule_auto_compiles_every_schedule_and_says_which_the_sim_chose(tmp_path):
+    path = tmp_path / "g.json"
+    path.write_text(random_taskgraph(3, tasks=60, devices=1, sizes=(64, 128)).dumps())
+    proc = _turnip(path, "--memory", "200KiB", "--backend", "sim", "--schedule", "auto")
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("schedule auto: "))
+    chosen = line.split()[2]
+    assert chosen in ("given", "dfs", "memory") and all(f"{s} " in line for s in ("given", "dfs", "memory"))
+    _one_line_error(_turnip(path, "--memory", "200KiB", "--backend", "sim", "--schedule", "fastest"), 2, "--schedule")

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.run_cmd import parse_size
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
+from turnip_cli.planning import add_schedule_argument, compile_with
 from turnip_ir.errors import InputError
 from turnip_ir.io import write_atomic
 from turnip_ir.workloads import llama
@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, default=1, metavar="N")
     parser.add_argument("--block", type=int, metavar="N", help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
+    add_schedule_argument(parser)
     parser.add_argument("--dtype", choices=("float16", "float32"), help="compute dtype (default: the config's; "
                         "bfloat16 models run in float32)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
-    memgraph = compile_taskgraph(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention))  # less the cuda workspace
+    memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
     inputs = built.feed(weights, ids) if backend != "sim" else None
     result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing

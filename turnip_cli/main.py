@@ -30,8 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (`turnip run: error: ...`, exit 2), not the usage text and a
+    line; `--help` still prints the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="turnip", description="Turnip: run computations larger than GPU memory")
+    parser = _Parser(prog="turnip", description="Turnip: run computations larger than GPU memory")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():

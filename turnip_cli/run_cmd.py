@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
+from turnip_cli.planning import add_schedule_argument, compile_with
 from turnip_ir.errors import InputError
 from turnip_ir.io import load_graph, write_atomic
 from turnip_ir.memgraph import MemGraph
@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu: max random delay per vertex in seconds; sim: relative spread of durations")
     parser.add_argument("--streams", type=int, default=2, help="compute streams per GPU")
     parser.add_argument("--no-verify", action="store_true", help="run a given memgraph without proving it race-free first")
+    add_schedule_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
-    memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams, args.attention)
+    memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
         memgraph,
@@ -96,7 +97,7 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     write_atomic(path, data.getvalue())
 
 
-def _memgraph(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto") -> tuple[MemGraph, bool]:
+def _memgraph(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto", schedule: str = "given") -> tuple[MemGraph, bool]:
     """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
 
     The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
@@ -108,4 +109,4 @@ def _memgraph(path: str, memory: str | None, backend: str, streams: int, attenti
         return graph, False
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_taskgraph(graph, arena_budget(graph, budget, backend, streams, attention)), True
+    return compile_with(graph, arena_budget(graph, budget, backend, streams, attention), schedule, streams), True

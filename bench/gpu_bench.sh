@@ -11,6 +11,8 @@
 # peerbig (issue 12: the blocked matmul 49152^3 fp32 over 2 GPUs, seconds per run), exitcheck (issue 12:
 # which step of a 2-GPU process aborts at exit; bench/exit_check.py), llama2gpu1 and llama2gpuz (issue 12:
 # one GPU, then zigzag and sequence over two, at 4 GiB per GPU with torch-resident, in one call),
+# schedules (llama 8k and 32k at 1 GiB planned with the given and the memory schedule), quick128k (128k at
+# 4 GiB, turnip-nondet once),
 # attntests (the GPU tests of the merge and the triton provider), attnbench (the merge, the triton tile
 # sweep and the providers; the chosen tile shape goes to $OUT/triton-config), providers8k and providers32k
 # (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB),
@@ -73,6 +75,10 @@ for s in "$@"; do
     notifiers32k) for n in hostfunc-side hostfunc; do stage "notifiers32k-$n" 110 python3 bench/run.py llama --tokens 32768 --budgets 4 --repeats 3 \
              --notifier $n --systems turnip-nondet floor --json "$OUT/notifiers32k-$n.json"; done
              stage notifierlatency 150 python3 bench/bench_cuda.py notifiers --json "$OUT/notifierlatency.json" ;;
+    schedules) for sc in given memory; do stage "schedules-$sc" 150 python3 bench/run.py llama --tokens 8192 32768 --budgets 1 --repeats 2 \
+             --schedule $sc --systems turnip-nondet turnip-fixed floor --json "$OUT/schedules-$sc.json"; done ;;
+    quick128k) stage quick128k 150 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 --systems turnip-nondet floor \
+             --json "$OUT/quick128k.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
   esac

@@ -3,7 +3,7 @@
 `--schedule auto` compiles once per schedule (passes/schedules.py), predicts each plan's run with the
 sim backend's H200 cost model and keeps the fastest; it prints one line with the choice and every
 prediction. It costs a compile and a sim run per schedule, and pays off where memory is tight: llama 7b
-at 8k tokens and 1 GiB is predicted 0.27 s with `memory` against 0.34 s with `given` (docs/compiler.md).
+at 8k tokens and 1 GiB is predicted 0.27 s with `memory` against 0.34 s with `given` (docs/passes.md).
 """
 
 from __future__ import annotations

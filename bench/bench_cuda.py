@@ -1,6 +1,6 @@
 """GPU benchmarks of the cuda backend, each figure a ratio to a ceiling or baseline measured in the same run.
 
-    python3 bench/bench_cuda.py SECTION... [--json results.json] [--quick]
+    python3 bench/bench_cuda.py SECTION... [--json results.json] [--quick] [--peer-n N]
 
 Sections: ceilings (H2D, D2H, both at once, HBM copy, fp16 GEMM), notifiers (completion latency and a
 100,000-vertex stress test per notifier), lookahead (idle gap between dependent GEMMs, queued ahead or
@@ -8,8 +8,10 @@ not), dispatch (host cost per tiny vertex), kernels (memory-bound kernels agains
 merge (the attention merge alone), attention (providers on 7B blocks against
 torch's best SDPA), copies (reload-bound and duplex chains),
 ffn (16 layers 8192x32768 fp16 at 8 GiB: turnip nondet and fixed, a synchronous layer-by-layer copy, a
-hand-written double-buffered prefetch, and the PCIe floor), sim (the sim prediction beside the measured run).
-Run on the GPU machine through bench/gpu_check.py, which sets the machine up first.
+hand-written double-buffered prefetch, and the PCIe floor), sim (the sim prediction beside the measured run),
+triton (the triton provider's tile sweep), contention (H2D alone and under GEMMs), peer (two GPUs: the
+peer-copy ceiling, then the seed's blocked matmul, 49152^3 fp32 by default, at 16 and 6 GiB per GPU).
+Run on the GPU machine after `source bench/gpu_setup.sh` (bench/gpu_bench.sh has the stages).
 """
 
 from __future__ import annotations

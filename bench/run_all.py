@@ -120,6 +120,7 @@ def main() -> int:
             continue
         bodies = run(job, args.full)
         failed |= bodies is None
+        doc = args.doc.read_text()  # read again: the doc may have been edited while the job ran
         for name, body in zip(job.tables, bodies or []):
             doc = replace_block(doc, name, body)
         args.doc.write_text(doc)  # after each job, so a later failure keeps what is done

@@ -104,3 +104,18 @@ def test_the_peer_matmul_runs_over_two_gpus_of_the_cpu_backend_and_reports_its_e
     tight = out[f"{tight}-nondet"]
     assert tight["moved"] > 0 and tight["reloaded"] > 0  # partial products crossed GPUs; the tight budget offloaded
     assert all(out[key]["error"] < 1e-5 for key in out if "-" in key)
+
+
+def test_an_edit_made_while_a_benchmark_runs_is_kept(tmp_path, monkeypatch) -> None:
+    doc = tmp_path / "bench.md"
+    doc.write_text("intro\n<!-- bench:x -->\n| old |\n<!-- /bench:x -->\n")
+
+    def job_that_takes_a_while(job, full):
+        doc.write_text(doc.read_text().replace("intro", "intro, edited meanwhile"))
+        return ["| new |"]
+
+    monkeypatch.setattr(run_all, "JOBS", (run_all.Job(("fake.py",), ("x",)),))
+    monkeypatch.setattr(run_all, "run", job_that_takes_a_while)
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--doc", str(doc)])
+    assert run_all.main() == 0
+    assert doc.read_text() == "intro, edited meanwhile\n<!-- bench:x -->\n| new |\n<!-- /bench:x -->\n"

@@ -359,13 +359,7 @@ class CudaBackend(Backend):
                 self.deps[user].append(vertex)
         self.fifo = [deque() for _ in graph.lanes]
         self.errors: list[Completion] = []
-        side = None
-        if self.notifier_kind == "hostfunc-side" and not self.simulated:
-            side = [None] * len(graph.lanes)
-            for lane in graph.lanes:
-                with self._on(lane.device):
-                    side[lane.index] = cuda.stream()
-        self.notifier = make_notifier(self.notifier_kind, len(graph.lanes), side)
+        self.notifier = make_notifier(self.notifier_kind, self.lane_device)
         self.sampler = MemorySampler(self, self.sample_memory) if self.sample_memory and not self.simulated else None
 
     # ----- the loop's calls ------------------------------------------------------------------------------

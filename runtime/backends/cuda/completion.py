@@ -38,7 +38,7 @@ from collections import deque
 
 import numpy as np
 
-from runtime.backends.cuda.compat import simulated
+from runtime.backends.cuda.compat import cuda, simulated, stream_handle
 
 NOTIFIERS = ("hostfunc-side", "hostfunc", "poll", "thread")
 DEFAULT_NOTIFIER = "hostfunc-side"
@@ -189,8 +189,6 @@ class HostFuncNotifier(Notifier):
         return entry
 
     def after(self, lane, stream, event):
-        from runtime.backends.cuda.compat import stream_handle
-
         if self.launch_host_func is None:
             self.launch_host_func = self._driver_entry()
         if self.side_streams is not None:
@@ -216,15 +214,18 @@ class HostFuncNotifier(Notifier):
             self.fd = -1
 
 
-def make_notifier(kind: str, lanes: int, side_streams: list | None = None) -> Notifier:
-    """`side_streams` (one per lane, on the lane's device) are what `hostfunc-side` queues its host
-    functions on."""
+def make_notifier(kind: str, lane_devices: list[int]) -> Notifier:
+    """The notifier `kind` for lanes on these GPUs (`lane_devices[lane]`); `hostfunc-side` makes its
+    side streams here, each on its lane's GPU."""
+    lanes = len(lane_devices)
     if simulated():
         return ImmediateNotifier(lanes)
     if kind == "hostfunc-side":
-        if side_streams is None or len(side_streams) != lanes:
-            raise ValueError("the hostfunc-side notifier needs one side stream per lane")
-        return HostFuncNotifier(lanes, side_streams)
+        side = []
+        for device in lane_devices:
+            with cuda.gpus[device]:
+                side.append(cuda.stream())
+        return HostFuncNotifier(lanes, side)
     if kind == "hostfunc":
         return HostFuncNotifier(lanes)
     if kind == "poll":

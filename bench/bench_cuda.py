@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from passes.pipeline import compile_taskgraph  # noqa: E402
-from runtime import arena_budget, execute  # noqa: E402
+from runtime import arena_budget, execute, sim_makespan  # noqa: E402
+from runtime.backends import make_backend  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
 from runtime.callbacks import Recorder  # noqa: E402
@@ -707,8 +708,6 @@ def peer_matmul(n: int, ceiling: float, budgets_gib=(16, 6), repeats: int = 2, b
     """The blocked matmul n^3 fp32 over 2 GPUs on the cuda backend, each budget in both orders; the
     error on 64 sampled rows against float64, the peer rate against `ceiling` (bytes per second).
     `backend="cpu"` runs the same steps on the cpu backend (the tests: the CUDA simulator has one GPU)."""
-    from runtime.backends.cpu import CpuBackend
-
     from turnip_ir.workloads import matmul
 
     config = matmul.MatmulConfig(m=n, k=n, n=n, block=n // 4, gpus=2, dtype="float32")
@@ -726,14 +725,14 @@ def peer_matmul(n: int, ceiling: float, budgets_gib=(16, 6), repeats: int = 2, b
     row(*["---"] * 11)
     for gib in budgets_gib:
         memgraph = compile_taskgraph(graph, arena_budget(graph, int(gib * GIB), backend))
-        runs = loops(memgraph, CudaBackend() if backend == "cuda" else CpuBackend(), orders=("nondet", "fixed"), repeats=repeats, inputs=inputs)
+        runs = loops(memgraph, make_backend(backend), orders=("nondet", "fixed"), repeats=repeats, inputs=inputs)
         c = program.gather(program.outputs["C"], runs.pop("outputs"))
         error = rows_error(a, b, c, rng.choice(n, min(64, n), replace=False))
         del c
         for order in ("nondet", "fixed"):
             summary = runs[order]["summary"]
             seconds = runs[order]["makespan"] or 1e-9
-            predicted = execute(memgraph, backend="sim", order=order).summary.makespan
+            predicted = sim_makespan(memgraph, order=order)
             out[f"{gib}-{order}"] = {"seconds": seconds, "moved": summary.bytes_moved, "peer_rate": summary.peer_bandwidth,
                                       "offloaded": summary.bytes_offloaded, "reloaded": summary.bytes_reloaded,
                                       "busy": summary.busy, "error": error, "sim": predicted}

@@ -41,12 +41,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_cuda import cuda_time, loops, row  # noqa: E402
 from report import floor_seconds  # noqa: E402
-from passes.pipeline import compile_best, compile_taskgraph  # noqa: E402
-from runtime import arena_budget, execute, sim_makespan  # noqa: E402
+from runtime import arena_budget, sim_makespan  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
-from passes.schedules import SCHEDULES  # noqa: E402
+from turnip_cli.planning import SCHEDULE_CHOICES, compile_for  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
@@ -58,9 +57,9 @@ COPY_DEPTH = None
 ATTENTION = "auto"
 """Turnip's attention provider (--attention)."""
 NOTIFIER = DEFAULT_NOTIFIER
+"""How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 SCHEDULE = "given"
 """The compiler's simulated schedule for turnip (--schedule; auto: every schedule, the sim's fastest plan)."""
-"""How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
@@ -143,11 +142,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     try:
         began = time.perf_counter()
         arena = arena_budget(work.graph, budget, "cuda", attention=ATTENTION)
-        scores = {}
-        if SCHEDULE == "auto":
-            memgraph, schedule, scores = compile_best(work.graph, arena, sim_makespan, inputs="host")
-        else:
-            memgraph, schedule = compile_taskgraph(work.graph, arena, SCHEDULE, inputs="host"), SCHEDULE
+        memgraph, schedule, scores = compile_for(work.graph, arena, SCHEDULE, inputs="host")
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):
@@ -164,14 +159,15 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     for order in ORDERS:
         run = runs[order]
         summary = run["summary"]
-        predicted = execute(memgraph, backend="sim", order=order).summary.makespan
+        predicted = sim_makespan(memgraph, order=order)
+        busy = engine_busy(run)
         results[f"turnip-{order}"] = {
             "seconds": run["makespan"], "wall": run["wall"], "sim": predicted, "compile_s": compile_s,
             "offloaded": summary.bytes_offloaded, "reloaded": summary.bytes_reloaded,
             "planned_reload": sum(n.nbytes for n in memgraph.nodes if n.op == "reload"),
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
-            "bound": bound_by(run), "engine_busy": engine_busy(run), "lines": summary.lines() + runs["notes"], "output": output,
+            "bound": bound_by(run, busy), "engine_busy": busy, "lines": summary.lines() + runs["notes"], "output": output,
             "copy_depth": backend.copy_queue_depth, "attention": ATTENTION, "notifier": NOTIFIER,
             "schedule": schedule, "schedule_scores": scores,
         }
@@ -185,10 +181,11 @@ def engine_busy(run) -> dict[str, float]:
     return {kind: union_length([(c.start, c.end) for c in completions if graph.lanes[c.lane].kind == kind]) / span for kind in ("compute", "h2d", "d2h")}
 
 
-def bound_by(run) -> str:
-    """One line saying what limited a turnip run: compute, PCIe, dispatch, or dependency stalls."""
+def bound_by(run, busy: dict[str, float] | None = None) -> str:
+    """One line saying what limited a turnip run: compute, PCIe, dispatch, or dependency stalls. `busy`
+    is `engine_busy(run)` where the caller has it already."""
     span = run["makespan"] or 1e-9
-    busy = engine_busy(run)
+    busy = engine_busy(run) if busy is None else busy
     host = max(0.0, run["wall"] - span) / run["wall"]
     text = f"compute {busy['compute']:.0%}, H2D {busy['h2d']:.0%}, D2H {busy['d2h']:.0%} busy; loop wall {run['wall']:.3f} s vs GPU span {span:.3f} s"
     pcie = max(busy["h2d"], busy["d2h"])
@@ -377,7 +374,7 @@ def main(argv=None) -> int:
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
-    parser.add_argument("--schedule", default="given", choices=(*SCHEDULES, "auto"), help="the compiler's simulated schedule for turnip")
+    parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule for turnip")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     args = parser.parse_args(argv)

@@ -110,7 +110,7 @@ def test_an_edit_made_while_a_benchmark_runs_is_kept(tmp_path, monkeypatch) -> N
     doc = tmp_path / "doc"  # a copy of the benchmarks page, in small
     doc.write_text("intro\n<!-- bench:x -->\n| old |\n<!-- /bench:x -->\n")
 
-    def job_that_takes_a_while(job, full):
+    def job_that_takes_a_while(job, full, commit):
         doc.write_text(doc.read_text().replace("intro", "intro, edited meanwhile"))
         return ["| new |"]
 

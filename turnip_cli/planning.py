@@ -24,13 +24,20 @@ def add_schedule_argument(parser: argparse.ArgumentParser) -> None:
                         help="the compiler's simulated schedule; auto: each one, keeping the plan the sim predicts fastest")
 
 
-def compile_with(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> MemGraph:
-    """`compile_taskgraph` under `schedule`, or for `auto` the sim-fastest of every schedule."""
+def compile_for(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> tuple[MemGraph, str, dict[str, float]]:
+    """`compile_taskgraph` under `schedule`, or for `auto` the sim-fastest of every schedule: the plan, the
+    schedule it was compiled under and the sim's predictions (empty unless `auto`)."""
     if schedule != "auto":
-        return compile_taskgraph(graph, budget, schedule, **options)
-    memgraph, chosen, scores = compile_best(graph, budget, lambda m: sim_makespan(m, streams), **options)
-    predicted = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in scores.items())
-    print(f"schedule auto: {chosen} (sim predictions: {predicted})")
+        return compile_taskgraph(graph, budget, schedule, **options), schedule, {}
+    return compile_best(graph, budget, lambda m: sim_makespan(m, streams), **options)
+
+
+def compile_with(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> MemGraph:
+    """`compile_for`'s plan; for `auto` it prints one line with the choice and every prediction."""
+    memgraph, chosen, scores = compile_for(graph, budget, schedule, streams, **options)
+    if schedule == "auto":
+        predicted = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in scores.items())
+        print(f"schedule auto: {chosen} (sim predictions: {predicted})")
     return memgraph
 
 

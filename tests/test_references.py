@@ -107,3 +107,12 @@ def test_the_checker_sees_what_is_missing(tmp_path: Path) -> None:
         "file NOTES.md",
         "module turnip_ir.verify_ir",
     ]
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    """The set-up contract: README.md's first code block is exactly `make demo` and `make test`."""
+    text = (ROOT / "README.md").read_text()
+    first = re.search(r"```\w*\n(.*?)```", text, re.S)
+    assert first is not None and text.index("```") < text.index("\n## ")
+    commands = [line.split("#")[0].strip() for line in first.group(1).splitlines() if line.split("#")[0].strip()]
+    assert commands == ["make demo", "make test"]

@@ -2,7 +2,7 @@
 
 A backend owns memory (one arena per GPU, one host storage buffer, all allocated in `prepare`), runs a
 vertex asynchronously on a lane (`submit`), and reports completions (`wait`, which blocks or advances a
-virtual clock). The executor never looks inside: the cpu, sim and a future cuda backend plug in alike.
+virtual clock). The executor never looks inside: the cuda, cpu and sim backends plug in alike.
 """
 
 from __future__ import annotations

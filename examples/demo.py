@@ -5,7 +5,8 @@ Steps, each printed as it happens:
    with random weights and token ids from seed 0: RMSNorm, q/k/v, RoPE, blocked causal attention
    chains, o projection, SwiGLU FFN, residuals and the final norm, as one taskgraph;
 2. compile it with the `turnip-memgraph` pipeline at a per-GPU budget of 1.5x the smallest that can
-   work, far below what keeping everything resident takes, and print the compile statistics;
+   work, far below what keeping everything resident takes, and print the compile statistics and what
+   was offloaded and why (turnip_ir/explain.py, as `turnip explain` prints it);
 3. run it on the best available backend with the nondeterministic policy and compare the hidden
    states with a float64 numpy LLaMA written from Hugging Face's `LlamaModel`;
 4. predict, with the `sim` backend's H200 cost model, the 7B prefill of 8192 tokens at 4 GiB;
@@ -24,6 +25,7 @@ from passes.pipeline import compile_taskgraph
 from passes.compile_stats import CompileStats
 from runtime import execute
 from turnip_ir.dot import have_dot, render
+from turnip_ir.explain import explain_offloads
 from turnip_ir.workloads import llama
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +46,9 @@ def main() -> int:
     print(stats.table())
     offloads, reloads = memgraph.count("offload"), memgraph.count("reload")
     assert offloads > 0, "the demo budget should force offloads"
+    report = explain_offloads(memgraph)  # what was offloaded and why (`turnip explain` prints the same)
+    print("\n".join(report.summary_lines(top=3)))
+    print("\n".join(report.line(r) for r in [r for r in report.reloads if r.offload is not None][:2]))
 
     # auto: the cuda backend on a GPU machine (the budget above is its arena; its workspace comes on top)
     result = execute(memgraph, backend="auto", order="nondet", inputs=built.feed(weights, ids))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from runtime.backends.base import Completion
 from runtime.graph import ExecGraph
+from turnip_ir.units import format_size
 
 
 @dataclass
@@ -54,14 +55,6 @@ class RunSummary:
             f"peak arena use: {arena}",
             *self.notes,
         ]
-
-
-def format_size(count: int) -> str:
-    """Bytes as the run summary prints them: `1.50 GiB`, `12.00 KiB`, `300 B`."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.2f} {unit}"
-    return f"{count} B"
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:

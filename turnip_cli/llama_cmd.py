@@ -19,7 +19,7 @@ from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
-from turnip_cli.run_cmd import parse_size
+from turnip_cli.planning import parse_size
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_with
 from turnip_ir.errors import InputError

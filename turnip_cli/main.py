@@ -16,6 +16,7 @@ from turnip_ir.errors import TurnipError
 SUBCOMMANDS = {
     "run": ("turnip_cli.run_cmd", "compile (if needed) and execute a graph"),
     "viz": ("turnip_cli.viz_cmd", "draw a taskgraph or memgraph with graphviz"),
+    "explain": ("turnip_cli.explain_cmd", "what a plan offloads and reloads, and why"),
     "build": ("turnip_cli.build_cmd", "write a workload's taskgraph (matmul, ffn, llama)"),
     "llama": ("turnip_cli.llama_cmd", "LLaMA prefill under a memory budget: weights and token ids to hidden states"),
 }

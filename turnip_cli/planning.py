@@ -1,4 +1,5 @@
-"""How the commands compile a taskgraph: under one schedule, or `auto` (each schedule, the sim's fastest).
+"""How the commands get their plan: a memgraph file as it is, or a taskgraph compiled at `--memory` (sizes
+such as 4GiB) under one schedule, or `auto` (each schedule, the sim's fastest).
 
 `--schedule auto` compiles once per schedule (passes/schedules.py), predicts each plan's run with the
 sim backend's H200 cost model and keeps the fastest; it prints one line with the choice and every
@@ -9,14 +10,29 @@ at 8k tokens and 1 GiB is predicted 0.27 s with `memory` against 0.34 s with `gi
 from __future__ import annotations
 
 import argparse
+import re
 
 from passes.pipeline import compile_best, compile_taskgraph
 from passes.schedules import SCHEDULES
-from runtime import sim_makespan
+from runtime import arena_budget, sim_makespan
+from turnip_ir.errors import InputError
+from turnip_ir.io import load_graph
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
 SCHEDULE_CHOICES = (*SCHEDULES, "auto")
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """'4GiB' -> 4294967296; plain integers are bytes; KiB/MiB/GiB and KB/MB/GB suffixes."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise InputError(f"memory size '{text}' must be bytes or a number with KiB, MiB, GiB, KB, MB or GB")
+    return int(float(match.group(1)) * _UNITS[unit])
 
 
 def add_schedule_argument(parser: argparse.ArgumentParser) -> None:
@@ -43,3 +59,18 @@ def compile_with(graph: TaskGraph, budget: int, schedule: str, streams: int = 2,
 
 def _seconds(value: float) -> str:
     return f"{value:.3f} s" if value >= 0.1 else f"{value * 1e3:.3f} ms"
+
+
+def load_plan(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto", schedule: str = "given") -> tuple[MemGraph, bool]:
+    """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
+
+    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
+    graph = load_graph(path)
+    budget = parse_size(memory) if memory is not None else None
+    if isinstance(graph, MemGraph):
+        if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams, attention):
+            raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget} allows the {backend} backend's arena")
+        return graph, False
+    if budget is None:
+        raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
+    return compile_with(graph, arena_budget(graph, budget, backend, streams, attention), schedule, streams), True

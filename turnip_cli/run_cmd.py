@@ -8,34 +8,19 @@ from __future__ import annotations
 
 import argparse
 import io
-import re
 from pathlib import Path
 
 import numpy as np
 
-from runtime import arena_budget, execute
+from runtime import execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_schedule_argument, compile_with
+from turnip_cli.planning import add_schedule_argument, load_plan
 from turnip_ir.errors import InputError
-from turnip_ir.io import load_graph, write_atomic
-from turnip_ir.memgraph import MemGraph
-
-_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """'4GiB' -> 4294967296; plain integers are bytes; KiB/MiB/GiB and KB/MB/GB suffixes."""
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise InputError(f"memory size '{text}' must be bytes or a number with KiB, MiB, GiB, KB, MB or GB")
-    return int(float(match.group(1)) * _UNITS[unit])
-
+from turnip_ir.io import write_atomic
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="taskgraph (.json/.mlir) or compiled memgraph")
@@ -63,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.outputs, args.trace):
         _check_writable(path)  # before a long run, not after it
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
-    memgraph, compiled = _memgraph(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
+    memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
     inputs = load_npz(args.inputs) if args.inputs else None
     result = execute(
         memgraph,
@@ -95,18 +80,3 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     data = io.BytesIO()
     np.savez(data, **outputs)
     write_atomic(path, data.getvalue())
-
-
-def _memgraph(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto", schedule: str = "given") -> tuple[MemGraph, bool]:
-    """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
-
-    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
-    graph = load_graph(path)
-    budget = parse_size(memory) if memory is not None else None
-    if isinstance(graph, MemGraph):
-        if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams, attention):
-            raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget} allows the {backend} backend's arena")
-        return graph, False
-    if budget is None:
-        raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_with(graph, arena_budget(graph, budget, backend, streams, attention), schedule, streams), True

@@ -40,7 +40,7 @@ from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS, make_n
 from runtime.backends.cuda.memory import CHUNK_BYTES, PinnedStorage, Workspace, device_bytes, device_pointer, device_view
 from runtime.graph import ExecGraph, Lane
 from runtime.inputs import Tiled, fill
-from runtime.summary import format_size
+from turnip_ir.units import format_size
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.memgraph import MemNode
 

@@ -158,3 +158,11 @@ def test_bad_input_is_one_line(argv, message, capsys) -> None:
     assert main(argv) != 0
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_pictures_reloads_carry_their_reason_as_a_tooltip() -> None:
+    from turnip_ir.dot import memgraph_dot
+
+    source = memgraph_dot(_plan()).source
+    assert 'tooltip="node 10 reload w (8 B, GPU 0) for g (relu): starts in host memory"' in source
+    assert source.count("tooltip=") == 3

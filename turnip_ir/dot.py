@@ -2,7 +2,8 @@
 
 Conventions: one cluster per GPU (plus one for CPU storage); data edges solid black; memory edges red;
 redundant memory edges red and dashed; offloads are orange down-pointing houses, reloads green
-up-pointing houses; inputs are ellipses; each node shows its task id, op and location.
+up-pointing houses; inputs are ellipses; each node shows its task id, op and location. In an SVG, a
+reload's tooltip says why it is there (turnip_ir/explain.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 import graphviz
 
 from turnip_ir.errors import InputError
+from turnip_ir.explain import explain_offloads
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
@@ -53,8 +55,12 @@ def memgraph_dot(graph: MemGraph) -> graphviz.Digraph:
     dot = graphviz.Digraph("memgraph", graph_attr={"rankdir": "TB", "label": title, "fontname": "Helvetica"}, node_attr={"fontname": "Helvetica", "fontsize": "10"})
     clusters = _clusters(dot, range(graph.devices), unplaced=any(n.device is None for n in graph.nodes))
     outputs = set(graph.outputs.values())
+    report = explain_offloads(graph)
+    why = {reload.node: report.line(reload) for reload in report.reloads}  # the tooltip of each reload in an SVG
     for node in graph.nodes:
         extra = {"peripheries": "2"} if node.id in outputs else {}
+        if node.id in why:
+            extra["tooltip"] = why[node.id]
         clusters[node.device].node(str(node.id), _mem_label(node), **_STYLE[node.op], **extra)
     for node in graph.nodes:
         for src in node.inputs:

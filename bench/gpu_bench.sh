@@ -30,8 +30,8 @@ for s in "$@"; do
              -k "unrolled or merge or random_graphs_under or every_notifier or hundred_thousand or providers or (llama_prefill and not two)" ;;
     depth8k) for d in 2 4 8; do stage "depth8k-$d" 70 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --copy-depth $d \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/depth8k-$d.json"; done ;;
-    tests2) stage tests2 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 100 tests/test_cuda_gpu.py \
-             -k "llama or two_gpus" ;;
+    tests2) stage tests2 170 python3 -m pytest -m gpu -q -p no:cacheprovider -rA --timeout 100 tests/test_cuda_gpu.py \
+             -k "llama or two_gpus or faults or ctrl_c" ;;
     peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
     peerbig) stage peerbig 300 python3 bench/bench_cuda.py peer --json "$OUT/peerbig.json" ;;
     exitcheck) stage exitcheck 300 python3 bench/exit_check.py --json "$OUT/exitcheck.json" ;;

@@ -155,3 +155,11 @@ def test_the_attention_provider_is_a_cuda_option_that_other_backends_accept(tmp_
     with pytest.raises(SystemExit) as exit_:
         turnip(["llama", *map(str, common), "--attention", "flash9"])
     assert exit_.value.code == 2 and "invalid choice: 'flash9'" in capsys.readouterr().err
+
+
+def test_explain_prints_why_each_gpu_reloads(capsys):
+    args = ["llama", "--config", "tiny", "--tokens", "128", "--memory", "100KiB", "--gpus", "2", "--backend", "sim", "--explain"]
+    assert turnip(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "GPU 0: budget 100.00 KiB;" in out and "GPU 1: budget 100.00 KiB;" in out
+    assert "reloads after an eviction" in out and out.index("GPU 1: budget") < out.index("backend sim")

@@ -19,10 +19,10 @@ from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
-from turnip_cli.planning import parse_size
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_schedule_argument, compile_with
+from turnip_cli.planning import add_schedule_argument, compile_with, parse_size
 from turnip_ir.errors import InputError
+from turnip_ir.explain import explain_offloads
 from turnip_ir.io import write_atomic
 from turnip_ir.workloads import llama
 
@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "bfloat16 models run in float32)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
+    parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
           f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
     memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
+    if args.explain:
+        print("\n".join(explain_offloads(memgraph).summary_lines()))
     inputs = built.feed(weights, ids) if backend != "sim" else None
     result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing

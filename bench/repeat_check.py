@@ -6,6 +6,8 @@ On 2026-12-01 (fourth sitting) the GPU tests ran the tiny llama over 2 GPUs thre
 process: the first run passed, the next two failed at their first cuBLAS GEMM on GPU 0
 (CUBLAS_STATUS_INTERNAL_ERROR), and the process segfaulted at exit. On 2026-11-30 the same tests passed,
 before `close` released every CUDA object (RELEASE_AT_CLOSE) and before the notifier's side streams.
+Since then `close` also unbinds CuPy's cuBLAS handles and current streams from the run's streams
+(DETACH_AT_CLOSE), a candidate cure: a handle left bound to a destroyed stream is stale process state.
 Each variant below is a fresh interpreter running four 2-GPU llama runs in a row with one thing changed;
 it prints, per run, ok or the error, and the process's exit status.
 """
@@ -49,11 +51,14 @@ for placement in ("sequence", "layers", "heads", "sequence"):
 
 VARIANTS = {
     "as is": dict(),
+    "no detach at close": dict(setup="cuda_backend.DETACH_AT_CLOSE = False"),
     "no release at close": dict(setup="cuda_backend.RELEASE_AT_CLOSE = False"),
+    "no release, no detach": dict(setup="cuda_backend.RELEASE_AT_CLOSE = cuda_backend.DETACH_AT_CLOSE = False"),
     "cublas attention (no torch)": dict(options='attention_provider="cublas"'),
     "in-stream host function": dict(options='notifier="hostfunc"'),
     "poll notifier": dict(options='notifier="poll"'),
-    "no release, in-stream host function (as on 2026-11-30)": dict(setup="cuda_backend.RELEASE_AT_CLOSE = False", options='notifier="hostfunc"'),
+    "no release, no detach, in-stream host function (as on 2026-11-30)": dict(
+        setup="cuda_backend.RELEASE_AT_CLOSE = cuda_backend.DETACH_AT_CLOSE = False", options='notifier="hostfunc"'),
     "one GPU (control)": dict(gpus=1),
 }
 

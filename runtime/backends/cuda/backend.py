@@ -52,6 +52,10 @@ per lane on the H200, docs/benchmarks.md); torch's attention memory is added per
 RELEASE_AT_CLOSE = True
 """`close` frees the run's CUDA objects at once (`_release`); bench/exit_check.py turns it off to compare."""
 
+DETACH_AT_CLOSE = True
+"""`close` unbinds CuPy's cuBLAS handles and current streams from the run's streams (`_detach_libraries`);
+bench/repeat_check.py turns it off to compare."""
+
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""
 
@@ -520,11 +524,31 @@ class CudaBackend(Backend):
 
                 cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
                 attention.release(self)
+                if DETACH_AT_CLOSE:
+                    self._detach_libraries()
             self.work = []
             self.gpu_view = self.host_view = []
             self.arenas, self.workspaces, self.storage = [], [], None
             if RELEASE_AT_CLOSE:
                 self._release()
+
+    def _detach_libraries(self) -> None:
+        """Point the libraries' per-process state away from the run's streams before they are destroyed:
+        CuPy's cuBLAS handle of each GPU (cached for the process) and CuPy's current stream go back to the
+        default stream, and torch forgets the cuBLAS workspaces it keyed by stream. A later run's new
+        stream may get a destroyed one's address, and a handle still bound to it is stale state."""
+        import cupy
+        from cupy_backends.cuda.libs import cublas
+
+        for device, handle in enumerate(self.cublas_handles):
+            with contextlib.suppress(Exception), self._on(device), cupy.cuda.Device(device):
+                cublas.setStream(handle, 0)
+                cupy.cuda.Stream.null.use()
+        if self.torch_streams:
+            import torch
+
+            with contextlib.suppress(Exception):
+                torch._C._cuda_clearCublasWorkspaces()
 
     def _release(self) -> None:
         """Drop every CUDA object the run made (streams and their CuPy, torch and cuda.core views, events,

@@ -22,6 +22,7 @@ from turnip_cli.planning import add_schedule_argument, load_plan
 from turnip_ir.errors import InputError
 from turnip_ir.io import write_atomic
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="taskgraph (.json/.mlir) or compiled memgraph")
     parser.add_argument("--memory", help="per-GPU budget, e.g. 4GiB (required for a taskgraph)")

@@ -134,6 +134,7 @@ SCENARIOS = {
     "+ torch on both GPUs": TORCH,
     "+ the host-function notifier": HOSTFUNC,
     "a run over 2 GPUs (default notifier)": RUN.format(options=""),
+    "a run over 2 GPUs, thread left on GPU 1 at close": "from runtime.backends.cuda import CudaBackend; CudaBackend._restore_device = lambda self: None\n" + RUN.format(options=""),
     "a run over 2 GPUs, no release at close": "import runtime.backends.cuda.backend as b; b.RELEASE_AT_CLOSE = False\n" + RUN.format(options=""),
     "a run over 2 GPUs, poll notifier": RUN.format(options='notifier="poll"'),
     "a run over 2 GPUs, then del + gc": RUN.format(options="") + TEARDOWN,

@@ -7,7 +7,10 @@ process: the first run passed, the next two failed at their first cuBLAS GEMM on
 (CUBLAS_STATUS_INTERNAL_ERROR), and the process segfaulted at exit. On 2026-11-30 the same tests passed,
 before `close` released every CUDA object (RELEASE_AT_CLOSE) and before the notifier's side streams.
 Since then `close` also unbinds CuPy's cuBLAS handles and current streams from the run's streams
-(DETACH_AT_CLOSE), a candidate cure: a handle left bound to a destroyed stream is stale process state.
+(DETACH_AT_CLOSE). The likelier cause, found after: a run assumed the thread was on GPU 0 when it began
+(`current_device = 0`), so after a run over two GPUs that ended on GPU 1, the next run's first GEMM on
+GPU 0 went to GPU 0's cuBLAS handle from GPU 1's context. Now the first submit always switches, and
+`close` puts the thread back on the device it found. The variants take each half of that fix away.
 Each variant below is a fresh interpreter running four 2-GPU llama runs in a row with one thing changed;
 it prints, per run, ok or the error, and the process's exit status.
 """
@@ -49,16 +52,21 @@ for placement in ("sequence", "layers", "heads", "sequence"):
         print(placement, "FAILED", str(err)[:160], flush=True)
 """
 
+OLD_START = """
+_devices = CudaBackend._devices
+def _assume_gpu0(self, graph):
+    _devices(self, graph)
+    self.current_device = 0
+CudaBackend._devices = _assume_gpu0
+"""
+NO_RESTORE = "CudaBackend._restore_device = lambda self: None"
+
 VARIANTS = {
     "as is": dict(),
-    "no detach at close": dict(setup="cuda_backend.DETACH_AT_CLOSE = False"),
-    "no release at close": dict(setup="cuda_backend.RELEASE_AT_CLOSE = False"),
+    "before the fix (GPU 0 assumed at the start, not restored at close)": dict(setup=OLD_START + NO_RESTORE),
+    "GPU 0 assumed at the start, restored at close": dict(setup=OLD_START),
+    "switch at the start, not restored at close": dict(setup=NO_RESTORE),
     "no release, no detach": dict(setup="cuda_backend.RELEASE_AT_CLOSE = cuda_backend.DETACH_AT_CLOSE = False"),
-    "cublas attention (no torch)": dict(options='attention_provider="cublas"'),
-    "in-stream host function": dict(options='notifier="hostfunc"'),
-    "poll notifier": dict(options='notifier="poll"'),
-    "no release, no detach, in-stream host function (as on 2026-11-30)": dict(
-        setup="cuda_backend.RELEASE_AT_CLOSE = cuda_backend.DETACH_AT_CLOSE = False", options='notifier="hostfunc"'),
     "one GPU (control)": dict(gpus=1),
 }
 

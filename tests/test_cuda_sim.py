@@ -279,3 +279,21 @@ def test_broadcast_strides_fold_axes_and_give_zero_strides_where_an_operand_repe
     (d1, d2, d3), sa, sb = kernels_numba.broadcast_strides((2, 3, 4), (2, 3, 4), (4,))
     assert (d1, d2, d3) == (1, 6, 4) and sa[2:] == [4, 1] and sb[2:] == [0, 1]
     assert kernels_numba.broadcast_strides((2, 2, 2, 2, 2), (2, 1, 2, 1, 2), (1, 2, 1, 2, 1)) is None
+
+
+def test_every_run_sets_the_current_device_before_its_first_launch(monkeypatch):
+    """A run over two GPUs can end on GPU 1, and the thread stays there: the next run's first launch
+    must switch even to GPU 0 (a cuBLAS call on GPU 0's handle from GPU 1 failed on the H200s). The
+    simulator has one device, so this checks the rule, not the failure."""
+    graph = random_taskgraph(3, tasks=8, devices=1, sizes=(4, 8))
+    log: list = []
+    submit, switch = CudaBackend.submit, CudaBackend._switch
+    monkeypatch.setattr(CudaBackend, "submit", lambda self, vertex, lane: (log.append((id(self), "submit", lane.device)), submit(self, vertex, lane))[1])
+    monkeypatch.setattr(CudaBackend, "_switch", lambda self, device: (log.append((id(self), "switch", device)), switch(self, device))[1])
+    for seed in range(2):
+        _run(graph, factor=1.5, order="random", seed=seed)
+    backends = list(dict.fromkeys(entry[0] for entry in log))
+    assert len(backends) == 2
+    for backend in backends:
+        calls = [entry[1:] for entry in log if entry[0] == backend]
+        assert calls[:2] == [("submit", 0), ("switch", 0)], calls[:3]  # the submit logs before it switches

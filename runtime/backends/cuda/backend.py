@@ -130,7 +130,11 @@ class CudaBackend(Backend):
         """What kernel launches take: cuda.core streams made once from the handles (numba's under the simulator)."""
         self.slot_of = [lane.slot if lane.kind == "compute" else -1 for lane in graph.lanes]
         self.lane_device = [lane.device for lane in graph.lanes]
-        self.current_device = 0
+        self.current_device = -1
+        """The device whose context launches go to; unknown until the first submit switches. The thread's
+        current context and CuPy's device are what the previous run (or the caller) left, which after a
+        run over several GPUs is not device 0: a cuBLAS call on GPU 0's handle from GPU 1 fails."""
+        self.entry_device = _runtime_device() if not self.simulated else None
         self._enable_peers(memgraph.devices)
         self.stats["arena_bytes"] = memgraph.budget
         self.stats["workspace_bytes"] = self.workspaces[0].nbytes if self.workspaces else 0
@@ -531,6 +535,17 @@ class CudaBackend(Backend):
             self.arenas, self.workspaces, self.storage = [], [], None
             if RELEASE_AT_CLOSE:
                 self._release()
+            self._restore_device()
+
+    def _restore_device(self) -> None:
+        """Leave the thread on the device it was on before the run (the loop switched it as it went)."""
+        entry = getattr(self, "entry_device", None)
+        if entry is not None and getattr(self, "current_device", -1) not in (-1, entry):
+            import cupy
+
+            with contextlib.suppress(Exception):
+                cupy.cuda.runtime.setDevice(entry)
+            self.current_device = entry
 
     def _detach_libraries(self) -> None:
         """Point the libraries' per-process state away from the run's streams before they are destroyed:
@@ -587,6 +602,16 @@ def _as_op(node) -> _Op:
     else:
         kernel = None if node.op in ("input", "move") else node.op
     return _Op(node.id, kernel, tuple(node.inputs), dict(node.attrs), tuple(node.shape), node.dtype, node.nbytes)
+
+
+def _runtime_device() -> int | None:
+    """CUDA's current device for this thread (CuPy's view), or None without CuPy."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDevice())
+    except Exception:
+        return None
 
 
 def _cupy_stream(cupy, stream, device: int):

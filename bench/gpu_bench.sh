@@ -35,7 +35,7 @@ for s in "$@"; do
     peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
     peerbig) stage peerbig 300 python3 bench/bench_cuda.py peer --json "$OUT/peerbig.json" ;;
     exitcheck) stage exitcheck 300 python3 bench/exit_check.py --json "$OUT/exitcheck.json" ;;
-    repeatcheck) stage repeatcheck 420 python3 bench/repeat_check.py --json "$OUT/repeatcheck.json" ;;
+    repeatcheck) stage repeatcheck 300 python3 bench/repeat_check.py --json "$OUT/repeatcheck.json" ;;
     llama2gpu1) for t in 8192 32768; do stage "llama2gpu1-$t" 150 python3 bench/run.py llama --tokens $t --budgets 4 --repeats 2 \
              --gpus 1 --systems turnip-nondet turnip-fixed torch-resident floor --json "$OUT/llama2gpu1-$t.json"; done ;;
     llama2gpuz) for p in zigzag sequence; do stage "llama2gpuz-$p" 200 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \

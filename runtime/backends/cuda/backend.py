@@ -92,8 +92,6 @@ class CudaBackend(Backend):
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
         memgraph = graph.memgraph
         self.graph = graph
-        if self.simulated and memgraph.devices > 1:
-            raise InputError("the CUDA simulator has one device; run multi-GPU memgraphs on the cpu or sim backend")
         if not self.simulated:
             require_gpus(memgraph.devices)
         self.attention = attention.resolve(self.attention_choice, self.simulated)

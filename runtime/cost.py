@@ -22,8 +22,10 @@ class CostModel:
     duplex_bw: float = 93.4e9
     """Total host-link bandwidth when H2D and D2H run at once; the sim backend shares it between them."""
     peer_bw: float = 360e9
-    """Achieved by the cuda backend's peer copies on two H200s over NV18 (357-363 GB/s while copying, against a
-    391 GB/s ceiling measured beside them; docs/benchmarks.md, "Two GPUs")."""
+    """Achieved by the cuda backend's peer copies on two H200s over NV18 (357-363 GB/s while copying 64 MiB
+    tiles, against a 391 GB/s ceiling measured beside them; 372-373 GB/s on the 576 MiB tiles of the
+    49152^3 matmul, where the sim with this rate was within 1% of every measured time; docs/benchmarks.md,
+    "Two GPUs"). Kept at the smaller tiles' rate, nearer the llama moves' sizes."""
     hbm_bw: float = 4187e9
     """Bytes read plus bytes written per second."""
     fp32_flops: float = 50.5e12

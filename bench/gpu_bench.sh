@@ -10,7 +10,8 @@
 # llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN),
 # peerbig (issue 12: the blocked matmul 49152^3 fp32 over 2 GPUs, seconds per run), exitcheck (issue 12:
 # which step of a 2-GPU process aborts at exit; bench/exit_check.py), llama2gpu1 and llama2gpuz (issue 12:
-# one GPU, then zigzag and sequence over two, at 4 GiB per GPU with torch-resident, in one call),
+# one GPU, then zigzag and sequence over two, at 4 GiB per GPU with torch-resident, in one call; the 2-GPU
+# outputs are compared with the 1-GPU turnip output saved in /tmp/turnip-1gpu),
 # schedules (llama 8k and 32k at 1 GiB planned with the given and the memory schedule), quick128k (128k at
 # 4 GiB, turnip-nondet once),
 # attntests (the GPU tests of the merge and the triton provider), attnbench (the merge, the triton tile
@@ -37,9 +38,10 @@ for s in "$@"; do
     exitcheck) stage exitcheck 300 python3 bench/exit_check.py --json "$OUT/exitcheck.json" ;;
     repeatcheck) stage repeatcheck 300 python3 bench/repeat_check.py --json "$OUT/repeatcheck.json" ;;
     llama2gpu1) for t in 8192 32768; do stage "llama2gpu1-$t" 150 python3 bench/run.py llama --tokens $t --budgets 4 --repeats 2 \
-             --gpus 1 --systems turnip-nondet turnip-fixed torch-resident floor --json "$OUT/llama2gpu1-$t.json"; done ;;
+             --gpus 1 --systems turnip-nondet turnip-fixed torch-resident floor --save-outputs /tmp/turnip-1gpu --json "$OUT/llama2gpu1-$t.json"; done ;;
     llama2gpuz) for p in zigzag sequence; do stage "llama2gpuz-$p" 200 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
-             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed torch-resident floor --json "$OUT/llama2gpuz-$p.json"; done ;;
+             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed torch-resident floor --compare-outputs /tmp/turnip-1gpu \
+             --json "$OUT/llama2gpuz-$p.json"; done ;;
     trace8k) stage trace8k 90 python3 bench/run.py llama --tokens 8192 --budgets 2 8 --repeats 1 --systems turnip-nondet floor \
              --traces "$OUT" --json "$OUT/trace8k.json" ;;
     kernels) stage kernels 150 python3 bench/bench_cuda.py kernels merge attention peer --quick --json "$OUT/kernels.json" ;;

@@ -18,7 +18,9 @@ Systems (all under the same per-GPU budget, in GiB; `--systems` picks):
                                (report.floor_seconds): every system starts with its weights in host memory,
                                so each weight crosses PCIe at least once.
 Each time is the median of `--repeats` timed runs after a warm-up, with CUDA events (or device event
-times, for turnip). Outputs of every system are compared with torch-resident's (or turnip-nondet's).
+times, for turnip). Outputs of every system are compared with torch-resident's (or turnip-nondet's), and with
+`--compare-outputs` against turnip's output that another run saved with `--save-outputs` (one GPU's
+against two GPUs', say).
 Prints markdown tables; `--json` keeps every figure, for docs/benchmarks.md.
 """
 
@@ -377,6 +379,9 @@ def main(argv=None) -> int:
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule for turnip")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
+    parser.add_argument("--save-outputs", metavar="DIR", help="write turnip-nondet's output of each length and budget into DIR (.npy)")
+    parser.add_argument("--compare-outputs", metavar="DIR", help="compare each turnip output with the one --save-outputs wrote "
+                        "into DIR for the same length and budget (another run's, e.g. one GPU's): 'agreement_saved'")
     args = parser.parse_args(argv)
     global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE
     TRACES = args.traces
@@ -422,8 +427,12 @@ def main(argv=None) -> int:
             results["floor"] = {"seconds": floor_seconds(work.flops, work.weight_bytes, ceilings, args.gpus)}
             if reference is None:  # no torch-resident: the first turnip output of this length
                 reference = (results.get("turnip-nondet") or {}).get("output")
+            saved = _saved_output(args.compare_outputs, args.workload, tokens, gib)
             for system in [s for s in SYSTEMS if s in results]:
-                _record(report, args.workload, tokens, gib, system, results[system], reference)
+                _record(report, args.workload, tokens, gib, system, results[system], reference, saved)
+            if args.save_outputs and (results.get("turnip-nondet") or {}).get("output") is not None:
+                Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
+                np.save(_output_path(args.save_outputs, args.workload, tokens, gib), results["turnip-nondet"]["output"].astype(np.float16))
         if "hf-offload" in args.systems and args.workload == "llama":
             for gib in args.hf_points:
                 outcome = _guard(lambda: hf_offload(work, gib, args.repeats))
@@ -444,15 +453,33 @@ def _guard(fn):
         return {"error": f"{type(err).__name__}: {str(err)[:200]}"}
 
 
-def _record(report, workload, tokens, gib, system, outcome, reference) -> None:
+def _output_path(folder: str, workload: str, tokens: int, gib: float) -> Path:
+    return Path(folder) / f"{workload}-{tokens}-{gib:g}gib.npy"
+
+
+def _saved_output(folder: str | None, workload: str, tokens: int, gib: float):
+    """The output another run saved with --save-outputs for this length and budget (float32), or None."""
+    if folder is None:
+        return None
+    path = _output_path(folder, workload, tokens, gib)
+    if not path.exists():
+        print(f"note: no saved output {path} to compare with", flush=True)
+        return None
+    return np.load(path).astype(np.float32)
+
+
+def _record(report, workload, tokens, gib, system, outcome, reference, saved=None) -> None:
     entry = {"workload": workload, "tokens": tokens, "budget": gib, "system": system}
     entry.update({k: v for k, v in outcome.items() if k != "output"})
     if outcome.get("output") is not None and reference is not None:
         entry["agreement"] = agreement(outcome["output"], reference)
+    if outcome.get("output") is not None and saved is not None:
+        entry["agreement_saved"] = agreement(outcome["output"], saved)
     report["runs"].append(entry)
     seconds = entry.get("seconds")
     what = f"{seconds:.3f} s" if seconds is not None else entry.get("error", "")
-    print(f"{workload} T={tokens} budget={gib} {system}: {what}" + (f" (agrees to {entry['agreement']:.1e})" if "agreement" in entry else ""), flush=True)
+    agrees = "".join(f" ({label} {entry[key]:.1e})" for key, label in (("agreement", "agrees to"), ("agreement_saved", "against the saved output")) if key in entry)
+    print(f"{workload} T={tokens} budget={gib} {system}: {what}{agrees}", flush=True)
 
 
 def _print(report) -> None:

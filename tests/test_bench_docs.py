@@ -119,3 +119,20 @@ def test_an_edit_made_while_a_benchmark_runs_is_kept(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(sys, "argv", ["run_all.py", "--doc", str(doc)])
     assert run_all.main() == 0
     assert doc.read_text() == "intro, edited meanwhile\n<!-- bench:x -->\n| new |\n<!-- /bench:x -->\n"
+
+
+def test_a_saved_output_is_compared_with_the_run_of_the_same_length_and_budget(tmp_path, capsys) -> None:
+    import numpy as np
+
+    import run
+
+    one_gpu = np.array([[1.0, -2.0], [0.5, 4.0]], dtype=np.float32)
+    np.save(run._output_path(str(tmp_path), "llama", 8192, 4.0), one_gpu.astype(np.float16))
+    saved = run._saved_output(str(tmp_path), "llama", 8192, 4.0)
+    report = {"runs": []}
+    two_gpus = one_gpu + np.float32(0.04)
+    run._record(report, "llama", 8192, 4.0, "turnip-nondet", {"seconds": 0.1, "output": two_gpus}, None, saved)
+    assert report["runs"][0]["agreement_saved"] == pytest.approx(0.01)
+    assert "against the saved output 1.0e-02" in capsys.readouterr().out
+    assert run._saved_output(str(tmp_path), "llama", 32768, 4.0) is None  # another length: nothing to compare
+    assert "no saved output" in capsys.readouterr().out

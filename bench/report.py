@@ -6,6 +6,8 @@ Prints one markdown table of every run (time, ratios to the baselines and to the
 bytes reloaded and their rate, agreement, what bound it) and draws time against budget per system.
 The floor is max(FLOPs / GEMM peak, weight bytes / H2D rate), both ceilings measured in the run's call,
 over g GPUs max(FLOPs / (g x GEMM peak), weight bytes / (g x H2D rate)): each GPU has its own host link.
+With --gpus, a table of the several-GPU runs, each beside the single-GPU turnip run of its length in the
+same files (speedup, busy per GPU, bytes moved, agreement with the single-GPU output).
 With --where, a second table gives each turnip run's busy fractions, host time beyond the GPU span, bytes
 reloaded against the plan's, what bound it, and the sim's prediction beside it.
 Files without runs (the kernel and dispatch results in docs/results/) are skipped, so a glob may take them.
@@ -137,17 +139,45 @@ def where(runs) -> str:
     return "\n".join(lines)
 
 
+def gpus_table(runs) -> str:
+    """The several-GPU turnip runs beside the single-GPU turnip run of the same length, budget and order
+    among `runs` (one call's files, so both ran on the same machine): seconds, the sim's prediction,
+    speedup, busy per GPU, bytes moved between GPUs and reloaded from the host, and agreement with the
+    single-GPU turnip output (`agreement_saved`, bench/run.py --compare-outputs) and with torch-resident."""
+    one = {(r["workload"], r["tokens"], r["budget"], r["system"]): r for r in runs
+           if r["system"].startswith("turnip") and r.get("gpus", 1) == 1 and r.get("seconds")}
+    lines = ["| T | GPUs | placement | order | seconds | sim s | measured / sim | 1 GPU s | speedup | busy per GPU | moved between GPUs GiB | reloaded from host GiB | vs 1-GPU turnip | vs torch-resident |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(runs, key=lambda r: (r["workload"], r["tokens"], r.get("gpus", 1), r["placement"], r["budget"] or 0, r["system"])):
+        if not r["system"].startswith("turnip") or not r.get("seconds"):
+            continue
+        base = one.get((r["workload"], r["tokens"], r["budget"], r["system"]))
+        single = r.get("gpus", 1) == 1
+        lines.append("| " + " | ".join([
+            str(r["tokens"]), str(r.get("gpus", 1)), r["placement"] or "-", r["system"].removeprefix("turnip-"), f"{r['seconds']:.3f}",
+            f"{r['sim']:.3f}" if r.get("sim") else "", f"{r['seconds'] / r['sim']:.2f}" if r.get("sim") else "",
+            f"{base['seconds']:.3f}" if base else "", f"{base['seconds'] / r['seconds']:.2f}" if base and not single else "",
+            ", ".join(f"{b:.0%}" for b in r.get("busy") or []), f"{r.get('moved', 0) / GIB:.1f}", f"{r.get('reloaded', 0) / GIB:.1f}",
+            f"{r['agreement_saved']:.1e}" if "agreement_saved" in r else "", f"{r['agreement']:.1e}" if "agreement" in r else "",
+        ]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", nargs="+")
     parser.add_argument("--plot")
     parser.add_argument("--where", action="store_true", help="also the where-the-time-goes table of the turnip runs, with the sim beside each")
+    parser.add_argument("--gpus", action="store_true", help="also the several-GPU table: each turnip run against the 1-GPU run of its length in the same files")
     args = parser.parse_args()
     runs = load(args.results)
     print(table(runs))
     if args.where:
         print()
         print(where(runs))
+    if args.gpus:
+        print()
+        print(gpus_table(runs))
     if args.plot:
         plot(runs, args.plot)
 

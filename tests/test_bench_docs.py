@@ -136,3 +136,15 @@ def test_a_saved_output_is_compared_with_the_run_of_the_same_length_and_budget(t
     assert "against the saved output 1.0e-02" in capsys.readouterr().out
     assert run._saved_output(str(tmp_path), "llama", 32768, 4.0) is None  # another length: nothing to compare
     assert "no saved output" in capsys.readouterr().out
+
+
+def test_the_gpus_table_sets_each_run_beside_the_one_gpu_run_of_its_length() -> None:
+    import report
+
+    base = {"workload": "llama", "tokens": 32768, "budget": 4.0, "system": "turnip-nondet", "reloaded": 12 * report.GIB}
+    one = {**base, "gpus": 1, "placement": "", "seconds": 1.3, "sim": 1.27, "busy": [0.96], "moved": 0}
+    two = {**base, "gpus": 2, "placement": "zigzag", "seconds": 0.65, "sim": 0.64, "busy": [0.9, 0.91], "moved": 26 * report.GIB,
+           "agreement_saved": 1.5e-3, "agreement": 6.8e-3}
+    rows = report.gpus_table([two, one]).splitlines()[2:]
+    assert rows[0].startswith("| 32768 | 1 | - | nondet | 1.300 |")
+    assert rows[1] == "| 32768 | 2 | zigzag | nondet | 0.650 | 0.640 | 1.02 | 1.300 | 2.00 | 90%, 91% | 26.0 | 12.0 | 1.5e-03 | 6.8e-03 |"

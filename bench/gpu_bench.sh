@@ -40,7 +40,7 @@ for s in "$@"; do
     llama2gpu1) for t in 8192 32768; do stage "llama2gpu1-$t" 150 python3 bench/run.py llama --tokens $t --budgets 4 --repeats 2 \
              --gpus 1 --systems turnip-nondet turnip-fixed torch-resident floor --save-outputs /tmp/turnip-1gpu --json "$OUT/llama2gpu1-$t.json"; done ;;
     llama2gpuz) for p in zigzag sequence; do stage "llama2gpuz-$p" 200 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \
-             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed torch-resident floor --compare-outputs /tmp/turnip-1gpu \
+             --repeats 2 --gpus 2 --placement $p --systems turnip-nondet turnip-fixed torch-resident floor --compare-outputs /tmp/turnip-1gpu --traces "$OUT/traces-$p" \
              --json "$OUT/llama2gpuz-$p.json"; done ;;
     trace8k) stage trace8k 90 python3 bench/run.py llama --tokens 8192 --budgets 2 8 --repeats 1 --systems turnip-nondet floor \
              --traces "$OUT" --json "$OUT/trace8k.json" ;;

@@ -16,7 +16,7 @@ $(STAMP): $(PY) pyproject.toml
 	  (apt-get install -y -q graphviz >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q graphviz >/dev/null 2>&1)) ; } || \
 	  echo "note: graphviz 'dot' not found; pictures are written as .dot text (apt-get install graphviz to render)"
 	@# numba compiles the compiler's sweeps once (~15 s) and caches them: pay it here, not in the first timed step
-	$(PY) -m passes.warm_cache || echo "note: numba's cache was not warmed; the first compile will take about 15 s longer"
+	$(PY) -m tools.warm_cache || echo "note: numba's cache was not warmed; the first compile will take about 15 s longer"
 	touch $(STAMP)
 
 # Only `make test` needs CPU torch and transformers (the parity test; about 2 minutes to install once).

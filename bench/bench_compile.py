@@ -21,7 +21,7 @@ from pathlib import Path
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.compile_stats import CompileStats
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 
 STAGES = ("place", "simulate", "memory-deps", "minimize", "reduce", "verify")
 
@@ -67,7 +67,7 @@ def kernel_compile_time() -> str:
     """A 200-task compile in a fresh process, with numba's cache empty and then warm."""
     code = (
         "import time; t = time.perf_counter();"
-        "from turnip_ir.random_graphs import random_taskgraph; from passes.pipeline import compile_taskgraph;"
+        "from tools.random_graphs import random_taskgraph; from passes.pipeline import compile_taskgraph;"
         "g = random_taskgraph(0, tasks=200, devices=2); compile_taskgraph(g, 1 << 20);"
         "print(time.perf_counter() - t)"
     )

@@ -42,7 +42,7 @@ from runtime.graph import build_exec_graph  # noqa: E402
 from runtime.inputs import Tiled, input_specs  # noqa: E402
 from runtime.policies import make_policy  # noqa: E402
 from runtime.summary import summarize, union_length  # noqa: E402
-from runtime.synthetic import chain_memgraph, random_memgraph  # noqa: E402
+from tools.synthetic import chain_memgraph, random_memgraph  # noqa: E402
 from turnip_ir.memgraph import MemGraph, MemNode  # noqa: E402
 from turnip_ir.taskgraph import TaskGraph  # noqa: E402
 
@@ -508,7 +508,7 @@ def copies(quick: bool, ceiling: dict) -> dict:
 # ----- the FFN, transfer-bound -----------------------------------------------------------------------
 def ffn_graph(layers, tokens, hidden, ffn):
     """The `ffn` workload: x -> gelu(x W1^T) W2^T per layer, weights in HF layout [out, in], one token block."""
-    from turnip_ir.workloads import ffn as workload
+    from frontend.workloads import ffn as workload
 
     config = workload.FfnConfig(layers=layers, tokens=tokens, hidden=hidden, ffn=ffn, block=tokens, dtype="float16")
     return workload.build(config).taskgraph()
@@ -618,7 +618,7 @@ def _pinned(value):
 
 def sim(quick: bool) -> dict:
     """The sim backend's prediction beside the measured run, on the graphs of bench_runtime.py that fit one GPU."""
-    from turnip_ir.workloads import matmul
+    from frontend.workloads import matmul
 
     blocked = matmul.build(matmul.MatmulConfig(m=16384, k=16384, n=16384, block=4096, gpus=1)).taskgraph()
     cases = [("ffn 16x8192x32768 fp16", ffn_graph(16, 2048, 8192, 32768), b) for b in ((8, 4) if quick else (24, 8, 4, 2))]
@@ -708,7 +708,7 @@ def peer_matmul(n: int, ceiling: float, budgets_gib=(16, 6), repeats: int = 2, b
     """The blocked matmul n^3 fp32 over 2 GPUs on the cuda backend, each budget in both orders; the
     error on 64 sampled rows against float64, the peer rate against `ceiling` (bytes per second).
     `backend="cpu"` runs the same steps on the cpu backend (the tests: the CUDA simulator has one GPU)."""
-    from turnip_ir.workloads import matmul
+    from frontend.workloads import matmul
 
     config = matmul.MatmulConfig(m=n, k=n, n=n, block=n // 4, gpus=2, dtype="float32")
     program = matmul.build(config)

@@ -16,7 +16,7 @@ from xdsl.parser import Parser
 
 from turnip_ir.convert import taskgraph_from_ir, taskgraph_to_ir
 from turnip_ir.io import check_module, context, module_text, parse_json
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 
 STAGES = ("build", "JSON dump", "JSON load", "to IR", "verify", "print", "parse", "from IR")
 

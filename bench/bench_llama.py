@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from turnip_ir.kernels import KERNELS  # noqa: E402
-from turnip_ir.workloads import llama  # noqa: E402
+from frontend.workloads import llama  # noqa: E402
 
 GIB = 1 << 30
 

@@ -14,9 +14,9 @@ from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.compile_stats import CompileStats
 from runtime import execute
-from turnip_ir.random_graphs import random_taskgraph
-from turnip_ir.workloads import ffn as ffn_workload
-from turnip_ir.workloads import matmul as matmul_workload
+from tools.random_graphs import random_taskgraph
+from frontend.workloads import ffn as ffn_workload
+from frontend.workloads import matmul as matmul_workload
 
 GIB = 1 << 30
 SEEDS = 3

@@ -23,7 +23,7 @@ from runtime import execute
 from runtime.cost import CostModel
 from turnip_ir.errors import BudgetError
 from seed_graphs import blocked_matmul, ffn_stack  # noqa: E402
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 
 GIB = 1 << 30
 UNIT = 256
@@ -225,7 +225,7 @@ LLAMA_CASES = ((8192, 1, (16, 4, 2)), (32768, 1, (16, 4, 2)), (32768, 2, (4,)), 
 
 
 def llama_makespan() -> None:
-    from turnip_ir.workloads import llama
+    from frontend.workloads import llama
 
     print("| graph | budget GiB | offload+reload GiB | bound ms | critical path ms | fixed / nondet ms | fixed / bound | nondet / bound |")
     print("|" + " --- |" * 8)

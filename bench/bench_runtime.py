@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from runtime import execute  # noqa: E402
 from runtime.backends.cpu import CpuBackend  # noqa: E402
 from runtime.backends.sim import SimBackend  # noqa: E402
-from turnip_ir.random_graphs import random_taskgraph  # noqa: E402
-from turnip_ir.workloads import ffn as ffn_workload  # noqa: E402
-from turnip_ir.workloads import matmul as matmul_workload  # noqa: E402
+from tools.random_graphs import random_taskgraph  # noqa: E402
+from frontend.workloads import ffn as ffn_workload  # noqa: E402
+from frontend.workloads import matmul as matmul_workload  # noqa: E402
 
 GIB = 1 << 30
 

@@ -100,7 +100,7 @@ notifier.close()
 RUN = """
 from runtime import execute
 from runtime.backends.cuda import CudaBackend
-from runtime.synthetic import random_memgraph
+from tools.synthetic import random_memgraph
 graph = random_memgraph(5, vertices=2000, devices=2)
 backend = CudaBackend({options})
 result = execute(graph, backend=backend, order="nondet", seed=1)

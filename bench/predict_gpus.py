@@ -3,7 +3,7 @@
     .venv/bin/python bench/predict_gpus.py    # needs bench/llama70b.json beside it for the 70B-shaped row
 """
 import time
-from turnip_ir.workloads import llama
+from frontend.workloads import llama
 from passes.pipeline import compile_taskgraph
 from runtime import execute
 MiB = 1 << 20

@@ -34,8 +34,8 @@ from passes.place_devices import place_devices
 from runtime import execute
 from runtime.backends.cuda import CudaBackend
 import runtime.backends.cuda.backend as cuda_backend
-from turnip_ir.workloads import llama
-from turnip_ir.workloads.llama.reference import reference
+from frontend.workloads import llama
+from frontend.workloads.llama.float64_forward import float64_forward
 {setup}
 config = replace(llama.load_config("tiny-gqa"), dtype="float32")
 weights = llama.RandomWeights(config, 2)

@@ -71,7 +71,7 @@ class Llama:
     """LLaMA 7b prefill: the turnip graph and inputs, and the same weights as torch tensors."""
 
     def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence"):
-        from turnip_ir.workloads import llama
+        from frontend.workloads import llama
 
         self.config = llama.load_config(preset)
         self.tokens = tokens
@@ -81,7 +81,7 @@ class Llama:
         self.graph = self.built.graph
         self.inputs = self.built.feed(self.weights, self.ids)
         self.hidden = self.inputs_array("hidden")
-        from turnip_ir.workloads.llama.rope import rope_tables
+        from frontend.workloads.llama.rope import rope_tables
 
         self.cos, self.sin = rope_tables(self.config, tokens)
         self.weight_bytes = sum(w.nbytes for name, w in self.weights.items() if "embed" not in name)
@@ -97,7 +97,7 @@ class Llama:
         return cache[key]
 
     def inputs_array(self, name):
-        from turnip_ir.workloads.llama.weights import embed
+        from frontend.workloads.llama.weights import embed
 
         return embed(self.weights, self.ids, self.config)
 
@@ -107,7 +107,7 @@ class Llama:
 
 class Ffn:
     def __init__(self, tokens: int, seed: int = 0):
-        from turnip_ir.workloads import ffn
+        from frontend.workloads import ffn
 
         self.tokens = tokens
         self.config = ffn.FfnConfig(layers=16, tokens=tokens, hidden=8192, ffn=32768, block=min(tokens, 2048), dtype="float16")

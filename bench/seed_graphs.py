@@ -1,6 +1,6 @@
 """The seed's reference graphs that the compiler benchmarks (bench/bench_plans.py, bench/bench_compile.py)
 were measured on: a blocked matmul with its own tile placement, and an FFN stack with a norm and a residual
-per layer. Models that users run are built with the frontend (turnip_ir/workloads); these stay fixed so
+per layer. Models that users run are built with the frontend (frontend/workloads); these stay fixed so
 that plan-quality figures compare across changes.
 """
 

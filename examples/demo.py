@@ -26,7 +26,7 @@ from passes.compile_stats import CompileStats
 from runtime import execute
 from turnip_ir.dot import have_dot, render
 from turnip_ir.explain import explain_offloads
-from turnip_ir.workloads import llama
+from frontend.workloads import llama
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out"
@@ -54,7 +54,7 @@ def main() -> int:
     result = execute(memgraph, backend="auto", order="nondet", inputs=built.feed(weights, ids))
     result.recorder.write_trace(str(OUT / "demo_trace.json"))
     print("\n".join(result.summary.lines()))
-    expected = llama.reference(config, weights, ids)
+    expected = llama.float64_forward(config, weights, ids)
     worst = float(np.max(np.abs(built.gather(result.outputs) - expected)) / np.max(np.abs(expected)))
     print(f"hidden states vs the float64 reference LLaMA: max relative error {worst:.1e}")
 

@@ -11,7 +11,7 @@
 from pathlib import Path
 
 from turnip_ir.io import graph_text
-from turnip_ir.workloads import ffn, llama, matmul
+from frontend.workloads import ffn, llama, matmul
 
 HERE = Path(__file__).parent
 

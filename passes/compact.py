@@ -1,5 +1,6 @@
-"""Compact integer-indexed views for the passes: `TaskView` for taskgraphs, and `MemArrays` for memgraphs
-(from turnip_ir.memarrays, with its CSR helpers) plus `drop_memory_edges`, the write-back the edge passes share.
+"""Compact integer-indexed views for the passes: `TaskView` for taskgraphs, and `drop_memory_edges`, the
+write-back the memory-edge passes share. Memgraphs' arrays (`MemArrays` and its CSR helpers) live in
+`turnip_ir.memarrays`, below the verifier; the passes import them from there.
 """
 
 from __future__ import annotations
@@ -8,17 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turnip_ir.memarrays import (  # noqa: F401  (re-exported for the passes)
-    NOWHERE,
-    STORAGE,
-    MemArrays,
-    _member,
-    csr_union,
-    data_entries,
-    distinct,
-    row_of,
-    written_region,
-)
+from turnip_ir.memarrays import MemArrays, data_entries, distinct, member, row_of
 
 
 def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray, implied: np.ndarray) -> int:
@@ -31,7 +22,7 @@ def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray
     gone = distinct(np.concatenate([keys[implied & ~in_data], keys[in_data]]))
     mem_rows = row_of(arrays.mem_ptr)
     mem_keys = mem_rows * n + arrays.mem_idx
-    dropped = _member(mem_keys, gone)
+    dropped = member(mem_keys, gone)
     first = np.zeros(len(mem_keys), dtype=np.bool_)
     first[np.unique(mem_keys, return_index=True)[1]] = True
     kept = ~dropped & first

@@ -1,6 +1,6 @@
 """Memory dependencies: when a location is reused, the new writer waits for the old occupant and its readers.
 
-The last-writer sweep (turnip_ir/regions.py) tells, per space (each GPU, and CPU storage), which earlier
+The last-writer sweep (turnip_ir/last_writer.py) tells, per space (each GPU, and CPU storage), which earlier
 writes each node overwrites. A node that writes a range gets an edge from each last writer it
 overlaps and from every reader of that writer placed before it, an offload included: offloads wait
 for nothing but their tensor, so this is where the readers' safety lives. Only the last writer per
@@ -17,10 +17,10 @@ import numpy as np
 from numba import njit
 
 from turnip_ir.ancestors import ancestor_answers
-from passes.compact import MemArrays, row_of
+from turnip_ir.memarrays import MemArrays, row_of
 from passes.compile_stats import CompileStats, add, timed
 from passes.graph_pass import GraphPass, memgraph_of
-from turnip_ir.regions import Overwrites
+from turnip_ir.last_writer import Overwrites
 from turnip_ir.memgraph import MemGraph
 
 
@@ -85,7 +85,7 @@ def _sources(over_ptr, writer, read_ptr, read_idx, mem_ptr, mem_idx):
 class InsertMemoryDepsPass(GraphPass):
     """Add a memory dependency wherever a location or storage region is reused.
 
-    The last-writer sweep (turnip_ir/regions.py) finds, per space (each GPU, CPU storage), the
+    The last-writer sweep (turnip_ir/last_writer.py) finds, per space (each GPU, CPU storage), the
     earlier writes each node overwrites. The node waits for their last writer and every reader of it
     placed before it, an offload included; older writers were already ordered before that last
     writer the same way. Edges that a data path already implies (asked of the ancestor sweep) go to

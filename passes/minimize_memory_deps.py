@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from passes.compact import MemArrays, csr_union, data_entries, drop_memory_edges
+from passes.compact import drop_memory_edges
+from turnip_ir.memarrays import MemArrays, csr_union, data_entries
 from passes.compile_stats import CompileStats, add, timed
 from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph

@@ -15,7 +15,7 @@ import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from passes.compact import MemArrays
+from turnip_ir.memarrays import MemArrays
 from passes.compile_stats import CompileStats, timed
 from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
 from passes.insert_memory_deps import InsertMemoryDepsPass

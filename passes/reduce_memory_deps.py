@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 
 from turnip_ir.ancestors import implied_predecessors
-from passes.compact import MemArrays, csr_union, drop_memory_edges
+from passes.compact import drop_memory_edges
+from turnip_ir.memarrays import MemArrays, csr_union
 from passes.compile_stats import CompileStats, add, timed
 from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph

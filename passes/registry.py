@@ -23,7 +23,7 @@ _PASSES: dict[str, tuple[str, str]] = {
     "turnip-verify-memgraph": ("passes.verify_memgraph", "VerifyMemgraphPass"),
 }
 """Pass name -> (module, class): the named pipeline, then its stages in the order it runs them.
-docs/passes.md lists them in this order (passes/pass_reference.py)."""
+docs/passes.md lists them in this order (tools/pass_docs.py)."""
 
 
 def _load(module: str, cls: str) -> type[ModulePass]:

@@ -3,7 +3,7 @@
 It runs the nodes in a random topological order of `inputs` + `mem_deps` (never `redundant_deps`),
 reading and writing only through each node's location, so a missing memory edge shows up as a wrong
 value under some order. Arenas start as NaN so reading unwritten memory is visible too. Kernels are
-the formulas of `reference_formulas` (float64, then stored in the node's dtype), not the runtime's.
+the formulas of `kernel_formulas` (float64, then stored in the node's dtype), not the runtime's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 
-from reference_formulas import apply
+from kernel_formulas import apply
 
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph

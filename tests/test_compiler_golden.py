@@ -107,7 +107,7 @@ def test_turnip_opt_pipeline_writes_memgraph_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("pass_name", ["turnip-memgraph", "turnip-insert-offload"])
 def test_order_option_is_a_deprecated_alias_of_schedule(tmp_path, capsys, pass_name):
-    from turnip_ir.random_graphs import random_taskgraph
+    from tools.random_graphs import random_taskgraph
     from passes.insert_offload import minimum_budget
 
     graph = random_taskgraph(2, tasks=40, devices=1, sizes=(8, 16), window=10)
@@ -167,7 +167,7 @@ def test_single_passes_report_the_same_stats_as_the_named_pipeline(tmp_path, cap
 
 @pytest.mark.parametrize("placement", ["loosest", "first-fit"])
 def test_both_placements_give_verified_memgraphs(placement):
-    from turnip_ir.random_graphs import random_taskgraph
+    from tools.random_graphs import random_taskgraph
     from passes.insert_offload import minimum_budget
 
     graph = random_taskgraph(5, tasks=120, devices=3, sizes=(8, 16, 24), window=10)

@@ -4,7 +4,7 @@ and the verifier catches deliberately broken memgraphs (a dropped edge, a shifte
 The graphs hold every tensor kind and op (`random_taskgraph(mixed=True)`: broadcasting, einsum, rmsnorm
 with a weight, zero-size tensors). Each plan is proved twice, by the fast verifier and by the oracle
 (tests/oracle.py, which shares no code with the compiler), and its values are checked twice against the
-float64 formulas of tests/reference_formulas.py: with `interp` (a sequential interpreter over NaN-filled
+float64 formulas of tests/kernel_formulas.py: with `interp` (a sequential interpreter over NaN-filled
 arenas, random topological order) and with the runtime's real cpu backend (threads, random order, jitter).
 """
 
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from interp import execute, input_values
 from oracle import violations
-from reference_formulas import evaluate
+from kernel_formulas import evaluate
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
@@ -26,7 +26,7 @@ from passes.schedules import SCHEDULES
 from turnip_ir.verifier import verify_memgraph
 from runtime import execute as run_on_cpu
 from turnip_ir.errors import VerifyError
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 
 FACTORS = (1.0, 1.05, 1.3, 2.0, 100.0)
 TIGHT = (1.0, 1.05, 1.3)

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnip_ir.ancestors import ancestor_answers, implied_predecessors
-from passes.compact import NOWHERE, MemArrays, csr_union
+from turnip_ir.memarrays import NOWHERE, MemArrays, csr_union
 from passes.insert_memory_deps import insert_memory_deps
 from passes.insert_offload import insert_offload, minimum_budget
 from passes.minimize_memory_deps import minimize_memory_deps
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
-from turnip_ir.regions import Overwrites
-from turnip_ir.random_graphs import random_taskgraph
+from turnip_ir.last_writer import Overwrites
+from tools.random_graphs import random_taskgraph
 
 
 def _csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -21,12 +21,12 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from runtime import arena_budget, execute
 from runtime.inputs import input_specs, make_inputs
-from runtime.reference import evaluate
-from runtime.synthetic import random_memgraph
+from tools.float64 import evaluate
+from tools.synthetic import random_memgraph
 from tests import formulas_llama as formulas
 from tests.attention_graphs import attention_graph
 from turnip_ir.errors import KernelError
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 pytestmark = pytest.mark.gpu
@@ -129,7 +129,7 @@ def test_nothing_is_allocated_while_the_loop_runs_and_free_memory_stays_within_t
 
 def test_a_hundred_thousand_tiny_vertices_over_every_lane_finish_in_both_orders():
     script = (
-        "import sys, time; from runtime.synthetic import random_memgraph; from runtime import execute;"
+        "import sys, time; from tools.synthetic import random_memgraph; from runtime import execute;"
         "from runtime.backends.cuda import CudaBackend;"
         "g = random_memgraph(7, vertices=100_000, devices=1);"
         "[print(o, execute(g, backend=CudaBackend(), order=o, seed=1).summary.wall_time) for o in ('random', 'nondet')]"
@@ -189,8 +189,8 @@ def test_ctrl_c_ends_a_gpu_run_cleanly(tmp_path):
 def test_llama_prefill_on_the_gpu_equals_the_float64_reference(preset, dtype, provider):
     from dataclasses import replace
 
-    from turnip_ir.workloads import llama
-    from turnip_ir.workloads.llama.reference import reference
+    from frontend.workloads import llama
+    from frontend.workloads.llama.float64_forward import float64_forward
 
     config = replace(llama.load_config(preset), dtype=dtype)
     weights = llama.RandomWeights(config, 1)
@@ -231,8 +231,8 @@ def test_random_graphs_over_two_gpus_move_data_by_peer_copies_and_match_float64(
 def test_llama_over_two_gpus_equals_the_float64_reference(placement):
     from dataclasses import replace
 
-    from turnip_ir.workloads import llama
-    from turnip_ir.workloads.llama.reference import reference
+    from frontend.workloads import llama
+    from frontend.workloads.llama.float64_forward import float64_forward
 
     config = replace(llama.load_config("tiny-gqa"), dtype="float32")
     weights = llama.RandomWeights(config, 2)

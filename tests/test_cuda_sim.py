@@ -22,11 +22,11 @@ from runtime.backends.cuda import CudaBackend, simulated
 from runtime.backends.cuda.compat import cuda
 from runtime.backends.cuda import completion, gemm, kernels_numba, memory, registry
 from runtime.inputs import input_specs, make_inputs
-from runtime.reference import evaluate
+from tools.float64 import evaluate
 from tests import formulas_llama as formulas
 from tests.attention_graphs import attention_graph
 from turnip_ir.errors import KernelError
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 pytestmark = pytest.mark.skipif(not simulated(), reason="these tests run numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")

@@ -19,7 +19,7 @@ from passes.place_devices import place_devices
 from turnip_cli.main import main
 from turnip_ir.explain import explain_offloads
 from turnip_ir.memgraph import MemGraph, MemNode
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 
 
 def _node(i, op, task, device, loc=None, storage=None, inputs=(), kernel=None):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from turnip_ir.errors import InputError
-from turnip_ir.frontend import LoadBalanced, Program, Site, given, on, round_robin, split_block, split_count
-from turnip_ir.workloads import matmul
+from frontend import LoadBalanced, Program, Site, given, on, round_robin, split_block, split_count
+from frontend.workloads import matmul
 
 
 def ops(graph) -> Counter:

@@ -21,7 +21,7 @@ from turnip_ir.verifier import verify_memgraph
 from turnip_ir.errors import TurnipError
 from turnip_ir.io import check_module, graph_to_module, module_to_graph, parse_ir, parse_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.workloads import matmul
+from frontend.workloads import matmul
 
 ROOT = Path(__file__).parent
 VALUES = [None, -1, 0, 1, 2.5, "x", "", [], {}, [1], ["a"], [[1]], True, 10**20, "matmul", "input", [0, 1], [-5, 3]]

@@ -21,9 +21,9 @@ from turnip_ir.io import graph_to_module, module_text, parse_ir, parse_json
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.json_taskgraph import taskgraph_from_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
-from turnip_ir.workloads import ffn, matmul
+from frontend.workloads import ffn, matmul
 
 # TURNIP_EXAMPLES=600 searches harder (about a minute); the default, 150, keeps the suite quick.
 GOLDEN = Path(__file__).parent / "golden" / "valid"

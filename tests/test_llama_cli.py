@@ -11,8 +11,8 @@ import pytest
 
 from turnip_cli.main import main as turnip
 from turnip_ir.io import load_taskgraph
-from turnip_ir.safetensors import save_file, save_sharded
-from turnip_ir.workloads import llama
+from frontend.safetensors import save_file, save_sharded
+from frontend.workloads import llama
 
 CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50, "rms_norm_eps": 1e-5,
@@ -46,7 +46,7 @@ def test_checkpoint_to_hidden_states_equals_reference(tmp_path, capsys, shards, 
     np.save(tmp_path / "ids.npy", ids)
     out = hidden_states(capsys, "--weights", tmp_path / "m", "--input-ids", tmp_path / "ids.npy", "--memory", "48KiB",
                         "--block", 6, "--order", "random", "--outputs", tmp_path / "out.npz")
-    expected = llama.reference(llama.load_config(str(tmp_path / "m")), weights, ids)
+    expected = llama.float64_forward(llama.load_config(str(tmp_path / "m")), weights, ids)
     assert out.shape == (20, 32) and out.dtype == np.float32
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
     assert "offloaded" in capsys.readouterr().out

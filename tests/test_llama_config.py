@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from turnip_ir.errors import InputError
-from turnip_ir.workloads.llama import load_config
-from turnip_ir.workloads.llama.config import Rope, from_hf
-from turnip_ir.workloads.llama.rope import inverse_frequencies, rope_tables
+from frontend.workloads.llama import load_config
+from frontend.workloads.llama.config import Rope, from_hf
+from frontend.workloads.llama.rope import inverse_frequencies, rope_tables
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
 

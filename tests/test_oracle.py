@@ -2,7 +2,7 @@
 bugs planted in the memory-edge inserter are caught by the oracle even where the verifier shares them.
 
 The inserter and the verifier share `turnip_ir.memarrays` (`written_region`, the regions `MemArrays` holds)
-and `turnip_ir.regions` (`Overwrites`, the last-writer sweep): a bug there makes the inserter leave out
+and `turnip_ir.last_writer` (`Overwrites`, the last-writer sweep): a bug there makes the inserter leave out
 edges and the verifier look away from the same bytes. The oracle shares nothing.
 """
 
@@ -16,14 +16,14 @@ import pytest
 from oracle import violations
 
 import turnip_ir.memarrays
-from turnip_ir.regions import Overwrites
+from turnip_ir.last_writer import Overwrites
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from turnip_ir.errors import VerifyError
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 from turnip_ir.memarrays import STORAGE
 from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.verifier import verify_memgraph

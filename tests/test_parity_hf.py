@@ -20,9 +20,9 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from turnip_cli.main import main as turnip  # noqa: E402
-from turnip_ir.safetensors import save_file  # noqa: E402
-from turnip_ir.workloads import llama  # noqa: E402
-from turnip_ir.workloads.llama.rope import rope_tables  # noqa: E402
+from frontend.safetensors import save_file  # noqa: E402
+from frontend.workloads import llama  # noqa: E402
+from frontend.workloads.llama.rope import rope_tables  # noqa: E402
 
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 128, "rms_norm_eps": 1e-5, "max_position_embeddings": 256}

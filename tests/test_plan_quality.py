@@ -11,7 +11,7 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from runtime import execute
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
 TILE = 16 * 16 * 4

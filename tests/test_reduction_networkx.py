@@ -13,7 +13,7 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from passes.reduce_memory_deps import reduce_memory_deps
 from turnip_ir.verifier import verify_memgraph
-from turnip_ir.random_graphs import random_taskgraph
+from tools.random_graphs import random_taskgraph
 
 
 def _unreduced(seed: int, devices: int, factor: float):

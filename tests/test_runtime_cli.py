@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 import pytest
-from reference_formulas import evaluate
+from kernel_formulas import evaluate
 from runtime_plans import naive_memgraph
 
-from turnip_ir.random_graphs import random_taskgraph
-from turnip_ir.workloads import ffn as ffn_workload
+from tools.random_graphs import random_taskgraph
+from frontend.workloads import ffn as ffn_workload
 
 TURNIP = [sys.executable, "-m", "turnip_cli.main", "run"]
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference_formulas import evaluate
+from kernel_formulas import evaluate
 from runtime_plans import dependency_violations
 
 from passes.pipeline import compile_taskgraph
 from runtime import execute
 from runtime.inputs import input_specs, make_inputs
 from turnip_ir.errors import BudgetError
-from turnip_ir.random_graphs import random_taskgraph
-from turnip_ir.workloads import ffn, matmul
+from tools.random_graphs import random_taskgraph
+from frontend.workloads import ffn, matmul
 
 
 def _working_set(taskgraph) -> int:

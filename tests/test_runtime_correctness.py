@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference_formulas import evaluate
+from kernel_formulas import evaluate
 from runtime_plans import dependency_violations, naive_memgraph, reuse_memgraph
 
 from runtime import execute
 from runtime.inputs import input_specs, make_inputs
-from turnip_ir.random_graphs import random_taskgraph
-from turnip_ir.workloads import ffn, matmul
+from tools.random_graphs import random_taskgraph
+from frontend.workloads import ffn, matmul
 
 
 def _check(taskgraph, result, memgraph, seed):

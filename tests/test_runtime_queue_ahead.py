@@ -15,7 +15,7 @@ from runtime.backends.base import Backend, Completion
 from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.policies import make_policy
-from runtime.synthetic import random_memgraph
+from tools.synthetic import random_memgraph
 from turnip_ir.errors import KernelError
 from tests.test_runtime_executor import CHAIN, _graph
 

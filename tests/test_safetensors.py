@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from turnip_ir.errors import InputError
-from turnip_ir.safetensors import INDEX_FILE, SafeTensors, bfloat16_to_float32, float32_to_bfloat16, save_file, save_sharded
+from frontend.safetensors import INDEX_FILE, SafeTensors, bfloat16_to_float32, float32_to_bfloat16, save_file, save_sharded
 
 
 def _tensors() -> dict[str, np.ndarray]:

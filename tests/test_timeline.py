@@ -8,7 +8,7 @@ import re
 import pytest
 
 from runtime import execute
-from runtime.synthetic import random_memgraph
+from tools.synthetic import random_memgraph
 from runtime.timeline import write_timeline
 from turnip_cli.main import main
 from turnip_ir.errors import InputError

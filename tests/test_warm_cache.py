@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from passes import warm_cache
+from tools import warm_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from runtime import execute
 from turnip_ir.errors import InputError
-from turnip_ir.workloads import ffn, llama, matmul
+from frontend.workloads import ffn, llama, matmul
 
 
 def tight(graph) -> int:
@@ -32,7 +32,7 @@ def run_blocked(module, config, seeds=(0, 1)) -> list[float]:
     prog = module.build(config)
     graph = prog.taskgraph()
     values = module.random_inputs(config, 7)
-    expected = module.reference(config, values)
+    expected = module.float64_forward(config, values)
     memgraph = compile_taskgraph(graph, tight(graph))
     assert memgraph.count("reload") > 0
     errors = []
@@ -91,7 +91,7 @@ def test_llama_equals_reference(preset, placement, gpus, tokens, block):
     config = llama.load_config(preset)
     built = llama.build_llama(config, tokens, block, gpus, placement)
     weights, ids = llama.RandomWeights(config, 3), llama.random_ids(config, tokens, 4)
-    expected = llama.reference(config, weights, ids)
+    expected = llama.float64_forward(config, weights, ids)
     memgraph = compile_taskgraph(built.graph, tight(built.graph))
     assert memgraph.count("offload") > 0
     result = execute(memgraph, backend="cpu", order="random", seed=gpus, inputs=built.feed(weights, ids))
@@ -106,7 +106,7 @@ def test_llama_float16_stays_close_to_reference():
     result = execute(memgraph, backend="cpu", order="nondet", seed=1, inputs=built.feed(weights, ids))
     hidden = built.gather(result.outputs)
     assert hidden.dtype == np.float16
-    assert relative_error(hidden, llama.reference(config, weights, ids)) < 1e-2
+    assert relative_error(hidden, llama.float64_forward(config, weights, ids)) < 1e-2
 
 
 def test_llama_task_counts_per_layer():
@@ -158,7 +158,7 @@ def test_llama_rejects_what_it_cannot_build():
 
 
 def test_zigzag_deals_blocks_out_in_a_snake_and_balances_causal_attention():
-    from turnip_ir.workloads.llama.graph import zigzag
+    from frontend.workloads.llama.graph import zigzag
 
     assert [zigzag(b, 3) for b in range(8)] == [0, 1, 2, 2, 1, 0, 0, 1]
     config = llama.load_config("tiny")

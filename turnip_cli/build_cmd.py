@@ -12,8 +12,8 @@ from dataclasses import replace
 from turnip_ir.errors import InputError
 from turnip_ir.io import graph_text, write_atomic
 from turnip_ir.taskgraph import TaskGraph
-from turnip_ir.workloads import ffn, llama, matmul
-from turnip_ir.workloads.common import config_from_text
+from frontend.workloads import ffn, llama, matmul
+from frontend.workloads.common import config_from_text
 
 WORKLOADS = {"matmul": (matmul, "seed"), "ffn": (ffn, "small"), "llama": (llama, "tiny")}
 

@@ -24,7 +24,7 @@ from turnip_cli.planning import add_schedule_argument, compile_with, parse_size
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.io import write_atomic
-from turnip_ir.workloads import llama
+from frontend.workloads import llama
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)

@@ -1,7 +1,7 @@
 """Happens-before questions over a DAG, answered in one compiled sweep with small ancestor sets.
 
 The memory passes and the verifier ask "is u an ancestor of w?" only for nodes they can name in
-advance: the last writers of the bytes w overwrites and their readers (turnip_ir/regions.py), or the
+advance: the last writers of the bytes w overwrites and their readers (turnip_ir/last_writer.py), or the
 sources of memory edges. `ancestor_answers` takes those questions (per node w, the nodes asked
 about) and visits the nodes in position order, a topological order. Each visited node gets the set
 of its *watched* ancestors: the union, over its predecessors, of their sets and their own bits. A

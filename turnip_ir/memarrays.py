@@ -4,7 +4,7 @@ as CSR numpy arrays, and the (space, start, end) region each node writes.
 A memgraph's nodes are kept in a topological order, so a node's index in `MemGraph.nodes` is its
 position. Spaces are GPU numbers 0..D-1 and `STORAGE` (-1) for the CPU storage buffer. The verifier
 (turnip_ir/verifier.py) and the memory passes build the arrays once and run compiled sweeps on them
-(turnip_ir/regions.py, turnip_ir/ancestors.py). They live here, below the passes, so that the runtime can
+(turnip_ir/last_writer.py, turnip_ir/ancestors.py). They live here, below the passes, so that the runtime can
 prove a plan race-free before running it without importing a pass.
 """
 
@@ -114,10 +114,10 @@ def distinct(values: np.ndarray) -> np.ndarray:
 def data_entries(arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """For each entry (w, p) of a CSR of predecessors: is p a data predecessor (an operand) of w?"""
     n = len(arrays)
-    return _member(row_of(ptr) * n + idx, distinct(row_of(arrays.data_ptr) * n + arrays.data_idx))
+    return member(row_of(ptr) * n + idx, distinct(row_of(arrays.data_ptr) * n + arrays.data_idx))
 
 
-def _member(keys: np.ndarray, table: np.ndarray) -> np.ndarray:
+def member(keys: np.ndarray, table: np.ndarray) -> np.ndarray:
     """Is each key in the ascending array `table`?"""
     at = np.minimum(np.searchsorted(table, keys), max(len(table) - 1, 0))
     return (table[at] == keys) if len(table) else np.zeros(len(keys), dtype=np.bool_)

@@ -28,7 +28,7 @@ from numba import njit
 
 from turnip_ir.ancestors import ancestor_answers
 from turnip_ir.memarrays import STORAGE, MemArrays, csr_union, written_region
-from turnip_ir.regions import Overwrites
+from turnip_ir.last_writer import Overwrites
 from turnip_ir.errors import VerifyError
 from turnip_ir.kernels import nbytes
 from turnip_ir.memgraph import MemGraph, MemNode

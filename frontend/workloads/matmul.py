@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from turnip_ir.errors import InputError
-from turnip_ir.frontend import Program, given, split_block, strategy
-from turnip_ir.workloads.common import check_positive, normal
+from frontend import Program, given, split_block, strategy
+from frontend.workloads.common import check_positive, normal
 
 PLACEMENTS = ("seed", "round-robin", "load-balanced")
 
@@ -55,7 +55,7 @@ def random_inputs(config: MatmulConfig, seed: int) -> dict[str, np.ndarray]:
     return {"A": normal(seed, "A", (config.m, config.k), config.dtype), "B": normal(seed, "B", (config.k, config.n), config.dtype)}
 
 
-def reference(config: MatmulConfig, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def float64_forward(config: MatmulConfig, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """C in float64."""
     return {"C": values["A"].astype(np.float64) @ values["B"].astype(np.float64)}
 

@@ -1,11 +1,11 @@
-"""The cpu backend's kernels equal the formulas of tests/reference_formulas.py, kernel by kernel, on
+"""The cpu backend's kernels equal the formulas of tests/kernel_formulas.py, kernel by kernel, on
 broadcasting, zero-size and batched operands (the property tests then check them inside whole plans)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference_formulas import FORMULAS, apply
+from kernel_formulas import FORMULAS, apply
 
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.kernels import KERNELS
@@ -41,7 +41,7 @@ def _cases():
 
 
 def test_every_kernel_has_a_formula():
-    assert set(FORMULAS) == set(KERNELS), "write the missing kernels' formulas in tests/reference_formulas.py"
+    assert set(FORMULAS) == set(KERNELS), "write the missing kernels' formulas in tests/kernel_formulas.py"
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # an empty row is no reason to warn

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from turnip_ir.errors import InputError
-from turnip_ir.safetensors import SafeTensors
-from turnip_ir.workloads.common import rng
-from turnip_ir.workloads.llama.config import LlamaConfig
+from frontend.safetensors import SafeTensors
+from frontend.workloads.common import rng
+from frontend.workloads.llama.config import LlamaConfig
 
 EMBED = "model.embed_tokens.weight"
 POOL = 1 << 18

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from turnip_ir.errors import InputError
-from turnip_ir.frontend import Blocked, Program, follow, given, on, split_block
-from turnip_ir.frontend.placement import Placement
+from frontend import Blocked, Program, follow, given, on, split_block
+from frontend.placement import Placement
 from turnip_ir.taskgraph import TaskGraph
-from turnip_ir.workloads.llama.config import LlamaConfig
-from turnip_ir.workloads.llama.rope import rope_tables
-from turnip_ir.workloads.llama.weights import embed
+from frontend.workloads.llama.config import LlamaConfig
+from frontend.workloads.llama.rope import rope_tables
+from frontend.workloads.llama.weights import embed
 
 PLACEMENTS = ("sequence", "zigzag", "layers", "heads")
 BLOCK_7B = 4096

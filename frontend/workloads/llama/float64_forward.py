@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from turnip_ir.workloads.llama.config import LlamaConfig
-from turnip_ir.workloads.llama.rope import rope_tables
+from frontend.workloads.llama.config import LlamaConfig
+from frontend.workloads.llama.rope import rope_tables
 
 
-def reference(config: LlamaConfig, weights: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+def float64_forward(config: LlamaConfig, weights: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
     """`LlamaModel(input_ids=ids[None]).last_hidden_state[0]` in float64, [T, hidden]."""
     w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
     x = w("model.embed_tokens.weight")[np.asarray(ids)]

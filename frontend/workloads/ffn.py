@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from turnip_ir.errors import InputError
-from turnip_ir.frontend import Program, on, split_block, strategy
-from turnip_ir.workloads.common import check_positive, normal
+from frontend import Program, on, split_block, strategy
+from frontend.workloads.common import check_positive, normal
 
 PLACEMENTS = ("round-robin", "load-balanced", "layers")
 
@@ -70,7 +70,7 @@ def random_inputs(config: FfnConfig, seed: int) -> dict[str, np.ndarray]:
     return values
 
 
-def reference(config: FfnConfig, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def float64_forward(config: FfnConfig, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """y in float64, with the tanh-approximated GELU."""
     x = values["x"].astype(np.float64)
     for layer in range(config.layers):

@@ -1,6 +1,6 @@
-"""Warm numba's on-disk cache of the compiler's compiled sweeps: `python -m passes.warm_cache`.
+"""Warm numba's on-disk cache of the compiler's compiled sweeps: `python -m tools.warm_cache`.
 
-The sweeps (turnip_ir/ancestors.py, regions.py, verifier.py and the memory passes) are `@njit(cache=True)`:
+The sweeps (turnip_ir/ancestors.py, last_writer.py, verifier.py and the memory passes) are `@njit(cache=True)`:
 compiled once, about 15 s, then loaded from `__pycache__` beside their sources. `make install` runs this
 module so that the first user command and the test suite load them instead of paying that compile in a
 timed step. It compiles one small random taskgraph under a tight budget, which calls every sweep (numba
@@ -20,7 +20,7 @@ from numba.core.registry import CPUDispatcher
 
 MODULES = (
     "turnip_ir.ancestors",
-    "turnip_ir.regions",
+    "turnip_ir.last_writer",
     "turnip_ir.verifier",
     "passes.insert_memory_deps",
     "passes.minimize_memory_deps",
@@ -33,7 +33,7 @@ def warm() -> list[str]:
     from passes.insert_offload import minimum_budget
     from passes.pipeline import compile_taskgraph
     from passes.place_devices import place_devices
-    from turnip_ir.random_graphs import random_taskgraph
+    from tools.random_graphs import random_taskgraph
 
     graph = random_taskgraph(0, tasks=60, devices=2, sizes=(8, 16), window=10)
     compile_taskgraph(graph, int(minimum_budget(place_devices(graph)) * 1.2))

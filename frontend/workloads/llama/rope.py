@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from turnip_ir.workloads.llama.config import LlamaConfig
+from frontend.workloads.llama.config import LlamaConfig
 
 
 def inverse_frequencies(config: LlamaConfig, tokens: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 It runs the same kernel implementations as the cpu backend, on fresh float64 arrays, in the
 taskgraph's order, so it checks a plan and a schedule (examples/demo.py uses it), not the kernels.
-Tests compare against tests/reference_formulas.py, which writes every kernel again from its formula.
+Tests compare against tests/kernel_formulas.py, which writes every kernel again from its formula.
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ into blocks (`partition`) and which GPU runs each block (`placement`). Each op i
 kernel task per block, a move for each operand block that lives on another GPU (once per GPU), and a
 tree of adds where a contracted index is cut. The result is an ordinary `TaskGraph`; nothing here
 compiles or runs it. `Program.feed` cuts whole input arrays into the blocks' inputs and
-`Program.gather` puts output blocks back together, so a workload's reference works on whole tensors.
+`Program.gather` puts output blocks back together, so a workload's float64 forward pass works on whole tensors.
 """
 
-from turnip_ir.frontend.partition import split_block, split_count
-from turnip_ir.frontend.placement import LoadBalanced, Site, follow, given, on, round_robin, strategy
-from turnip_ir.frontend.program import Blocked, Program
+from frontend.partition import split_block, split_count
+from frontend.placement import LoadBalanced, Site, follow, given, on, round_robin, strategy
+from frontend.program import Blocked, Program
 
 __all__ = [
     "Blocked",

@@ -6,12 +6,12 @@ default and meaning, the meaning being the string literal written under the opti
 attribute docstring), followed by the deprecated spellings the pass still accepts (`aliases`). A pass
 whose summary is not one line, or an option without its docstring, is an error, not a gap in the docs.
 
-    .venv/bin/python -m passes.pass_reference                          # print the reference
-    .venv/bin/python -m passes.pass_reference --write docs/passes.md   # replace it between the markers
-    .venv/bin/python -m passes.pass_reference --check docs/passes.md   # exit 1 if the file has drifted
+    .venv/bin/python -m tools.pass_docs                          # print the reference
+    .venv/bin/python -m tools.pass_docs --write docs/passes.md   # replace it between the markers
+    .venv/bin/python -m tools.pass_docs --check docs/passes.md   # exit 1 if the file has drifted
 
 In the file the reference sits between `<!-- passes:reference -->` and `<!-- /passes:reference -->`;
-the hand-written text around the markers is kept. tests/test_pass_reference.py runs the check.
+the hand-written text around the markers is kept. tests/test_pass_docs.py runs the check.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(updated)
         return 0
     if updated != doc:
-        print(f"{path}: the pass reference differs from the docstrings; run python -m passes.pass_reference --write {path}", file=sys.stderr)
+        print(f"{path}: the pass reference differs from the docstrings; run python -m tools.pass_docs --write {path}", file=sys.stderr)
         return 1
     return 0
 

@@ -23,10 +23,10 @@ from itertools import product
 import numpy as np
 
 from turnip_ir.errors import InputError
-from turnip_ir.frontend import attention
-from turnip_ir.frontend.order import ordered
-from turnip_ir.frontend.partition import Split, SplitSpec, as_split, block_slice
-from turnip_ir.frontend.placement import Placement, Site, follow, round_robin
+from frontend import attention
+from frontend.order import ordered
+from frontend.partition import Split, SplitSpec, as_split, block_slice
+from frontend.placement import Placement, Site, follow, round_robin
 from turnip_ir.kernels import KERNELS, Shape, nbytes, parse_equation
 from turnip_ir.taskgraph import TaskGraph, Tensor
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from passes.graph_pass import GraphPass
-from passes.pass_reference import BEGIN, END, main, render, render_pass, replace_reference
+from tools.pass_docs import BEGIN, END, main, render, render_pass, replace_reference
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "passes.md"
 
@@ -16,7 +16,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "passes.md"
 def test_docs_pass_reference_matches_the_docstrings() -> None:
     doc = DOC.read_text()
     fresh = replace_reference(doc, render())
-    assert fresh == doc, "docs/passes.md has drifted from the docstrings: run .venv/bin/python -m passes.pass_reference --write docs/passes.md"
+    assert fresh == doc, "docs/passes.md has drifted from the docstrings: run .venv/bin/python -m tools.pass_docs --write docs/passes.md"
 
 
 def test_every_registered_pass_and_option_is_in_the_reference() -> None:

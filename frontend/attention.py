@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from turnip_ir.errors import InputError
-from turnip_ir.frontend.placement import Placement, Site
+from frontend.placement import Placement, Site
 from turnip_ir.kernels import KERNELS, nbytes
 
 if TYPE_CHECKING:
-    from turnip_ir.frontend.program import Blocked, Program
+    from frontend.program import Blocked, Program
 
 
 def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int,

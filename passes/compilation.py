@@ -24,10 +24,6 @@ from turnip_ir.memarrays import MemArrays
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
-FIELDS = ("graph", "stats", "source", "arrays")
-"""The fields a stage may name in its `reads` and `adds`."""
-
-
 @dataclass
 class Compilation:
     """The state of one compilation; stages read it and extend it in place."""

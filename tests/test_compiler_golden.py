@@ -126,6 +126,24 @@ def test_a_pass_spec_without_the_budget_is_one_line_naming_it(tmp_path, capsys, 
     assert capsys.readouterr().err.strip() == f"turnip-opt: error: {pass_name} needs the option budget=BYTES with a positive number of bytes, got 0"
 
 
+def test_every_stage_adds_what_it_declares_and_the_shared_arrays_stay_in_step():
+    from passes.compilation import Compilation
+    from passes.pipeline import memgraph_stages
+    from passes.place_devices import place_devices
+    from turnip_ir.memarrays import MemArrays
+
+    state = Compilation(seven_tensors())
+    for stage in memgraph_stages(4 * SLOT):
+        state.run(stage)
+        assert all(getattr(state, name) is not None for name in stage.adds), stage.name
+    assert isinstance(state.graph, MemGraph) and state.source.to_json() == place_devices(seven_tensors()).to_json()
+    fresh = MemArrays.build(state.graph.nodes)  # after minimize and reduce dropped edges from the shared arrays
+    for name in ("data_ptr", "data_idx", "mem_ptr", "mem_idx", "read_ptr", "read_idx", "space", "start", "end"):
+        assert (getattr(state.arrays, name) == getattr(fresh, name)).all(), name
+    assert state.stats.edges_added > 0 and state.stats.ops["offload"] == 1
+    assert state.graph.to_json() == compile_taskgraph(seven_tensors(), 4 * SLOT).to_json()
+
+
 def test_an_unknown_schedule_is_named_with_the_known_ones():
     with pytest.raises(InputError, match=r"^unknown schedule 'fifo' \(known: given, dfs, memory\)$"):
         compile_taskgraph(seven_tensors(), 4 * SLOT, schedule="fifo")

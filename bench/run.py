@@ -47,7 +47,7 @@ from runtime import arena_budget, sim_makespan  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
-from turnip_cli.planning import SCHEDULE_CHOICES, compile_for  # noqa: E402
+from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 
@@ -144,7 +144,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     try:
         began = time.perf_counter()
         arena = arena_budget(work.graph, budget, "cuda", attention=ATTENTION)
-        memgraph, schedule, scores = compile_for(work.graph, arena, SCHEDULE, inputs="host")
+        memgraph, schedule, scores = compile_choosing_schedule(work.graph, arena, SCHEDULE, inputs="host")
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):

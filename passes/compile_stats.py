@@ -1,10 +1,10 @@
 """Compile statistics: what the pipeline did, and a collector the CLI reads for `--stats`.
 
-Each pass's `run(graph, stats)` records what it did into the `CompileStats` it is given (`timed`,
-`add`), and `compile_taskgraph` hands the same one to every stage. Passes stay stateless: run by
-`turnip-opt`, a pass records into the `collected` context variable when the CLI has set one
-(`collecting()`), and nowhere otherwise, so `--stats` works for the named pipeline and for a list of
-single passes alike.
+Each pass's `run(state)` records what it did into `state.stats`, the `CompileStats` of its
+`Compilation` (passes/compilation.py; `timed`, `add`), so every stage of one compilation records into
+the same one. Passes stay stateless: run by `turnip-opt`, a compilation records into the `collected`
+context variable when the CLI has set one (`collecting()`), and into fresh stats nobody reads
+otherwise, so `--stats` works for the named pipeline and for a list of single passes alike.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""`GraphPass`, the base of every turnip pass, and the helpers passes share (input checks, counting).
+"""`GraphPass`, the base of every turnip pass, and the helpers passes share (input checks).
 
-A `GraphPass` is an xDSL pass whose work is a function from graph to graph: `run(graph, stats)` works
-on a `TaskGraph` or `MemGraph` and records what it did into `stats` (compile_stats.py), the one place
-a stage is timed and counted, whether `turnip-opt` runs the pass alone or `compile_taskgraph` runs it
-in the pipeline. `apply`, the xDSL entry point, converts the module once on entry and once on exit
-around it. Because the work never needs IR, `turnip-opt` can run a whole pipeline of
-them on the Python graphs and build IR only if the output asks for it (xDSL op construction costs
-about 0.1 ms per op: see benchmarks.md).
+A `GraphPass` is an xDSL pass whose work is a stage of a compilation: `run(state)` reads the fields
+of a `Compilation` (passes/compilation.py) it names in `reads`, sets those it names in `adds`, and
+records what it did into `state.stats` (compile_stats.py), the one place a stage is timed and
+counted, whether `turnip-opt` runs the pass alone or `compile_taskgraph` runs it in the pipeline.
+`apply`, the xDSL entry point, converts the module to a graph once on entry and back once on exit
+around it. Because the work never needs IR, `turnip-opt` can run a whole pipeline of them on one
+`Compilation` and build IR only if the output asks for it (xDSL op construction is costly per op:
+docs/benchmarks.md, "IR (foundation)").
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import ClassVar
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.utils.arg_spec import ArgSpec
 
+from passes.compilation import Compilation
 from passes.compile_stats import CompileStats, collected
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -27,34 +28,30 @@ Graph = TaskGraph | MemGraph
 
 
 class GraphPass(ModulePass):
-    """A pass defined on the Python graphs; subclasses implement `run`."""
+    """A pass defined as a stage on a `Compilation`; subclasses implement `run`."""
 
-    aliases: ClassVar[dict[str, str]] = {}
-    """Deprecated option spellings -> the option they stand for; accepted in a pipeline, never printed."""
+    reads: ClassVar[tuple[str, ...]] = ("graph",)
+    """The `Compilation` fields the stage reads (besides `stats`, which every stage records into)."""
+    adds: ClassVar[tuple[str, ...]] = ()
+    """The `Compilation` fields the stage sets or replaces; each is set when `run` returns."""
 
-    @classmethod
-    def from_spec(cls, spec: ArgSpec) -> GraphPass:
-        options = dict(spec.normalize_parameter_names().parameters)
-        for old, new in cls.aliases.items():
-            if old in options:
-                if new in options:
-                    raise InputError(f"{cls.name}: give {new}= only ({old}= is its deprecated alias)")
-                options[new] = options.pop(old)
-        return super().from_spec(ArgSpec(spec.name, options))
-
-    def run(self, graph: Graph, stats: CompileStats | None) -> Graph:
-        """The pass's work on `graph`, timed and counted into `stats` unless it is None."""
+    def run(self, state: Compilation) -> None:
+        """The pass's work on `state`: read `reads`, set `adds`, record into `state.stats`."""
         raise NotImplementedError
-
-    def transform(self, graph: Graph) -> Graph:
-        """`run` with the stats the CLI collects (`compile_stats.collecting`), if it does."""
-        return self.run(graph, collected.get())
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from turnip_ir.convert import replace_module
         from turnip_ir.io import graph_to_module, module_to_graph
 
-        replace_module(op, graph_to_module(self.transform(module_to_graph(op))))
+        state = Compilation(module_to_graph(op), cli_stats())
+        state.run(self)
+        replace_module(op, graph_to_module(state.graph))
+
+
+def cli_stats() -> CompileStats:
+    """The stats the CLI collects (`compile_stats.collecting`), or fresh ones nobody reads."""
+    stats = collected.get()
+    return stats if stats is not None else CompileStats()
 
 
 def taskgraph_of(graph: Graph, pass_name: str) -> TaskGraph:

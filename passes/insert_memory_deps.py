@@ -18,7 +18,8 @@ from numba import njit
 
 from turnip_ir.ancestors import ancestor_answers
 from turnip_ir.memarrays import MemArrays, row_of
-from passes.compile_stats import CompileStats, add, timed
+from passes.compilation import Compilation
+from passes.compile_stats import add, timed
 from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.last_writer import Overwrites
 from turnip_ir.memgraph import MemGraph
@@ -93,10 +94,11 @@ class InsertMemoryDepsPass(GraphPass):
     """
 
     name = "turnip-insert-memory-deps"
+    reads = ("graph", "arrays")
+    adds = ("arrays",)
 
-    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
-        graph = memgraph_of(graph, self.name)
-        with timed(stats, "memory-deps"):
-            added, redundant = insert_memory_deps(graph, arrays)
-        add(stats, edges_added=added, edges_redundant=redundant)
-        return graph
+    def run(self, state: Compilation) -> None:
+        graph = memgraph_of(state.graph, self.name)
+        with timed(state.stats, "memory-deps"):
+            added, redundant = insert_memory_deps(graph, state.memarrays())
+        add(state.stats, edges_added=added, edges_redundant=redundant)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from passes.compile_stats import CompileStats, timed
+from passes.compilation import Compilation
+from passes.compile_stats import timed
 from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
 from passes.allocator import ALIGN, PLACEMENTS, aligned
 from passes.compact import TaskView
@@ -115,9 +116,9 @@ class InsertOffloadPass(GraphPass):
     """
 
     name = "turnip-insert-offload"
-    aliases = {"order": "schedule"}
-    budget: int = 0
-    """Bytes per GPU; required, a positive number."""
+    adds = ("graph", "source")
+    budget: int
+    """Bytes per GPU, a positive number."""
     schedule: str = "given"
     """The order of the simulated run: `given` (the taskgraph's node order), `dfs` (a depth-first
     post-order from the outputs) or `memory` (the ready task that grows live memory least)."""
@@ -128,11 +129,11 @@ class InsertOffloadPass(GraphPass):
     """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit) or `host` (all in
     CPU storage, as weights loaded into host memory; the plan reloads them where they are read)."""
 
-    def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
+    def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)
-        graph = taskgraph_of(graph, self.name)
-        with timed(stats, "simulate"):
+        graph = taskgraph_of(state.graph, self.name)
+        with timed(state.stats, "simulate"):
             memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs)
-        if stats is not None:
-            stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
-        return memgraph
+        state.stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
+        state.replace_graph(memgraph)
+        state.source = graph

@@ -17,7 +17,8 @@ from numba import njit
 
 from passes.compact import drop_memory_edges
 from turnip_ir.memarrays import MemArrays, csr_union, data_entries
-from passes.compile_stats import CompileStats, add, timed
+from passes.compilation import Compilation
+from passes.compile_stats import add, timed
 from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
@@ -84,10 +85,11 @@ class MinimizeMemoryDepsPass(GraphPass):
     """
 
     name = "turnip-minimize-memory-deps"
+    reads = ("graph", "arrays")
+    adds = ("arrays",)
 
-    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
-        graph = memgraph_of(graph, self.name)
-        with timed(stats, "minimize"):
-            removed = minimize_memory_deps(graph, arrays)
-        add(stats, edges_removed_minimize=removed)
-        return graph
+    def run(self, state: Compilation) -> None:
+        graph = memgraph_of(state.graph, self.name)
+        with timed(state.stats, "minimize"):
+            removed = minimize_memory_deps(graph, state.memarrays())
+        add(state.stats, edges_removed_minimize=removed)

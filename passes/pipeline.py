@@ -1,22 +1,24 @@
 """The default compiler pipeline on the compact structures: taskgraph in, verified memgraph out.
 
 Stages: place devices -> simulate (offload insertion) -> memory deps -> minimize -> reduce -> verify.
-The pipeline is composed here once: `compile_taskgraph` runs each stage's pass (`run(graph, stats)`,
-where the stage is timed and counted, as when `turnip-opt` runs it alone), and the `turnip-memgraph`
-pass calls `compile_taskgraph`. Stages work on Python lists or CSR arrays (built once for the memory
-passes); nothing is printed or parsed between them; the cyclic garbage collector is paused meanwhile.
-`compile_taskgraph` is the contract the runtime's `turnip run` calls for taskgraph files.
+The pipeline is composed here once, as a list of passes (`memgraph_stages`) that `run_stages` runs in
+order on one `Compilation` (passes/compilation.py): each stage reads the fields it names in `reads`
+and sets those in `adds` (the placed taskgraph as `source`, the memgraph's CSR `arrays`, built once
+for the memory passes), timed and counted as when `turnip-opt` runs it alone. Nothing is printed or
+parsed between stages; the cyclic garbage collector is paused meanwhile. `compile_taskgraph` is the
+contract the runtime's `turnip run` calls for taskgraph files, and the `turnip-memgraph` pass runs the
+same stages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from turnip_ir.memarrays import MemArrays
-from passes.compile_stats import CompileStats, timed
+from passes.compilation import Compilation
+from passes.compile_stats import CompileStats
 from passes.graph_pass import GraphPass, check_budget_option, taskgraph_of
 from passes.insert_memory_deps import InsertMemoryDepsPass
 from passes.insert_offload import InsertOffloadPass
@@ -35,6 +37,23 @@ def compile_taskgraph(
     budget: int,
     schedule: str = "given",
     stats: CompileStats | None = None,
+    **options,
+) -> MemGraph:
+    """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
+
+    `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `stats`, when given, receives the
+    counts and seconds; `options` are `memgraph_stages`'s.
+    """
+    if budget <= 0:
+        raise InputError(f"budget must be a positive number of bytes, got {budget}")
+    state = Compilation(graph, stats if stats is not None else CompileStats())
+    run_stages(state, memgraph_stages(budget, schedule, **options))
+    return state.graph
+
+
+def memgraph_stages(
+    budget: int,
+    schedule: str = "given",
     *,
     devices: int = 0,
     placement: str = "loosest",
@@ -42,31 +61,30 @@ def compile_taskgraph(
     minimize: bool = True,
     reduce: bool = True,
     verify: bool = True,
-) -> MemGraph:
-    """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
+) -> list[GraphPass]:
+    """The default pipeline's passes, in order.
 
-    `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `devices` widens placement (0 keeps the
-    taskgraph's count); `placement` picks among free regions (`loosest`, the default, or `first-fit`);
-    `inputs` says where inputs start (`gpu` while they fit, or `host`: all in CPU storage);
-    `minimize`, `reduce` and `verify` switch off those stages (for benchmarks).
+    `devices` widens placement (0 keeps the taskgraph's count); `placement` picks among free regions
+    (`loosest`, the default, or `first-fit`); `inputs` says where inputs start (`gpu` while they fit,
+    or `host`: all in CPU storage); `minimize`, `reduce` and `verify` leave those stages out (for
+    benchmarks).
     """
-    if budget <= 0:
-        raise InputError(f"budget must be a positive number of bytes, got {budget}")
-    stats = stats if stats is not None else CompileStats()
+    stages: list[GraphPass] = [
+        PlaceDevicesPass(devices=devices),
+        InsertOffloadPass(budget=budget, schedule=schedule, placement=placement, inputs=inputs),
+        InsertMemoryDepsPass(),
+    ]
+    stages += [MinimizeMemoryDepsPass()] if minimize else []
+    stages += [ReduceMemoryDepsPass()] if reduce else []
+    stages += [VerifyMemgraphPass()] if verify else []
+    return stages
+
+
+def run_stages(state: Compilation, stages: Iterable[GraphPass]) -> None:
+    """Run `stages` in order on `state`, with the cyclic garbage collector paused."""
     with _cyclic_gc_paused():
-        placed = PlaceDevicesPass(devices=devices).run(graph, stats)
-        simulate = InsertOffloadPass(budget=budget, schedule=schedule, placement=placement, inputs=inputs)
-        memgraph = simulate.run(placed, stats)
-        with timed(stats, "memory-deps"):  # the arrays the memory passes share, built for the first of them
-            arrays = MemArrays.build(memgraph.nodes)
-        InsertMemoryDepsPass().run(memgraph, stats, arrays)
-        if minimize:
-            MinimizeMemoryDepsPass().run(memgraph, stats, arrays)
-        if reduce:
-            ReduceMemoryDepsPass().run(memgraph, stats, arrays)
-        if verify:
-            VerifyMemgraphPass().run(memgraph, stats, source=placed)
-    return memgraph
+        for stage in stages:
+            state.run(stage)
 
 
 def compile_best(
@@ -105,7 +123,7 @@ def compile_best(
 @contextlib.contextmanager
 def _cyclic_gc_paused():
     """The compiler builds and drops millions of small acyclic objects (freed by reference counts);
-    the cyclic collector would rescan the growing graphs again and again, about a fifth of the time."""
+    the cyclic collector would rescan the growing graphs again and again (docs/benchmarks.md, "Compile time")."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -121,15 +139,15 @@ class MemgraphPipelinePass(GraphPass):
 
     Runs turnip-place-devices, turnip-insert-offload, turnip-insert-memory-deps,
     turnip-minimize-memory-deps, turnip-reduce-memory-deps and turnip-verify-memgraph (given the
-    placed taskgraph, so condition (a) is proved too) on the compact structures, converting the
+    placed taskgraph, so condition (a) is proved too) on one compilation state, converting the
     module once each way. It is `compile_taskgraph` (passes/pipeline.py): the same stages, timed and
     counted once each.
     """
 
     name = "turnip-memgraph"
-    aliases = {"order": "schedule"}
-    budget: int = 0
-    """Bytes per GPU; required, a positive number."""
+    adds = ("graph", "source", "arrays")
+    budget: int
+    """Bytes per GPU, a positive number."""
     schedule: str = "given"
     """The simulated schedule: `given`, `dfs` or `memory` (as in turnip-insert-offload)."""
     devices: int = 0
@@ -139,8 +157,8 @@ class MemgraphPipelinePass(GraphPass):
     inputs: str = "gpu"
     """Where inputs start: `gpu` or `host` (as in turnip-insert-offload)."""
 
-    def run(self, graph: TaskGraph, stats: CompileStats | None) -> MemGraph:
+    def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)
-        graph = taskgraph_of(graph, self.name)
+        taskgraph_of(state.graph, self.name)
         options = {"devices": self.devices, "placement": self.placement, "inputs": self.inputs}
-        return compile_taskgraph(graph, self.budget, self.schedule, stats, **options)
+        run_stages(state, memgraph_stages(self.budget, self.schedule, **options))

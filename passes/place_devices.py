@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from passes.compile_stats import CompileStats, timed
+from passes.compilation import Compilation
+from passes.compile_stats import timed
 from passes.graph_pass import GraphPass, taskgraph_of
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS
@@ -101,9 +102,10 @@ class PlaceDevicesPass(GraphPass):
     """
 
     name = "turnip-place-devices"
+    adds = ("graph",)
     devices: int = 0
     """How many GPUs to place on; 0 keeps the module's count, and fewer than it is an error."""
 
-    def run(self, graph: TaskGraph, stats: CompileStats | None) -> TaskGraph:
-        with timed(stats, "place"):
-            return place_devices(taskgraph_of(graph, self.name), self.devices)
+    def run(self, state: Compilation) -> None:
+        with timed(state.stats, "place"):
+            state.replace_graph(place_devices(taskgraph_of(state.graph, self.name), self.devices))

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from turnip_ir.ancestors import implied_predecessors
 from passes.compact import drop_memory_edges
 from turnip_ir.memarrays import MemArrays, csr_union
-from passes.compile_stats import CompileStats, add, timed
+from passes.compilation import Compilation
+from passes.compile_stats import add, timed
 from passes.graph_pass import GraphPass, memgraph_of
 from turnip_ir.memgraph import MemGraph
 
@@ -39,10 +40,11 @@ class ReduceMemoryDepsPass(GraphPass):
     """
 
     name = "turnip-reduce-memory-deps"
+    reads = ("graph", "arrays")
+    adds = ("arrays",)
 
-    def run(self, graph: MemGraph, stats: CompileStats | None, arrays: MemArrays | None = None) -> MemGraph:
-        graph = memgraph_of(graph, self.name)
-        with timed(stats, "reduce"):
-            removed = reduce_memory_deps(graph, arrays)
-        add(stats, edges_removed_reduce=removed)
-        return graph
+    def run(self, state: Compilation) -> None:
+        graph = memgraph_of(state.graph, self.name)
+        with timed(state.stats, "reduce"):
+            removed = reduce_memory_deps(graph, state.memarrays())
+        add(state.stats, edges_removed_reduce=removed)

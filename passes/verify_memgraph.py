@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from passes.compile_stats import CompileStats, timed
+from passes.compilation import Compilation
+from passes.compile_stats import timed
 from passes.graph_pass import GraphPass, memgraph_of
-from turnip_ir.memgraph import MemGraph
-from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.verifier import verify_memgraph
 
 
@@ -28,18 +27,17 @@ class VerifyMemgraphPass(GraphPass):
     """
 
     name = "turnip-verify-memgraph"
+    reads = ("graph", "source")
     taskgraph: str = ""
     """The taskgraph file the memgraph was compiled from, to prove condition (a) as well; empty: the
     memgraph alone."""
 
-    def run(self, graph: MemGraph, stats: CompileStats | None, source: TaskGraph | None = None) -> MemGraph:
-        """`source`: the placed taskgraph, when the caller has it (the pipeline); else read from the option."""
-        graph = memgraph_of(graph, self.name)
-        if source is None and self.taskgraph:
-            source = self._taskgraph(graph.devices)
-        with timed(stats, "verify"):
+    def run(self, state: Compilation) -> None:
+        """The taskgraph of condition (a) is the `taskgraph=` file if given, else `state.source` if any."""
+        graph = memgraph_of(state.graph, self.name)
+        source = self._taskgraph(graph.devices) if self.taskgraph else state.source
+        with timed(state.stats, "verify"):
             verify_memgraph(graph, source)
-        return graph
 
     def _taskgraph(self, devices: int):
         from passes.place_devices import place_devices

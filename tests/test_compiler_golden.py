@@ -106,22 +106,42 @@ def test_turnip_opt_pipeline_writes_memgraph_json(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("pass_name", ["turnip-memgraph", "turnip-insert-offload"])
-def test_order_option_is_a_deprecated_alias_of_schedule(tmp_path, capsys, pass_name):
-    from tools.random_graphs import random_taskgraph
-    from passes.insert_offload import minimum_budget
+def test_order_is_an_unknown_option_now_that_schedule_replaced_it(tmp_path, capsys, pass_name):
+    src, out = tmp_path / "g.json", tmp_path / "m.json"
+    src.write_text(seven_tensors().dumps())
+    assert opt_main([str(src), "-p", f"{pass_name}{{budget={4 * SLOT} order=dfs}}", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("turnip-opt: error: ") and not out.exists()
+    assert '["order"] not found' in err and '"schedule"' in err
 
-    graph = random_taskgraph(2, tasks=40, devices=1, sizes=(8, 16), window=10)
-    budget = int(minimum_budget(graph) * 1.3)
-    src = tmp_path / "g.json"
-    src.write_text(graph.dumps())
-    texts = {}
-    for spec in ("schedule=dfs", "order=dfs", ""):
-        out = tmp_path / "out.json"
-        assert opt_main([str(src), "-p", f"{pass_name}{{budget={budget} {spec}}}", "--emit", "json", "-o", str(out)]) == 0
-        texts[spec] = out.read_text()
-    assert texts["order=dfs"] == texts["schedule=dfs"] != texts[""]
-    assert opt_main([str(src), "-p", f"{pass_name}{{budget={budget} order=dfs schedule=memory}}"]) == 1
-    assert capsys.readouterr().err.strip() == f"turnip-opt: error: {pass_name}: give schedule= only (order= is its deprecated alias)"
+
+@pytest.mark.parametrize("pass_name", ["turnip-memgraph", "turnip-insert-offload"])
+def test_a_pass_spec_without_the_budget_is_one_line_naming_it(tmp_path, capsys, pass_name):
+    src, out = tmp_path / "g.json", tmp_path / "m.json"
+    src.write_text(seven_tensors().dumps())
+    assert opt_main([str(src), "-p", pass_name, "-o", str(out)]) == 1
+    assert capsys.readouterr().err == f'turnip-opt: error: {pass_name} requires argument "budget"\n'
+    assert not out.exists()
+    assert opt_main([str(src), "-p", f"{pass_name}{{budget=0}}"]) == 1
+    assert capsys.readouterr().err.strip() == f"turnip-opt: error: {pass_name} needs the option budget=BYTES with a positive number of bytes, got 0"
+
+
+def test_every_stage_adds_what_it_declares_and_the_shared_arrays_stay_in_step():
+    from passes.compilation import Compilation
+    from passes.pipeline import memgraph_stages
+    from passes.place_devices import place_devices
+    from turnip_ir.memarrays import MemArrays
+
+    state = Compilation(seven_tensors())
+    for stage in memgraph_stages(4 * SLOT):
+        state.run(stage)
+        assert all(getattr(state, name) is not None for name in stage.adds), stage.name
+    assert isinstance(state.graph, MemGraph) and state.source.to_json() == place_devices(seven_tensors()).to_json()
+    fresh = MemArrays.build(state.graph.nodes)  # after minimize and reduce dropped edges from the shared arrays
+    for name in ("data_ptr", "data_idx", "mem_ptr", "mem_idx", "read_ptr", "read_idx", "space", "start", "end"):
+        assert (getattr(state.arrays, name) == getattr(fresh, name)).all(), name
+    assert state.stats.edges_added > 0 and state.stats.ops["offload"] == 1
+    assert state.graph.to_json() == compile_taskgraph(seven_tensors(), 4 * SLOT).to_json()
 
 
 def test_an_unknown_schedule_is_named_with_the_known_ones():

@@ -24,7 +24,22 @@ def test_every_registered_pass_and_option_is_in_the_reference() -> None:
     for name in ("turnip-memgraph", "turnip-place-devices", "turnip-insert-offload", "turnip-insert-memory-deps",
                  "turnip-minimize-memory-deps", "turnip-reduce-memory-deps", "turnip-verify-memgraph"):
         assert f"### `{name}`" in reference
-    assert "| `schedule` | `given` |" in reference and "| `order` | | deprecated alias of `schedule`" in reference
+    assert "| `schedule` | `given` |" in reference and "| `budget` | required |" in reference
+    assert "`order`" not in reference
+    assert "Stage: reads `graph`; adds `graph`, `source`.\n" in reference  # turnip-insert-offload
+    assert "Stage: reads `graph`, `source`; adds nothing.\n" in reference  # turnip-verify-memgraph
+
+
+def test_every_pass_reads_and_adds_only_fields_of_the_compilation_state() -> None:
+    import dataclasses
+
+    from passes.compilation import Compilation
+    from passes.registry import all_passes
+
+    fields = {field.name for field in dataclasses.fields(Compilation)}
+    for factory in all_passes().values():
+        cls = factory()
+        assert set(cls.reads) | set(cls.adds) <= fields, cls.name
 
 
 def test_check_fails_on_a_drifted_copy_and_write_fixes_it(tmp_path, capsys) -> None:

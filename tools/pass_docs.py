@@ -1,10 +1,11 @@
 """The pass reference of docs/passes.md, rendered from the registered passes' own docstrings.
 
 Per pass, in registry order (passes/registry.py): its name and module, the docstring's first line
-(the summary), the rest of the docstring (the description), and a table of its options: name,
-default and meaning, the meaning being the string literal written under the option's field (an
-attribute docstring), followed by the deprecated spellings the pass still accepts (`aliases`). A pass
-whose summary is not one line, or an option without its docstring, is an error, not a gap in the docs.
+(the summary), the rest of the docstring (the description), what the stage reads from and adds to
+the compilation state (its `reads` and `adds`, passes/compilation.py), and a table of its options:
+name, default ("required" for a field without one) and meaning, the meaning being the string literal
+written under the option's field (an attribute docstring). A pass whose summary is not one line, or
+an option without its docstring, is an error, not a gap in the docs.
 
     .venv/bin/python -m tools.pass_docs                          # print the reference
     .venv/bin/python -m tools.pass_docs --write docs/passes.md   # replace it between the markers
@@ -42,11 +43,20 @@ def option_docs(cls: type) -> dict[str, str]:
 
 
 def _default(value: object) -> str:
+    if value is dataclasses.MISSING:
+        return "required"
     return '`""`' if value == "" else f"`{value}`"
 
 
+def _stage(cls: type) -> str:
+    """The line saying which fields of the compilation state the stage reads and adds."""
+    reads = ", ".join(f"`{name}`" for name in cls.reads)
+    adds = ", ".join(f"`{name}`" for name in cls.adds) or "nothing"
+    return f"Stage: reads {reads}; adds {adds}."
+
+
 def render_pass(cls: type) -> str:
-    """One pass's section: heading, summary, description, options table."""
+    """One pass's section: heading, summary, description, stage fields, options table."""
     summary, _, description = inspect.getdoc(cls).partition("\n\n")
     if "\n" in summary:
         raise ValueError(f"{cls.name}: the docstring's summary must be one line, then a blank line")
@@ -54,6 +64,7 @@ def render_pass(cls: type) -> str:
     parts = [f"### `{cls.name}` ({module})", summary]
     if description:
         parts.append(description)
+    parts.append(_stage(cls))
     fields = [field for field in dataclasses.fields(cls) if field.init]
     if fields:
         docs = option_docs(cls)
@@ -62,7 +73,6 @@ def render_pass(cls: type) -> str:
             if field.name not in docs:
                 raise ValueError(f"{cls.name}: option '{field.name}' has no docstring (a string literal under its field)")
             rows.append(f"| `{field.name}` | {_default(field.default)} | {docs[field.name]} |")
-        rows += [f"| `{old}` | | deprecated alias of `{new}`, still accepted |" for old, new in cls.aliases.items()]
         parts.append("\n".join(rows))
     else:
         parts.append("No options.")

@@ -20,7 +20,7 @@ from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolv
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_schedule_argument, compile_with, parse_size
+from turnip_cli.planning import add_schedule_argument, compile_printing_choice, parse_size
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.io import write_atomic
@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
-    memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
+    arena = arena_budget(built.graph, budget, backend, attention=args.attention)  # less the cuda workspace
+    memgraph = compile_printing_choice(built.graph, arena, args.schedule)
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))
     inputs = built.feed(weights, ids) if backend != "sim" else None

@@ -3,9 +3,10 @@
 `turnip-opt FILE [-p PIPELINE] [--emit mlir|json|dot] [-o OUT] [--stats]`. FILE is `.mlir` or `.json`
 (either format). Only the builtin and turnip dialects are registered, which keeps start-up short.
 When every pass is a `GraphPass` (all of turnip's are) and no per-pass IR is asked for
-(`--print-between-passes` and the like), the pipeline runs on the Python graphs and IR is built only
-for `--emit mlir`: at 20k tasks that is 6 s instead of 33 s, most of it xDSL op construction and
-verification. Otherwise xDSL's own driver runs the passes on the module.
+(`--print-between-passes` and the like), the passes run in turn on one `Compilation` of the Python
+graphs (passes/compilation.py) and IR is built only for `--emit mlir`, which saves xDSL's op
+construction and verification per op (docs/benchmarks.md, "IR (foundation)"). Otherwise xDSL's own
+driver runs the passes on the module, converting it for each pass.
 Output is written only when everything succeeded (atomically), so a failed run leaves OUT untouched.
 Exit codes: 0 ok, 1 bad input (syntax, fields, pipeline), 2 impossible budget, 3 verifier failure.
 """
@@ -23,7 +24,8 @@ from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from passes.graph_pass import GraphPass
+from passes.compilation import Compilation
+from passes.graph_pass import GraphPass, cli_stats
 from turnip_cli import interrupt
 from turnip_ir.dialect import Turnip
 from turnip_ir.errors import InputError, TurnipError
@@ -96,14 +98,14 @@ class TurnipOptMain(xDSLOptMain):
         if not self._on_graphs():
             super().run()
             return
-        graph = self._load()
+        state = Compilation(self._load(), cli_stats())
         for step in self.pipeline.passes:
             start = time.perf_counter()
-            graph = step.transform(graph)
+            state.run(step)
             if self.args.time_passes:
                 print(f"Pass {step.name} took {time.perf_counter() - start} seconds")
         self.buffer = _Buffer()
-        self.buffer.write(_emit_graph(graph, self.args.target, self.args.print_op_generic))
+        self.buffer.write(_emit_graph(state.graph, self.args.target, self.args.print_op_generic))
 
     def _on_graphs(self) -> bool:
         """Whether the whole run can stay on the Python graphs (no per-pass IR is needed)."""

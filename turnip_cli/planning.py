@@ -3,8 +3,8 @@ such as 4GiB) under one schedule, or `auto` (each schedule, the sim's fastest).
 
 `--schedule auto` compiles once per schedule (passes/schedules.py), predicts each plan's run with the
 sim backend's H200 cost model and keeps the fastest; it prints one line with the choice and every
-prediction. It costs a compile and a sim run per schedule, and pays off where memory is tight: llama 7b
-at 8k tokens and 1 GiB is predicted 0.27 s with `memory` against 0.34 s with `given` (docs/passes.md).
+prediction. It costs a compile and a sim run per schedule, and pays off where memory is tight (figures in
+docs/passes.md, on what the choice buys).
 """
 
 from __future__ import annotations
@@ -40,17 +40,19 @@ def add_schedule_argument(parser: argparse.ArgumentParser) -> None:
                         help="the compiler's simulated schedule; auto: each one, keeping the plan the sim predicts fastest")
 
 
-def compile_for(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> tuple[MemGraph, str, dict[str, float]]:
-    """`compile_taskgraph` under `schedule`, or for `auto` the sim-fastest of every schedule: the plan, the
-    schedule it was compiled under and the sim's predictions (empty unless `auto`)."""
+def compile_choosing_schedule(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> tuple[MemGraph, str, dict[str, float]]:
+    """`compile_taskgraph` under `schedule`, or for `auto` the sim-fastest of every schedule; returns the
+    choice to the caller: the plan, the schedule it was compiled under and the sim's predictions (empty
+    unless `auto`). For callers that report the choice themselves (bench/run.py)."""
     if schedule != "auto":
         return compile_taskgraph(graph, budget, schedule, **options), schedule, {}
     return compile_best(graph, budget, lambda m: sim_makespan(m, streams), **options)
 
 
-def compile_with(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> MemGraph:
-    """`compile_for`'s plan; for `auto` it prints one line with the choice and every prediction."""
-    memgraph, chosen, scores = compile_for(graph, budget, schedule, streams, **options)
+def compile_printing_choice(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> MemGraph:
+    """`compile_choosing_schedule`'s plan alone; for `auto` it prints the choice and every prediction on
+    one line, as the commands report it."""
+    memgraph, chosen, scores = compile_choosing_schedule(graph, budget, schedule, streams, **options)
     if schedule == "auto":
         predicted = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in scores.items())
         print(f"schedule auto: {chosen} (sim predictions: {predicted})")
@@ -73,4 +75,4 @@ def load_plan(path: str, memory: str | None, backend: str, streams: int, attenti
         return graph, False
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_with(graph, arena_budget(graph, budget, backend, streams, attention), schedule, streams), True
+    return compile_printing_choice(graph, arena_budget(graph, budget, backend, streams, attention), schedule, streams), True

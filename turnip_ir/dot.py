@@ -104,7 +104,7 @@ def graph_dot(graph: TaskGraph | MemGraph) -> graphviz.Digraph:
 PICTURE_FORMATS = ("svg", "png", "pdf", "jpg", "dot", "gv")
 LARGE = 100
 """Above this many vertices, dot's network-simplex passes are capped: ranks stay exact, positions get
-rougher, and the tiny LLaMA's 300-vertex memgraph draws in ~10 s instead of ~5 minutes."""
+rougher, and a memgraph of a few hundred vertices (the tiny LLaMA's) draws in seconds, not minutes."""
 
 
 def have_dot() -> bool:

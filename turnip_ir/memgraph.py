@@ -110,7 +110,8 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 def _compact_encoder():
     """`_COMPACT.encode` with json's C encoder made once. `JSONEncoder.encode` makes a new one per call,
-    which for the 300k small nodes of a 100k-task memgraph cost as much as the encoding (4 s against 2).
+    which for the hundreds of thousands of small nodes of a large memgraph cost as much as the encoding
+    itself (docs/benchmarks.md, "Compile time", on writing the memgraph JSON).
     The nodes are trees of dicts, lists and scalars, so the circular-reference check is left out."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # a Python without the C accelerator

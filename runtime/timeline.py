@@ -127,5 +127,7 @@ def _png(rows, bars, title: str, output) -> None:
     axes.set_title(title)
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(COLOURS), fontsize=8)
     figure.tight_layout()
-    atomic_write(output, lambda handle: figure.savefig(handle, format="png", dpi=120))
-    plt.close(figure)
+    try:
+        atomic_write(output, lambda handle: figure.savefig(handle, format="png", dpi=120))
+    finally:
+        plt.close(figure)

@@ -50,6 +50,7 @@ from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa
 from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
+from turnip_ir.files import atomic_write  # noqa: E402
 
 GIB = 1 << 30
 TRACES = None
@@ -432,13 +433,14 @@ def main(argv=None) -> int:
                 _record(report, args.workload, tokens, gib, system, results[system], reference, saved)
             if args.save_outputs and (results.get("turnip-nondet") or {}).get("output") is not None:
                 Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
-                np.save(_output_path(args.save_outputs, args.workload, tokens, gib), results["turnip-nondet"]["output"].astype(np.float16))
+                output = results["turnip-nondet"]["output"].astype(np.float16)
+                atomic_write(_output_path(args.save_outputs, args.workload, tokens, gib), lambda handle: np.save(handle, output))
         if "hf-offload" in args.systems and args.workload == "llama":
             for gib in args.hf_points:
                 outcome = _guard(lambda: hf_offload(work, gib, args.repeats))
                 _record(report, args.workload, tokens, gib, "hf-offload", outcome, (resident or {}).get("output"))
         if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+            atomic_write(args.json, json.dumps(report, indent=1, default=str))
         del work
         gc.collect()
     _print(report)

@@ -10,6 +10,7 @@
 
 from pathlib import Path
 
+from turnip_ir.files import atomic_write
 from turnip_ir.io import graph_text
 from frontend.workloads import ffn, llama, matmul
 
@@ -35,7 +36,7 @@ def texts() -> dict[str, str]:
 
 def main() -> None:
     for name, text in texts().items():
-        (HERE / name).write_text(text)
+        atomic_write(HERE / name, text)
         print(f"wrote {name}")
 
 if __name__ == "__main__":

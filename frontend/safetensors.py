@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from turnip_ir.errors import InputError
+from turnip_ir.files import atomic_write
 
 FORMATS: dict[str, tuple[str, np.dtype]] = {
     "F16": ("float16", np.dtype("<f2")),
@@ -295,16 +296,12 @@ def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.
 
 
 def _write(target: Path, head: bytes, blobs: list[np.ndarray]) -> None:
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(head)
-            for blob in blobs:
-                handle.write(memoryview(blob.reshape(-1)).cast("B"))
-        tmp.replace(target)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write '{target}': {err.strerror}") from None
+    def write(handle) -> None:
+        handle.write(head)
+        for blob in blobs:
+            handle.write(memoryview(blob.reshape(-1)).cast("B"))
+
+    atomic_write(target, write)
 
 
 def save_sharded(
@@ -326,5 +323,5 @@ def save_sharded(
         total += save_file({n: tensors[n] for n in part}, folder / file_name, metadata, bfloat16)
         weight_map.update({n: file_name for n in part})
     index = {"metadata": {"total_size": total, **(metadata or {})}, "weight_map": weight_map}
-    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2))
+    atomic_write(folder / INDEX_FILE, json.dumps(index, indent=2))
     return folder / INDEX_FILE

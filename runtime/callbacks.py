@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runtime.backends.base import Completion
 from runtime.graph import NO_RESOURCE, ExecGraph, Lane
+from turnip_ir.files import atomic_write
 
 
 class Callback:
@@ -73,10 +74,12 @@ class Recorder(Callback):
             })
         return events
 
+    def trace_json(self) -> str:
+        """The trace as Chrome/Perfetto JSON (open at ui.perfetto.dev)."""
+        return json.dumps({"traceEvents": self.trace_events(), "displayTimeUnit": "ms"})
+
     def write_trace(self, path: str | Path) -> None:
-        """Write the trace as Chrome/Perfetto JSON (open at ui.perfetto.dev)."""
-        doc = {"traceEvents": self.trace_events(), "displayTimeUnit": "ms"}
-        Path(path).write_text(json.dumps(doc))
+        atomic_write(path, self.trace_json())
 
 
 class ProgressBar(Callback):

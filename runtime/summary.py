@@ -39,6 +39,12 @@ class RunSummary:
     notes: list[str] = field(default_factory=list)
     """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
 
+    def _makespan_text(self) -> str:
+        """The sim's makespan is its cost model's prediction, not a time anything took."""
+        if self.backend == "sim":
+            return f"predicted makespan {self.makespan * 1e3:.3f} ms (sim)"
+        return f"makespan {self.makespan * 1e3:.3f} ms"
+
     def lines(self) -> list[str]:
         gb = 1e9
         busy = ", ".join(f"gpu{d} {b:.0%}" for d, b in enumerate(self.busy))
@@ -46,7 +52,7 @@ class RunSummary:
         arena = ", ".join(f"gpu{d} {format_size(b)}" for d, b in enumerate(self.arena_high_water))
         return [
             f"backend {self.backend}, order {self.order}, {self.vertices} vertices",
-            f"wall time {self.wall_time:.4f} s, makespan {self.makespan * 1e3:.3f} ms",
+            f"wall time {self.wall_time:.4f} s, {self._makespan_text()}",
             f"busy: {busy}",
             f"offloaded {format_size(self.bytes_offloaded)} at {self.d2h_bandwidth / gb:.1f} GB/s, "
             f"reloaded {format_size(self.bytes_reloaded)} at {self.h2d_bandwidth / gb:.1f} GB/s, "

@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 
 from turnip_ir.errors import InputError
+from turnip_ir.files import atomic_write
 
 COLOURS = {
     "gemm": "#3b6fb6", "attention": "#8e44ad", "elementwise": "#27ae60", "norm": "#16a085",
@@ -67,7 +68,7 @@ def write_timeline(trace: str | Path, output: str | Path, title: str | None = No
     suffix = Path(output).suffix.lower()
     title = title or f"{Path(trace).name}: {len(bars)} vertices"
     if suffix == ".svg":
-        Path(output).write_text(_svg(rows, bars, title))
+        atomic_write(output, _svg(rows, bars, title))
     elif suffix == ".png":
         _png(rows, bars, title, output)
     else:
@@ -126,5 +127,7 @@ def _png(rows, bars, title: str, output) -> None:
     axes.set_title(title)
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(COLOURS), fontsize=8)
     figure.tight_layout()
-    figure.savefig(output, dpi=120)
-    plt.close(figure)
+    try:
+        atomic_write(output, lambda handle: figure.savefig(handle, format="png", dpi=120))
+    finally:
+        plt.close(figure)

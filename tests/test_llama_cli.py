@@ -56,8 +56,18 @@ def test_random_weights_from_a_seed_are_reproducible_over_gpus(tmp_path, capsys)
     common = ["--config", "tiny-gqa", "--tokens", 40, "--memory", "1MiB", "--seed", 5]
     one = hidden_states(capsys, *common, "--outputs", tmp_path / "a.npz")
     two = hidden_states(capsys, *common, "--gpus", 2, "--placement", "heads", "--outputs", tmp_path / "b.npz", "--trace", tmp_path / "t.json")
+    printed = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'b.npz'}" in printed and f"wrote {tmp_path / 't.json'}" in printed
     np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-5)
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_an_output_that_is_the_input_ids_is_refused(tmp_path, capsys):
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(8, dtype=np.int64))
+    assert turnip(["llama", "--config", "tiny-gqa", "--input-ids", str(ids), "--memory", "1MiB", "--outputs", str(ids)]) == 1
+    assert "is the input file" in capsys.readouterr().err
+    assert np.load(ids).tolist() == list(range(8))
 
 
 @pytest.mark.parametrize("make, args, code, message", [

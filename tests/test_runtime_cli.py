@@ -22,7 +22,8 @@ TURNIP = [sys.executable, "-m", "turnip_cli.main", "run"]
 
 def _turnip(*args, **kw) -> subprocess.CompletedProcess:
     """`turnip run` as a user runs it: the real CUDA driver, not the simulator the test session uses."""
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout, also from another cwd
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": root}
     return subprocess.run([*TURNIP, *map(str, args)], capture_output=True, text=True, timeout=120, env=env, **kw)
 
 

@@ -26,6 +26,7 @@ import textwrap
 from pathlib import Path
 
 from passes.registry import all_passes
+from turnip_ir.files import atomic_write
 
 BEGIN = "<!-- passes:reference -->"
 END = "<!-- /passes:reference -->"
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = path.read_text()
     updated = replace_reference(doc, reference)
     if args.write is not None:
-        path.write_text(updated)
+        atomic_write(path, updated)
         return 0
     if updated != doc:
         print(f"{path}: the pass reference differs from the docstrings; run python -m tools.pass_docs --write {path}", file=sys.stderr)

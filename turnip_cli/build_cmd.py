@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 from turnip_ir.errors import InputError
-from turnip_ir.io import graph_text, write_atomic
+from turnip_ir.files import atomic_write, check_outputs
+from turnip_ir.io import graph_text
 from turnip_ir.taskgraph import TaskGraph
 from frontend.workloads import ffn, llama, matmul
 from frontend.workloads.common import config_from_text
@@ -32,8 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".json", ".mlir")):
         raise InputError(f"output '{args.output}' must end in .json or .mlir")
+    config = args.config if args.config is not None and Path(args.config).is_file() else None
+    check_outputs({"-o": args.output}, {"--config": config})
     graph = build_graph(args)
-    write_atomic(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
+    atomic_write(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
     kernels = sum(1 for node in graph.nodes.values() if node.op not in ("input", "move"))
     moves = sum(1 for node in graph.nodes.values() if node.op == "move")
     print(f"wrote {args.output}: {len(graph)} nodes ({kernels} kernels, {moves} moves) on {graph.devices} GPU(s)")

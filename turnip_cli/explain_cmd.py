@@ -16,7 +16,7 @@ from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
 from turnip_cli.planning import add_schedule_argument, load_plan
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
-from turnip_ir.io import write_atomic
+from turnip_ir.files import atomic_write, check_outputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise InputError(f"--limit must be 0 or more, got {args.limit}")
+    check_outputs({"--json": args.json}, {"FILE": args.file})
     memgraph, _ = load_plan(args.file, args.memory, resolve_backend(args.backend), args.streams, args.attention, args.schedule)
     if args.gpu is not None and not 0 <= args.gpu < memgraph.devices:
         raise InputError(f"--gpu {args.gpu}: the plan has GPUs 0 to {memgraph.devices - 1}")
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tensor is not None and not chosen:
         raise InputError(f"--tensor '{args.tensor}': no reload of a tensor matching it" + (f" on GPU {args.gpu}" if args.gpu is not None else ""))
     if args.json:
-        write_atomic(args.json, json.dumps(report.to_json(), indent=1) + "\n")
+        atomic_write(args.json, json.dumps(report.to_json(), indent=1) + "\n")
     print("\n".join(report.summary_lines(device=args.gpu)))
     shown = chosen if args.limit == 0 else chosen[: args.limit]
     for reload in shown:
@@ -51,4 +52,6 @@ def run(args: argparse.Namespace) -> int:
     if len(shown) < len(chosen):
         more = len(chosen) - len(shown)
         print(f"... {more} more reload{'s' if more > 1 else ''} (--limit 0 prints every one)")
+    if args.json:
+        print(f"wrote {args.json}")
     return 0

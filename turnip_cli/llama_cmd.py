@@ -9,7 +9,6 @@ and the trace only after success. Every bad input is one line and a non-zero exi
 from __future__ import annotations
 
 import argparse
-import io
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,9 +20,10 @@ from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_printing_choice, parse_size
+from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
-from turnip_ir.io import write_atomic
+from turnip_ir.files import check_outputs, write_all
 from frontend.workloads import llama
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
-    for path in (args.outputs, args.trace):
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise InputError(f"cannot write {path}: its folder does not exist")
+    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, _input_files(args))  # before a long run
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
@@ -73,15 +71,19 @@ def run(args: argparse.Namespace) -> int:
     inputs = built.feed(weights, ids) if backend != "sim" else None
     result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
-    if args.outputs:
-        data = io.BytesIO()
-        np.savez(data, hidden_states=built.gather(result.outputs))
-        write_atomic(args.outputs, data.getvalue())
-    if args.trace:
-        result.recorder.write_trace(args.trace)
+    hidden_states = {"hidden_states": built.gather(result.outputs)} if args.outputs else {}
+    written = write_all(run_files(args.outputs, lambda: hidden_states, args.trace, result.recorder))
     print(f"{memgraph.count('offload')} offloads, {memgraph.count('reload')} reloads planned")
     print("\n".join(result.summary.lines()))
+    for path in written:
+        print(f"wrote {path}")
     return 0
+
+
+def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
+    """The files the command reads, which no output may overwrite."""
+    config = args.config if args.config is not None and Path(args.config).is_file() else None
+    return {"--config": config, "--input-ids": args.input_ids}
 
 
 def _model(args: argparse.Namespace):

@@ -29,6 +29,7 @@ from passes.graph_pass import GraphPass, cli_stats
 from turnip_cli import interrupt
 from turnip_ir.dialect import Turnip
 from turnip_ir.errors import InputError, TurnipError
+from turnip_ir.files import atomic_write, check_outputs
 from turnip_ir.io import (
     Graph,
     check_module,
@@ -39,7 +40,6 @@ from turnip_ir.io import (
     module_text,
     parse_ir,
     parse_json,
-    write_atomic,
 )
 from turnip_ir.memgraph import MemGraph
 
@@ -177,10 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt.guard(), collecting() as stats:  # a Ctrl-C swallowed while compiling still stops it
             tool = TurnipOptMain(description="turnip-opt: compile taskgraphs into memgraphs", args=argv)
+            check_outputs({"-o": tool.args.output_file}, {"FILE": tool.args.input_file})  # before compiling
             tool.run()
         text = tool.buffer.getvalue()
         if tool.args.output_file:
-            write_atomic(tool.args.output_file, text)
+            atomic_write(tool.args.output_file, text)
         else:
             sys.stdout.write(text)
         if tool.args.stats:

@@ -7,20 +7,18 @@ Thin: it parses flags, calls `turnip_ir.io.load_graph`, `passes.pipeline.compile
 from __future__ import annotations
 
 import argparse
-import io
-from pathlib import Path
-
+from collections.abc import Callable
 import numpy as np
 
 from runtime import execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
-from runtime.callbacks import ProgressBar
+from runtime.callbacks import ProgressBar, Recorder
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, load_plan
 from turnip_ir.errors import InputError
-from turnip_ir.io import write_atomic
+from turnip_ir.files import Contents, check_outputs, write_all
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the sim backend computes no values, so --outputs needs --backend cpu")
     if args.jitter < 0:
         raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
-    for path in (args.outputs, args.trace):
-        _check_writable(path)  # before a long run, not after it
+    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, {"FILE": args.file, "--inputs": args.inputs})  # before a long run
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
     memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
     inputs = load_npz(args.inputs) if args.inputs else None
@@ -63,21 +60,20 @@ def run(args: argparse.Namespace) -> int:
         verify=not (compiled or args.no_verify),  # the compiler verifies its own plans
     )
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
-    if args.outputs:
-        _save_outputs(args.outputs, result.outputs)
-    if args.trace:
-        result.recorder.write_trace(args.trace)
+    written = write_all(run_files(args.outputs, lambda: result.outputs, args.trace, result.recorder))
     print("\n".join(result.summary.lines()))
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 
-def _check_writable(path: str | None) -> None:
-    if path is not None and not Path(path).resolve().parent.is_dir():
-        raise InputError(f"cannot write {path}: its folder does not exist")
-
-
-def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
-    """Write the .npz atomically, so a failure leaves no partial outputs file."""
-    data = io.BytesIO()
-    np.savez(data, **outputs)
-    write_atomic(path, data.getvalue())
+def run_files(outputs: str | None, arrays: Callable[[], dict[str, np.ndarray]], trace: str | None,
+              recorder: Recorder) -> list[tuple[str, Contents]]:
+    """What a run writes, as (path, contents) for `write_all`: the `arrays()` as an .npz, and the trace.
+    Both are written together and only after the run succeeded, or neither is."""
+    files: list[tuple[str, Contents]] = []
+    if outputs:
+        files.append((outputs, lambda handle: np.savez(handle, **arrays())))
+    if trace:
+        files.append((trace, recorder.trace_json()))
+    return files

@@ -13,33 +13,28 @@ from pathlib import Path
 
 from turnip_ir.dot import render
 from turnip_ir.errors import InputError
-from turnip_ir.io import load_graph
+from turnip_ir.files import check_outputs
+from turnip_ir.io import is_trace, load_graph
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a taskgraph or memgraph (.json or .mlir), or a trace (.json from turnip run --trace)")
-    parser.add_argument("-o", "--output", default="graph.svg", help="picture to write (.svg, .png, .pdf, .dot; a trace: .svg or .png)")
-
-
-def _is_trace(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
-    except OSError:
-        return False
-    return b'"traceEvents"' in head
+    parser.add_argument("-o", "--output", help="picture to write (.svg, .png, .pdf, .dot; a trace: .svg or .png); "
+                        "default: the input's name with .svg, in the current folder (g.json -> ./g.svg)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if _is_trace(args.file):
+    output = args.output or Path(args.file).with_suffix(".svg").name
+    check_outputs({"-o": output}, {"FILE": args.file})
+    if is_trace(args.file):
         from runtime.timeline import write_timeline
 
-        print(f"wrote {write_timeline(args.file, args.output)} (timeline)")
+        print(f"wrote {write_timeline(args.file, output)} (timeline)")
         return 0
     if Path(args.file).suffix.lower() not in (".json", ".mlir", ".ir", ""):
         raise InputError(f"{args.file}: turnip viz reads a taskgraph or memgraph (.json or .mlir) or a trace "
                          f"(.json from turnip run --trace), not a '{Path(args.file).suffix}' file")
     graph = load_graph(args.file)
-    path = render(graph, args.output)
+    path = render(graph, output)
     print(f"wrote {path} ({len(graph)} nodes)")
     return 0

@@ -13,6 +13,7 @@ import shutil
 import graphviz
 
 from turnip_ir.errors import InputError
+from turnip_ir.files import atomic_write
 from turnip_ir.explain import explain_offloads
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
@@ -124,12 +125,9 @@ def render(graph: TaskGraph | MemGraph, path: str) -> str:
     if len(graph.nodes) > LARGE:
         dot.graph_attr.update(nslimit="1", nslimit1="1")
     if suffix in ("dot", "gv"):
-        with open(path, "w") as out:
-            out.write(dot.source)
+        atomic_write(path, dot.source)
         return path
     if not have_dot():
         raise InputError(f"cannot render {path}: the graphviz 'dot' binary is not installed (apt-get install graphviz, or brew install graphviz), or write a .dot file instead")
-    data = dot.pipe(format=suffix)
-    with open(path, "wb") as out:
-        out.write(data)
+    atomic_write(path, dot.pipe(format=suffix))  # rendered into memory, then written whole
     return path

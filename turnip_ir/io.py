@@ -193,12 +193,28 @@ def module_text(module: ModuleOp, generic: bool = False) -> str:
 # ----- whole files -------------------------------------------------------------------------------------
 
 
+TRACE_KEY = "traceEvents"
+"""The key of a run's Chrome/Perfetto trace (`turnip run --trace`), which no graph has."""
+
+
+def is_trace(path: str | Path) -> bool:
+    """Whether `path` looks like a run trace, judged from its first 4 KiB (a trace can be large)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return f'"{TRACE_KEY}"'.encode() in head
+
+
 def parse_json(text: str, name: str = "<input>") -> Graph:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{name}:{err.lineno}:{err.colno}: {lower_first(err.msg)}") from None
     fmt = doc.get("format") if isinstance(doc, dict) else None
+    if fmt is None and isinstance(doc, dict) and TRACE_KEY in doc:
+        raise InputError(f"{name} is a run trace, not a taskgraph or memgraph: view it with turnip viz")
     try:
         if fmt == MEMGRAPH_FORMAT:
             return memgraph_from_json(doc)
@@ -248,19 +264,3 @@ def graph_text(graph: Graph, emit: str) -> str:
     if emit == "json":
         return graph.dumps() if isinstance(graph, MemGraph) else graph.dumps() + "\n"
     return module_text(graph_to_module(graph))
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write text or bytes via a temporary file and rename, so a failure never leaves a half-written file."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
-        tmp.replace(target)
-    except OSError as err:
-        if tmp.parent.is_dir():
-            tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write {target}: {err.strerror}") from None

@@ -178,12 +178,14 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
         if len(head) < 8:
             raise InputError(f"safetensors file '{path}' is shorter than its 8-byte header length")
         (length,) = struct.unpack("<Q", head)
-        if length > min(HEADER_LIMIT, size - 8):
-            raise InputError(f"safetensors file '{path}': header length {length} runs past the end of the file ({size} bytes)")
+        if length > min(HEADER_LIMIT, size - 8):  # the 8 bytes may be anything: never echo them
+            raise InputError(f"'{path}' is not a safetensors file (its header length runs past the end of the file)")
         text = handle.read(length)
     try:
         header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except UnicodeDecodeError:
+        raise InputError(f"'{path}' is not a safetensors file (its header is not UTF-8 JSON)") from None
+    except json.JSONDecodeError as err:  # the message names a position, never the text
         raise InputError(f"safetensors file '{path}': malformed header: {err}") from None
     if not isinstance(header, dict):
         raise InputError(f"safetensors file '{path}': malformed header: not a JSON object")
@@ -223,6 +225,22 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _shard(index: Path, file_name: str) -> Path:
+    """The shard `file_name` of `index`: it must resolve (symlinks followed) inside the index's folder,
+    so an index cannot make the reader open `../../x`, an absolute path, or a link out of the folder."""
+    folder = index.parent.resolve()
+    shard = index.parent / file_name
+    try:
+        inside = shard.resolve().is_relative_to(folder)
+    except (OSError, ValueError, RuntimeError):  # a NUL in the name, a symlink loop
+        inside = False
+    if not inside:
+        raise InputError(f"safetensors index '{index}': shard '{file_name}' does not resolve inside the model folder '{folder}'")
+    if not shard.is_file():
+        raise InputError(f"safetensors index '{index}': shard '{shard}' does not exist")
+    return shard
+
+
 def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """The tensors of every shard an index's `weight_map` names; each must be in the file it is mapped to."""
     try:
@@ -236,10 +254,7 @@ def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     entries: dict[str, TensorEntry] = {}
     for name, file_name in weight_map.items():
         if file_name not in shards:
-            shard = path.parent / file_name
-            if not shard.is_file():
-                raise InputError(f"safetensors index '{path}': shard '{shard}' does not exist")
-            shards[file_name] = read_header(shard)[0]
+            shards[file_name] = read_header(_shard(path, file_name))[0]
         if name not in shards[file_name]:
             raise InputError(f"tensor '{name}' is not in '{path.parent / file_name}' (the index '{path}' maps it there)")
         entries[name] = shards[file_name][name]

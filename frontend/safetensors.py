@@ -192,7 +192,24 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     metadata = _metadata(header.pop("__metadata__", {}), path)
     start = 8 + length
     entries = {name: _entry(name, raw, path, start, size) for name, raw in header.items()}
+    _check_tiling(entries, path, start, size)
     return entries, metadata
+
+
+def _check_tiling(entries: dict[str, TensorEntry], path: Path, start: int, size: int) -> None:
+    """As the format requires: sorted by offset, the tensors' byte ranges cover the data section exactly,
+    with no overlap (two weights sharing bytes), no gap, and no trailing bytes after the last one."""
+    end, previous = start, None
+    for entry in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
+        offsets = [entry.begin - start, entry.end - start]
+        if entry.begin < end:
+            raise InputError(f"tensor '{entry.name}' in '{path}': data_offsets {offsets} overlap tensor '{previous}'")
+        if entry.begin > end:
+            raise InputError(f"tensor '{entry.name}' in '{path}': data_offsets {offsets} leave a gap of "
+                             f"{entry.begin - end} bytes before them")
+        end, previous = entry.end, entry.name
+    if end != size:
+        raise InputError(f"safetensors file '{path}': {size - end} trailing bytes after the last tensor's data")
 
 
 def _metadata(raw, path: Path) -> dict[str, str]:

@@ -170,10 +170,20 @@ ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
         ({"w": {**ENTRY, "data_offsets": [0, 4]}}, b"x" * 8, None, "tensor 'w' in '{p}': data_offsets [0, 4] hold 4 bytes, its F32 shape [2] needs 8"),
         ({"w": {**ENTRY, "data_offsets": [4, 12]}}, b"x" * 8, None, "tensor 'w' in '{p}': data_offsets [4, 12] run past the end of the file (data section of 8 bytes)"),
         ({"w": ENTRY}, b"x" * 4, None, "tensor 'w' in '{p}': data_offsets [0, 8] run past the end of the file (data section of 4 bytes)"),
+        ({"w": ENTRY, "v": ENTRY}, b"x" * 8, None, "data_offsets [0, 8] overlap tensor '"),
+        ({"w": ENTRY, "v": {**ENTRY, "data_offsets": [4, 12]}}, b"x" * 12, None,
+         "tensor 'v' in '{p}': data_offsets [4, 12] overlap tensor 'w'"),
+        ({"w": {**ENTRY, "data_offsets": [8, 16]}}, b"x" * 16, None,
+         "tensor 'w' in '{p}': data_offsets [8, 16] leave a gap of 8 bytes before them"),
+        ({"w": ENTRY, "v": {**ENTRY, "data_offsets": [12, 20]}}, b"x" * 20, None,
+         "tensor 'v' in '{p}': data_offsets [12, 20] leave a gap of 4 bytes before them"),
+        ({"w": ENTRY}, b"x" * 9, None, "safetensors file '{p}': 1 trailing bytes after the last tensor's data"),
+        ({}, b"x", None, "safetensors file '{p}': 1 trailing bytes after the last tensor's data"),
         ({"__metadata__": {"n": 1}}, b"", None, "malformed header: __metadata__ must map strings to strings"),
         ({"w": ENTRY}, b"x" * 8, 1 << 40, "'{p}' is not a safetensors file (its header length runs past the end of the file)"),
     ],
-    ids=["json", "array", "entry", "dtype", "shape", "offsets", "size", "past-end", "truncated", "metadata", "length"],
+    ids=["json", "array", "entry", "dtype", "shape", "offsets", "size", "past-end", "truncated", "same-range", "overlap",
+         "gap-first", "gap-between", "trailing", "trailing-empty", "metadata", "length"],
 )
 def test_malformed_files(tmp_path, header, data, length, message) -> None:
     path = tmp_path / "m.safetensors"
@@ -182,6 +192,14 @@ def test_malformed_files(tmp_path, header, data, length, message) -> None:
     else:
         _with_header(path, header, data, length)
     assert message.format(p=path) in _error(path)
+
+
+def test_zero_sized_tensors_and_out_of_order_offsets_tile(tmp_path) -> None:
+    path = _with_header(tmp_path / "m.safetensors", {"b": {**ENTRY, "data_offsets": [8, 16]}, "a": ENTRY,
+                                                      "e": {"dtype": "F16", "shape": [0, 3], "data_offsets": [8, 8]}},
+                        struct.pack("<4f", 1, 2, 3, 4))
+    st = SafeTensors.open(path)
+    assert st.get("a").tolist() == [1, 2] and st.get("b").tolist() == [3, 4] and st.get("e").shape == (0, 3)
 
 
 def test_file_shorter_than_its_header_length(tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 
@@ -19,8 +20,11 @@ CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "nu
           "rope_theta": 10000.0, "torch_dtype": "float32"}
 
 
-def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", reshape: str = "") -> dict:
-    """A tiny HF model folder with random weights; returns the weights by their `model.` names."""
+def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", reshape: str = "",
+               relabel: tuple[str, str] = ()) -> dict:
+    """A tiny HF model folder with random weights; returns the weights by their `model.` names.
+
+    `relabel` (name, code) rewrites one float32 tensor's dtype code in the header, its bytes kept."""
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(CONFIG))
     weights = dict(llama.RandomWeights(llama.load_config(str(folder)), seed=11))
@@ -31,7 +35,24 @@ def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", 
         save_sharded(stored, folder, shards)
     else:
         save_file(stored, folder / "model.safetensors")
+    if relabel:
+        _relabel(folder / "model.safetensors", *relabel)
     return weights
+
+
+def _relabel(path, name: str, code: str) -> None:
+    """Give tensor `name` the dtype `code` (the shape kept, or flat where the item size differs), its bytes kept."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    entry = header[name]
+    begin, end = entry["data_offsets"]
+    size = {"I32": 4, "I64": 8, "BOOL": 1}[code]
+    entry["dtype"] = code
+    if size != 4:
+        entry["shape"] = [(end - begin) // size]
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
 
 
 def hidden_states(capsys, *args) -> np.ndarray:
@@ -70,6 +91,12 @@ def test_random_weights_from_a_seed_are_reproducible_over_gpus(tmp_path, capsys)
     (lambda d: checkpoint(d, reshape="model.layers.0.self_attn.k_proj.weight"), ["--weights", "{d}"], 1,
      "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [16, 31], the config needs [16, 32]"),
     (lambda d: checkpoint(d), ["--weights", "{d}", "--memory", "1KiB"], 2, "bytes but the budget is 1024 bytes"),
+    (lambda d: checkpoint(d, relabel=("model.layers.1.self_attn.v_proj.weight", "I32")), ["--weights", "{d}"], 1,
+     "tensor 'model.layers.1.self_attn.v_proj.weight' has dtype int32, a weight must be F16, BF16, F32 or F64"),
+    (lambda d: checkpoint(d, relabel=("model.norm.weight", "I64")), ["--weights", "{d}"], 1,
+     "tensor 'model.norm.weight' has dtype int64, a weight must be F16, BF16, F32 or F64"),
+    (lambda d: checkpoint(d, relabel=("model.norm.weight", "BOOL")), ["--weights", "{d}"], 1,
+     "tensor 'model.norm.weight' in '{d}/model.safetensors': dtype 'BOOL' is not supported"),
     (lambda d: None, ["--config", "{d}/nope.json"], 1, "is neither a preset"),
 ])
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys, make, args, code, message):

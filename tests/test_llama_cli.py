@@ -190,3 +190,20 @@ def test_explain_prints_why_each_gpu_reloads(capsys):
     out = capsys.readouterr().out
     assert "GPU 0: budget 100.00 KiB;" in out and "GPU 1: budget 100.00 KiB;" in out
     assert "reloads after an eviction" in out and out.index("GPU 1: budget") < out.index("backend sim")
+
+
+def test_membership_reads_no_tensor(tmp_path, monkeypatch):
+    """`name in weights` (as ChainMap asks in `feed`) answers from the names: no draw, no read."""
+    from frontend.workloads.llama import weights as module
+
+    checkpoint(tmp_path / "m")
+    config = llama.load_config(str(tmp_path / "m"))
+    drawn, read = [], []
+    real_rng, real_get = module.rng, module.SafeTensors.get
+    monkeypatch.setattr(module, "rng", lambda *a: drawn.append(a) or real_rng(*a))
+    monkeypatch.setattr(module.SafeTensors, "get", lambda self, *a, **k: read.append(a) or real_get(self, *a, **k))
+    for weights in (llama.RandomWeights(llama.load_config("7b"), seed=0), llama.CheckpointWeights(tmp_path / "m", config)):
+        assert "model.embed_tokens.weight" in weights and "model.norm.weight" in weights
+        assert "model.layers.0.mlp.up_proj.weight" in weights and "lm_head.weight" not in weights and 3 not in weights
+    assert drawn == [] and read == []
+    assert llama.RandomWeights(config, seed=0)["model.norm.weight"].shape == (32,) and len(drawn) == 1  # the counter counts

@@ -69,6 +69,9 @@ class RandomWeights(Mapping):
             draw = draw / np.sqrt(shape[1])
         return np.resize(draw.astype(self.config.dtype), shape)
 
+    def __contains__(self, name) -> bool:
+        return name in self.shapes  # Mapping's default would draw the whole tensor to answer
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.shapes)
 
@@ -101,6 +104,9 @@ class CheckpointWeights(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.file.get(self.stored[name], dtype=self.config.dtype)
+
+    def __contains__(self, name) -> bool:
+        return name in self.shapes  # Mapping's default would read (and convert) the tensor to answer
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.shapes)

@@ -123,7 +123,7 @@ def test_a_subprocess_error_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "turnip_cli.main", "llama", "--config", "tiny", "--tokens", "0",
                            "--memory", "1MiB"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == "turnip llama: error: --tokens must be positive, got 0"
+    assert proc.stderr.strip() == "turnip llama: error: --tokens must be a positive integer, got 0"
 
 
 @pytest.mark.parametrize("args, nodes", [
@@ -146,6 +146,11 @@ def test_build_writes_a_loadable_taskgraph(tmp_path, capsys, args, nodes, suffix
     (["ffn", "--placement", "rings"], "unknown ffn placement 'rings'"),
     (["matmul", "--tokens", "5"], "--tokens applies to ffn and llama"),
     (["llama", "--config", "tiny", "--placement", "heads", "--gpus", "3"], "needs gpus (3) to divide the kv heads (4)"),
+    (["llama", "--block", "0"], "--block must be a positive integer, got 0"),
+    (["ffn", "--block", "-4"], "--block must be a positive integer, got -4"),
+    (["llama", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["matmul", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["ffn", "--tokens", "0"], "--tokens must be a positive integer, got 0"),
 ])
 def test_build_errors(tmp_path, capsys, args, message):
     assert turnip(["build", *args, "-o", str(tmp_path / "g.json")]) == 1
@@ -207,3 +212,20 @@ def test_membership_reads_no_tensor(tmp_path, monkeypatch):
         assert "model.layers.0.mlp.up_proj.weight" in weights and "lm_head.weight" not in weights and 3 not in weights
     assert drawn == [] and read == []
     assert llama.RandomWeights(config, seed=0)["model.norm.weight"].shape == (32,) and len(drawn) == 1  # the counter counts
+
+
+@pytest.mark.parametrize("block", ["0", "-3"])
+@pytest.mark.parametrize("option", ["--block", "--gpus"])
+def test_a_non_positive_block_or_gpu_count_is_refused_not_the_default(capsys, option, block):
+    assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", option, block]) == 1
+    assert capsys.readouterr().err.strip() == f"turnip llama: error: {option} must be a positive integer, got {block}"
+
+
+def test_a_block_past_the_token_count_is_clamped_and_the_summary_says_so(tmp_path, capsys):
+    assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", "--block", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "128 tokens in blocks of 128 (--block 1000 clamped to the token count);" in out and "blocks of 1000" not in out
+    for block, name in (("1000", "a.json"), ("64", "b.json")):
+        assert turnip(["build", "llama", "--tokens", "64", "--block", block, "-o", str(tmp_path / name)]) == 0
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    assert llama.build_llama(llama.load_config("tiny"), 64, 1000).block == 64

@@ -19,6 +19,7 @@ from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
+from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_with, parse_size
 from turnip_ir.errors import InputError
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1, metavar="N")
-    parser.add_argument("--block", type=int, metavar="N", help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
+    parser.add_argument("--block", type=int, metavar="N", help="tokens per block, a positive integer (default: 4096 at "
+                        "7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary says so")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)
     parser.add_argument("--dtype", choices=("float16", "float32"), help="compute dtype (default: the config's; "
@@ -52,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_positive_options(args, "tokens", "block", "gpus")
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
@@ -63,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     config, weights = _model(args)
     ids = _ids(args, config)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
+    clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
-          f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
+          f"{len(ids)} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
     memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
     if args.explain:
@@ -104,8 +108,6 @@ def _dtype(config: llama.LlamaConfig, wanted: str | None) -> llama.LlamaConfig:
 
 def _ids(args: argparse.Namespace, config: llama.LlamaConfig) -> np.ndarray:
     if args.tokens is not None:
-        if args.tokens < 1:
-            raise InputError(f"--tokens must be positive, got {args.tokens}")
         return llama.random_ids(config, args.tokens, args.seed)
     try:
         ids = np.load(args.input_ids, allow_pickle=False)

@@ -182,8 +182,11 @@ def test_stored_dtypes_are_converted_to_the_model_dtype(tmp_path):
 def test_the_attention_provider_is_a_cuda_option_that_other_backends_accept(tmp_path, capsys):
     common = ["--config", "tiny", "--tokens", 24, "--memory", "1MiB", "--backend", "cpu"]
     plain = hidden_states(capsys, *common, "--outputs", tmp_path / "a.npz")
+    assert capsys.readouterr().err == ""
     chosen = hidden_states(capsys, *common, "--attention", "triton", "--outputs", tmp_path / "b.npz")
     np.testing.assert_array_equal(plain, chosen)
+    assert capsys.readouterr().err == ("warning: --attention triton is ignored: it picks the cuda backend's attention "
+                                       "provider, and the cpu backend has one\n")
     with pytest.raises(SystemExit) as exit_:
         turnip(["llama", *map(str, common), "--attention", "flash9"])
     assert exit_.value.code == 2 and "invalid choice: 'flash9'" in capsys.readouterr().err
@@ -229,3 +232,51 @@ def test_a_block_past_the_token_count_is_clamped_and_the_summary_says_so(tmp_pat
         assert turnip(["build", "llama", "--tokens", "64", "--block", block, "-o", str(tmp_path / name)]) == 0
     assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
     assert llama.build_llama(llama.load_config("tiny"), 64, 1000).block == 64
+
+
+GiB = 1 << 30
+
+
+def test_a_run_past_host_memory_is_refused_before_any_weight_is_drawn(tmp_path, capsys, monkeypatch):
+    from frontend.workloads.llama import weights as module
+
+    monkeypatch.setattr("turnip_cli.llama_cmd.available_host_memory", lambda: 16 * GiB)
+    real_rng = module.rng
+
+    def rng(seed, name):
+        assert name == "input_ids", f"drew weight '{name}' before the host memory check"
+        return real_rng(seed, name)
+
+    monkeypatch.setattr(module, "rng", rng)
+    (tmp_path / "huge.json").write_text(json.dumps({**CONFIG, "vocab_size": 2**40}))
+    assert turnip(["llama", "--config", str(tmp_path / "huge.json"), "--input-ids", str(_ids(tmp_path)), "--memory", "1MiB",
+                   "--backend", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    need = llama.host_footprint(llama.load_config(str(tmp_path / "huge.json")), 3).total + (1 << 20)
+    assert need > 2**40 * 32 * 4  # the embedding table alone is 128 TiB
+    assert err == (f"turnip llama: error: host memory: the run needs {need} bytes (weights 131072.00 GiB, "
+                   f"activations of 3 tokens 4.31 KiB, cpu arenas 1.00 MiB) but {16 * GiB} bytes (16.00 GiB) are available")
+    assert turnip(["llama", "--config", "7b", "--tokens", "32768", "--memory", "4GiB", "--backend", "cpu",
+                   "--attention", "triton"]) == 2
+    out = capsys.readouterr()
+    need = llama.host_footprint(llama.load_config("7b"), 32768).total + 4 * GiB
+    assert f"needs {need} bytes (weights 12.31 GiB, activations of 32768 tokens 3.36 GiB, cpu arenas 4.00 GiB)" in out.err
+    assert out.err.startswith("warning: --attention triton is ignored") and len(out.err.splitlines()) == 2
+
+
+def _ids(tmp_path):
+    np.save(tmp_path / "ids.npy", np.array([1, 2, 3]))
+    return tmp_path / "ids.npy"
+
+
+def test_host_memory_counts_weights_activations_and_cpu_arenas_but_not_on_sim(capsys, monkeypatch):
+    config = llama.load_config("tiny")
+    footprint = llama.host_footprint(config, 64)
+    assert footprint.weights == sum(w.nbytes for w in llama.RandomWeights(config, 0).values())
+    assert footprint.activations == 64 * (2 * 64 + 2 * 16 + 2 * 64 + 4 * 64 + 2 * 128) * 4
+    args = ["llama", "--config", "tiny", "--tokens", "64", "--memory", "1MiB"]
+    need = footprint.total + (2 << 20)
+    for available, backend, code in [(need, "cpu", 0), (need - 1, "cpu", 2), (1, "sim", 0)]:
+        monkeypatch.setattr("turnip_cli.llama_cmd.available_host_memory", lambda: available)
+        assert turnip([*args, "--backend", backend, "--gpus", "2"]) == code, capsys.readouterr().err
+        assert ("host memory" in capsys.readouterr().err) == (code == 2)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,9 +24,10 @@ from runtime.policies import ORDERS
 from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_with, parse_size
-from turnip_ir.errors import InputError
+from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.io import write_atomic
+from turnip_ir.units import format_size
 from frontend.workloads import llama
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_positive_options(args, "tokens", "block", "gpus")
     backend = resolve_backend(args.backend)
+    if args.attention != "auto" and backend != "cuda":
+        print(f"warning: --attention {args.attention} is ignored: it picks the cuda backend's attention provider, "
+              f"and the {backend} backend has one", file=sys.stderr)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     for path in (args.outputs, args.trace):
@@ -65,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
     ids = _ids(args, config)
+    _check_host_memory(config, len(ids), backend, budget * args.gpus if backend == "cpu" else 0)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
     clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
@@ -85,6 +92,32 @@ def run(args: argparse.Namespace) -> int:
     print(f"{memgraph.count('offload')} offloads, {memgraph.count('reload')} reloads planned")
     print("\n".join(result.summary.lines()))
     return 0
+
+
+def available_host_memory() -> int:
+    """Bytes the host can still give: /proc/meminfo's MemAvailable, else all physical memory."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int) -> None:
+    """Refuse, before any weight is drawn or read, a run whose weights and activations cannot fit in host
+    memory (on the cpu backend the GPU arenas are host memory too); the sim backend holds no values."""
+    if backend == "sim":
+        return
+    footprint = llama.host_footprint(config, tokens)
+    need, available = footprint.total + arenas, available_host_memory()
+    if need > available:
+        parts = f"weights {format_size(footprint.weights)}, activations of {tokens} tokens {format_size(footprint.activations)}"
+        parts += f", cpu arenas {format_size(arenas)}" if arenas else ""
+        raise BudgetError(f"host memory: the run needs {need} bytes ({parts}) but {available} bytes "
+                          f"({format_size(available)}) are available")
 
 
 def _model(args: argparse.Namespace):

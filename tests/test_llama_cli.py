@@ -280,3 +280,24 @@ def test_host_memory_counts_weights_activations_and_cpu_arenas_but_not_on_sim(ca
         monkeypatch.setattr("turnip_cli.llama_cmd.available_host_memory", lambda: available)
         assert turnip([*args, "--backend", backend, "--gpus", "2"]) == code, capsys.readouterr().err
         assert ("host memory" in capsys.readouterr().err) == (code == 2)
+
+
+def test_float16_on_the_cpu_backend_is_multiplied_in_float32_and_the_summary_and_help_say_so(capsys):
+    from runtime.kernels_numpy import NUMPY_KERNELS
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((64, 512)).astype(np.float16), rng.standard_normal((128, 512)).astype(np.float16)
+    out = np.empty((64, 128), np.float16)
+    NUMPY_KERNELS["einsum"]([x, w], out, {"equation": "ti,oi->to"})
+    np.testing.assert_array_equal(out, np.einsum("ti,oi->to", x.astype(np.float32), w.astype(np.float32), optimize=True)
+                                  .astype(np.float16))  # one rounding, of the float32 product
+    NUMPY_KERNELS["matmul"]([x, w.T], out, {})
+    np.testing.assert_array_equal(out, (x.astype(np.float32) @ w.T.astype(np.float32)).astype(np.float16))
+    args = ["llama", "--config", "tiny", "--tokens", "16", "--memory", "1MiB", "--dtype", "float16"]
+    assert turnip([*args, "--backend", "cpu"]) == 0
+    assert "per GPU; float16 matmuls computed in float32 on the cpu backend, rounded to float16\n" in capsys.readouterr().out
+    assert turnip([*args, "--backend", "sim"]) == 0
+    assert "float32" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        turnip(["llama", "--help"])
+    assert "computes float16 matmuls in float32" in " ".join(capsys.readouterr().out.split())

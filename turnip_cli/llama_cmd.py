@@ -30,6 +30,9 @@ from turnip_ir.io import write_atomic
 from turnip_ir.units import format_size
 from frontend.workloads import llama
 
+HALF_ON_CPU = "; float16 matmuls computed in float32 on the cpu backend, rounded to float16"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--weights", metavar="DIR", help="Hugging Face model folder: config.json and model.safetensors "
@@ -50,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)
     parser.add_argument("--dtype", choices=("float16", "float32"), help="compute dtype (default: the config's; "
-                        "bfloat16 models run in float32)")
+                        "bfloat16 models run in float32); the cpu backend computes float16 matmuls in float32 and "
+                        "rounds them to float16 (numpy has no float16 BLAS)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
-          f"budget {args.memory} per GPU")
+          f"budget {args.memory} per GPU{HALF_ON_CPU if backend == 'cpu' and config.dtype == 'float16' else ''}")
     memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))

@@ -74,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
-    ids = _ids(args, config)
-    _check_host_memory(config, len(ids), backend, budget * args.gpus if backend == "cpu" else 0)
+    ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
+    tokens = len(ids) if ids is not None else args.tokens
+    _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
+    if ids is None:
+        ids = llama.random_ids(config, tokens, args.seed)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
     clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
@@ -143,18 +146,16 @@ def _dtype(config: llama.LlamaConfig, wanted: str | None) -> llama.LlamaConfig:
     return replace(config, dtype=dtype)
 
 
-def _ids(args: argparse.Namespace, config: llama.LlamaConfig) -> np.ndarray:
-    if args.tokens is not None:
-        return llama.random_ids(config, args.tokens, args.seed)
+def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
     try:
-        ids = np.load(args.input_ids, allow_pickle=False)
+        ids = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise InputError(f"token ids file '{args.input_ids}' does not exist") from None
+        raise InputError(f"token ids file '{path}' does not exist") from None
     except (OSError, ValueError) as err:
-        raise InputError(f"token ids file '{args.input_ids}' is not a readable .npy: {err}") from None
+        raise InputError(f"token ids file '{path}' is not a readable .npy: {err}") from None
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-        raise InputError(f"token ids in '{args.input_ids}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
+        raise InputError(f"token ids in '{path}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
     bad = ids[(ids < 0) | (ids >= config.vocab_size)]
     if bad.size:
-        raise InputError(f"token id {int(bad[0])} in '{args.input_ids}' is out of the vocabulary range [0, {config.vocab_size})")
+        raise InputError(f"token id {int(bad[0])} in '{path}' is out of the vocabulary range [0, {config.vocab_size})")
     return ids.astype(np.int64)

@@ -8,7 +8,10 @@ checkpoint is a `model.safetensors.index.json` whose `weight_map` names each ten
 `SafeTensors.open(path)` reads the headers only; each file is mapped once with `np.memmap`, and a tensor
 is a read-only view into that map, so weights are never copied unless a conversion is asked for. BF16
 (the top 16 bits of a float32; numpy has no bfloat16) comes back as float32, exactly, or in a requested
-dtype. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor.
+dtype. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
+a file's bytes are never echoed. Headers are checked as the format specifies: each range holds exactly
+its dtype and shape, and sorted by offset the ranges tile the data section with no overlap, gap or
+trailing bytes. An index's shards must resolve (links followed) inside the index's folder.
 `save_file` and `save_sharded` write the format, for tests and for converting random weights.
 """
 

@@ -3,7 +3,8 @@
 Thin: it reads the config and weights (`CheckpointWeights`, mapped lazily) or draws random ones,
 embeds the token ids on the host, builds the blocked prefill (`build_llama`), compiles it at `--memory`
 per GPU, runs it, and writes `hidden_states` [T, hidden] (as `LlamaModel(...).last_hidden_state[0]`)
-and the trace only after success. Every bad input is one line and a non-zero exit.
+and the trace only after success. Every bad input is one line and a non-zero exit; a run whose weights
+and prompt activations cannot fit in host memory is refused before any weight or token id is drawn.
 """
 
 from __future__ import annotations

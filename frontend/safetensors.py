@@ -8,7 +8,10 @@ checkpoint is a `model.safetensors.index.json` whose `weight_map` names each ten
 `SafeTensors.open(path)` reads the headers only; each file is mapped once with `np.memmap`, and a tensor
 is a read-only view into that map, so weights are never copied unless a conversion is asked for. BF16
 (the top 16 bits of a float32; numpy has no bfloat16) comes back as float32, exactly, or in a requested
-dtype. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor.
+dtype. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
+a file's bytes are never echoed. Headers are checked as the format specifies: each range holds exactly
+its dtype and shape, and sorted by offset the ranges tile the data section with no overlap, gap or
+trailing bytes. An index's shards must resolve (links followed) inside the index's folder.
 `save_file` and `save_sharded` write the format, for tests and for converting random weights.
 """
 
@@ -179,19 +182,38 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
         if len(head) < 8:
             raise InputError(f"safetensors file '{path}' is shorter than its 8-byte header length")
         (length,) = struct.unpack("<Q", head)
-        if length > min(HEADER_LIMIT, size - 8):
-            raise InputError(f"safetensors file '{path}': header length {length} runs past the end of the file ({size} bytes)")
+        if length > min(HEADER_LIMIT, size - 8):  # the 8 bytes may be anything: never echo them
+            raise InputError(f"'{path}' is not a safetensors file (its header length runs past the end of the file)")
         text = handle.read(length)
     try:
         header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except UnicodeDecodeError:
+        raise InputError(f"'{path}' is not a safetensors file (its header is not UTF-8 JSON)") from None
+    except json.JSONDecodeError as err:  # the message names a position, never the text
         raise InputError(f"safetensors file '{path}': malformed header: {err}") from None
     if not isinstance(header, dict):
         raise InputError(f"safetensors file '{path}': malformed header: not a JSON object")
     metadata = _metadata(header.pop("__metadata__", {}), path)
     start = 8 + length
     entries = {name: _entry(name, raw, path, start, size) for name, raw in header.items()}
+    _check_tiling(entries, path, start, size)
     return entries, metadata
+
+
+def _check_tiling(entries: dict[str, TensorEntry], path: Path, start: int, size: int) -> None:
+    """As the format requires: sorted by offset, the tensors' byte ranges cover the data section exactly,
+    with no overlap (two weights sharing bytes), no gap, and no trailing bytes after the last one."""
+    end, previous = start, None
+    for entry in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
+        offsets = [entry.begin - start, entry.end - start]
+        if entry.begin < end:
+            raise InputError(f"tensor '{entry.name}' in '{path}': data_offsets {offsets} overlap tensor '{previous}'")
+        if entry.begin > end:
+            raise InputError(f"tensor '{entry.name}' in '{path}': data_offsets {offsets} leave a gap of "
+                             f"{entry.begin - end} bytes before them")
+        end, previous = entry.end, entry.name
+    if end != size:
+        raise InputError(f"safetensors file '{path}': {size - end} trailing bytes after the last tensor's data")
 
 
 def _metadata(raw, path: Path) -> dict[str, str]:
@@ -224,6 +246,22 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _shard(index: Path, file_name: str) -> Path:
+    """The shard `file_name` of `index`: it must resolve (symlinks followed) inside the index's folder,
+    so an index cannot make the reader open `../../x`, an absolute path, or a link out of the folder."""
+    folder = index.parent.resolve()
+    shard = index.parent / file_name
+    try:
+        inside = shard.resolve().is_relative_to(folder)
+    except (OSError, ValueError, RuntimeError):  # a NUL in the name, a symlink loop
+        inside = False
+    if not inside:
+        raise InputError(f"safetensors index '{index}': shard '{file_name}' does not resolve inside the model folder '{folder}'")
+    if not shard.is_file():
+        raise InputError(f"safetensors index '{index}': shard '{shard}' does not exist")
+    return shard
+
+
 def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """The tensors of every shard an index's `weight_map` names; each must be in the file it is mapped to."""
     try:
@@ -237,10 +275,7 @@ def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     entries: dict[str, TensorEntry] = {}
     for name, file_name in weight_map.items():
         if file_name not in shards:
-            shard = path.parent / file_name
-            if not shard.is_file():
-                raise InputError(f"safetensors index '{path}': shard '{shard}' does not exist")
-            shards[file_name] = read_header(shard)[0]
+            shards[file_name] = read_header(_shard(path, file_name))[0]
         if name not in shards[file_name]:
             raise InputError(f"tensor '{name}' is not in '{path.parent / file_name}' (the index '{path}' maps it there)")
         entries[name] = shards[file_name][name]

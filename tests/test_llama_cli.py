@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 
@@ -19,8 +20,11 @@ CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "nu
           "rope_theta": 10000.0, "torch_dtype": "float32"}
 
 
-def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", reshape: str = "") -> dict:
-    """A tiny HF model folder with random weights; returns the weights by their `model.` names."""
+def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", reshape: str = "",
+               relabel: tuple[str, str] = ()) -> dict:
+    """A tiny HF model folder with random weights; returns the weights by their `model.` names.
+
+    `relabel` (name, code) rewrites one float32 tensor's dtype code in the header, its bytes kept."""
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(CONFIG))
     weights = dict(llama.RandomWeights(llama.load_config(str(folder)), seed=11))
@@ -31,7 +35,24 @@ def checkpoint(folder, shards: int = 0, prefix: str = "model.", drop: str = "", 
         save_sharded(stored, folder, shards)
     else:
         save_file(stored, folder / "model.safetensors")
+    if relabel:
+        _relabel(folder / "model.safetensors", *relabel)
     return weights
+
+
+def _relabel(path, name: str, code: str) -> None:
+    """Give tensor `name` the dtype `code` (the shape kept, or flat where the item size differs), its bytes kept."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    entry = header[name]
+    begin, end = entry["data_offsets"]
+    size = {"I32": 4, "I64": 8, "BOOL": 1}[code]
+    entry["dtype"] = code
+    if size != 4:
+        entry["shape"] = [(end - begin) // size]
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
 
 
 def hidden_states(capsys, *args) -> np.ndarray:
@@ -80,6 +101,12 @@ def test_an_output_that_is_the_input_ids_is_refused(tmp_path, capsys):
     (lambda d: checkpoint(d, reshape="model.layers.0.self_attn.k_proj.weight"), ["--weights", "{d}"], 1,
      "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [16, 31], the config needs [16, 32]"),
     (lambda d: checkpoint(d), ["--weights", "{d}", "--memory", "1KiB"], 2, "bytes but the budget is 1024 bytes"),
+    (lambda d: checkpoint(d, relabel=("model.layers.1.self_attn.v_proj.weight", "I32")), ["--weights", "{d}"], 1,
+     "tensor 'model.layers.1.self_attn.v_proj.weight' has dtype int32, a weight must be F16, BF16, F32 or F64"),
+    (lambda d: checkpoint(d, relabel=("model.norm.weight", "I64")), ["--weights", "{d}"], 1,
+     "tensor 'model.norm.weight' has dtype int64, a weight must be F16, BF16, F32 or F64"),
+    (lambda d: checkpoint(d, relabel=("model.norm.weight", "BOOL")), ["--weights", "{d}"], 1,
+     "tensor 'model.norm.weight' in '{d}/model.safetensors': dtype 'BOOL' is not supported"),
     (lambda d: None, ["--config", "{d}/nope.json"], 1, "is neither a preset"),
 ])
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys, make, args, code, message):
@@ -106,7 +133,7 @@ def test_a_subprocess_error_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "turnip_cli.main", "llama", "--config", "tiny", "--tokens", "0",
                            "--memory", "1MiB"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == "turnip llama: error: --tokens must be positive, got 0"
+    assert proc.stderr.strip() == "turnip llama: error: --tokens must be a positive integer, got 0"
 
 
 @pytest.mark.parametrize("args, nodes", [
@@ -129,6 +156,11 @@ def test_build_writes_a_loadable_taskgraph(tmp_path, capsys, args, nodes, suffix
     (["ffn", "--placement", "rings"], "unknown ffn placement 'rings'"),
     (["matmul", "--tokens", "5"], "--tokens applies to ffn and llama"),
     (["llama", "--config", "tiny", "--placement", "heads", "--gpus", "3"], "needs gpus (3) to divide the kv heads (4)"),
+    (["llama", "--block", "0"], "--block must be a positive integer, got 0"),
+    (["ffn", "--block", "-4"], "--block must be a positive integer, got -4"),
+    (["llama", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["matmul", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["ffn", "--tokens", "0"], "--tokens must be a positive integer, got 0"),
 ])
 def test_build_errors(tmp_path, capsys, args, message):
     assert turnip(["build", *args, "-o", str(tmp_path / "g.json")]) == 1
@@ -160,8 +192,11 @@ def test_stored_dtypes_are_converted_to_the_model_dtype(tmp_path):
 def test_the_attention_provider_is_a_cuda_option_that_other_backends_accept(tmp_path, capsys):
     common = ["--config", "tiny", "--tokens", 24, "--memory", "1MiB", "--backend", "cpu"]
     plain = hidden_states(capsys, *common, "--outputs", tmp_path / "a.npz")
+    assert capsys.readouterr().err == ""
     chosen = hidden_states(capsys, *common, "--attention", "triton", "--outputs", tmp_path / "b.npz")
     np.testing.assert_array_equal(plain, chosen)
+    assert capsys.readouterr().err == ("warning: --attention triton is ignored: it picks the cuda backend's attention "
+                                       "provider, and the cpu backend has one\n")
     with pytest.raises(SystemExit) as exit_:
         turnip(["llama", *map(str, common), "--attention", "flash9"])
     assert exit_.value.code == 2 and "invalid choice: 'flash9'" in capsys.readouterr().err
@@ -173,3 +208,108 @@ def test_explain_prints_why_each_gpu_reloads(capsys):
     out = capsys.readouterr().out
     assert "GPU 0: budget 100.00 KiB;" in out and "GPU 1: budget 100.00 KiB;" in out
     assert "reloads after an eviction" in out and out.index("GPU 1: budget") < out.index("backend sim")
+
+
+def test_membership_reads_no_tensor(tmp_path, monkeypatch):
+    """`name in weights` (as ChainMap asks in `feed`) answers from the names: no draw, no read."""
+    from frontend.workloads.llama import weights as module
+
+    checkpoint(tmp_path / "m")
+    config = llama.load_config(str(tmp_path / "m"))
+    drawn, read = [], []
+    real_rng, real_get = module.rng, module.SafeTensors.get
+    monkeypatch.setattr(module, "rng", lambda *a: drawn.append(a) or real_rng(*a))
+    monkeypatch.setattr(module.SafeTensors, "get", lambda self, *a, **k: read.append(a) or real_get(self, *a, **k))
+    for weights in (llama.RandomWeights(llama.load_config("7b"), seed=0), llama.CheckpointWeights(tmp_path / "m", config)):
+        assert "model.embed_tokens.weight" in weights and "model.norm.weight" in weights
+        assert "model.layers.0.mlp.up_proj.weight" in weights and "lm_head.weight" not in weights and 3 not in weights
+    assert drawn == [] and read == []
+    assert llama.RandomWeights(config, seed=0)["model.norm.weight"].shape == (32,) and len(drawn) == 1  # the counter counts
+
+
+@pytest.mark.parametrize("block", ["0", "-3"])
+@pytest.mark.parametrize("option", ["--block", "--gpus"])
+def test_a_non_positive_block_or_gpu_count_is_refused_not_the_default(capsys, option, block):
+    assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", option, block]) == 1
+    assert capsys.readouterr().err.strip() == f"turnip llama: error: {option} must be a positive integer, got {block}"
+
+
+def test_a_block_past_the_token_count_is_clamped_and_the_summary_says_so(tmp_path, capsys):
+    assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", "--block", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "128 tokens in blocks of 128 (--block 1000 clamped to the token count);" in out and "blocks of 1000" not in out
+    for block, name in (("1000", "a.json"), ("64", "b.json")):
+        assert turnip(["build", "llama", "--tokens", "64", "--block", block, "-o", str(tmp_path / name)]) == 0
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    assert llama.build_llama(llama.load_config("tiny"), 64, 1000).block == 64
+
+
+GiB = 1 << 30
+
+
+def test_a_run_past_host_memory_is_refused_before_any_weight_is_drawn(tmp_path, capsys, monkeypatch):
+    from frontend.workloads.llama import weights as module
+
+    monkeypatch.setattr("turnip_cli.llama_cmd.available_host_memory", lambda: 16 * GiB)
+    real_rng = module.rng
+
+    def rng(seed, name):
+        assert name == "input_ids", f"drew weight '{name}' before the host memory check"
+        return real_rng(seed, name)
+
+    monkeypatch.setattr(module, "rng", rng)
+    (tmp_path / "huge.json").write_text(json.dumps({**CONFIG, "vocab_size": 2**40}))
+    assert turnip(["llama", "--config", str(tmp_path / "huge.json"), "--input-ids", str(_ids(tmp_path)), "--memory", "1MiB",
+                   "--backend", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    need = llama.host_footprint(llama.load_config(str(tmp_path / "huge.json")), 3).total + (1 << 20)
+    assert need > 2**40 * 32 * 4  # the embedding table alone is 128 TiB
+    assert err == (f"turnip llama: error: host memory: the run needs {need} bytes (weights 131072.00 GiB, "
+                   f"activations of 3 tokens 4.31 KiB, cpu arenas 1.00 MiB) but {16 * GiB} bytes (16.00 GiB) are available")
+    assert turnip(["llama", "--config", "7b", "--tokens", "32768", "--memory", "4GiB", "--backend", "cpu",
+                   "--attention", "triton"]) == 2
+    out = capsys.readouterr()
+    need = llama.host_footprint(llama.load_config("7b"), 32768).total + 4 * GiB
+    assert f"needs {need} bytes (weights 12.31 GiB, activations of 32768 tokens 3.36 GiB, cpu arenas 4.00 GiB)" in out.err
+    assert out.err.startswith("warning: --attention triton is ignored") and len(out.err.splitlines()) == 2
+    assert turnip(["llama", "--config", "tiny", "--tokens", str(2**40), "--memory", "1MiB", "--backend", "cpu"]) == 2
+    assert "activations of 1099511627776 tokens" in capsys.readouterr().err  # refused before 2^40 ids are drawn
+
+
+def _ids(tmp_path):
+    np.save(tmp_path / "ids.npy", np.array([1, 2, 3]))
+    return tmp_path / "ids.npy"
+
+
+def test_host_memory_counts_weights_activations_and_cpu_arenas_but_not_on_sim(capsys, monkeypatch):
+    config = llama.load_config("tiny")
+    footprint = llama.host_footprint(config, 64)
+    assert footprint.weights == sum(w.nbytes for w in llama.RandomWeights(config, 0).values())
+    assert footprint.activations == 64 * (2 * 64 + 2 * 16 + 2 * 64 + 4 * 64 + 2 * 128) * 4
+    args = ["llama", "--config", "tiny", "--tokens", "64", "--memory", "1MiB"]
+    need = footprint.total + (2 << 20)
+    for available, backend, code in [(need, "cpu", 0), (need - 1, "cpu", 2), (1, "sim", 0)]:
+        monkeypatch.setattr("turnip_cli.llama_cmd.available_host_memory", lambda: available)
+        assert turnip([*args, "--backend", backend, "--gpus", "2"]) == code, capsys.readouterr().err
+        assert ("host memory" in capsys.readouterr().err) == (code == 2)
+
+
+def test_float16_on_the_cpu_backend_is_multiplied_in_float32_and_the_summary_and_help_say_so(capsys):
+    from runtime.kernels_numpy import NUMPY_KERNELS
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((64, 512)).astype(np.float16), rng.standard_normal((128, 512)).astype(np.float16)
+    out = np.empty((64, 128), np.float16)
+    NUMPY_KERNELS["einsum"]([x, w], out, {"equation": "ti,oi->to"})
+    np.testing.assert_array_equal(out, np.einsum("ti,oi->to", x.astype(np.float32), w.astype(np.float32), optimize=True)
+                                  .astype(np.float16))  # one rounding, of the float32 product
+    NUMPY_KERNELS["matmul"]([x, w.T], out, {})
+    np.testing.assert_array_equal(out, (x.astype(np.float32) @ w.T.astype(np.float32)).astype(np.float16))
+    args = ["llama", "--config", "tiny", "--tokens", "16", "--memory", "1MiB", "--dtype", "float16"]
+    assert turnip([*args, "--backend", "cpu"]) == 0
+    assert "per GPU; float16 matmuls computed in float32 on the cpu backend, rounded to float16\n" in capsys.readouterr().out
+    assert turnip([*args, "--backend", "sim"]) == 0
+    assert "float32" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        turnip(["llama", "--help"])
+    assert "computes float16 matmuls in float32" in " ".join(capsys.readouterr().out.split())

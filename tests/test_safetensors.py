@@ -170,10 +170,20 @@ ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
         ({"w": {**ENTRY, "data_offsets": [0, 4]}}, b"x" * 8, None, "tensor 'w' in '{p}': data_offsets [0, 4] hold 4 bytes, its F32 shape [2] needs 8"),
         ({"w": {**ENTRY, "data_offsets": [4, 12]}}, b"x" * 8, None, "tensor 'w' in '{p}': data_offsets [4, 12] run past the end of the file (data section of 8 bytes)"),
         ({"w": ENTRY}, b"x" * 4, None, "tensor 'w' in '{p}': data_offsets [0, 8] run past the end of the file (data section of 4 bytes)"),
+        ({"w": ENTRY, "v": ENTRY}, b"x" * 8, None, "data_offsets [0, 8] overlap tensor '"),
+        ({"w": ENTRY, "v": {**ENTRY, "data_offsets": [4, 12]}}, b"x" * 12, None,
+         "tensor 'v' in '{p}': data_offsets [4, 12] overlap tensor 'w'"),
+        ({"w": {**ENTRY, "data_offsets": [8, 16]}}, b"x" * 16, None,
+         "tensor 'w' in '{p}': data_offsets [8, 16] leave a gap of 8 bytes before them"),
+        ({"w": ENTRY, "v": {**ENTRY, "data_offsets": [12, 20]}}, b"x" * 20, None,
+         "tensor 'v' in '{p}': data_offsets [12, 20] leave a gap of 4 bytes before them"),
+        ({"w": ENTRY}, b"x" * 9, None, "safetensors file '{p}': 1 trailing bytes after the last tensor's data"),
+        ({}, b"x", None, "safetensors file '{p}': 1 trailing bytes after the last tensor's data"),
         ({"__metadata__": {"n": 1}}, b"", None, "malformed header: __metadata__ must map strings to strings"),
-        ({"w": ENTRY}, b"x" * 8, 1 << 40, "header length 1099511627776 runs past the end of the file"),
+        ({"w": ENTRY}, b"x" * 8, 1 << 40, "'{p}' is not a safetensors file (its header length runs past the end of the file)"),
     ],
-    ids=["json", "array", "entry", "dtype", "shape", "offsets", "size", "past-end", "truncated", "metadata", "length"],
+    ids=["json", "array", "entry", "dtype", "shape", "offsets", "size", "past-end", "truncated", "same-range", "overlap",
+         "gap-first", "gap-between", "trailing", "trailing-empty", "metadata", "length"],
 )
 def test_malformed_files(tmp_path, header, data, length, message) -> None:
     path = tmp_path / "m.safetensors"
@@ -182,6 +192,14 @@ def test_malformed_files(tmp_path, header, data, length, message) -> None:
     else:
         _with_header(path, header, data, length)
     assert message.format(p=path) in _error(path)
+
+
+def test_zero_sized_tensors_and_out_of_order_offsets_tile(tmp_path) -> None:
+    path = _with_header(tmp_path / "m.safetensors", {"b": {**ENTRY, "data_offsets": [8, 16]}, "a": ENTRY,
+                                                      "e": {"dtype": "F16", "shape": [0, 3], "data_offsets": [8, 8]}},
+                        struct.pack("<4f", 1, 2, 3, 4))
+    st = SafeTensors.open(path)
+    assert st.get("a").tolist() == [1, 2] and st.get("b").tolist() == [3, 4] and st.get("e").shape == (0, 3)
 
 
 def test_file_shorter_than_its_header_length(tmp_path) -> None:
@@ -201,6 +219,39 @@ def test_broken_indexes(tmp_path) -> None:
     save_file({"v": np.ones(1, np.float32)}, tmp_path / "a.safetensors")
     index.write_text(json.dumps({"weight_map": {"w": "a.safetensors"}}))
     assert _error(index) == f"tensor 'w' is not in '{tmp_path}/a.safetensors' (the index '{index}' maps it there)"
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "../../outside.safetensors", "{abs}", "link.safetensors",
+                                   "sub/../../outside.safetensors"])
+def test_an_index_cannot_name_a_shard_outside_its_folder(tmp_path, shard) -> None:
+    folder = tmp_path / "a" / "model"
+    folder.mkdir(parents=True)
+    for outside in (tmp_path / "outside.safetensors", tmp_path / "a" / "outside.safetensors"):
+        save_file({"w": np.ones(2, np.float32)}, outside)
+    (folder / "sub").mkdir()
+    (folder / "link.safetensors").symlink_to(tmp_path / "outside.safetensors")
+    shard = shard.format(abs=tmp_path / "outside.safetensors")
+    (folder / INDEX_FILE).write_text(json.dumps({"weight_map": {"w": shard}}))
+    message = _error(folder)
+    assert message == f"safetensors index '{folder / INDEX_FILE}': shard '{shard}' does not resolve inside the model folder '{folder}'"
+
+
+def test_a_link_inside_the_folder_is_a_shard(tmp_path) -> None:
+    save_file({"w": np.ones(2, np.float32)}, tmp_path / "real.safetensors")
+    (tmp_path / "link.safetensors").symlink_to(tmp_path / "real.safetensors")
+    (tmp_path / INDEX_FILE).write_text(json.dumps({"weight_map": {"w": "link.safetensors"}}))
+    assert SafeTensors.open(tmp_path).get("w").tolist() == [1.0, 1.0]
+
+
+def test_a_foreign_file_is_named_but_its_bytes_are_never_echoed(tmp_path) -> None:
+    secret = b"hunter2:x:0:0:hunter2:/home:/bin/sh\n" * 4
+    (tmp_path / "passwd.safetensors").write_bytes(secret)
+    (tmp_path / INDEX_FILE).write_text(json.dumps({"weight_map": {"w": "passwd.safetensors"}}))
+    message = _error(tmp_path)
+    assert message == f"'{tmp_path}/passwd.safetensors' is not a safetensors file (its header length runs past the end of the file)"
+    assert str(struct.unpack("<Q", secret[:8])[0]) not in message and "hunter2" not in message
+    (tmp_path / "bin.safetensors").write_bytes(struct.pack("<Q", 4) + b"\xff\xfe\xfdA")
+    assert _error(tmp_path / "bin.safetensors") == f"'{tmp_path}/bin.safetensors' is not a safetensors file (its header is not UTF-8 JSON)"
 
 
 def test_writer_errors(tmp_path) -> None:

@@ -24,16 +24,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", metavar="WORKLOAD", choices=WORKLOADS, help=", ".join(WORKLOADS))
     parser.add_argument("--config", help="preset name, JSON file or inline JSON (llama: preset, config.json or model folder)")
     parser.add_argument("--gpus", type=int, help="GPUs to place blocks on")
-    parser.add_argument("--block", type=int, help="block size: tokens per block (ffn, llama), tile edge (matmul)")
+    parser.add_argument("--block", type=int, help="block size: tokens per block (ffn, llama), tile edge (matmul); "
+                        "llama clamps a block larger than --tokens to it")
     parser.add_argument("--tokens", type=int, help="sequence length (ffn, llama)")
     parser.add_argument("--placement", help="matmul: seed, round-robin, load-balanced; ffn: round-robin, "
                         "load-balanced, layers; llama: sequence, layers, heads")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
 
 
+def check_positive_options(args: argparse.Namespace, *names: str) -> None:
+    """One line for an option given as 0 or less, which would otherwise read as "the default"."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InputError(f"--{name} must be a positive integer, got {value}")
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".json", ".mlir")):
         raise InputError(f"output '{args.output}' must end in .json or .mlir")
+    check_positive_options(args, "gpus", "block", "tokens")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     check_outputs({"-o": args.output}, {"--config": config})
     graph = build_graph(args)

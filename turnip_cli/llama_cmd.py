@@ -3,12 +3,15 @@
 Thin: it reads the config and weights (`CheckpointWeights`, mapped lazily) or draws random ones,
 embeds the token ids on the host, builds the blocked prefill (`build_llama`), compiles it at `--memory`
 per GPU, runs it, and writes `hidden_states` [T, hidden] (as `LlamaModel(...).last_hidden_state[0]`)
-and the trace only after success. Every bad input is one line and a non-zero exit.
+and the trace only after success. Every bad input is one line and a non-zero exit; a run whose weights
+and prompt activations cannot fit in host memory is refused before any weight or token id is drawn.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,13 +21,18 @@ from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
+from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_printing_choice, parse_size
 from turnip_cli.run_cmd import run_files
-from turnip_ir.errors import InputError
+from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import check_outputs, write_all
+from turnip_ir.units import format_size
 from frontend.workloads import llama
+
+HALF_ON_CPU = "; float16 matmuls computed in float32 on the cpu backend, rounded to float16"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
@@ -41,29 +49,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1, metavar="N")
-    parser.add_argument("--block", type=int, metavar="N", help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
+    parser.add_argument("--block", type=int, metavar="N", help="tokens per block, a positive integer (default: 4096 at "
+                        "7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary says so")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)
     parser.add_argument("--dtype", choices=("float16", "float32"), help="compute dtype (default: the config's; "
-                        "bfloat16 models run in float32)")
+                        "bfloat16 models run in float32); the cpu backend computes float16 matmuls in float32 and "
+                        "rounds them to float16 (numpy has no float16 BLAS)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_positive_options(args, "tokens", "block", "gpus")
     backend = resolve_backend(args.backend)
+    if args.attention != "auto" and backend != "cuda":
+        print(f"warning: --attention {args.attention} is ignored: it picks the cuda backend's attention provider, "
+              f"and the {backend} backend has one", file=sys.stderr)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, _input_files(args))  # before a long run
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     config, weights = _model(args)
-    ids = _ids(args, config)
+    ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
+    tokens = len(ids) if ids is not None else args.tokens
+    _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
+    if ids is None:
+        ids = llama.random_ids(config, tokens, args.seed)
     built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
+    clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
-          f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
-          f"budget {args.memory} per GPU")
+          f"{len(ids)} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
+          f"budget {args.memory} per GPU{HALF_ON_CPU if backend == 'cpu' and config.dtype == 'float16' else ''}")
     arena = arena_budget(built.graph, budget, backend, attention=args.attention)  # less the cuda workspace
     memgraph = compile_printing_choice(built.graph, arena, args.schedule)
     if args.explain:
@@ -86,6 +105,32 @@ def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
     return {"--config": config, "--input-ids": args.input_ids}
 
 
+def available_host_memory() -> int:
+    """Bytes the host can still give: /proc/meminfo's MemAvailable, else all physical memory."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int) -> None:
+    """Refuse, before any weight is drawn or read, a run whose weights and activations cannot fit in host
+    memory (on the cpu backend the GPU arenas are host memory too); the sim backend holds no values."""
+    if backend == "sim":
+        return
+    footprint = llama.host_footprint(config, tokens)
+    need, available = footprint.total + arenas, available_host_memory()
+    if need > available:
+        parts = f"weights {format_size(footprint.weights)}, activations of {tokens} tokens {format_size(footprint.activations)}"
+        parts += f", cpu arenas {format_size(arenas)}" if arenas else ""
+        raise BudgetError(f"host memory: the run needs {need} bytes ({parts}) but {available} bytes "
+                          f"({format_size(available)}) are available")
+
+
 def _model(args: argparse.Namespace):
     """The config (with --dtype applied) and its weights: a checkpoint, or random from --seed."""
     if args.weights is not None:
@@ -105,20 +150,16 @@ def _dtype(config: llama.LlamaConfig, wanted: str | None) -> llama.LlamaConfig:
     return replace(config, dtype=dtype)
 
 
-def _ids(args: argparse.Namespace, config: llama.LlamaConfig) -> np.ndarray:
-    if args.tokens is not None:
-        if args.tokens < 1:
-            raise InputError(f"--tokens must be positive, got {args.tokens}")
-        return llama.random_ids(config, args.tokens, args.seed)
+def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
     try:
-        ids = np.load(args.input_ids, allow_pickle=False)
+        ids = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise InputError(f"token ids file '{args.input_ids}' does not exist") from None
+        raise InputError(f"token ids file '{path}' does not exist") from None
     except (OSError, ValueError) as err:
-        raise InputError(f"token ids file '{args.input_ids}' is not a readable .npy: {err}") from None
+        raise InputError(f"token ids file '{path}' is not a readable .npy: {err}") from None
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-        raise InputError(f"token ids in '{args.input_ids}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
+        raise InputError(f"token ids in '{path}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
     bad = ids[(ids < 0) | (ids >= config.vocab_size)]
     if bad.size:
-        raise InputError(f"token id {int(bad[0])} in '{args.input_ids}' is out of the vocabulary range [0, {config.vocab_size})")
+        raise InputError(f"token id {int(bad[0])} in '{path}' is out of the vocabulary range [0, {config.vocab_size})")
     return ids.astype(np.int64)

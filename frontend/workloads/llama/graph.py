@@ -114,11 +114,14 @@ class LlamaGraph:
 
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
                 placement: str = "sequence") -> LlamaGraph:
-    """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs."""
-    block = block or default_block(config, tokens)
+    """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs.
+
+    A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
+    block = default_block(config, tokens) if block is None else block
     for what, value in (("tokens", tokens), ("block", block), ("gpus", gpus)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"llama: {what} must be a positive integer, got {value!r}")
+    block = min(block, tokens)
     if placement == "heads" and config.num_key_value_heads % gpus:
         raise InputError(f"llama: placement 'heads' needs gpus ({gpus}) to divide the kv heads ({config.num_key_value_heads})")
     plan(config, placement, gpus, 0)  # an unknown name fails before anything is built

@@ -20,6 +20,8 @@ from frontend.workloads.common import rng
 from frontend.workloads.llama.config import LlamaConfig
 
 EMBED = "model.embed_tokens.weight"
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+"""What a weight may be stored as (F16, BF16, F32, F64): an integer read as a float is a wrong model, not a cast."""
 POOL = 1 << 18
 """Random weights draw at most this many values per tensor and tile them: 7B in seconds, not minutes."""
 
@@ -67,6 +69,9 @@ class RandomWeights(Mapping):
             draw = draw / np.sqrt(shape[1])
         return np.resize(draw.astype(self.config.dtype), shape)
 
+    def __contains__(self, name) -> bool:
+        return name in self.shapes  # Mapping's default would draw the whole tensor to answer
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.shapes)
 
@@ -90,12 +95,18 @@ class CheckpointWeights(Mapping):
             stored = self.stored[name]
             if stored not in self.file:
                 raise InputError(f"weights '{self.file.source}': tensor '{stored}' is missing")
+            if self.file.dtype(stored) not in FLOAT_DTYPES:
+                raise InputError(f"weights '{self.file.source}': tensor '{stored}' has dtype {self.file.dtype(stored)}, "
+                                 "a weight must be F16, BF16, F32 or F64")
             if tuple(self.file.shape(stored)) != shape:
                 raise InputError(f"weights '{self.file.source}': tensor '{stored}' has shape "
                                  f"{list(self.file.shape(stored))}, the config needs {list(shape)}")
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.file.get(self.stored[name], dtype=self.config.dtype)
+
+    def __contains__(self, name) -> bool:
+        return name in self.shapes  # Mapping's default would read (and convert) the tensor to answer
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.shapes)

@@ -31,6 +31,7 @@ from turnip_ir.dialect import TokenParser, Turnip, TurnipOp
 from turnip_ir.errors import InputError
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.json_taskgraph import taskgraph_from_json
+from turnip_ir.limits import ECHO_CHARS, MAX_NESTING, MAX_RANK, shorten
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -89,24 +90,62 @@ def _check_strings(text: str, name: str) -> None:
             raise InputError(f"{name}:{number}:{opened + 1}: string literal is not closed on its line")
 
 
+def _check_ranks(text: str, name: str) -> None:
+    """Reject a `tensor<...>` of more than `MAX_RANK` dimensions before xDSL parses it in quadratic time."""
+    start = text.find("tensor<")
+    while start != -1:
+        end = text.find(">", start)
+        end = len(text) if end == -1 else end
+        rank = text.count("x", start, end)  # `16x16xf32` has 2 dimensions and 2 `x`
+        if rank > MAX_RANK:
+            raise InputError(f"{name}:{_line_col(text, start)}: tensor type has {rank} dimensions, more than the {MAX_RANK} allowed")
+        start = text.find("tensor<", end)
+
+
+def _check_nesting(text: str, name: str) -> None:
+    """Reject brackets nested deeper than `MAX_NESTING`, before xDSL's recursive descent overflows on them.
+
+    String literals and comments are blanked first (same length, so positions hold)."""
+    code = re.sub(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*', lambda m: " " * len(m.group()), text)
+    depth = 0
+    for match in re.finditer(r"[\[\](){}<>]", code):
+        char = match.group()
+        if char in "[({<":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise InputError(f"{name}:{_line_col(text, match.start())}: brackets nest more than {MAX_NESTING} deep")
+        elif char != ">" or code[match.start() - 1] != "-":  # `->` in function types closes nothing
+            depth = max(depth - 1, 0)
+
+
+def _line_col(text: str, pos: int) -> str:
+    return f"{text.count(chr(10), 0, pos) + 1}:{pos - text.rfind(chr(10), 0, pos)}"
+
+
 def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> ModuleOp:
     """Parse and fully check turnip IR; errors are `InputError('name:line:col: message')`."""
     _check_strings(text, name)
+    _check_ranks(text, name)
+    _check_nesting(text, name)
     parser = None
     try:
         parser = TokenParser(ctx or context(), text, name)  # lexes the first token already
         module = parser.parse_module()
     except ParseError as err:
         where = err.span.get_location()
-        raise InputError(f"{name}:{where.line}:{where.col}: {_parse_message(err.msg, text, where.line)}") from None
-    except (VerifyException, ValueError) as err:
+        raise InputError(f"{name}:{where.line}:{where.col}: {_short_tokens(_parse_message(err.msg, text, where.line))}") from None
+    except (VerifyException, ValueError, RecursionError) as err:
         # xDSL checks attributes and format constraints while parsing, without a span: use its position
         pos = parser.pos if parser is not None else 0
-        line = text.count("\n", 0, pos) + 1
-        column = pos - text.rfind("\n", 0, pos)
-        raise InputError(f"{name}:{line}:{column}: {lower_first(' '.join(str(err).split()))}") from None
+        message = "nested too deep" if isinstance(err, RecursionError) else " ".join(str(err).split())
+        raise InputError(f"{name}:{_line_col(text, pos)}: {_short_tokens(lower_first(message))}") from None
     check_module(module, name, text)
     return module
+
+
+def _short_tokens(message: str) -> str:
+    """The message with any long run of input text it echoes (a type, an attribute) shortened."""
+    return re.sub(rf"\S{{{ECHO_CHARS + 1},}}", lambda m: shorten(m.group()), message)
 
 
 def _parse_message(message: str, text: str, line: int) -> str:
@@ -135,7 +174,7 @@ def check_module(module: ModuleOp, name: str = "<input>", text: str | None = Non
         try:
             op.verify()
         except VerifyException as err:
-            raise InputError(f"{where}: {' '.join(str(err).split())}") from None
+            raise InputError(f"{where}: {_short_tokens(' '.join(str(err).split()))}") from None
         for operand in op.operands:
             if operand.owner not in seen:
                 raise InputError(f"{where}: {_label(op)} uses {_value_name(operand)} before its definition (order or cycle)")
@@ -198,6 +237,9 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{name}:{err.lineno}:{err.colno}: {lower_first(err.msg)}") from None
+    except RecursionError:
+        raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)") from None
+    _check_json_depth(doc, name)
     fmt = doc.get("format") if isinstance(doc, dict) else None
     try:
         if fmt == MEMGRAPH_FORMAT:
@@ -207,6 +249,26 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
     except InputError as err:
         raise InputError(f"{name}: {err}") from None
     raise InputError(f"{name}: field 'format' must be '{TASKGRAPH_FORMAT}' or '{MEMGRAPH_FORMAT}', got {fmt!r}")
+
+
+def _check_json_depth(doc, name: str) -> None:
+    """Refuse a document nested deeper than `MAX_NESTING` (the readers and writers recurse into values).
+
+    Iterative, so that the check itself cannot overflow the stack."""
+    level = [doc]
+    for depth in range(MAX_NESTING + 1):
+        level = [child for value in level for child in _children(value)]
+        if not level:
+            return
+    raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)")
+
+
+def _children(value) -> list:
+    if isinstance(value, dict):
+        return [child for child in value.values() if isinstance(child, (dict, list))]
+    if isinstance(value, list):
+        return [child for child in value if isinstance(child, (dict, list))]
+    return []
 
 
 def module_to_graph(module: ModuleOp) -> Graph:

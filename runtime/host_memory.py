@@ -41,13 +41,13 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_host_memory(needed: int, parts: str, available: int | None = None) -> None:
-    """Refuse a run whose host buffers (`parts` says which) need more than is available."""
+def check_host_memory(needed: int, parts: str, fix: str, available: int | None = None) -> None:
+    """Refuse a run whose host buffers (`parts` says which) need more than is available; `fix` says what to do."""
     available = available_bytes() if available is None else available
     if available is not None and needed > available:
         raise InputError(
             f"the run needs {needed} bytes ({format_size(needed)}) of host memory for {parts}, "
-            f"but only {available} bytes ({format_size(available)}) are available: plan with a smaller budget or fewer offloads"
+            f"but only {available} bytes ({format_size(available)}) are available: {fix}"
         )
 
 

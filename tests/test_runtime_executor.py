@@ -190,8 +190,18 @@ def test_host_memory_past_what_is_available_is_refused_naming_the_bytes():
     from runtime.host_memory import check_host_memory, zeros
     from turnip_ir.errors import InputError
 
-    check_host_memory(1000, "the arenas", available=1000)
-    with pytest.raises(InputError, match=r"^the run needs 1001 bytes \(1001 B\) of host memory for the arenas, but only 1000 bytes"):
-        check_host_memory(1001, "the arenas", available=1000)
+    check_host_memory(1000, "the arenas", "fix it", available=1000)
+    with pytest.raises(InputError, match=r"^the run needs 1001 bytes \(1001 B\) of host memory for the arenas, but only 1000 bytes .*: fix it$"):
+        check_host_memory(1001, "the arenas", "fix it", available=1000)
     with pytest.raises(InputError, match=r"^cannot allocate 4611686018427387904 bytes \(4294967296.00 GiB\) of host memory for the storage$"):
         zeros(1 << 62, "the storage")
+
+
+def test_drawing_inputs_past_host_memory_is_refused_before_drawing():
+    """Issue 27 item 9: the inputs a run draws count too (a 4 TiB input failed inside numpy)."""
+    from runtime.inputs import make_inputs
+    from turnip_ir.errors import InputError
+
+    with pytest.raises(InputError, match=r"^the run needs 13194139533312 bytes \(.*\) of host memory for drawing the missing inputs"):
+        make_inputs({"x": ((1 << 20, 1 << 20), "float32")}, None, 0)
+    assert make_inputs({"x": ((2, 3), "float32")}, None, 0)["x"].shape == (2, 3)

@@ -51,7 +51,8 @@ class CpuBackend(Backend):
             if node.dtype == "bfloat16":
                 raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
         peaks = arena_peaks(memgraph)
-        check_host_memory(sum(peaks) + memgraph.storage_bytes, "the GPU arenas and the CPU storage")
+        check_host_memory(sum(peaks) + memgraph.storage_bytes, "the GPU arenas and the CPU storage",
+                          "check the plan's locations and storage regions, or run it on the sim backend")
         self.arenas = [zeros(peak, f"GPU {device}'s arena") for device, peak in enumerate(peaks)]
         self.storage = zeros(memgraph.storage_bytes, "the CPU storage")
         self.work = [self._job(graph, vertex) for vertex in range(len(graph))]

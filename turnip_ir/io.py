@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import Builtin, ModuleOp, TensorType
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
@@ -31,7 +31,7 @@ from turnip_ir.dialect import TokenParser, Turnip, TurnipOp
 from turnip_ir.errors import InputError
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.json_taskgraph import taskgraph_from_json
-from turnip_ir.limits import ECHO_CHARS, MAX_NESTING, MAX_RANK, shorten
+from turnip_ir.limits import ECHO_CHARS, MAX_NESTING, MAX_RANK, int_in_range, out_of_range, shorten
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -178,9 +178,19 @@ def check_module(module: ModuleOp, name: str = "<input>", text: str | None = Non
         for operand in op.operands:
             if operand.owner not in seen:
                 raise InputError(f"{where}: {_label(op)} uses {_value_name(operand)} before its definition (order or cycle)")
+        _check_dims(op, where)
         if isinstance(op, TurnipOp):
             _check_place(op, devices, budget, where)
         seen.add(op)
+
+
+def _check_dims(op, where: str) -> None:
+    """Tensor dimensions stay below `INT_LIMIT`, as JSON shapes must (xDSL takes any integer)."""
+    for result in op.results:
+        if isinstance(result.type, TensorType):
+            for dim in result.type.get_shape():
+                if not int_in_range(dim):
+                    raise InputError(f"{where}: {_label(op)} result type has a dimension out of range: {out_of_range(dim)}")
 
 
 def _module_where(text: str | None, name: str) -> str:
@@ -203,8 +213,8 @@ def _int_attr(module: ModuleOp, attr: str, name: str) -> int:
     from xdsl.dialects.builtin import IntegerAttr
 
     value = module.attributes.get(attr)
-    if not isinstance(value, IntegerAttr) or value.value.data < (1 if attr == DEVICES_ATTR else 0):
-        raise InputError(f"{name}: the module needs attributes {{{attr} = N : i64}} with N a positive integer")
+    if not isinstance(value, IntegerAttr) or not int_in_range(value.value.data) or value.value.data < (1 if attr == DEVICES_ATTR else 0):
+        raise InputError(f"{name}: the module needs attributes {{{attr} = N : i64}} with N a positive integer below 2**62")
     return value.value.data
 
 

@@ -204,3 +204,17 @@ def test_the_integer_bound_is_the_same_for_json_and_ir() -> None:
     with pytest.raises(InputError) as caught:
         parse_ir(ir.replace("OFFSET", str(INT_LIMIT)), "m.mlir")
     assert str(caught.value) == f"m.mlir:2:30: integer {INT_LIMIT} is out of range (magnitude must stay below 2**62)"
+
+
+def test_an_integer_of_thousands_of_digits_is_one_line_in_both_formats() -> None:
+    """Python refuses to read integers past 4300 digits with a ValueError: the readers say it in one line."""
+    from turnip_ir.io import parse_ir
+
+    with pytest.raises(InputError) as caught:
+        parse_json('{"format": "turnip.taskgraph/1", "devices": ' + "1" * 5000 + "}", "big.json")
+    assert str(caught.value) == "big.json: an integer has thousands of digits (magnitude must stay below 2**62)"
+    ir = ("builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 4096 : i64} {\n"
+          "  %a, %at = turnip.input in <" + "9" * 5000 + ", 64> : tensor<4x4xf32>\n}\n")
+    with pytest.raises(InputError) as caught:
+        parse_ir(ir, "big.mlir")
+    assert str(caught.value) == "big.mlir:2:5030: an integer has thousands of digits (magnitude must stay below 2**62)"

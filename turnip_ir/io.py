@@ -137,10 +137,17 @@ def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> Mo
     except (VerifyException, ValueError, RecursionError) as err:
         # xDSL checks attributes and format constraints while parsing, without a span: use its position
         pos = parser.pos if parser is not None else 0
-        message = "nested too deep" if isinstance(err, RecursionError) else " ".join(str(err).split())
+        message = "nested too deep" if isinstance(err, RecursionError) else _digits_message(" ".join(str(err).split()))
         raise InputError(f"{name}:{_line_col(text, pos)}: {_short_tokens(lower_first(message))}") from None
     check_module(module, name, text)
     return module
+
+
+def _digits_message(message: str) -> str:
+    """Python's refusal of an integer literal of thousands of digits, in our terms (no interpreter setting)."""
+    if message.startswith("Exceeds the limit") and "digits" in message:
+        return "an integer has thousands of digits (magnitude must stay below 2**62)"
+    return message
 
 
 def _short_tokens(message: str) -> str:
@@ -249,6 +256,8 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
         raise InputError(f"{name}:{err.lineno}:{err.colno}: {lower_first(err.msg)}") from None
     except RecursionError:
         raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)") from None
+    except ValueError as err:  # Python's cap on digits in an integer (4300 by default)
+        raise InputError(f"{name}: {_digits_message(str(err))}") from None
     _check_json_depth(doc, name)
     fmt = doc.get("format") if isinstance(doc, dict) else None
     try:

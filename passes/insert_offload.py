@@ -22,6 +22,7 @@ from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
+from turnip_ir.units import format_size
 
 
 INPUTS_START = ("gpu", "host")
@@ -93,12 +94,15 @@ def _working_sets(view: TaskView, align: int):
 
 
 def check_budget(graph: TaskGraph, view: TaskView, budget: int, align: int) -> None:
-    """Raise `BudgetError` naming the first op whose working set on one GPU exceeds the budget."""
+    """Raise `BudgetError` naming the first op whose working set on one GPU exceeds the budget, and the
+    smallest budget that compiles (`minimum_budget`: the largest working set at `align`)."""
     capacity = budget // align * align
     for i, device, total in _working_sets(view, align):
         if total > capacity:
+            floor = _largest_working_set(view, align)
             raise BudgetError(
                 f"op '{view.ids[i]}' ({view.ops[i]} on GPU {device}) needs {total} bytes but the budget is {budget} bytes"
+                f"; the smallest budget that compiles is {floor} ({format_size(floor)})"
             )
 
 

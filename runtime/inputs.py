@@ -6,6 +6,7 @@ per input, seeded from (seed, input id), so an input's values do not depend on w
 
 from __future__ import annotations
 
+import math
 import zlib
 import zipfile
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.host_memory import check_host_memory
 from turnip_ir.errors import InputError
 
 
@@ -75,6 +77,10 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
     for key in given:
         if key not in specs:
             raise InputError(f"input '{key}' is not an input of the graph (inputs: {', '.join(specs) or 'none'})")
+    drawn = [(shape, dtype) for task, (shape, dtype) in specs.items() if task not in given]
+    # standard_normal draws float64 before the cast: 8 bytes per element beside the array itself
+    check_host_memory(sum(math.prod(shape) * (8 + np.dtype(_numpy_name(dtype)).itemsize) for shape, dtype in drawn),
+                      "drawing the missing inputs", "give the inputs with --inputs, or run on the sim backend")
     arrays = {}
     for task, (shape, dtype) in specs.items():
         if task in given:
@@ -82,6 +88,10 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
         else:
             arrays[task] = random_input(task, shape, dtype, seed)
     return arrays
+
+
+def _numpy_name(dtype: str) -> str:
+    return "float16" if dtype == "bfloat16" else dtype  # refused in random_input; sized like float16 here
 
 
 def random_input(task: str, shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:

@@ -206,3 +206,21 @@ def test_memgraph_json_checked_as_ir_names_the_file(tmp_path) -> None:
     past = _memgraph_json(tmp_path, lambda d: d["nodes"][6].update(loc=[40000, 16384]))
     line = _failed(_run("turnip-opt", past))
     assert line == f"turnip-opt: error: {past}: turnip.relu 'v' location [40000, 56384) ends past the budget of 49152 bytes"
+
+
+@pytest.mark.parametrize("text, size", [("4GiB", 4 << 30), ("1.5GiB", 3 << 29), ("1e6", 10**6), ("2.5e3KiB", 2_560_000),
+                                        ("1E9B", 10**9), ("0.5KiB", 512)])
+def test_memory_sizes_take_fractions_and_exponents(text, size):
+    """Issue 27 item 8: `--memory 1e23` was a ValueError; exponent forms parse, exactly."""
+    from turnip_cli.planning import parse_size
+
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["1e23", "1e999", "4611686018427387904"])
+def test_memory_sizes_past_2_62_are_refused(text):
+    from turnip_cli.planning import parse_size
+    from turnip_ir.errors import InputError
+
+    with pytest.raises(InputError, match="is 2\\*\\*62 bytes or more"):
+        parse_size(text)

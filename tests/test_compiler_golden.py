@@ -84,7 +84,9 @@ def _data_path(by_id, src: int, dst: int) -> bool:
 def test_impossible_budget_names_the_op_and_bytes():
     with pytest.raises(BudgetError) as err:
         compile_taskgraph(seven_tensors(), 2 * SLOT)
-    assert str(err.value) == "op 'c' (add on GPU 0) needs 3072 bytes but the budget is 2048 bytes"
+    assert str(err.value) == (
+        "op 'c' (add on GPU 0) needs 3072 bytes but the budget is 2048 bytes; the smallest budget that compiles is 3072 (3.00 KiB)"
+    )
 
 
 def test_stats_count_offload_bytes_and_edges():
@@ -272,3 +274,31 @@ def test_verify_pass_checks_data_dependencies_against_a_given_taskgraph(tmp_path
     assert opt_main([str(bad), "-p", "turnip-verify-memgraph", "--emit", "json"]) == 0  # no taskgraph: cannot tell
     assert opt_main([str(bad), "-p", check, "--emit", "json"]) == 3
     assert "node 3 (add 'c'): operand 1 comes from 'a', not 'b'" in capsys.readouterr().err
+
+
+def _floor_in(err: BudgetError) -> int:
+    import re
+
+    found = re.search(r"the smallest budget that compiles is (\d+) \(", str(err))
+    assert found, str(err)
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_budget_error_states_the_smallest_budget_that_compiles(seed):
+    """Issue 27 item 16: the error names the floor; compiling at it succeeds, one byte less fails."""
+    from frontend.workloads import ffn as ffn_workload
+    from tools.random_graphs import random_taskgraph
+
+    if seed == 0:
+        graph = ffn_workload.build(ffn_workload.FfnConfig(layers=2, tokens=16, hidden=32, ffn=64, block=16, gpus=2, placement="layers")).taskgraph()
+    else:
+        graph = random_taskgraph(seed, tasks=25, devices=1 + seed % 3)
+    with pytest.raises(BudgetError) as err:
+        compile_taskgraph(graph, 64)
+    floor = _floor_in(err.value)
+    memgraph = compile_taskgraph(graph, floor)
+    assert memgraph.budget == floor
+    with pytest.raises(BudgetError) as again:
+        compile_taskgraph(graph, floor - 1)
+    assert _floor_in(again.value) == floor

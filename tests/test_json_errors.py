@@ -172,3 +172,49 @@ def test_memgraph_nodes_in_any_order() -> None:
     assert sorted(position) == [0, 1, 2, 3, 4, 5, 6]
     assert all(position[dep] < position[node.id] for node in graph.nodes for dep in node.deps())
     assert position[3] < position[6]  # the memory dependency orders them too
+
+
+@pytest.mark.parametrize("depth", [300, 5000, 100_000])
+def test_json_nested_too_deep_is_one_line(depth) -> None:
+    """Issue 27 item 10: deep nesting gave a RecursionError; now one line naming the file."""
+    text = json.dumps(ISSUE_TASKGRAPH)[:-1] + ', "extra": ' + "[" * depth + "]" * depth + "}"
+    with pytest.raises(InputError) as caught:
+        parse_json(text, "deep.json")
+    assert str(caught.value) == "deep.json: arrays and objects nest too deep (at most 200 levels)"
+
+
+def test_shape_rank_is_bounded_in_both_formats() -> None:
+    """Issue 27 item 11: a tensor of more than MAX_RANK dimensions is refused, with a short message."""
+    taskgraph = _error(ISSUE_TASKGRAPH, lambda d: _node(d, "x").update(shape=[1] * 100_000), "t.json")
+    assert taskgraph == "t.json: node 'x': field 'shape' has 100000 dimensions, more than the 64 a tensor may have"
+    memgraph = _error(ISSUE_MEMGRAPH, lambda d: _node(d, 0).update(shape=[1] * 100_000), "m.json")
+    assert memgraph.startswith("m.json: node 0: field 'shape' must be a list of at most 64 sizes, got [1, 1, 1")
+    assert len(memgraph) < 200
+
+
+def test_the_integer_bound_is_the_same_for_json_and_ir() -> None:
+    """Issue 27 item 9: JSON refused 2**62 but IR text took any integer (OverflowError later)."""
+    from turnip_ir.io import parse_ir
+    from turnip_ir.limits import INT_LIMIT
+
+    _error(ISSUE_MEMGRAPH, lambda d: _node(d, 5).update(storage=[INT_LIMIT, 16384]), "m.json")
+    ir = ("builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 4096 : i64} {\n"
+          "  %a, %at = turnip.input in <OFFSET, 64> : tensor<4x4xf32>\n}\n")
+    parse_ir(ir.replace("OFFSET", str(INT_LIMIT - 1)), "ok.mlir")
+    with pytest.raises(InputError) as caught:
+        parse_ir(ir.replace("OFFSET", str(INT_LIMIT)), "m.mlir")
+    assert str(caught.value) == f"m.mlir:2:30: integer {INT_LIMIT} is out of range (magnitude must stay below 2**62)"
+
+
+def test_an_integer_of_thousands_of_digits_is_one_line_in_both_formats() -> None:
+    """Python refuses to read integers past 4300 digits with a ValueError: the readers say it in one line."""
+    from turnip_ir.io import parse_ir
+
+    with pytest.raises(InputError) as caught:
+        parse_json('{"format": "turnip.taskgraph/1", "devices": ' + "1" * 5000 + "}", "big.json")
+    assert str(caught.value) == "big.json: an integer has thousands of digits (magnitude must stay below 2**62)"
+    ir = ("builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 4096 : i64} {\n"
+          "  %a, %at = turnip.input in <" + "9" * 5000 + ", 64> : tensor<4x4xf32>\n}\n")
+    with pytest.raises(InputError) as caught:
+        parse_ir(ir, "big.mlir")
+    assert str(caught.value) == "big.mlir:2:5030: an integer has thousands of digits (magnitude must stay below 2**62)"

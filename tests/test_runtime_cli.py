@@ -189,3 +189,29 @@ def test_schedule_auto_compiles_every_schedule_and_says_which_the_sim_chose(tmp_
     chosen = line.split()[2]
     assert chosen in ("given", "dfs", "memory") and all(f"{s} " in line for s in ("given", "dfs", "memory"))
     _one_line_error(_turnip(path, "--memory", "200KiB", "--backend", "sim", "--schedule", "fastest"), 2, "--schedule")
+
+
+def test_a_huge_budget_allocates_only_the_plans_peak(ffn):
+    """Issue 27 item 8: the cpu backend allocated the whole budget (64 GiB: numpy's _ArrayMemoryError)."""
+    _, path = ffn
+    proc = _turnip(path, "--memory", "1e18", "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert "peak arena use" in proc.stdout
+
+
+@pytest.mark.parametrize("memory", ["1e23", "4611686018427387904", "5e9GiB"])
+def test_an_absurd_memory_size_is_refused_in_one_line(ffn, memory):
+    _, path = ffn
+    _one_line_error(_turnip(path, "--memory", memory), 1, f"memory size '{memory}' is 2**62 bytes or more")
+
+
+def test_a_storage_region_past_host_memory_is_refused_before_running(ffn, tmp_path):
+    """Issue 27 item 9: a storage offset of 2**50 passed validation, then failed allocating a petabyte."""
+    from passes.pipeline import compile_taskgraph
+
+    doc = json.loads(compile_taskgraph(ffn[0], 24 << 10).dumps())
+    node = next(n for n in doc["nodes"] if n.get("storage"))
+    node["storage"][0] = 2**50
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps(doc))
+    _one_line_error(_turnip(path, "--backend", "cpu"), 1, "of host memory for the GPU arenas and the CPU storage, but only")

@@ -164,3 +164,44 @@ def test_a_failing_vertex_stops_the_run_and_is_named():
         _run(_graph(CHAIN), callbacks=[hooks], fail="a")
     assert hooks.events[-1] == ("finish", True)
     assert ("start", 2) not in hooks.events
+
+
+def test_cpu_arenas_are_sized_by_the_plans_peak_not_the_budget():
+    """Issue 27 item 8: a 1 TiB budget must not allocate 1 TiB; each arena ends at its highest location."""
+    import numpy as np
+    from runtime_plans import naive_memgraph
+
+    from runtime.api import execute
+    from runtime.backends.cpu import CpuBackend
+    from runtime.host_memory import arena_peaks
+    from tools.random_graphs import random_taskgraph
+
+    memgraph = naive_memgraph(random_taskgraph(2, tasks=20))
+    memgraph.budget = 1 << 40
+    backend = CpuBackend()
+    execute(memgraph, backend)
+    peaks = arena_peaks(memgraph)
+    assert [len(arena) for arena in backend.arenas] == peaks
+    assert peaks == [max(n.loc[0] + n.loc[1] for n in memgraph.nodes if n.loc and n.device == d) for d in range(2)]
+    assert all(isinstance(arena, np.ndarray) for arena in backend.arenas)
+
+
+def test_host_memory_past_what_is_available_is_refused_naming_the_bytes():
+    from runtime.host_memory import check_host_memory, zeros
+    from turnip_ir.errors import InputError
+
+    check_host_memory(1000, "the arenas", "fix it", available=1000)
+    with pytest.raises(InputError, match=r"^the run needs 1001 bytes \(1001 B\) of host memory for the arenas, but only 1000 bytes .*: fix it$"):
+        check_host_memory(1001, "the arenas", "fix it", available=1000)
+    with pytest.raises(InputError, match=r"^cannot allocate 4611686018427387904 bytes \(4294967296.00 GiB\) of host memory for the storage$"):
+        zeros(1 << 62, "the storage")
+
+
+def test_drawing_inputs_past_host_memory_is_refused_before_drawing():
+    """Issue 27 item 9: the inputs a run draws count too (a 4 TiB input failed inside numpy)."""
+    from runtime.inputs import make_inputs
+    from turnip_ir.errors import InputError
+
+    with pytest.raises(InputError, match=r"^the run needs 13194139533312 bytes \(.*\) of host memory for drawing the missing inputs"):
+        make_inputs({"x": ((1 << 20, 1 << 20), "float32")}, None, 0)
+    assert make_inputs({"x": ((2, 3), "float32")}, None, 0)["x"].shape == (2, 3)

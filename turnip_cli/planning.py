@@ -11,28 +11,34 @@ from __future__ import annotations
 
 import argparse
 import re
+from fractions import Fraction
 
 from passes.pipeline import compile_best, compile_taskgraph
 from passes.schedules import SCHEDULES
 from runtime import arena_budget, sim_makespan
 from turnip_ir.errors import InputError
 from turnip_ir.io import load_graph
+from turnip_ir.limits import INT_LIMIT, shorten
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
 SCHEDULE_CHOICES = (*SCHEDULES, "auto")
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d{1,3})?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
-    """'4GiB' -> 4294967296; plain integers are bytes; KiB/MiB/GiB and KB/MB/GB suffixes."""
+    """'4GiB' -> 4294967296; plain numbers are bytes; KiB/MiB/GiB and KB/MB/GB suffixes; fractions and
+    exponents such as 1.5GiB or 1e9 (exact, rounded down to whole bytes), below 2**62 bytes."""
     match = _SIZE.match(text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
-        raise InputError(f"memory size '{text}' must be bytes or a number with KiB, MiB, GiB, KB, MB or GB")
-    return int(float(match.group(1)) * _UNITS[unit])
+        raise InputError(f"memory size '{shorten(text)}' must be bytes or a number with KiB, MiB, GiB, KB, MB or GB")
+    size = int(Fraction(match.group(1)) * _UNITS[unit])
+    if size >= INT_LIMIT:
+        raise InputError(f"memory size '{shorten(text)}' is 2**62 bytes or more, beyond what a plan can address")
+    return size
 
 
 def add_schedule_argument(parser: argparse.ArgumentParser) -> None:

@@ -59,6 +59,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from turnip_ir.errors import TurnipError
 from turnip_ir.kernels import KERNELS, attribute_types, nbytes
+from turnip_ir.limits import int_in_range, out_of_range
 
 # ----- types and attributes -------------------------------------------------------------------------
 
@@ -113,11 +114,20 @@ class TokenType(ParametrizedAttribute, TypeAttribute):
 
 def _parse_ints(parser: AttrParser, count: int) -> list[IntAttr]:
     with parser.in_angle_brackets():
-        values = [IntAttr(parser.parse_integer(allow_boolean=False))]
+        values = [_parse_int(parser)]
         for _ in range(count - 1):
             parser.parse_punctuation(",")
-            values.append(IntAttr(parser.parse_integer(allow_boolean=False)))
+            values.append(_parse_int(parser))
     return values
+
+
+def _parse_int(parser: AttrParser) -> IntAttr:
+    """One integer field, held to the bound JSON has too (turnip_ir/limits.py)."""
+    start = parser.pos
+    value = parser.parse_integer(allow_boolean=False)
+    if not int_in_range(value):
+        parser.raise_error(out_of_range(value), start, parser.pos)
+    return IntAttr(value)
 
 
 @irdl_attr_definition

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import Builtin, ModuleOp, TensorType
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
@@ -31,6 +31,7 @@ from turnip_ir.dialect import TokenParser, Turnip, TurnipOp
 from turnip_ir.errors import InputError
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.json_taskgraph import taskgraph_from_json
+from turnip_ir.limits import ECHO_CHARS, MAX_NESTING, MAX_RANK, int_in_range, out_of_range, shorten
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -89,24 +90,69 @@ def _check_strings(text: str, name: str) -> None:
             raise InputError(f"{name}:{number}:{opened + 1}: string literal is not closed on its line")
 
 
+def _check_ranks(text: str, name: str) -> None:
+    """Reject a `tensor<...>` of more than `MAX_RANK` dimensions before xDSL parses it in quadratic time."""
+    start = text.find("tensor<")
+    while start != -1:
+        end = text.find(">", start)
+        end = len(text) if end == -1 else end
+        rank = text.count("x", start, end)  # `16x16xf32` has 2 dimensions and 2 `x`
+        if rank > MAX_RANK:
+            raise InputError(f"{name}:{_line_col(text, start)}: tensor type has {rank} dimensions, more than the {MAX_RANK} allowed")
+        start = text.find("tensor<", end)
+
+
+def _check_nesting(text: str, name: str) -> None:
+    """Reject brackets nested deeper than `MAX_NESTING`, before xDSL's recursive descent overflows on them.
+
+    String literals and comments are blanked first (same length, so positions hold)."""
+    code = re.sub(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*', lambda m: " " * len(m.group()), text)
+    depth = 0
+    for match in re.finditer(r"[\[\](){}<>]", code):
+        char = match.group()
+        if char in "[({<":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise InputError(f"{name}:{_line_col(text, match.start())}: brackets nest more than {MAX_NESTING} deep")
+        elif char != ">" or code[match.start() - 1] != "-":  # `->` in function types closes nothing
+            depth = max(depth - 1, 0)
+
+
+def _line_col(text: str, pos: int) -> str:
+    return f"{text.count(chr(10), 0, pos) + 1}:{pos - text.rfind(chr(10), 0, pos)}"
+
+
 def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> ModuleOp:
     """Parse and fully check turnip IR; errors are `InputError('name:line:col: message')`."""
     _check_strings(text, name)
+    _check_ranks(text, name)
+    _check_nesting(text, name)
     parser = None
     try:
         parser = TokenParser(ctx or context(), text, name)  # lexes the first token already
         module = parser.parse_module()
     except ParseError as err:
         where = err.span.get_location()
-        raise InputError(f"{name}:{where.line}:{where.col}: {_parse_message(err.msg, text, where.line)}") from None
-    except (VerifyException, ValueError) as err:
+        raise InputError(f"{name}:{where.line}:{where.col}: {_short_tokens(_parse_message(err.msg, text, where.line))}") from None
+    except (VerifyException, ValueError, RecursionError) as err:
         # xDSL checks attributes and format constraints while parsing, without a span: use its position
         pos = parser.pos if parser is not None else 0
-        line = text.count("\n", 0, pos) + 1
-        column = pos - text.rfind("\n", 0, pos)
-        raise InputError(f"{name}:{line}:{column}: {lower_first(' '.join(str(err).split()))}") from None
+        message = "nested too deep" if isinstance(err, RecursionError) else _digits_message(" ".join(str(err).split()))
+        raise InputError(f"{name}:{_line_col(text, pos)}: {_short_tokens(lower_first(message))}") from None
     check_module(module, name, text)
     return module
+
+
+def _digits_message(message: str) -> str:
+    """Python's refusal of an integer literal of thousands of digits, in our terms (no interpreter setting)."""
+    if message.startswith("Exceeds the limit") and "digits" in message:
+        return "an integer has thousands of digits (magnitude must stay below 2**62)"
+    return message
+
+
+def _short_tokens(message: str) -> str:
+    """The message with any long run of input text it echoes (a type, an attribute) shortened."""
+    return re.sub(rf"\S{{{ECHO_CHARS + 1},}}", lambda m: shorten(m.group()), message)
 
 
 def _parse_message(message: str, text: str, line: int) -> str:
@@ -135,13 +181,23 @@ def check_module(module: ModuleOp, name: str = "<input>", text: str | None = Non
         try:
             op.verify()
         except VerifyException as err:
-            raise InputError(f"{where}: {' '.join(str(err).split())}") from None
+            raise InputError(f"{where}: {_short_tokens(' '.join(str(err).split()))}") from None
         for operand in op.operands:
             if operand.owner not in seen:
                 raise InputError(f"{where}: {_label(op)} uses {_value_name(operand)} before its definition (order or cycle)")
+        _check_dims(op, where)
         if isinstance(op, TurnipOp):
             _check_place(op, devices, budget, where)
         seen.add(op)
+
+
+def _check_dims(op, where: str) -> None:
+    """Tensor dimensions stay below `INT_LIMIT`, as JSON shapes must (xDSL takes any integer)."""
+    for result in op.results:
+        if isinstance(result.type, TensorType):
+            for dim in result.type.get_shape():
+                if not int_in_range(dim):
+                    raise InputError(f"{where}: {_label(op)} result type has a dimension out of range: {out_of_range(dim)}")
 
 
 def _module_where(text: str | None, name: str) -> str:
@@ -164,8 +220,8 @@ def _int_attr(module: ModuleOp, attr: str, name: str) -> int:
     from xdsl.dialects.builtin import IntegerAttr
 
     value = module.attributes.get(attr)
-    if not isinstance(value, IntegerAttr) or value.value.data < (1 if attr == DEVICES_ATTR else 0):
-        raise InputError(f"{name}: the module needs attributes {{{attr} = N : i64}} with N a positive integer")
+    if not isinstance(value, IntegerAttr) or not int_in_range(value.value.data) or value.value.data < (1 if attr == DEVICES_ATTR else 0):
+        raise InputError(f"{name}: the module needs attributes {{{attr} = N : i64}} with N a positive integer below 2**62")
     return value.value.data
 
 
@@ -212,6 +268,11 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{name}:{err.lineno}:{err.colno}: {lower_first(err.msg)}") from None
+    except RecursionError:
+        raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)") from None
+    except ValueError as err:  # Python's cap on digits in an integer (4300 by default)
+        raise InputError(f"{name}: {_digits_message(str(err))}") from None
+    _check_json_depth(doc, name)
     fmt = doc.get("format") if isinstance(doc, dict) else None
     if fmt is None and isinstance(doc, dict) and TRACE_KEY in doc:
         raise InputError(f"{name} is a run trace, not a taskgraph or memgraph: view it with turnip viz")
@@ -223,6 +284,26 @@ def parse_json(text: str, name: str = "<input>") -> Graph:
     except InputError as err:
         raise InputError(f"{name}: {err}") from None
     raise InputError(f"{name}: field 'format' must be '{TASKGRAPH_FORMAT}' or '{MEMGRAPH_FORMAT}', got {fmt!r}")
+
+
+def _check_json_depth(doc, name: str) -> None:
+    """Refuse a document nested deeper than `MAX_NESTING` (the readers and writers recurse into values).
+
+    Iterative, so that the check itself cannot overflow the stack."""
+    level = [doc]
+    for depth in range(MAX_NESTING + 1):
+        level = [child for value in level for child in _children(value)]
+        if not level:
+            return
+    raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)")
+
+
+def _children(value) -> list:
+    if isinstance(value, dict):
+        return [child for child in value.values() if isinstance(child, (dict, list))]
+    if isinstance(value, list):
+        return [child for child in value if isinstance(child, (dict, list))]
+    return []
 
 
 def module_to_graph(module: ModuleOp) -> Graph:

@@ -10,15 +10,16 @@ kernels' shape rules.
 from __future__ import annotations
 
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.json_taskgraph import INT_LIMIT, checked_attrs, topo_order
+from turnip_ir.json_taskgraph import checked_attrs, topo_order
 from turnip_ir.kernels import DTYPE_BYTES, KERNELS
+from turnip_ir.limits import MAX_RANK, int_in_range, shorten
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MEMGRAPH_OPS, MemGraph, MemNode
 from turnip_ir.memgraph_types import check_types, fill_types
 from turnip_ir.taskgraph import valid_id
 
 
 def _int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < INT_LIMIT
+    return int_in_range(value)
 
 
 def _get(node: dict, name: str, where: str, check, what: str, required: bool = False):
@@ -28,12 +29,16 @@ def _get(node: dict, name: str, where: str, check, what: str, required: bool = F
         return None
     value = node[name]
     if not check(value):
-        raise InputError(f"{where}: field '{name}' must be {what}, got {value!r}")
+        raise InputError(f"{where}: field '{name}' must be {what}, got {shorten(repr(value))}")
     return value
 
 
 def _region(value) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(_int(v) and v >= 0 for v in value)
+
+
+def _shape(value) -> bool:
+    return _int_list(value) and len(value) <= MAX_RANK and all(d >= 0 for d in value)
 
 
 def _int_list(value) -> bool:
@@ -89,7 +94,7 @@ def _parse_node(raw, index: int) -> MemNode:
     device = _get(raw, "device", where, lambda v: _int(v) and v >= 0, "a non-negative integer")
     loc = _get(raw, "loc", where, _region, "[offset, size]")
     storage = _get(raw, "storage", where, _region, "[offset, size]")
-    shape = _get(raw, "shape", where, lambda v: _int_list(v) and all(d >= 0 for d in v), "a list of sizes")
+    shape = _get(raw, "shape", where, _shape, f"a list of at most {MAX_RANK} sizes")
     dtype = _get(raw, "dtype", where, lambda v: isinstance(v, str) and v in DTYPE_BYTES, f"one of {', '.join(DTYPE_BYTES)}")
     attrs = _get(raw, "attrs", where, lambda v: isinstance(v, dict), "an object") or {}
     if attrs and op != "kernel":

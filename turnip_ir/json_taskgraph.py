@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS, accepts
+from turnip_ir.limits import MAX_RANK, int_in_range, shorten
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
-
-INT_LIMIT = 1 << 62
-"""JSON integers must stay below this in magnitude: IR stores them as 64-bit integers."""
 
 
 def _field(node: dict, name: str, kind, where: str, required: bool = True):
@@ -19,9 +17,9 @@ def _field(node: dict, name: str, kind, where: str, required: bool = True):
             raise InputError(f"{where}: missing field '{name}'")
         return None
     value = node[name]
-    ok = isinstance(value, kind) and not (kind is int and (isinstance(value, bool) or abs(value) >= INT_LIMIT))
+    ok = int_in_range(value) if kind is int else isinstance(value, kind)
     if not ok:
-        raise InputError(f"{where}: field '{name}' must be {getattr(kind, '__name__', kind)}, got {value!r}")
+        raise InputError(f"{where}: field '{name}' must be {getattr(kind, '__name__', kind)}, got {shorten(repr(value))}")
     return value
 
 
@@ -103,8 +101,10 @@ def _add_node(graph: TaskGraph, node: dict, inputs: list[str], where: str) -> No
     shape = _field(node, "shape", list, where, required=op == "input")
     dtype = _field(node, "dtype", str, where, required=op == "input")
     attrs = _field(node, "attrs", dict, where, required=False) or {}
-    if shape is not None and not all(isinstance(d, int) and not isinstance(d, bool) and abs(d) < INT_LIMIT for d in shape):
-        raise InputError(f"{where}: field 'shape' must be a list of integers, got {shape!r}")
+    if shape is not None and not all(int_in_range(d) for d in shape):
+        raise InputError(f"{where}: field 'shape' must be a list of integers, got {shorten(repr(shape))}")
+    if shape is not None and len(shape) > MAX_RANK:
+        raise InputError(f"{where}: field 'shape' has {len(shape)} dimensions, more than the {MAX_RANK} a tensor may have")
     if op == "input":
         if inputs:
             raise InputError(f"{where}: an input takes no inputs")

@@ -3,8 +3,9 @@
 Each lane (compute stream or copy engine of each GPU) is a thread with its own job queue; completions
 go to one shared queue that `wait` blocks on. numpy releases the GIL inside kernels and copies, so
 completions arrive in a truly nondeterministic order. `jitter` makes each job sleep a random time first,
-to shake orders in tests. Every tensor is a view at its planned offset of one arena per GPU (`budget`
-bytes) or of the host storage buffer, all allocated in `prepare`.
+to shake orders in tests. Every tensor is a view at its planned offset of one arena per GPU (as long as
+the plan's highest location there, not the budget) or of the host storage buffer, all allocated in
+`prepare` after checking the host has the memory (runtime/host_memory.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from runtime.backends.base import Backend, Completion
 from runtime.graph import ExecGraph, Lane
+from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
@@ -48,8 +50,11 @@ class CpuBackend(Backend):
         for node in memgraph.nodes:
             if node.dtype == "bfloat16":
                 raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
-        self.arenas = [np.zeros(memgraph.budget, dtype=np.uint8) for _ in range(memgraph.devices)]
-        self.storage = np.zeros(memgraph.storage_bytes, dtype=np.uint8)
+        peaks = arena_peaks(memgraph)
+        check_host_memory(sum(peaks) + memgraph.storage_bytes, "the GPU arenas and the CPU storage",
+                          "check the plan's locations and storage regions, or run it on the sim backend")
+        self.arenas = [zeros(peak, f"GPU {device}'s arena") for device, peak in enumerate(peaks)]
+        self.storage = zeros(memgraph.storage_bytes, "the CPU storage")
         self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
         self.place_inputs(inputs)
         # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads

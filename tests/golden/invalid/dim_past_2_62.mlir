@@ -1,0 +1,5 @@
+// A tensor dimension of 2**62 or more is refused, as JSON refuses such a shape.
+builtin.module attributes {turnip.devices = 1 : i64, turnip.budget = 4096 : i64} {
+  %a = turnip.input on 0 : tensor<4611686018427387904xf32>
+  turnip.output %a : tensor<4611686018427387904xf32>
+}

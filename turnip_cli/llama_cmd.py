@@ -10,7 +10,6 @@ and prompt activations cannot fit in host memory is refused before any weight or
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -20,12 +19,13 @@ import numpy as np
 from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
+from runtime.host_memory import available_bytes
 from runtime.policies import ORDERS
 from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_printing_choice, parse_size
 from turnip_cli.run_cmd import run_files
-from turnip_ir.errors import BudgetError, InputError
+from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import check_outputs, write_all
 from turnip_ir.units import format_size
@@ -105,29 +105,20 @@ def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
     return {"--config": config, "--input-ids": args.input_ids}
 
 
-def available_host_memory() -> int:
-    """Bytes the host can still give: /proc/meminfo's MemAvailable, else all physical memory."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int) -> None:
     """Refuse, before any weight is drawn or read, a run whose weights and activations cannot fit in host
-    memory (on the cpu backend the GPU arenas are host memory too); the sim backend holds no values."""
+    memory; the sim backend holds no values. On the cpu backend the GPU arenas are host memory too: they
+    are sized by the plan's peak (runtime/host_memory.py checks them exactly before allocating), which is
+    at most `arenas` (the budget over all GPUs) and at most what the weights and activations take."""
     if backend == "sim":
         return
     footprint = llama.host_footprint(config, tokens)
-    need, available = footprint.total + arenas, available_host_memory()
-    if need > available:
+    arenas = min(arenas, footprint.total)
+    need, available = footprint.total + arenas, available_bytes()
+    if available is not None and need > available:
         parts = f"weights {format_size(footprint.weights)}, activations of {tokens} tokens {format_size(footprint.activations)}"
         parts += f", cpu arenas {format_size(arenas)}" if arenas else ""
-        raise BudgetError(f"host memory: the run needs {need} bytes ({parts}) but {available} bytes "
+        raise InputError(f"host memory: the run needs {need} bytes ({parts}) but {available} bytes "
                           f"({format_size(available)}) are available")
 
 

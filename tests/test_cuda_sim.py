@@ -1,7 +1,7 @@
 """The cuda backend without a GPU: numba-cuda's simulator runs its kernels, numpy runs its GEMM plans.
 
 What runs here is the backend's own Python (views at planned offsets, pinned chunks, lanes, event waits,
-the completion FIFO, the kernel registry and launch preparation) and every numba kernel at tiny sizes,
+the completion FIFO, the kernel builders and launch preparation) and every numba kernel at tiny sizes,
 against references written from formulas. Simulated threads are slow (~80 us each), so graphs stay tiny.
 The same code runs on the H200 through bench/gpu_check.py (tests marked `gpu`).
 """
@@ -20,7 +20,8 @@ from passes.place_devices import place_devices
 from runtime import execute
 from runtime.backends.cuda import CudaBackend, simulated
 from runtime.backends.cuda.compat import cuda
-from runtime.backends.cuda import completion, gemm, kernels_numba, memory, registry
+from runtime.backends.cuda import builders, completion, gemm, kernels_numba, memory
+from runtime.backends.cuda.driver import make_driver
 from runtime.inputs import input_specs, make_inputs
 from tools.float64 import evaluate
 from tests import formulas_llama as formulas
@@ -232,7 +233,7 @@ def test_zero_size_tensors_cost_nothing_and_come_back_empty():
 
 
 def test_every_kernel_of_the_table_has_a_cuda_implementation():
-    assert registry.missing_kernels() == []
+    assert builders.missing_kernels() == []
 
 
 def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
@@ -244,14 +245,14 @@ def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
             raise RuntimeError("launch failed")
         return work
 
-    monkeypatch.setitem(registry.BUILDERS, "relu", broken)
+    monkeypatch.setitem(builders.BUILDERS, "relu", broken)
     with pytest.raises(KernelError, match=r"\(relu 'r'\) failed: RuntimeError: launch failed"):
         _run(g, factor=4.0)
 
 
 def test_pinned_storage_chunks_never_split_a_region():
     regions = [(0, 100), (128, 300), (512, 2000), (2560, 10)]
-    storage = memory.PinnedStorage(regions, chunk_bytes=1024)
+    storage = memory.PinnedStorage(regions, chunk_bytes=1024, allocate=make_driver().pinned)
     assert len(storage.chunks) == 3  # [0, 428), [512, 2512) alone (bigger than a chunk), [2560, 2570)
     for offset, size in regions:
         view = storage.view((offset, size), (size,), "uint8")
@@ -299,10 +300,10 @@ def test_every_run_sets_the_current_device_before_its_first_launch(monkeypatch):
     must switch even to GPU 0 (a cuBLAS call on GPU 0's handle from GPU 1's context failed on the
     H200s). The simulator does not fail that way, so this checks the rule."""
     graph = random_taskgraph(1, tasks=14, devices=2, sizes=(4, 8), move_prob=0.3)
-    log: list = []
+    log: list = []  # holds the backends themselves: a closed one's id may be reused by the next
     submit, switch = CudaBackend.submit, CudaBackend._switch
-    monkeypatch.setattr(CudaBackend, "submit", lambda self, vertex, lane: (log.append((id(self), "submit", lane.device)), submit(self, vertex, lane))[1])
-    monkeypatch.setattr(CudaBackend, "_switch", lambda self, device: (log.append((id(self), "switch", device)), switch(self, device))[1])
+    monkeypatch.setattr(CudaBackend, "submit", lambda self, vertex, lane: (log.append((self, "submit", lane.device)), submit(self, vertex, lane))[1])
+    monkeypatch.setattr(CudaBackend, "_switch", lambda self, device: (log.append((self, "switch", device)), switch(self, device))[1])
     for seed in range(3):
         _run(graph, factor=1.5, order="random", seed=seed)
     backends = list(dict.fromkeys(entry[0] for entry in log))

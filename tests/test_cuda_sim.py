@@ -22,11 +22,14 @@ from runtime.backends.cuda import CudaBackend, simulated
 from runtime.backends.cuda.compat import cuda
 from runtime.backends.cuda import builders, completion, gemm, kernels_numba, memory
 from runtime.backends.cuda.driver import make_driver
+from runtime.executor import Executor
+from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
+from runtime.policies import make_policy
 from tools.float64 import evaluate
 from tests import formulas_llama as formulas
 from tests.attention_graphs import attention_graph
-from turnip_ir.errors import KernelError
+from turnip_ir.errors import InputError, KernelError
 from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -317,3 +320,48 @@ def test_every_run_sets_the_current_device_before_its_first_launch(monkeypatch):
             elif device != current:  # the submit logs before it switches
                 assert calls[i + 1] == ("switch", device), calls[max(0, i - 2) : i + 2]
         assert {device for kind, device in calls if kind == "submit"} == {0, 1}
+
+
+def _run_prepared(backend: CudaBackend, memgraph, inputs, seed: int) -> dict:
+    """One run on a backend that stays prepared: prepare (load), the executor's loop, outputs; no close."""
+    graph = build_exec_graph(memgraph, 2)
+    backend.prepare(graph, inputs)
+    Executor(graph, backend, make_policy("random", graph, seed), []).run()
+    return backend.read_outputs()
+
+
+def test_one_prepared_backend_runs_two_memgraphs_of_one_budget_then_closes():
+    """Set up once, run many, close: the second memgraph runs on the first one's arenas and streams."""
+    graphs = [random_taskgraph(seed, tasks=10, devices=1, sizes=(4, 8)) for seed in (4, 5)]
+    budget = max(int(minimum_budget(place_devices(g, 0)) * 1.3) for g in graphs) // 256 * 256 + 256
+    backend = CudaBackend()
+    set_up = None
+    try:
+        for seed, graph in enumerate(graphs):
+            memgraph = compile_taskgraph(graph, budget)
+            inputs = make_inputs(input_specs(memgraph), None, seed)
+            outputs = _run_prepared(backend, memgraph, inputs, seed)
+            held = (backend.devices, *backend.devices.arenas, *backend.devices.streams)
+            set_up = set_up or held
+            assert all(a is b for a, b in zip(held, set_up, strict=True))
+            for task, want in evaluate(graph, inputs).items():
+                np.testing.assert_allclose(outputs[task], want, rtol=1e-5, atol=1e-5)
+    finally:
+        backend.close()
+    assert backend.devices.streams == [] and backend.devices.arenas == []
+    with pytest.raises(InputError, match="closed"):
+        backend.prepare(build_exec_graph(compile_taskgraph(graphs[0], budget), 2), {})
+
+
+def test_a_prepared_backend_refuses_a_memgraph_beyond_its_arena_in_one_line():
+    graph = random_taskgraph(4, tasks=10, devices=1, sizes=(4, 8))
+    budget = int(minimum_budget(place_devices(graph, 0)) * 1.3) // 256 * 256 + 256
+    backend = CudaBackend()
+    try:
+        memgraph = compile_taskgraph(graph, budget)
+        _run_prepared(backend, memgraph, make_inputs(input_specs(memgraph), None, 0), 0)
+        bigger = compile_taskgraph(graph, 2 * budget)
+        with pytest.raises(InputError, match=r"exceeds the prepared arena"):
+            backend.prepare(build_exec_graph(bigger, 2), make_inputs(input_specs(bigger), None, 0))
+    finally:
+        backend.close()

@@ -6,8 +6,8 @@ simulator can do (kernels, streams and device arrays work, but events carry no t
 handles, no peers, no cuBLAS, and every launch runs synchronously on the host, so numpy stands in for
 cuBLAS and CuPy). Callers never ask which one they have: a method returns the right thing or nothing.
 
-Kernel-level choices fixed at import (thread counts in `kernels_numba`, the scalar `vector.load4`,
-`compat.device()`) stay where the kernels are compiled; compat.py says why.
+Kernel-level choices fixed when kernels compile (thread counts in `kernels_numba`, the scalar
+`vector.load4`, `compat.device()`) are made at import, where the kernels are; compat.py lists them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ PEERS_ENABLED: set[tuple[int, int]] = set()
 class GpuDriver:
     """The CUDA driver through numba-cuda, CuPy (cuBLAS, the runtime's device) and cuda.core (launches)."""
 
-    simulated = False
     vector_loads = True
     """Whether kernels may read and write by quads with vector instructions (`vector.load4`)."""
 
@@ -173,7 +172,6 @@ class GpuDriver:
 class SimDriver(GpuDriver):
     """numba's CUDA simulator: one host-side GPU that every device maps to, numpy in place of the libraries."""
 
-    simulated = True
     vector_loads = False
 
     def require_gpus(self, count: int) -> None:

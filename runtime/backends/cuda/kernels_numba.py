@@ -22,12 +22,11 @@ from runtime.backends.cuda import vector as V
 from runtime.backends.cuda.compat import cuda, device, simulated
 from runtime.backends.cuda.vector import rows_aligned
 
-ROW_THREADS = 8 if simulated() else 256
-"""Threads per row of a row kernel (a power of two). The simulator runs each thread as Python (~80 us
-apiece), so its launches use few threads, each looping over more elements."""
-ELEMENT_THREADS = 16 if simulated() else 256
-MAX_BLOCKS = 1 if simulated() else 132 * 16
-"""Enough blocks to fill an H200 (132 SMs) many times over; the grid-stride loop covers the rest."""
+ROW_THREADS, ELEMENT_THREADS, MAX_BLOCKS = (8, 16, 1) if simulated() else (256, 256, 132 * 16)
+"""Threads per row of a row kernel (a power of two), threads per block of an elementwise kernel, and
+blocks at most: enough to fill an H200 (132 SMs) many times over; the grid-stride loop covers the rest.
+The simulator runs each thread as Python, so its launches use few threads, each looping over more
+elements (decided at import, where the kernels are compiled: compat.py)."""
 
 
 def _types():
@@ -287,7 +286,7 @@ def rope(dtype: str):
 def rope_grid(tokens: int, width: int) -> tuple[int, int]:
     """One block per token; threads cover whole pairs of heads' columns (at least one head's d/2 pairs)."""
     half = max(width // 2, 1)
-    threads = ROW_THREADS if simulated() else 256
+    threads = ROW_THREADS
     return max(tokens, 1), max(half, threads // half * half)
 
 
@@ -477,7 +476,7 @@ def merge_vector_ok(d: int, *arrays) -> bool:
 
 def merge_grid(tq: int, heads: int, d: int) -> tuple[int, int]:
     """One block per query row: 8 warps on a GPU (one head each at a time), a few threads in the simulator."""
-    return max(tq, 1), ROW_THREADS if simulated() else 256
+    return max(tq, 1), ROW_THREADS
 
 
 @lru_cache(maxsize=None)

@@ -69,6 +69,12 @@ def test_every_notifier_runs_random_graphs_to_the_float64_result(notifier):
             np.testing.assert_allclose(result.outputs[task], want, rtol=2e-3, atol=2e-3)
 
 
+def test_one_prepared_backend_runs_two_memgraphs_on_the_gpu():
+    from tests.test_cuda_sim import check_prepared_backend
+
+    check_prepared_backend(sizes=(64, 128, 256), tol=2e-3)
+
+
 @pytest.mark.parametrize("cols", [100, 1025, 4096, 16387])
 def test_quad_kernels_match_numpy_at_widths_beyond_a_block(cols):
     from tests.test_cuda_sim import check_quad_kernels
@@ -201,7 +207,7 @@ def test_llama_prefill_on_the_gpu_equals_the_float64_reference(preset, dtype, pr
     assert memgraph.count("offload") + memgraph.count("reload") > 0
     result = execute(memgraph, backend=_backend(attention_provider=provider), order="nondet", inputs=built.feed(weights, ids))
     got = built.gather(result.outputs).astype(np.float64)
-    want = reference(config, weights, ids)
+    want = float64_forward(config, weights, ids)
     tol = 2e-2 if dtype == "float16" else 1e-4
     assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < tol
 
@@ -241,5 +247,5 @@ def test_llama_over_two_gpus_equals_the_float64_reference(placement):
     memgraph = compile_taskgraph(built.graph, int(minimum_budget(place_devices(built.graph, 0)) * 1.5))
     result = execute(memgraph, backend=_backend(), order="nondet", inputs=built.feed(weights, ids))
     got = built.gather(result.outputs).astype(np.float64)
-    want = reference(config, weights, ids)
+    want = float64_forward(config, weights, ids)
     assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 1e-4

@@ -332,7 +332,13 @@ def _run_prepared(backend: CudaBackend, memgraph, inputs, seed: int) -> dict:
 
 def test_one_prepared_backend_runs_two_memgraphs_of_one_budget_then_closes():
     """Set up once, run many, close: the second memgraph runs on the first one's arenas and streams."""
-    graphs = [random_taskgraph(seed, tasks=10, devices=1, sizes=(4, 8)) for seed in (4, 5)]
+    check_prepared_backend(sizes=(4, 8), tol=1e-5)
+
+
+def check_prepared_backend(sizes: tuple[int, ...], tol: float) -> None:
+    """Two random memgraphs of one budget through one prepared backend (also run on a GPU by
+    tests/test_cuda_gpu.py, at larger sizes)."""
+    graphs = [random_taskgraph(seed, tasks=10, devices=1, sizes=sizes) for seed in (4, 5)]
     budget = max(int(minimum_budget(place_devices(g, 0)) * 1.3) for g in graphs) // 256 * 256 + 256
     backend = CudaBackend()
     set_up = None
@@ -345,7 +351,7 @@ def test_one_prepared_backend_runs_two_memgraphs_of_one_budget_then_closes():
             set_up = set_up or held
             assert all(a is b for a, b in zip(held, set_up, strict=True))
             for task, want in evaluate(graph, inputs).items():
-                np.testing.assert_allclose(outputs[task], want, rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(outputs[task], want, rtol=tol, atol=tol)
     finally:
         backend.close()
     assert backend.devices.streams == [] and backend.devices.arenas == []

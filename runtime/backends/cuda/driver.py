@@ -144,9 +144,9 @@ class GpuDriver:
 
     def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)):
         """`work(lane)`: one cuBLAS call of `plan` on the lane's handle; `offsets` in elements into a and b."""
-        item = a.dtype.itemsize
-        call = cublas_call(plan, device_pointer(a) + offsets[0] * item, device_pointer(b) + offsets[1] * item, device_pointer(out),
-                           str(out.dtype), alpha=alpha)
+        a_ptr = device_pointer(a) + offsets[0] * a.dtype.itemsize
+        b_ptr = device_pointer(b) + offsets[1] * b.dtype.itemsize
+        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), str(out.dtype), alpha=alpha)
         return lambda lane: call(services.cublas(lane))
 
     def einsum(self, equation: str, inputs, out, services):

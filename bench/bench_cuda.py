@@ -35,6 +35,7 @@ from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute, sim_makespan  # noqa: E402
 from runtime.backends import make_backend  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
+import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
 from runtime.callbacks import Recorder  # noqa: E402
 from runtime.executor import Executor  # noqa: E402

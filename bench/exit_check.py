@@ -8,7 +8,7 @@ the cuda backend does over two GPUs (contexts, peer access, a peer copy, portabl
 cuBLAS handles and streams, cuda.core streams, torch, the host-function notifier, a whole run), with
 faulthandler on, so the first scenario that aborts names the step, and the Python frames printed at the
 abort name the finalizer. The last scenarios try remedies on a whole run: the backend's `close` with and
-without its release of every CUDA object (`RELEASE_AT_CLOSE`), then explicit teardowns at exit. Prints a table (scenario, exit status, the last
+without its release of every CUDA object (`CudaBackend(release_at_close=False)`), then explicit teardowns at exit. Prints a table (scenario, exit status, the last
 stderr line) and, with --json, every scenario's stderr tail.
 """
 
@@ -135,8 +135,8 @@ SCENARIOS = {
     "+ the host-function notifier": HOSTFUNC,
     "a run over 2 GPUs (default notifier)": RUN.format(options=""),
     "a run over 2 GPUs, thread left on GPU 1 at close": "from runtime.backends.cuda import CudaBackend; CudaBackend._restore_device = lambda self: None\n" + RUN.format(options=""),
-    "a run over 2 GPUs, no release at close": "import runtime.backends.cuda.backend as b; b.RELEASE_AT_CLOSE = False\n" + RUN.format(options=""),
-    "a run over 2 GPUs, poll notifier": RUN.format(options='notifier="poll"'),
+    "a run over 2 GPUs, no release at close": RUN.format(options="release_at_close=False"),
+    "a run over 2 GPUs, poll notifier": "import sys; sys.path.insert(0, 'bench'); import notifiers\n" + RUN.format(options='notifier="poll"'),
     "a run over 2 GPUs, then del + gc": RUN.format(options="") + TEARDOWN,
     "a run over 2 GPUs, then numba's cuda.close()": RUN.format(options="") + RESET,
     "a run over 1 GPU of the two": RUN.format(options="").replace("devices=2", "devices=1"),

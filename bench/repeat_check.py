@@ -5,9 +5,9 @@
 On 2026-12-01 (fourth sitting) the GPU tests ran the tiny llama over 2 GPUs three times in one pytest
 process: the first run passed, the next two failed at their first cuBLAS GEMM on GPU 0
 (CUBLAS_STATUS_INTERNAL_ERROR), and the process segfaulted at exit. On 2026-11-30 the same tests passed,
-before `close` released every CUDA object (RELEASE_AT_CLOSE) and before the notifier's side streams.
+before `close` released every CUDA object (`release_at_close`) and before the notifier's side streams.
 Since then `close` also unbinds CuPy's cuBLAS handles and current streams from the run's streams
-(DETACH_AT_CLOSE). The likelier cause, found after: a run assumed the thread was on GPU 0 when it began
+(`detach_at_close`). The likelier cause, found after: a run assumed the thread was on GPU 0 when it began
 (`current_device = 0`), so after a run over two GPUs that ended on GPU 1, the next run's first GEMM on
 GPU 0 went to GPU 0's cuBLAS handle from GPU 1's context. Now the first submit always switches, and
 `close` puts the thread back on the device it found. The variants take each half of that fix away.
@@ -33,14 +33,13 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from runtime import execute
 from runtime.backends.cuda import CudaBackend
-import runtime.backends.cuda.backend as cuda_backend
 from frontend.workloads import llama
 from frontend.workloads.llama.float64_forward import float64_forward
 {setup}
 config = replace(llama.load_config("tiny-gqa"), dtype="float32")
 weights = llama.RandomWeights(config, 2)
 ids = llama.random_ids(config, 256, 2)
-want = reference(config, weights, ids)
+want = float64_forward(config, weights, ids)
 for placement in ("sequence", "layers", "heads", "sequence"):
     built = llama.build_llama(config, 256, block=64, gpus={gpus}, placement=placement)
     memgraph = compile_taskgraph(built.graph, int(minimum_budget(place_devices(built.graph, 0)) * 1.5))
@@ -53,11 +52,11 @@ for placement in ("sequence", "layers", "heads", "sequence"):
 """
 
 OLD_START = """
-_devices = CudaBackend._devices
+_set_up = CudaBackend._set_up
 def _assume_gpu0(self, graph):
-    _devices(self, graph)
+    _set_up(self, graph)
     self.current_device = 0
-CudaBackend._devices = _assume_gpu0
+CudaBackend._set_up = _assume_gpu0
 """
 NO_RESTORE = "CudaBackend._restore_device = lambda self: None"
 
@@ -66,7 +65,7 @@ VARIANTS = {
     "before the fix (GPU 0 assumed at the start, not restored at close)": dict(setup=OLD_START + NO_RESTORE),
     "GPU 0 assumed at the start, restored at close": dict(setup=OLD_START),
     "switch at the start, not restored at close": dict(setup=NO_RESTORE),
-    "no release, no detach": dict(setup="cuda_backend.RELEASE_AT_CLOSE = cuda_backend.DETACH_AT_CLOSE = False"),
+    "no release, no detach": dict(options="release_at_close=False, detach_at_close=False"),
     "one GPU (control)": dict(gpus=1),
 }
 

@@ -46,6 +46,7 @@ from report import floor_seconds  # noqa: E402
 from runtime import arena_budget, sim_makespan  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
+import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
 from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
 from runtime.summary import union_length  # noqa: E402

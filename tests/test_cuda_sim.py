@@ -1,7 +1,7 @@
 """The cuda backend without a GPU: numba-cuda's simulator runs its kernels, numpy runs its GEMM plans.
 
 What runs here is the backend's own Python (views at planned offsets, pinned chunks, lanes, event waits,
-the completion FIFO, the kernel registry and launch preparation) and every numba kernel at tiny sizes,
+the completion FIFO, the kernel builders and launch preparation) and every numba kernel at tiny sizes,
 against references written from formulas. Simulated threads are slow (~80 us each), so graphs stay tiny.
 The same code runs on the H200 through bench/gpu_check.py (tests marked `gpu`).
 """
@@ -20,12 +20,16 @@ from passes.place_devices import place_devices
 from runtime import execute
 from runtime.backends.cuda import CudaBackend, simulated
 from runtime.backends.cuda.compat import cuda
-from runtime.backends.cuda import completion, gemm, kernels_numba, memory, registry
+from runtime.backends.cuda import builders, completion, gemm, kernels_numba, memory
+from runtime.backends.cuda.driver import make_driver
+from runtime.executor import Executor
+from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
+from runtime.policies import make_policy
 from tools.float64 import evaluate
 from tests import formulas_llama as formulas
 from tests.attention_graphs import attention_graph
-from turnip_ir.errors import KernelError
+from turnip_ir.errors import InputError, KernelError
 from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -232,7 +236,7 @@ def test_zero_size_tensors_cost_nothing_and_come_back_empty():
 
 
 def test_every_kernel_of_the_table_has_a_cuda_implementation():
-    assert registry.missing_kernels() == []
+    assert builders.missing_kernels() == []
 
 
 def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
@@ -244,14 +248,14 @@ def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
             raise RuntimeError("launch failed")
         return work
 
-    monkeypatch.setitem(registry.BUILDERS, "relu", broken)
+    monkeypatch.setitem(builders.BUILDERS, "relu", broken)
     with pytest.raises(KernelError, match=r"\(relu 'r'\) failed: RuntimeError: launch failed"):
         _run(g, factor=4.0)
 
 
 def test_pinned_storage_chunks_never_split_a_region():
     regions = [(0, 100), (128, 300), (512, 2000), (2560, 10)]
-    storage = memory.PinnedStorage(regions, chunk_bytes=1024)
+    storage = memory.PinnedStorage(regions, chunk_bytes=1024, allocate=make_driver().pinned)
     assert len(storage.chunks) == 3  # [0, 428), [512, 2512) alone (bigger than a chunk), [2560, 2570)
     for offset, size in regions:
         view = storage.view((offset, size), (size,), "uint8")
@@ -299,10 +303,10 @@ def test_every_run_sets_the_current_device_before_its_first_launch(monkeypatch):
     must switch even to GPU 0 (a cuBLAS call on GPU 0's handle from GPU 1's context failed on the
     H200s). The simulator does not fail that way, so this checks the rule."""
     graph = random_taskgraph(1, tasks=14, devices=2, sizes=(4, 8), move_prob=0.3)
-    log: list = []
+    log: list = []  # holds the backends themselves: a closed one's id may be reused by the next
     submit, switch = CudaBackend.submit, CudaBackend._switch
-    monkeypatch.setattr(CudaBackend, "submit", lambda self, vertex, lane: (log.append((id(self), "submit", lane.device)), submit(self, vertex, lane))[1])
-    monkeypatch.setattr(CudaBackend, "_switch", lambda self, device: (log.append((id(self), "switch", device)), switch(self, device))[1])
+    monkeypatch.setattr(CudaBackend, "submit", lambda self, vertex, lane: (log.append((self, "submit", lane.device)), submit(self, vertex, lane))[1])
+    monkeypatch.setattr(CudaBackend, "_switch", lambda self, device: (log.append((self, "switch", device)), switch(self, device))[1])
     for seed in range(3):
         _run(graph, factor=1.5, order="random", seed=seed)
     backends = list(dict.fromkeys(entry[0] for entry in log))
@@ -316,3 +320,54 @@ def test_every_run_sets_the_current_device_before_its_first_launch(monkeypatch):
             elif device != current:  # the submit logs before it switches
                 assert calls[i + 1] == ("switch", device), calls[max(0, i - 2) : i + 2]
         assert {device for kind, device in calls if kind == "submit"} == {0, 1}
+
+
+def _run_prepared(backend: CudaBackend, memgraph, inputs, seed: int) -> dict:
+    """One run on a backend that stays prepared: prepare (load), the executor's loop, outputs; no close."""
+    graph = build_exec_graph(memgraph, 2)
+    backend.prepare(graph, inputs)
+    Executor(graph, backend, make_policy("random", graph, seed), []).run()
+    return backend.read_outputs()
+
+
+def test_one_prepared_backend_runs_two_memgraphs_of_one_budget_then_closes():
+    """Set up once, run many, close: the second memgraph runs on the first one's arenas and streams."""
+    check_prepared_backend(sizes=(4, 8), tol=1e-5)
+
+
+def check_prepared_backend(sizes: tuple[int, ...], tol: float) -> None:
+    """Two random memgraphs of one budget through one prepared backend (also run on a GPU by
+    tests/test_cuda_gpu.py, at larger sizes)."""
+    graphs = [random_taskgraph(seed, tasks=10, devices=1, sizes=sizes) for seed in (4, 5)]
+    budget = max(int(minimum_budget(place_devices(g, 0)) * 1.3) for g in graphs) // 256 * 256 + 256
+    backend = CudaBackend()
+    set_up = None
+    try:
+        for seed, graph in enumerate(graphs):
+            memgraph = compile_taskgraph(graph, budget)
+            inputs = make_inputs(input_specs(memgraph), None, seed)
+            outputs = _run_prepared(backend, memgraph, inputs, seed)
+            held = (backend.devices, *backend.devices.arenas, *backend.devices.streams)
+            set_up = set_up or held
+            assert all(a is b for a, b in zip(held, set_up, strict=True))
+            for task, want in evaluate(graph, inputs).items():
+                np.testing.assert_allclose(outputs[task], want, rtol=tol, atol=tol)
+    finally:
+        backend.close()
+    assert backend.devices.streams == [] and backend.devices.arenas == []
+    with pytest.raises(InputError, match="closed"):
+        backend.prepare(build_exec_graph(compile_taskgraph(graphs[0], budget), 2), {})
+
+
+def test_a_prepared_backend_refuses_a_memgraph_beyond_its_arena_in_one_line():
+    graph = random_taskgraph(4, tasks=10, devices=1, sizes=(4, 8))
+    budget = int(minimum_budget(place_devices(graph, 0)) * 1.3) // 256 * 256 + 256
+    backend = CudaBackend()
+    try:
+        memgraph = compile_taskgraph(graph, budget)
+        _run_prepared(backend, memgraph, make_inputs(input_specs(memgraph), None, 0), 0)
+        bigger = compile_taskgraph(graph, 2 * budget)
+        with pytest.raises(InputError, match=r"exceeds the prepared arena"):
+            backend.prepare(build_exec_graph(bigger, 2), make_inputs(input_specs(bigger), None, 0))
+    finally:
+        backend.close()

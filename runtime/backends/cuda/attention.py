@@ -21,8 +21,8 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
 - `triton` (runtime/backends/cuda/attention_triton.py): one Triton kernel per block that computes the
   block and folds it into `prev` itself, so no merge kernel runs and nothing is allocated; float16 blocks
   with a power-of-two head width (others take `cublas`). Checked under Triton's interpreter on the CPU
-  (tests/test_attention_triton.py) and on the H200, where queued 7B blocks ran at 0.81 (full) and 0.82
-  (causal) of torch's best SDPA, against torch-cudnn's 0.96 and 0.90 (docs/benchmarks.md).
+  (tests/test_attention_triton.py) and on the GPU, where docs/runtime.md ("Attention providers") gives
+  its speed against torch's.
 `auto` takes torch-cudnn when torch with CUDA is importable, else cublas. The merge reads o through its
 strides with vector loads where every operand allows (`kernels_numba.merge_vector_ok`; cuDNN's o, whose
 heads interleave, does), element by element otherwise.
@@ -32,16 +32,20 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from runtime.backends.base import ATTENTION_PROVIDERS as PROVIDERS
 from runtime.backends.cuda import kernels_numba as kn
-from runtime.backends.cuda.gemm import GemmPlan, Matrix, cublas_call, numpy_gemm
-from runtime.backends.cuda.launch import array_args, compiled_launch, prepare_launch
+from runtime.backends.cuda.gemm import GemmPlan, Matrix
+from runtime.backends.cuda.launch import array_args, compiled_launch
 from runtime.backends.cuda.memory import device_pointer
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import softmax_scale
+
+if TYPE_CHECKING:  # services.py stands above the builders (through devices.py): its types only, for checking
+    from runtime.backends.cuda.services import KernelEnv, Work
 
 
 def uses_torch(provider: str) -> bool:
@@ -65,12 +69,15 @@ def have_torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def resolve(provider: str, simulated: bool) -> str:
+def resolve(provider: str, on_gpu: bool) -> str:
+    """The provider `provider` stands for; `on_gpu` is False under the simulator (driver.py), where torch
+    has no device to run on."""
     if provider not in PROVIDERS:
         raise KernelError(f"unknown attention provider '{provider}' (known: {', '.join(PROVIDERS)})")
+    torch_usable = on_gpu and have_torch_cuda()
     if provider == "auto":
-        return "cublas" if simulated or not have_torch_cuda() else "torch-cudnn"
-    if uses_torch(provider) and (simulated or not have_torch_cuda()):
+        return "torch-cudnn" if torch_usable else "cublas"
+    if uses_torch(provider) and not torch_usable:
         raise KernelError(f"attention provider '{provider}' needs torch with CUDA, which is not importable here")
     if provider == "triton" and not have_triton():
         raise KernelError("attention provider 'triton' needs triton, which is not importable here")
@@ -162,7 +169,7 @@ def _merge_quads(d: int, *arrays) -> bool:
     return kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in arrays if a is not None))
 
 
-def build_cublas(node, inputs, out, env):
+def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
     """The unfused provider: GEMMs through cuBLAS (numpy under the simulator) and numba kernels."""
     b = block_of(node, inputs)
     q, k, v, prev = b.q, b.k, b.v, b.prev
@@ -192,21 +199,14 @@ def build_cublas(node, inputs, out, env):
         plans = []
         for g in range(kv_heads):
             h0 = g * group
-            if env.simulated:
-                def gemms(g=g, h0=h0, s=s, o=o):
-                    host = env.host
-                    numpy_gemm(scores_plan, host(q).reshape(-1)[h0 * d :], host(k).reshape(-1)[g * d :], host(s), alpha=scale)
-                    return lambda: numpy_gemm(values_plan, host(s), host(v).reshape(-1)[g * d :], host(o))
-                plans.append((gemms, None))
-            else:
-                first = cublas_call(scores_plan, device_pointer(q) + h0 * d * item, device_pointer(k) + g * d * item, device_pointer(s), dtype, alpha=scale)
-                second = cublas_call(values_plan, device_pointer(s), device_pointer(v) + g * d * item, device_pointer(o), dtype)
-                plans.append((first, second))
-        soft = prepare_launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
+            first = env.gemm(scores_plan, q, k, s, alpha=scale, offsets=(h0 * d, g * d))
+            second = env.gemm(values_plan, s, v, o, offsets=(0, g * d))
+            plans.append((first, second))
+        soft = env.launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
         grid, block = kn.merge_grid(tq, group, d)
-        vector = not env.simulated and _merge_quads(d, o, out, prev)
+        vector = env.vector_loads and _merge_quads(d, o, out, prev)
         merge = kn.attention_merge(str(out.dtype), prev is not None, final, vector)
-        merges = [prepare_launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
+        merges = [env.launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
         return plans, soft, merges
 
     def work(lane):
@@ -215,15 +215,9 @@ def build_cublas(node, inputs, out, env):
         plans, soft, merges = steps[lane]
         stream = env.launch_streams[lane]
         for (first, second), merge_go in zip(plans, merges):
-            if env.simulated:
-                values = first()
-                soft(stream)
-                values()
-            else:
-                handle = env.cublas(lane)
-                first(handle)
-                soft(stream)
-                second(handle)
+            first(lane)
+            soft(stream)
+            second(lane)
             merge_go(stream)
 
     work.prepare = lambda lane: steps.setdefault(lane, prepare(lane))
@@ -237,7 +231,7 @@ TORCH_OPS = {
 }
 
 
-def build_torch(node, inputs, out, env, provider: str):
+def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
     """A fused torch op per block on the lane's stream, then the numba merge into the arena."""
     import torch
 
@@ -291,12 +285,14 @@ def build_torch(node, inputs, out, env, provider: str):
     return work
 
 
-def warm_up(backend, graph) -> None:
-    """Each distinct attention block shape once per compute lane; then cap torch's allocator where it is."""
+def warm_up(works: list, graph) -> list[int]:
+    """Each distinct attention block shape once per compute lane (`works`: every vertex's work); then cap
+    torch's allocator where it is. Returns torch's count of segments allocated per GPU."""
     import torch
 
     seen = set()
-    for vertex, work in enumerate(backend.work):
+    segments = []
+    for vertex, work in enumerate(works):
         signature = getattr(work, "signature", None)
         if signature is None:
             continue
@@ -308,30 +304,31 @@ def warm_up(backend, graph) -> None:
     for device in range(graph.memgraph.devices):
         torch.cuda.synchronize(device)
         stats = torch.cuda.memory_stats(device)
-        backend.stats.setdefault("torch_segments", []).append(stats.get("segment.all.allocated", 0))
+        segments.append(stats.get("segment.all.allocated", 0))
         total = torch.cuda.get_device_properties(device).total_memory
         reserved = torch.cuda.memory_reserved(device)
         torch.cuda.set_per_process_memory_fraction(min(1.0, (reserved + (1 << 20)) / total), device)
+    return segments
 
 
-def segments_allocated(backend) -> list[int]:
+def segments_allocated(devices: int) -> list[int]:
     """torch's count of device segments allocated so far, per GPU (the loop must add none)."""
     import torch
 
-    return [torch.cuda.memory_stats(d).get("segment.all.allocated", 0) for d in range(len(backend.contexts))]
+    return [torch.cuda.memory_stats(d).get("segment.all.allocated", 0) for d in range(devices)]
 
 
-def release(backend) -> None:
-    """Lift the cap on torch's allocator after a run."""
-    if not uses_torch(backend.attention):
+def release(provider: str, devices: int) -> None:
+    """Lift the cap on torch's allocator (after a run, or before warming a new graph up)."""
+    if not uses_torch(provider):
         return
     import torch
 
-    for device in range(len(backend.contexts)):
+    for device in range(devices):
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
-def build_triton(node, inputs, out, env):
+def build_triton(node, inputs, out, env: KernelEnv) -> Work:
     """One Triton kernel per block: attention and the fold into the packed partial (attention_triton.py)."""
     import torch
 
@@ -356,7 +353,7 @@ def build_triton(node, inputs, out, env):
     return work
 
 
-def build(node, inputs, out, env):
+def build(node, inputs, out, env: KernelEnv) -> Work | None:
     if any(x is None for x in inputs) or out is None:
         return None  # an empty block
     provider = env.attention

@@ -60,10 +60,11 @@ class Config:
 
 
 def default_config(d: int) -> Config:
-    """The shape for head width d, unless $TURNIP_TRITON_ATTENTION names one. 64 x 64 tiles, 4 warps and 3
-    stages were the fastest of eight shapes on the H200 at d 128 (`bench_cuda.py triton`, docs/benchmarks.md);
-    d 64 takes the same shape unmeasured, and d 256 halves the key tile and the stages so a program's
-    shared memory stays what it is at d 128 (also unmeasured)."""
+    """The shape for head width d, unless $TURNIP_TRITON_ATTENTION names one (a tuning knob: docs/runtime.md,
+    "Attention providers"). 64 x 64 tiles, 4 warps and 3 stages won the sweep at d 128 (`bench_cuda.py
+    triton`; docs/benchmarks.md, "The cuda backend on the H200"); d 64 takes the same shape unmeasured, and
+    d 256 halves the key tile and the stages so a program's shared memory stays what it is at d 128 (also
+    unmeasured)."""
     text = os.environ.get(ENVIRONMENT)
     if text:
         return Config.parse(text)

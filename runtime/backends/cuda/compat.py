@@ -8,8 +8,10 @@ handles, the CUDA simulator, and whether a GPU is there at all.
   (which is why `Stream.add_callback` is broken in 0.30.4). `stream_handle()` is the one way we turn a stream
   into the integer CuPy (`cupy.cuda.ExternalStream`), torch (`torch.cuda.ExternalStream`) and the driver take.
 - Under `NUMBA_ENABLE_CUDASIM=1` (CI, no GPU) kernels, streams, device arrays and pinned arrays work, but
-  events carry no time, there are no stream handles, every launch runs synchronously on the host, and
-  device functions cannot be `forceinline` (`device()`).
+  events carry no time, there are no stream handles, and every launch runs synchronously on the host:
+  the backend's `SimDriver` (driver.py), chosen once, answers for all that. What is fixed when kernels
+  are compiled stays with them, decided at import: device functions cannot be `forceinline` (`device()`),
+  threads per block are few (kernels_numba.py) and `vector.load4` reads element by element (vector.py).
 """
 
 from __future__ import annotations
@@ -51,9 +53,8 @@ def require_gpus(count: int) -> None:
 
 
 def stream_handle(stream) -> int:
-    """The raw CUstream of a numba stream, as an int (0 under the simulator, which has none)."""
-    if simulated():
-        return 0
+    """The raw CUstream of a numba stream, as an int (GPU only: the simulator's streams have none, and its
+    driver, driver.py, never asks)."""
     return int(stream.handle)
 
 
@@ -62,8 +63,3 @@ def device(fastmath: bool = False):
     if simulated():
         return cuda.jit(device=True)
     return cuda.jit(device=True, forceinline=True, fastmath=fastmath)
-
-
-def timing_event():
-    """An event that records time on a GPU (the simulator's events take no arguments and record none)."""
-    return cuda.event() if simulated() else cuda.event(timing=True)

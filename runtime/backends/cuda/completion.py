@@ -1,4 +1,4 @@
-"""How the event loop learns that work on a GPU stream finished: three notifiers behind one interface.
+"""How the event loop learns that work on a GPU stream finished: notifiers behind one interface, by name.
 
 The backend calls `after(lane, stream, event)` right after it queued a vertex on a lane's stream (the
 event is recorded just after the vertex), and the loop calls `wait()`, which blocks until at least one
@@ -9,38 +9,29 @@ count is enough: the backend pops that many vertices off the lane's FIFO.
   It runs on the driver's thread and never takes the GIL (so it cannot deadlock against a Python thread
   that waits on the driver, numba-cuda issue #317): it adds one to the lane's counter and writes to an
   `eventfd`, on which the loop blocks in `select` with the GIL released. A timeout lets the loop notice a
-  failed stream (CUDA errors arrive late and stick) and Ctrl-C. Two placements of the host function:
-  - `hostfunc` puts it on the lane's own stream, behind the vertex. Work queued after it on that stream
-    waits until the driver's thread has run it: on the H200 that held each reload on the H2D engine
-    until the previous one's host function ran (llama 7b at 8k and 2 GiB: 0.265 s against 0.242 s
-    with `poll`).
-  - `hostfunc-side` (the default on a GPU) puts it on a side stream per lane, which waits on the
-    vertex's end event: the lane's stream never waits for the host, and the side stream keeps the
-    lane's notices in order.
-- `PollingNotifier`: the loop queries the end event of each lane's oldest unfinished vertex, spinning.
-- `ThreadNotifier`: one thread per lane blocks in `cuEventSynchronize` on the lane's events, in order,
-  and hands finished lanes to the loop through a queue.
-- `ImmediateNotifier`: the CUDA simulator runs every launch synchronously, so work is done when queued.
+  failed stream (CUDA errors arrive late and stick) and Ctrl-C. `hostfunc-side`, the one registered
+  here, puts it on a side stream per lane, which waits on the vertex's end event: the lane's stream never
+  waits for the host, and the side stream keeps the lane's notices in order.
+- `ImmediateNotifier`: the CUDA simulator runs every launch synchronously, so work is done when queued
+  (the simulator's driver picks it, whatever the name).
 
-docs/runtime.md and docs/benchmarks.md compare them on the H200 (latency per vertex, a 100,000-vertex
-stress test, and llama and the FFN end to end).
+`NOTIFIERS` maps a name to a factory; `register` adds one. The alternatives measured against the default
+(the host function on the lane's own stream, polling, a waiter thread per lane) live in bench/notifiers.py,
+which registers them for the benchmarks that compare them; docs/runtime.md ("Completions") gives the
+figures.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import queue
 import select
-import threading
-import time
-from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
-from runtime.backends.cuda.compat import cuda, simulated, stream_handle
+from runtime.backends.cuda.compat import cuda, stream_handle
 
-NOTIFIERS = ("hostfunc-side", "hostfunc", "poll", "thread")
 DEFAULT_NOTIFIER = "hostfunc-side"
 POLL_TIMEOUT = 0.5
 """Seconds the loop blocks before it checks the streams for errors (and lets Ctrl-C in)."""
@@ -70,76 +61,6 @@ class ImmediateNotifier(Notifier):
         return done
 
 
-class PollingNotifier(Notifier):
-    def __init__(self, lanes: int):
-        self.pending = [deque() for _ in range(lanes)]
-        self.busy: set[int] = set()
-
-    def after(self, lane, stream, event):
-        self.pending[lane].append(event)
-        self.busy.add(lane)
-
-    def wait(self, timeout=POLL_TIMEOUT):
-        deadline = time.perf_counter() + timeout
-        while True:
-            done = {}
-            for lane in list(self.busy):
-                events = self.pending[lane]
-                count = 0
-                while events and events[0].query():
-                    events.popleft()
-                    count += 1
-                if count:
-                    done[lane] = count
-                if not events:
-                    self.busy.discard(lane)
-            if done or time.perf_counter() > deadline:
-                return done
-
-
-class ThreadNotifier(Notifier):
-    def __init__(self, lanes: int):
-        self.finished: queue.SimpleQueue = queue.SimpleQueue()
-        self.jobs = [queue.SimpleQueue() for _ in range(lanes)]
-        self.threads = [threading.Thread(target=self._watch, args=(lane,), daemon=True, name=f"turnip lane {lane}") for lane in range(lanes)]
-        self.contexts: list = [None] * lanes
-        for thread in self.threads:
-            thread.start()
-
-    def _watch(self, lane: int) -> None:
-        while True:
-            event = self.jobs[lane].get()
-            if event is None:
-                return
-            try:
-                event.synchronize()
-            except Exception:  # a failed stream: the loop's error check names the vertex
-                pass
-            self.finished.put(lane)
-
-    def after(self, lane, stream, event):
-        self.jobs[lane].put(event)
-
-    def wait(self, timeout=POLL_TIMEOUT):
-        done: dict[int, int] = {}
-        try:
-            lane = self.finished.get(timeout=timeout)
-        except queue.Empty:
-            return done
-        while True:
-            done[lane] = done.get(lane, 0) + 1
-            try:
-                lane = self.finished.get_nowait()
-            except queue.Empty:
-                return done
-
-    def close(self):
-        for jobs in self.jobs:
-            jobs.put(None)
-        for thread in self.threads:
-            thread.join(timeout=5)
-
-
 COUNT, FD, ONE, ONE_ADDRESS = range(4)
 """Fields of a lane's record, which the host function reads through its userData pointer."""
 
@@ -164,7 +85,7 @@ def _host_function():
 
 class HostFuncNotifier(Notifier):
     """`side_streams`: one stream per lane for the host functions (`hostfunc-side`); None puts each on
-    the lane's own stream, behind its vertex (`hostfunc`)."""
+    the lane's own stream, behind its vertex (bench/notifiers.py's `hostfunc`)."""
 
     def __init__(self, lanes: int, side_streams: list | None = None):
         self.side_streams = side_streams
@@ -214,22 +135,27 @@ class HostFuncNotifier(Notifier):
             self.fd = -1
 
 
+def side_stream_notifier(lane_devices: list[int]) -> HostFuncNotifier:
+    """`hostfunc-side`: the host function on a side stream per lane, each made on its lane's GPU."""
+    side = []
+    for device in lane_devices:
+        with cuda.gpus[device]:
+            side.append(cuda.stream())
+    return HostFuncNotifier(len(lane_devices), side)
+
+
+NOTIFIERS: dict[str, Callable[[list[int]], Notifier]] = {DEFAULT_NOTIFIER: side_stream_notifier}
+"""Notifier name -> factory(lane_devices), where `lane_devices[lane]` is the lane's GPU."""
+
+
+def register(name: str, factory: Callable[[list[int]], Notifier]) -> None:
+    """Make `CudaBackend(notifier=name)` use `factory` (bench/notifiers.py registers the alternatives)."""
+    NOTIFIERS[name] = factory
+
+
 def make_notifier(kind: str, lane_devices: list[int]) -> Notifier:
-    """The notifier `kind` for lanes on these GPUs (`lane_devices[lane]`); `hostfunc-side` makes its
-    side streams here, each on its lane's GPU."""
-    lanes = len(lane_devices)
-    if simulated():
-        return ImmediateNotifier(lanes)
-    if kind == "hostfunc-side":
-        side = []
-        for device in lane_devices:
-            with cuda.gpus[device]:
-                side.append(cuda.stream())
-        return HostFuncNotifier(lanes, side)
-    if kind == "hostfunc":
-        return HostFuncNotifier(lanes)
-    if kind == "poll":
-        return PollingNotifier(lanes)
-    if kind == "thread":
-        return ThreadNotifier(lanes)
-    raise ValueError(f"unknown notifier '{kind}' (known: {', '.join(NOTIFIERS)})")
+    """The notifier `kind` for lanes on these GPUs."""
+    factory = NOTIFIERS.get(kind)
+    if factory is None:
+        raise ValueError(f"unknown notifier '{kind}' (known: {', '.join(NOTIFIERS)})")
+    return factory(lane_devices)

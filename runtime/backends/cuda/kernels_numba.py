@@ -22,12 +22,11 @@ from runtime.backends.cuda import vector as V
 from runtime.backends.cuda.compat import cuda, device, simulated
 from runtime.backends.cuda.vector import rows_aligned
 
-ROW_THREADS = 8 if simulated() else 256
-"""Threads per row of a row kernel (a power of two). The simulator runs each thread as Python (~80 us
-apiece), so its launches use few threads, each looping over more elements."""
-ELEMENT_THREADS = 16 if simulated() else 256
-MAX_BLOCKS = 1 if simulated() else 132 * 16
-"""Enough blocks to fill an H200 (132 SMs) many times over; the grid-stride loop covers the rest."""
+ROW_THREADS, ELEMENT_THREADS, MAX_BLOCKS = (8, 16, 1) if simulated() else (256, 256, 132 * 16)
+"""Threads per row of a row kernel (a power of two), threads per block of an elementwise kernel, and
+blocks at most: enough to fill an H200 (132 SMs) many times over; the grid-stride loop covers the rest.
+The simulator runs each thread as Python, so its launches use few threads, each looping over more
+elements (decided at import, where the kernels are compiled: compat.py)."""
 
 
 def _types():
@@ -56,8 +55,8 @@ BINARY = {"add": 0, "sub": 1, "mul": 2}
 
 
 # Memory-level parallelism. A thread that loads one fp16 element, waits for it and stores it keeps two
-# bytes in flight: far too few to cover HBM latency (the first versions of these kernels reached 0.23 to
-# 0.54 of the copy rate that way). So the elementwise and row kernels work on quads, four consecutive
+# bytes in flight: far too few to cover HBM latency (the first versions of these kernels fell far short of
+# the copy rate that way: docs/benchmarks.md, "The cuda backend on the H200"). So the elementwise and row kernels work on quads, four consecutive
 # elements read by one vector load (`vector.load4`: one `ld.global.v4`, 8 bytes of float16 per thread,
 # 256 per warp) and written by one vector store, two quads in flight per thread; where an operand is not
 # aligned to four elements the factories' `vector=False` build reads the same quads element by element.
@@ -287,7 +286,7 @@ def rope(dtype: str):
 def rope_grid(tokens: int, width: int) -> tuple[int, int]:
     """One block per token; threads cover whole pairs of heads' columns (at least one head's d/2 pairs)."""
     half = max(width // 2, 1)
-    threads = ROW_THREADS if simulated() else 256
+    threads = ROW_THREADS
     return max(tokens, 1), max(half, threads // half * half)
 
 
@@ -303,8 +302,8 @@ def softmax(dtype: str, vector: bool = True):
 
     Pass one keeps each thread's running maximum m and sum s of exp(x - m), a quad at a time (one
     rescale of s per quad), and the block combines the (m, s) pairs; pass two writes exp(x - M) / S. The
-    second read of the row mostly hits L2. (Three passes loading one element per step reached 0.23 of the
-    HBM copy rate on the H200.)"""
+    second read of the row mostly hits L2. (Three passes loading one element per step were much slower:
+    docs/benchmarks.md, "The cuda backend on the H200".)"""
     acc = acc_type(dtype)
     threads = ROW_THREADS
     start = lowest(acc)
@@ -416,8 +415,9 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
     elements, d a multiple of 4; `merge_vector_ok` checks); without, the same quads element by element.
     `out` must not alias `prev`: where a head spans several warps (d > 128), one warp writes the head's
     log-sum-exp while others still read prev's (the planner gives the two distinct tensors).
-    (The block-per-row, warp-per-head kernel with one element per lane ran 83-110 us on a 7B block, about
-    0.4 of HBM; a warp per (row, head) was 15% slower still. bench_cuda.py merge.)"""
+    (The block-per-row, warp-per-head kernel with one element per lane was about twice as slow, and a
+    warp per (row, head) slower still: docs/benchmarks.md, "The cuda backend on the H200", from
+    `bench_cuda.py merge`.)"""
     acc = acc_type("float32")
     if vector:
         ld3, ld2, st2 = V.load4_3, V.load4_2, V.store4_2
@@ -477,7 +477,7 @@ def merge_vector_ok(d: int, *arrays) -> bool:
 
 def merge_grid(tq: int, heads: int, d: int) -> tuple[int, int]:
     """One block per query row: 8 warps on a GPU (one head each at a time), a few threads in the simulator."""
-    return max(tq, 1), ROW_THREADS if simulated() else 256
+    return max(tq, 1), ROW_THREADS
 
 
 @lru_cache(maxsize=None)

@@ -1,17 +1,17 @@
 """Kernel launches prepared once per vertex, so that submitting one costs a driver call, not a dispatch.
 
 A numba `kernel[grid, block, stream](*args)` call types every argument and marshals every array on each
-launch (about 28 us on the H200 host). A vertex launches the same kernel on the same arena views every
+launch (docs/runtime.md, "Kernels", gives the cost). A vertex launches the same kernel on the same arena views every
 time, so `prepare_launch` does that work once in `prepare`: it compiles the specialisation for the
 arguments' types, turns the arguments into the kernel's parameter list, and returns `go(stream)`, which
 only calls cuda.core's `launch`. `array_args` builds the parameter block of an array that numba never saw
-(a torch tensor), from its pointer, shape and strides. Under the CUDA simulator both fall back to plain
-numba launches.
+(a torch tensor), from its pointer, shape and strides. The CUDA simulator's driver (driver.py) launches
+through numba instead.
 """
 
 from __future__ import annotations
 
-from runtime.backends.cuda.compat import cuda, simulated
+from runtime.backends.cuda.compat import cuda
 
 _slow_path = False
 """Set when this numba-cuda's internals differ from what the fast path expects: launches go through numba."""
@@ -20,7 +20,7 @@ _slow_path = False
 def prepare_launch(kernel, griddim, blockdim, args: tuple, shared: int = 0):
     """`go(stream)` launching `kernel` with `args` on `stream`; compiles now, not at the first launch."""
     global _slow_path
-    if simulated() or _slow_path:
+    if _slow_path:
         return lambda stream: kernel[griddim, blockdim, stream, shared](*args)
     try:
         from cuda.core import LaunchConfig, launch

@@ -13,7 +13,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from runtime.backends.cuda.compat import cuda, simulated
+from runtime.backends.cuda.compat import cuda
 from turnip_ir.errors import InputError
 
 CHUNK_BYTES = 1 << 30
@@ -27,8 +27,6 @@ def device_bytes(count: int):
 def pinned_bytes(count: int) -> np.ndarray:
     """Pinned (page-locked) host memory, portable to every GPU's context, as a uint8 array."""
     count = max(count, 1)
-    if simulated():
-        return cuda.pinned_array(count, dtype=np.uint8)
     from numba.cuda.cudadrv.devices import get_context
 
     buffer = get_context().memhostalloc(count, mapped=False, portable=True, wc=False)
@@ -53,12 +51,14 @@ def device_view(buffer, offset: int, shape: tuple[int, ...], dtype: str):
 class PinnedStorage:
     """CPU storage in pinned chunks; `view(region, shape, dtype)` is a numpy view into the chunk holding it."""
 
-    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES, allocate=None):
+        """`allocate(count)` takes one chunk (default `pinned_bytes`; the simulator's driver passes its own)."""
+        allocate = allocate or pinned_bytes
         self.starts: list[int] = []
         self.chunks: list[np.ndarray] = []
         for start, end in _chunk_spans(regions, chunk_bytes):
             self.starts.append(start)
-            self.chunks.append(pinned_bytes(end - start))
+            self.chunks.append(allocate(end - start))
 
     @property
     def nbytes(self) -> int:

@@ -1,8 +1,8 @@
-"""The cuda backend's kernel registry: for each kernel of the table, how to build a vertex's launch.
+"""The cuda backend's kernel builders: for each kernel of the table, how to build a vertex's launch.
 
 `build_work(node, inputs, out, env)` returns `work(lane)`, which queues the vertex's kernels on the
 lane's stream (inputs and out are device views of the arena; None for zero-size tensors, where there is
-nothing to do). Everything that does not depend on the lane (plans, parameter blocks, compiled kernels)
+nothing to do). `env` is a `KernelEnv` (services.py): all a builder may ask of the backend. Everything that does not depend on the lane (plans, parameter blocks, compiled kernels)
 is resolved when the work is built, in `prepare`. A kernel of the table without an entry here is refused
 in `prepare` with a one-line `KernelError` naming it (`missing_kernels()` lists them).
 """
@@ -10,20 +10,17 @@ in `prepare` with a one-line `KernelError` naming it (`missing_kernels()` lists 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
-from runtime.backends.cuda.gemm import cublas_call, numpy_gemm, plan_einsum
-from runtime.backends.cuda.launch import prepare_launch
-from runtime.backends.cuda.memory import device_pointer
+from runtime.backends.cuda.gemm import plan_einsum
 from runtime.backends.cuda.vector import aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
 
-Work = Callable[[int], None]
-
+if TYPE_CHECKING:  # services.py stands above the builders (through devices.py): its types only, for checking
+    from runtime.backends.cuda.services import KernelEnv, Work
 
 
 def _flat(array):
@@ -36,46 +33,24 @@ def _row_count(array) -> tuple[int, int]:
     return array.size // cols, cols
 
 
-def _vector(env, *arrays, cols: int = 4) -> bool:
-    """Whether a kernel may read and write these arrays by quads (`vector.load4`): every operand aligned to
-    four elements and, for row kernels, rows of a multiple of four. The simulator takes the scalar build."""
-    return not env.simulated and cols % 4 == 0 and aligned(*arrays)
+def _vector(env: KernelEnv, *arrays, cols: int = 4) -> bool:
+    """Whether a kernel may read and write these arrays by quads (`vector.load4`): vector loads allowed,
+    every operand aligned to four elements and, for row kernels, rows of a multiple of four."""
+    return env.vector_loads and cols % 4 == 0 and aligned(*arrays)
 
 
-def _gemm(plan, a, b, out, env) -> Work:
-    if env.simulated:
-        host = env.host
-        return lambda lane: numpy_gemm(plan, host(a), host(b), host(out))
-    call = cublas_call(plan, device_pointer(a), device_pointer(b), device_pointer(out), str(out.dtype))
-    return lambda lane: call(env.cublas(lane))
+def build_matmul(node, inputs, out, env: KernelEnv) -> Work:
+    plan = plan_einsum("ij,jk->ik", [tuple(x.shape) for x in inputs])
+    return env.gemm(plan, inputs[0], inputs[1], out)
 
 
-def build_matmul(node, inputs, out, env) -> Work:
-    return _gemm(plan_einsum("ij,jk->ik", [tuple(x.shape) for x in inputs]), inputs[0], inputs[1], out, env)
-
-
-def build_einsum(node, inputs, out, env) -> Work:
+def build_einsum(node, inputs, out, env: KernelEnv) -> Work:
+    """A GEMM when the einsum is a (batched) matrix product, else `env.einsum` in the lane's scratch."""
     equation = node.attrs["equation"]
     plan = plan_einsum(equation, [tuple(x.shape) for x in inputs]) if len(inputs) == 2 else None
     if plan is not None:
-        return _gemm(plan, inputs[0], inputs[1], out, env)
-    return _einsum_fallback(equation, inputs, out, env)
-
-
-def _einsum_fallback(equation, inputs, out, env) -> Work:
-    """cupy.einsum into the lane's scratch (its temporaries too), then a copy into the arena."""
-    if env.simulated:
-        host = env.host
-        return lambda lane: np.copyto(host(out), np.einsum(equation, *[host(x) for x in inputs]))
-
-    def work(lane):
-        import cupy
-
-        with env.cupy_scratch(lane):
-            operands = [cupy.asarray(x) for x in inputs]
-            cupy.asarray(out)[...] = cupy.einsum(equation, *operands)
-
-    return work
+        return env.gemm(plan, inputs[0], inputs[1], out)
+    return env.einsum(equation, inputs, out)
 
 
 def einsum_scratch(node, sources) -> int:
@@ -86,61 +61,61 @@ def einsum_scratch(node, sources) -> int:
     return 4 * (node.nbytes + sum(s.nbytes for s in sources)) + 4096
 
 
-def build_unary(node, inputs, out, env) -> Work:
+def build_unary(node, inputs, out, env: KernelEnv) -> Work:
     x = _flat(inputs[0])
     factor = float(node.attrs.get("factor", 1.0))
     blocks, threads = kn.element_grid(out.size)
     kernel = kn.unary(node.kernel, str(out.dtype), _vector(env, x, out))
-    go = prepare_launch(kernel, blocks, threads, (x, _flat(out), factor))
+    go = env.launch(kernel, blocks, threads, (x, _flat(out), factor))
     return lambda lane: go(env.launch_streams[lane])
 
 
-def build_binary(node, inputs, out, env) -> Work:
+def build_binary(node, inputs, out, env: KernelEnv) -> Work:
     a, b = inputs
     dtype = str(out.dtype)
     blocks, threads = kn.element_grid(out.size)
     if tuple(a.shape) == tuple(b.shape) == tuple(out.shape):
         kernel = kn.binary_same(node.kernel, dtype, _vector(env, a, b, out))
-        go = prepare_launch(kernel, blocks, threads, (_flat(a), _flat(b), _flat(out)))
+        go = env.launch(kernel, blocks, threads, (_flat(a), _flat(b), _flat(out)))
     else:
         folded = kn.broadcast_strides(tuple(out.shape), tuple(a.shape), tuple(b.shape))
         if folded is None:
             raise KernelError(f"{node.kernel} broadcasts {list(a.shape)} with {list(b.shape)} over more than 4 dimensions, which the cuda backend does not")
         (d1, d2, d3), sa, sb = folded
         args = (_flat(a), _flat(b), _flat(out), d1, d2, d3, *sa, *sb)
-        go = prepare_launch(kn.binary_broadcast(node.kernel, dtype), blocks, threads, args)
+        go = env.launch(kn.binary_broadcast(node.kernel, dtype), blocks, threads, args)
     return lambda lane: go(env.launch_streams[lane])
 
 
-def build_softmax(node, inputs, out, env) -> Work:
+def build_softmax(node, inputs, out, env: KernelEnv) -> Work:
     rows, cols = _row_count(out)
     kernel = kn.softmax(str(out.dtype), _vector(env, inputs[0], out, cols=cols))
-    go = prepare_launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), _flat(out), cols))
+    go = env.launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), _flat(out), cols))
     return lambda lane: go(env.launch_streams[lane])
 
 
-def build_rmsnorm(node, inputs, out, env) -> Work:
+def build_rmsnorm(node, inputs, out, env: KernelEnv) -> Work:
     rows, cols = _row_count(out)
     weighted = len(inputs) == 2
     weight = inputs[1] if weighted else _flat(inputs[0])
     eps = float(KERNELS["rmsnorm"].attr(node.attrs, "eps"))
     kernel = kn.rmsnorm(str(out.dtype), weighted, _vector(env, inputs[0], weight, out, cols=cols))
-    go = prepare_launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), weight, _flat(out), cols, eps))
+    go = env.launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), weight, _flat(out), cols, eps))
     return lambda lane: go(env.launch_streams[lane])
 
 
-def build_rope(node, inputs, out, env) -> Work:
+def build_rope(node, inputs, out, env: KernelEnv) -> Work:
     x, cos, sin = inputs
     blocks, threads = kn.rope_grid(tuple(x.shape)[0], tuple(cos.shape)[1])
-    go = prepare_launch(kn.rope(str(out.dtype)), blocks, threads, (x, cos, sin, out))
+    go = env.launch(kn.rope(str(out.dtype)), blocks, threads, (x, cos, sin, out))
     return lambda lane: go(env.launch_streams[lane])
 
 
-def build_swiglu(node, inputs, out, env) -> Work:
+def build_swiglu(node, inputs, out, env: KernelEnv) -> Work:
     gate, up = inputs
     blocks, threads = kn.element_grid(out.size)
     kernel = kn.swiglu(str(out.dtype), _vector(env, gate, up, out))
-    go = prepare_launch(kernel, blocks, threads, (_flat(gate), _flat(up), _flat(out)))
+    go = env.launch(kernel, blocks, threads, (_flat(gate), _flat(up), _flat(out)))
     return lambda lane: go(env.launch_streams[lane])
 
 
@@ -186,7 +161,7 @@ def missing_kernels() -> list[str]:
     return sorted(name for name in KERNELS if name not in BUILDERS)
 
 
-def build_work(node, inputs, out, env) -> Work | None:
+def build_work(node, inputs, out, env: KernelEnv) -> Work | None:
     """The vertex's launch, or None when it has nothing to do (a zero-size output)."""
     builder = BUILDERS.get(node.kernel)
     if builder is None:

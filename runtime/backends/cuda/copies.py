@@ -1,0 +1,91 @@
+"""Tensors in place for one memgraph: views at planned offsets, the copies between them, inputs and outputs.
+
+`TensorViews` makes every node a view: a device view of its GPU's arena at its location, a numpy view of
+pinned host storage at its storage region (memory.py), None for an empty tensor. The copy vertices
+(reload: host to GPU, offload: GPU to host, move: GPU to GPU, pulled by the destination) become one async
+driver call each, with pointers resolved when the memgraph is prepared (`copy_work`). `place` puts the
+inputs where the plan wants them; `read` copies the outputs back to the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime.backends.cuda.driver import GpuDriver
+from runtime.backends.cuda.memory import PinnedStorage, device_view
+from runtime.graph import ExecGraph
+from runtime.inputs import Tiled, fill
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MemNode
+
+COPY_KINDS = {"reload": "h2d", "offload": "d2h", "move": "peer"}
+"""Memgraph op -> the copy it is."""
+
+
+class TensorViews:
+    """Every node of a memgraph as a view of an arena (`gpu`) or of pinned storage (`host`)."""
+
+    def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int):
+        nodes = graph.memgraph.nodes
+        self.driver = driver
+        self.graph = graph
+        self.storage = PinnedStorage([node.storage for node in nodes if node.storage is not None], chunk_bytes, driver.pinned)
+        self.gpu: list = [None] * len(nodes)
+        self.host: list = [None] * len(nodes)
+        for i, node in enumerate(nodes):
+            if node.loc is not None:
+                self.gpu[i] = _checked(node, arenas[node.device], node.loc, "location")
+            if node.storage is not None:
+                self.host[i] = self.storage.view(node.storage, tuple(node.shape), node.dtype)
+
+    def copy_work(self, vertex: int, streams: list):
+        """`work(lane)` of a reload, offload or move vertex; None for an empty tensor."""
+        node = self.graph.node(vertex)
+        source = self.graph.sources[vertex][0]
+        kind = COPY_KINDS[node.op]
+        if kind == "h2d":
+            src, dst = self.host[source], self.gpu[vertex]
+        elif kind == "d2h":
+            src, dst = self.gpu[source], self.host[vertex]
+        else:
+            src, dst = self.gpu[source], self.gpu[vertex]
+        if src is None or dst is None:
+            return None
+        return self.driver.copy(kind, src, dst, streams)
+
+    def place(self, inputs: dict[str, np.ndarray]) -> None:
+        """Put every input at its planned location (an arena) or storage region (pinned host memory)."""
+        for i, node in enumerate(self.graph.memgraph.nodes):
+            if node.op != "input" or node.nbytes == 0:
+                continue
+            value = inputs[node.task]
+            if node.loc is not None:
+                data = value.materialize() if isinstance(value, Tiled) else np.ascontiguousarray(value)
+                with self.driver.on(node.device):
+                    self.gpu[i].copy_to_device(data)
+            else:
+                fill(self.host[i], value)
+
+    def read(self) -> dict[str, np.ndarray]:
+        """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized)."""
+        nodes = self.graph.memgraph.nodes
+        index = {node.id: i for i, node in enumerate(nodes)}
+        outputs = {}
+        for task, node_id in self.graph.memgraph.outputs.items():
+            i = index[node_id]
+            node = nodes[i]
+            if node.nbytes == 0:
+                outputs[task] = np.zeros(node.shape, node.dtype)
+            elif self.gpu[i] is not None and node.op != "offload":
+                with self.driver.on(node.device):
+                    outputs[task] = self.gpu[i].copy_to_host()
+            else:
+                outputs[task] = np.array(self.host[i])
+        return outputs
+
+
+def _checked(node: MemNode, buffer, region, what: str):
+    offset, size = region
+    if size < node.nbytes:
+        raise InputError(f"node {node.id} ({node.task}): {what} {list(region)} cannot hold {node.nbytes} bytes")
+    return device_view(buffer, offset, tuple(node.shape), node.dtype)

@@ -1,0 +1,147 @@
+"""Device set-up: per GPU its context, arena, workspace and streams, made once and kept across runs.
+
+`DeviceSet.open(driver, graph, scratch)` takes, per GPU, one arena of `memgraph.budget` bytes and one
+workspace (`scratch` bytes per compute lane), makes one numba stream per lane of runtime/graph.py
+(compute lanes, H2D, D2H and peer-in per GPU) and enables peer access between GPUs. A later memgraph runs
+on the same set when `fits` says so: same GPUs and lanes, a budget within the arena, scratch within the
+workspace. The sizing rules live here too: `scratch_per_lane` (what one compute lane's workspace slice
+needs) and `reserve_bytes` (what the planner must leave out of a per-GPU budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.backends.cuda import builders
+from runtime.backends.cuda.compat import cuda
+from runtime.backends.cuda.driver import GpuDriver
+from runtime.backends.cuda.memory import Workspace, device_bytes
+from runtime.graph import ExecGraph
+from turnip_ir.memgraph import MemNode
+
+LIBRARY_RESERVE = 32 << 20
+"""Bytes per compute lane held back for cuBLAS's workspace pool on the lane's stream (what it took per
+lane: docs/benchmarks.md, "The cuda backend on the H200"); torch's attention memory is added per graph
+(attention.py)."""
+
+
+class DeviceSet:
+    """The GPUs of a prepared backend: contexts, arenas, workspaces, streams, and lane -> GPU and slot."""
+
+    def __init__(self, driver: GpuDriver, devices: int, budget: int, scratch: int, lanes: list):
+        self.driver = driver
+        self.budget = budget
+        self.scratch_bytes = scratch
+        self.lane_kinds = [(lane.device, lane.kind) for lane in lanes]
+        self.lane_device = [lane.device for lane in lanes]
+        self.slot_of = [lane.slot if lane.kind == "compute" else -1 for lane in lanes]
+        compute = sum(1 for lane in lanes if lane.device == 0 and lane.kind == "compute")
+        self.contexts, self.arenas, self.workspaces, self.free_at_start = [], [], [], []
+        self.streams: list = [None] * len(lanes)
+        for device in range(devices):
+            with driver.on(device):
+                context = cuda.current_context()
+                self.contexts.append(context)
+                self.free_at_start.append(driver.free_memory(context))
+                self.arenas.append(device_bytes(budget))
+                self.workspaces.append(Workspace(compute, scratch))
+                for lane in lanes:
+                    if lane.device == device:
+                        self.streams[lane.index] = cuda.stream()
+        self.launch_streams = [driver.launch_stream(stream) for stream in self.streams]
+        """What kernel launches take: cuda.core streams made once from the handles (numba's under the simulator)."""
+        driver.enable_peers(self.contexts)
+
+    @classmethod
+    def open(cls, driver: GpuDriver, graph: ExecGraph, scratch: int) -> "DeviceSet":
+        memgraph = graph.memgraph
+        return cls(driver, memgraph.devices, memgraph.budget, scratch, graph.lanes)
+
+    @property
+    def devices(self) -> int:
+        return len(self.contexts)
+
+    def misfit(self, graph: ExecGraph, scratch: int) -> str | None:
+        """Why `graph` cannot run on this set (a phrase), or None when it can."""
+        memgraph = graph.memgraph
+        if memgraph.devices != self.devices:
+            return f"it uses {memgraph.devices} GPUs, the prepared backend {self.devices}"
+        if [(lane.device, lane.kind) for lane in graph.lanes] != self.lane_kinds:
+            return "its lanes differ from the prepared backend's (another --streams)"
+        if memgraph.budget > self.budget:
+            return f"its budget of {memgraph.budget} bytes exceeds the prepared arena of {self.budget}"
+        if scratch > self.scratch_bytes:
+            return f"its kernels need {scratch} bytes of scratch per lane, the prepared workspace has {self.scratch_bytes}"
+        return None
+
+    def scratch(self, lane: int):
+        return self.workspaces[self.lane_device[lane]].slice(self.slot_of[lane])
+
+    def synchronize(self) -> None:
+        for stream in self.streams:
+            if stream is not None:
+                stream.synchronize()
+
+    def library_bytes(self) -> int:
+        """What the libraries took on the worst GPU beyond our two allocations since the set was made."""
+        library = []
+        for device, context in enumerate(self.contexts):
+            with self.driver.on(device):
+                used = self.free_at_start[device] - self.driver.free_memory(context)
+            library.append(used - self.arenas[device].nbytes - self.workspaces[device].nbytes)
+        return max(library, default=0)
+
+    def drop_memory(self) -> None:
+        self.arenas, self.workspaces = [], []
+
+    def release(self) -> None:
+        """Drop the streams too, and have the driver free what was dropped now, while every context is alive."""
+        self.launch_streams = []
+        self.streams = []
+        self.driver.collect(self.contexts)
+
+
+def scratch_per_lane(nodes, provider: str, rule=None) -> int:
+    """Scratch bytes one compute lane needs: the most any kernel vertex needs (256-byte granules).
+
+    `nodes` are memgraph nodes, or taskgraph nodes (so the budget can be split before planning);
+    `provider` is a resolved attention provider; `rule` (default `builders.scratch_bytes`) says what one
+    vertex needs."""
+    rule = rule or builders.scratch_bytes
+    nodes = [_as_op(node) for node in nodes]
+    by_id = {node.id: node for node in nodes}
+    need = 0
+    for node in nodes:
+        if node.kernel is not None:
+            need = max(need, rule(node, [by_id[s] for s in node.inputs], provider))
+    return (need + 255) // 256 * 256
+
+
+def reserve_bytes(nodes, streams: int, provider: str) -> int:
+    """What to hold back from a per-GPU budget before planning the arena: per compute lane, the scratch,
+    cuBLAS's pool and what torch's attention keeps cached (`provider` resolved)."""
+    nodes = list(nodes)
+    scratch = scratch_per_lane(nodes, provider)
+    library = scratch_per_lane(nodes, provider, rule=builders.library_bytes)
+    return streams * (scratch + LIBRARY_RESERVE + library)
+
+
+@dataclass(frozen=True)
+class _Op:
+    """What scratch rules read of a vertex, from a memgraph node or a taskgraph node alike."""
+
+    id: object
+    kernel: str | None
+    inputs: tuple
+    attrs: dict
+    shape: tuple
+    dtype: str
+    nbytes: int
+
+
+def _as_op(node) -> _Op:
+    if isinstance(node, MemNode):
+        kernel = node.kernel if node.op == "kernel" else None
+    else:
+        kernel = None if node.op in ("input", "move") else node.op
+    return _Op(node.id, kernel, tuple(node.inputs), dict(node.attrs), tuple(node.shape), node.dtype, node.nbytes)

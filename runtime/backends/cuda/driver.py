@@ -1,0 +1,253 @@
+"""The driver layer: every call that differs between a GPU and numba's CUDA simulator, behind one interface.
+
+`make_driver()` picks the implementation once, when a backend is constructed (as tinygrad swaps its mock
+GPU in at one import): `GpuDriver` talks to the CUDA driver, CuPy and cuda.core; `SimDriver` is what the
+simulator can do (kernels, streams and device arrays work, but events carry no time, there are no stream
+handles, no peers, no cuBLAS, and every launch runs synchronously on the host, so numpy stands in for
+cuBLAS and CuPy). Callers never ask which one they have: a method returns the right thing or nothing.
+
+Kernel-level choices fixed when kernels compile (thread counts in `kernels_numba`, the scalar
+`vector.load4`, `compat.device()`) are made at import, where the kernels are; compat.py lists them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+import numpy as np
+
+from runtime.backends.cuda import attention, completion
+from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle
+from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
+from runtime.backends.cuda.launch import prepare_launch
+from runtime.backends.cuda.libraries import Libraries
+from runtime.backends.cuda.memory import device_pointer, pinned_bytes
+
+PEERS_ENABLED: set[tuple[int, int]] = set()
+"""Peer access is per process: enabled once for each ordered pair of GPUs."""
+
+
+class GpuDriver:
+    """The CUDA driver through numba-cuda, CuPy (cuBLAS, the runtime's device) and cuda.core (launches)."""
+
+    vector_loads = True
+    """Whether kernels may read and write by quads with vector instructions (`vector.load4`)."""
+
+    def require_gpus(self, count: int) -> None:
+        require_gpus(count)
+
+    def on(self, device: int):
+        """Make `device`'s context current for the block (numba's `cuda.gpus[device]`)."""
+        return cuda.gpus[device]
+
+    def free_memory(self, context) -> int:
+        return int(context.get_memory_info()[0])
+
+    def event(self):
+        """An event that records time on the current GPU."""
+        return cuda.event(timing=True)
+
+    def span(self, origin, start, end, host_span: tuple[float, float]) -> tuple[float, float]:
+        """Seconds from `origin` to the `start` and `end` events, all recorded on one GPU."""
+        return cuda.event_elapsed_time(origin, start) * 1e-3, cuda.event_elapsed_time(origin, end) * 1e-3
+
+    def runtime_device(self) -> int | None:
+        """CUDA's current device for this thread (CuPy's view), or None without CuPy."""
+        try:
+            import cupy
+
+            return int(cupy.cuda.runtime.getDevice())
+        except Exception:
+            return None
+
+    def enable_peers(self, contexts: list) -> None:
+        """Let every GPU read every other's memory (peer copies, pulled by the destination)."""
+        if len(contexts) < 2:
+            return
+        from numba.cuda.cudadrv.driver import CudaAPIError, driver
+
+        for a, context in enumerate(contexts):
+            with self.on(a):
+                for b, other in enumerate(contexts):
+                    if a != b and (a, b) not in PEERS_ENABLED and context.can_access_peer(other.device.id):
+                        try:
+                            driver.cuCtxEnablePeerAccess(other.handle, 0)
+                        except CudaAPIError:
+                            pass  # enabled by another library in this process
+                        PEERS_ENABLED.add((a, b))
+
+    def switch(self, context, device: int, with_cupy: bool) -> None:
+        """Make `device` current for the launches that follow: its (primary) context for the driver, numba
+        and cuda.core, and (`with_cupy`) the runtime's device for CuPy and cuBLAS."""
+        from numba.cuda.cudadrv.driver import driver
+
+        driver.cuCtxSetCurrent(context.handle)
+        if with_cupy:
+            import cupy
+
+            cupy.cuda.runtime.setDevice(device)
+
+    def restore_device(self, device: int) -> None:
+        import cupy
+
+        with contextlib.suppress(Exception):
+            cupy.cuda.runtime.setDevice(device)
+
+    def copy(self, kind: str, source, target, streams: list):
+        """`work(lane)`: one async driver call copying `source` to `target`, pointers resolved now."""
+        from numba.cuda.cudadrv.driver import driver
+
+        count = target.nbytes
+        handles = [stream_handle(stream) for stream in streams]
+        if kind == "h2d":
+            call, dst, src = driver.cuMemcpyHtoDAsync, device_pointer(target), source.ctypes.data
+        elif kind == "d2h":
+            call, dst, src = driver.cuMemcpyDtoHAsync, target.ctypes.data, device_pointer(source)
+        else:
+            call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
+        return lambda lane: call(dst, src, count, handles[lane])
+
+    def stream_failure(self, stream) -> Exception | None:
+        """The sticky CUDA error a stream query reports, or None while the stream runs or is done."""
+        from numba.cuda.cudadrv.driver import CudaAPIError, driver
+
+        try:
+            driver.cuStreamQuery(stream_handle(stream))
+        except CudaAPIError as err:
+            if getattr(err, "code", None) == 600:  # CUDA_ERROR_NOT_READY: still running
+                return None
+            return err
+        return None
+
+    def launch_stream(self, stream):
+        """What prepared launches take: a cuda.core stream made once from the numba stream's handle."""
+        from cuda.core import Stream
+
+        return Stream.from_handle(stream_handle(stream))
+
+    def prepare_launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0):
+        return prepare_launch(kernel, griddim, blockdim, args, shared)
+
+    def pinned(self, count: int) -> np.ndarray:
+        return pinned_bytes(count)
+
+    def notifier(self, kind: str, lane_devices: list[int]) -> completion.Notifier:
+        return completion.make_notifier(kind, lane_devices)
+
+    def resolve_attention(self, provider: str) -> str:
+        return attention.resolve(provider, on_gpu=True)
+
+    def open_libraries(self, devices, lanes: list, with_torch: bool) -> Libraries:
+        """CuPy, cuBLAS (and torch's streams) warmed up on every lane (libraries.py)."""
+        return Libraries.open(self, devices, lanes, with_torch)
+
+    def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)):
+        """`work(lane)`: one cuBLAS call of `plan` on the lane's handle; `offsets` in elements into a and b."""
+        a_ptr = device_pointer(a) + offsets[0] * a.dtype.itemsize
+        b_ptr = device_pointer(b) + offsets[1] * b.dtype.itemsize
+        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), str(out.dtype), alpha=alpha)
+        return lambda lane: call(services.cublas(lane))
+
+    def einsum(self, equation: str, inputs, out, services):
+        """`work(lane)`: cupy.einsum into the lane's scratch (its temporaries too), then a copy into the arena."""
+
+        def work(lane):
+            import cupy
+
+            with services.cupy_scratch(lane):
+                operands = [cupy.asarray(x) for x in inputs]
+                cupy.asarray(out)[...] = cupy.einsum(equation, *operands)
+
+        return work
+
+    def collect(self, contexts: list) -> None:
+        """Have numba free what the run dropped now, while every context is alive, not from finalizers at exit."""
+        gc.collect()
+        for device, context in enumerate(contexts):
+            with contextlib.suppress(Exception), self.on(device):
+                context.deallocations.clear()
+
+
+class SimDriver(GpuDriver):
+    """numba's CUDA simulator: one host-side GPU that every device maps to, numpy in place of the libraries."""
+
+    vector_loads = False
+
+    def require_gpus(self, count: int) -> None:
+        pass  # every device is the one simulated GPU
+
+    def on(self, device: int):
+        return contextlib.nullcontext()
+
+    def free_memory(self, context) -> int:
+        return 0
+
+    def event(self):
+        return cuda.event()
+
+    def span(self, origin, start, end, host_span: tuple[float, float]) -> tuple[float, float]:
+        return host_span  # simulated events carry no time; launches ran synchronously within host_span
+
+    def runtime_device(self) -> int | None:
+        return None
+
+    def enable_peers(self, contexts: list) -> None:
+        pass
+
+    def switch(self, context, device: int, with_cupy: bool) -> None:
+        pass
+
+    def restore_device(self, device: int) -> None:
+        pass
+
+    def copy(self, kind: str, source, target, streams: list):
+        if kind == "d2h":
+            return lambda lane: source.copy_to_host(target)
+        return lambda lane: target.copy_to_device(source)
+
+    def stream_failure(self, stream) -> Exception | None:
+        return None  # launches run synchronously: a failure raised in submit
+
+    def launch_stream(self, stream):
+        return stream
+
+    def prepare_launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0):
+        return lambda stream: kernel[griddim, blockdim, stream, shared](*args)
+
+    def pinned(self, count: int) -> np.ndarray:
+        return cuda.pinned_array(max(count, 1), dtype=np.uint8)
+
+    def notifier(self, kind: str, lane_devices: list[int]) -> completion.Notifier:
+        return completion.ImmediateNotifier(len(lane_devices))
+
+    def resolve_attention(self, provider: str) -> str:
+        return attention.resolve(provider, on_gpu=False)
+
+    def open_libraries(self, devices, lanes: list, with_torch: bool) -> Libraries:
+        return Libraries()  # no CuPy, cuBLAS or torch under the simulator
+
+    def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)):
+        a_host, b_host, out_host = host(a).reshape(-1)[offsets[0]:], host(b).reshape(-1)[offsets[1]:], host(out)
+        return lambda lane: numpy_gemm(plan, a_host, b_host, out_host, alpha=alpha)
+
+    def einsum(self, equation: str, inputs, out, services):
+        hosts = [host(x) for x in inputs]
+        target = host(out)
+        return lambda lane: np.copyto(target, np.einsum(equation, *hosts))
+
+    def collect(self, contexts: list) -> None:
+        pass
+
+
+def host(array):
+    """The numpy array behind a simulator device array."""
+    return array._ary
+
+
+def make_driver() -> GpuDriver:
+    """The driver for this process: the simulator's under NUMBA_ENABLE_CUDASIM=1, else the GPU's."""
+    return SimDriver() if simulated() else GpuDriver()
+
+
+__all__ = ["GpuDriver", "SimDriver", "host", "make_driver"]

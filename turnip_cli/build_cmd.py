@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, help="GPUs to place blocks on")
     parser.add_argument("--block", type=int, help="block size: tokens per block (ffn, llama), tile edge (matmul)")
     parser.add_argument("--tokens", type=int, help="sequence length (ffn, llama)")
-    parser.add_argument("--placement", help="matmul: seed, round-robin, load-balanced; ffn: round-robin, "
-                        "load-balanced, layers; llama: sequence, layers, heads")
+    placements = "; ".join(f"{name}: {', '.join(module.PLACEMENTS)}" for name, (module, _) in WORKLOADS.items())
+    parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
 
 

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--order", default="nondet", choices=ORDERS)
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
-    parser.add_argument("--gpus", type=int, default=1, metavar="N")
+    parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs to spread the blocks over (default 1)")
     parser.add_argument("--block", type=int, metavar="N", help="tokens per block (default: 4096 at 7B scale, T/4 for small models)")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)

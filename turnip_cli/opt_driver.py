@@ -13,13 +13,16 @@ Exit codes: 0 ok, 1 bad input (syntax, fields, pipeline), 2 impossible budget, 3
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
+import inspect
 import sys
 import time
 from io import StringIO
 from typing import IO
 
 from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.universe import Universe
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -42,10 +45,39 @@ from turnip_ir.io import (
 from turnip_ir.memgraph import MemGraph
 
 EMITS = ("mlir", "json", "dot")
+DESCRIPTION = "turnip-opt: compile taskgraphs (.json or .mlir) into memgraphs with turnip's passes"
+EXAMPLE = """example:
+  turnip-opt graph.json -p 'turnip-memgraph{budget=1048576 schedule=memory}' --emit json -o plan.json"""
+
+
+def pass_help() -> str:
+    """The epilog of `turnip-opt --help`: every registered pass with its options and defaults, and its summary."""
+    from passes.registry import all_passes
+
+    lines = ["passes (-p NAME{option=value ...}, joined by commas; docs/passes.md has the details):"]
+    for name, factory in all_passes().items():
+        cls = factory()
+        options = " ".join(f"{field.name}={_default(field)}" for field in dataclasses.fields(cls) if field.init)
+        summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        lines.append(f"  {name}{{{options}}}" if options else f"  {name}")
+        lines.append(f"      {summary}")
+    return "\n".join([*lines, "", EXAMPLE])
+
+
+def _default(field: dataclasses.Field) -> str:
+    value = field.default if field.default is not dataclasses.MISSING else "..."
+    return '""' if value == "" else str(value)
 
 
 class TurnipOptMain(xDSLOptMain):
-    """xDSL's optimizer driver with turnip's dialect, passes, JSON frontend and json/dot targets."""
+    """xDSL's optimizer driver with turnip's dialect, passes, JSON frontend and json/dot targets.
+
+    Only turnip's targets are offered (mlir, json, dot): xDSL's others (riscv-asm, wgsl, ...) cannot
+    print a turnip module, so listing them would only mislead."""
+
+    def __init__(self, description: str = DESCRIPTION, args: list[str] | None = None):
+        self.help_asked = any(arg in ("-h", "--help") for arg in (sys.argv[1:] if args is None else args))
+        super().__init__(description, args)
 
     def register_all_dialects(self) -> None:
         self.ctx.register_dialect("builtin", lambda: Builtin)
@@ -70,12 +102,15 @@ class TurnipOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_targets(self) -> None:
-        super().register_all_targets()
+        self.available_targets["mlir"] = Universe.get_multiverse().all_targets["mlir"]
         self.available_targets["json"] = lambda module, out: out.write(_emit(module, "json"))
         self.available_targets["dot"] = lambda module, out: out.write(_emit(module, "dot"))
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        if self.help_asked:  # importing every pass for the list costs start-up, so only for --help
+            arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+            arg_parser.epilog = pass_help()
         arg_parser.add_argument("--emit", choices=EMITS, default=None, help="output format (default mlir); same as -t")
         arg_parser.add_argument("--stats", action="store_true", help="print compile statistics (ops, offload bytes, edges, peak memory, time per pass)")
 
@@ -174,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.disable()
     try:
         with interrupt.guard(), collecting() as stats:  # a Ctrl-C swallowed while compiling still stops it
-            tool = TurnipOptMain(description="turnip-opt: compile taskgraphs into memgraphs", args=argv)
+            tool = TurnipOptMain(args=argv)
             tool.run()
         text = tool.buffer.getvalue()
         if tool.args.output_file:

@@ -64,3 +64,83 @@ def test_ctrl_c_while_importing_is_interrupted_not_a_traceback(tmp_path, entry, 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
     _wait_for(marker, proc)
     _interrupted(proc, tool)
+
+
+# A fake graphviz: records its pid (exec keeps it) and the DOT text it was given, then draws or hangs.
+FAKE_DOT = """#!/bin/sh
+echo $$ > "$FAKE_DOT_DIR/pid"
+cat > "$FAKE_DOT_DIR/source.dot"
+if [ "$FAKE_DOT_HANG" = 1 ]; then exec sleep 120; fi
+echo '<svg/>'
+"""
+
+
+@pytest.fixture
+def fake_dot(tmp_path, monkeypatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "dot"
+    script.write_text(FAKE_DOT)
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOT_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _chain(path: Path, tasks: int) -> Path:
+    nodes = [{"id": "x", "op": "input", "device": 0, "shape": [8, 8], "dtype": "float32"}]
+    for k in range(tasks):
+        nodes.append({"id": f"y{k}", "op": "matmul", "device": 0, "inputs": [nodes[-1]["id"], "x"]})
+    path.write_text(json.dumps({"format": "turnip.taskgraph/1", "devices": 1, "nodes": nodes, "outputs": [nodes[-1]["id"]]}))
+    return path
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_ctrl_c_kills_dot(fake_dot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_DOT_HANG", "1")
+    graph = _chain(fake_dot / "g.json", 5)
+    proc = subprocess.Popen([sys.executable, "-m", "turnip_cli.main", "viz", str(graph), "-o", "g.svg"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=fake_dot, env={**os.environ, **ENV, "PATH": os.environ["PATH"]})
+    _wait_for(fake_dot / "pid", proc)
+    time.sleep(0.2)  # the pid is written before `exec sleep`
+    pid = int((fake_dot / "pid").read_text())
+    _interrupted(proc, "turnip")
+    assert _gone(pid), "dot still runs after turnip viz was interrupted"
+    assert not (fake_dot / "g.svg").exists()
+
+
+def test_slow_dot_is_killed_after_the_timeout(fake_dot, monkeypatch, capsys) -> None:
+    from turnip_cli.main import main
+
+    monkeypatch.setenv("FAKE_DOT_HANG", "1")
+    monkeypatch.chdir(fake_dot)
+    graph = _chain(fake_dot / "g.json", 5)
+    assert main(["viz", str(graph), "-o", "g.svg", "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["turnip viz: error: dot did not finish drawing in 1 s (killed); draw fewer nodes with --limit N"]
+    assert _gone(int((fake_dot / "pid").read_text()))
+    assert not (fake_dot / "g.svg").exists()
+
+
+def test_large_graph_needs_a_limit(fake_dot, monkeypatch, capsys) -> None:
+    from turnip_cli.main import main
+
+    monkeypatch.chdir(fake_dot)
+    graph = _chain(fake_dot / "g.json", 2100)
+    assert main(["viz", str(graph), "-o", "g.svg"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2101 nodes" in err[0] and "--limit N" in err[0], err
+    assert not (fake_dot / "pid").exists(), "dot ran on a graph past the limit"
+    assert main(["viz", str(graph), "-o", "g.svg", "--limit", "40"]) == 0
+    assert capsys.readouterr().out.strip() == "wrote g.svg (the first 40 of 2101 nodes)"
+    source = (fake_dot / "source.dot").read_text()
+    assert '"y38"' in source or "y38 " in source or "\ty38" in source
+    assert "y39" not in source  # x and y0..y38 are the first 40
+    assert (fake_dot / "g.svg").read_text().strip() == "<svg/>"

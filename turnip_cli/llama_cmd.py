@@ -21,6 +21,7 @@ from runtime.callbacks import ProgressBar
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_with, parse_size
+from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.io import write_atomic
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
+    add_progress_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,17 +62,25 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"cannot write {path}: its folder does not exist")
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
-    config, weights = _model(args)
-    ids = _ids(args, config)
-    built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
+    progress = Progress.for_args(args)
+    with progress.phase("reading the model"):
+        config, weights = _model(args)
+        ids = _ids(args, config)
+    with progress.phase("building the taskgraph"):
+        built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU")
-    memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
+    with progress.phase("compiling"):
+        memgraph = compile_with(built.graph, arena_budget(built.graph, budget, backend, attention=args.attention), args.schedule)  # less the cuda workspace
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))
-    inputs = built.feed(weights, ids) if backend != "sim" else None
-    result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
+    with progress.phase("reading the weights"):
+        inputs = built.feed(weights, ids) if backend != "sim" else None
+    callbacks = [progress.until_run_starts(), ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()]
+    with progress.phase("preparing"):  # ends when the run starts
+        result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=callbacks,
+                         verify=False)  # the compiler verified its own plan
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
     if args.outputs:
         data = io.BytesIO()

@@ -179,11 +179,51 @@ def _pick(rng: random.Random, doc):
     return parent, key
 
 
+KNOWN: dict[tuple[str, str, str], str] = {
+    ("turnip_cli/llama_cmd.py", "_ids", "TokenError"): "--input-ids: np.load raises tokenize.TokenError (and "
+    "SyntaxError) on a damaged .npy header, which _ids does not catch (readers/llama arguments engineer)",
+    ("turnip_cli/llama_cmd.py", "_ids", "SyntaxError"): "--input-ids: np.load raises SyntaxError on a damaged .npy "
+    "header, which _ids does not catch (readers/llama arguments engineer)",
+    ("frontend/safetensors.py", "_entry", "TypeError"): "a safetensors header entry whose dtype is not a string "
+    "(a dict or list) raises TypeError: unhashable type in `code not in FORMATS` (readers engineer)",
+}
+"""Tracebacks the fuzz found in readers owned elsewhere, by (file, function, exception) where the exception
+left the project's code: a case that hits one is counted, not failed, and the test then xfails with the
+reason (the failure is listed for the owner; each has its own xfail test below with a concrete input)."""
+
+REPO = ROOT.parent
+
+
+def _where(err: BaseException) -> tuple[str, str, str]:
+    """(file, function, exception type) of the innermost frame of the project's own code (not the tests)."""
+    place = ("?", "?")
+    tb = err.__traceback__
+    while tb is not None:
+        file = Path(tb.tb_frame.f_code.co_filename)
+        if file.is_relative_to(REPO) and not file.is_relative_to(ROOT):
+            place = (str(file.relative_to(REPO)), tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return (*place, type(err).__name__)
+
+
+def _escaped(err: Exception, found: set, context: str) -> None:
+    """A known traceback is counted; any other fails the test here."""
+    key = _where(err)
+    if key not in KNOWN:
+        raise AssertionError(f"{context}: {key[2]} escaped from {key[0]} {key[1]}(): {err}") from err
+    found.add(key)
+
+
+def xfail_if_found(found: set) -> None:
+    if found:
+        pytest.xfail("; ".join(f"{KNOWN[key]} ({key[0]} {key[1]}: {key[2]})" for key in sorted(found)))
+
+
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
 
 
-def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, whole) -> None:
+def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, whole, found: set) -> None:
     """Run one CLI call in-process and check the property (module docstring); `whole(path)` reads an output."""
     before = _listing(folder)
     signal.alarm(20)  # a hang fails the test instead of stalling the run
@@ -191,6 +231,12 @@ def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, wh
         code = main(argv)
     except SystemExit as exit_:  # argparse
         code = exit_.code
+    except Exception as err:  # in a process: a traceback
+        capsys.readouterr()
+        _escaped(err, found, " ".join(argv))
+        for name in outputs:
+            (folder / name).unlink(missing_ok=True)
+        return
     finally:
         signal.alarm(0)
     out, err = capsys.readouterr()
@@ -209,7 +255,7 @@ def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, wh
         (folder / name).unlink(missing_ok=True)
 
 
-def reader_case(read, path: Path, folder: Path) -> None:
+def reader_case(read, path: Path, folder: Path, found: set) -> None:
     """Call a reader in-process: it returns, or raises one `TurnipError` line; it writes nothing."""
     before = _listing(folder)
     signal.alarm(20)
@@ -217,6 +263,8 @@ def reader_case(read, path: Path, folder: Path) -> None:
         read(path)
     except TurnipError as err:
         assert "\n" not in str(err), str(err)
+    except Exception as err:
+        _escaped(err, found, f"{path}: {path.read_bytes()[:300]!r}")
     finally:
         signal.alarm(0)
     assert _listing(folder) == before, f"{path}: the reader changed the folder"
@@ -259,6 +307,7 @@ def test_turnip_opt_reads_damaged_graphs_cleanly(tmp_path, capsys, alarm, scale)
 
     seeds = _opt_seeds(tmp_path)
     rng = random.Random(21)
+    found: set = set()
     for case in range(150 * scale):
         name = rng.choice(list(seeds))
         text = seeds[name]
@@ -270,4 +319,202 @@ def test_turnip_opt_reads_damaged_graphs_cleanly(tmp_path, capsys, alarm, scale)
         pipeline = "turnip-memgraph{budget=12288}" if name == "taskgraph.json" else "turnip-verify-memgraph"
         out = "out.mlir" if name.endswith(".mlir") else "out.json"
         reader = (lambda path: path.read_text()) if out == "out.mlir" else _json_whole
-        cli_case(main, [str(tmp_path / name), "-p", pipeline, "-o", str(tmp_path / out)], tmp_path, [out], capsys, reader)
+        cli_case(main, [str(tmp_path / name), "-p", pipeline, "-o", str(tmp_path / out)], tmp_path, [out], capsys, reader, found)
+    xfail_if_found(found)
+
+
+# ----- .npz inputs: turnip run --inputs ------------------------------------------------------------------------
+
+def _npz(arrays: dict) -> bytes:
+    data = io.BytesIO()
+    np.savez(data, **arrays)
+    return data.getvalue()
+
+
+def mutate_arrays(rng: random.Random, arrays: dict[str, np.ndarray]) -> dict:
+    """Arrays with one key dropped or added, or one array of another dtype, shape or contents."""
+    arrays = dict(arrays)
+    key = rng.choice(list(arrays))
+    array = arrays[key]
+    choice = rng.randrange(8)
+    if choice == 0:
+        del arrays[key]
+    elif choice == 1:
+        arrays["stray"] = array
+    elif choice == 2:
+        arrays[key] = array.astype(rng.choice(["float64", "float16", "int8", "int64", "uint64", "bool", "complex64"]))
+    elif choice == 3:
+        arrays[key] = array.reshape(-1)
+    elif choice == 4:
+        arrays[key] = array[: rng.randrange(len(array))]
+    elif choice == 5:
+        arrays[key] = np.asarray(array.flat[0])
+    elif choice == 6:
+        arrays[key] = np.full_like(array, rng.choice([np.nan, np.inf, -1e30, 2**62]))
+    else:
+        arrays[key] = np.asarray(["text"] * array.size)
+    return arrays
+
+
+def mutate_member(rng: random.Random, npz: bytes) -> bytes:
+    """The .npz with one member's bytes damaged and zipped again, so its checksum holds and numpy parses them."""
+    import zipfile
+
+    members = {}
+    with zipfile.ZipFile(io.BytesIO(npz)) as zipped:
+        for name in zipped.namelist():
+            members[name] = zipped.read(name)
+    name = rng.choice(list(members))
+    members[name] = mutate_bytes(rng, members[name][:160]) + members[name][160:]  # mostly the .npy header
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zipped:
+        for key, data in members.items():
+            zipped.writestr(key, data)
+    return out.getvalue()
+
+
+@both
+def test_run_reads_damaged_inputs_cleanly(tmp_path, capsys, alarm, scale) -> None:
+    from runtime.inputs import input_specs
+    from turnip_cli.main import main
+
+    memgraph = compile_taskgraph(matmul.build(matmul.PRESETS["small"]).taskgraph(), 12288)
+    (tmp_path / "plan.json").write_text(json.dumps(memgraph.to_json()))
+    rng = random.Random(31)
+    found: set = set()
+    valid = {task: np.asarray(rng.random() * np.ones(shape), dtype=dtype) for task, (shape, dtype) in input_specs(memgraph).items()}
+    for _ in range(40 * scale):
+        choice = rng.random()
+        if choice < 0.4:
+            data = _npz(mutate_arrays(rng, valid))
+        elif choice < 0.7:
+            data = mutate_member(rng, _npz(valid))
+        else:
+            data = mutate_bytes(rng, _npz(valid))
+        (tmp_path / "in.npz").write_bytes(data)
+        argv = ["run", str(tmp_path / "plan.json"), "--backend", "cpu", "--inputs", str(tmp_path / "in.npz"),
+                "--outputs", str(tmp_path / "out.npz")]
+        cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole, found)
+    xfail_if_found(found)
+
+
+# ----- .npy token ids and config.json: turnip llama, load_config -------------------------------------------------
+
+SMALL_LLAMA = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "vocab_size": 32, "rms_norm_eps": 1e-5, "max_position_embeddings": 64, "dtype": "float32"}
+
+
+def _npy(array) -> bytes:
+    data = io.BytesIO()
+    np.save(data, array, allow_pickle=True)
+    return data.getvalue()
+
+
+def mutate_ids(rng: random.Random, ids: np.ndarray):
+    choice = rng.randrange(7)
+    if choice == 0:
+        return ids.astype(rng.choice(["float32", "int8", "uint64", "bool", "int16"]))
+    if choice == 1:
+        return ids.reshape(2, -1)
+    if choice == 2:
+        return ids[:0]
+    if choice == 3:
+        return np.asarray(ids[0])
+    if choice == 4:
+        changed = ids.copy()
+        changed[rng.randrange(len(ids))] = rng.choice([-1, 32, 2**62, -(2**62)])
+        return changed
+    if choice == 5:
+        return np.asarray([str(i) for i in ids])
+    return np.asarray([int(i) for i in ids], dtype=object)
+
+
+@both
+def test_llama_reads_damaged_token_ids_cleanly(tmp_path, capsys, alarm, scale) -> None:
+    from turnip_cli.main import main
+
+    (tmp_path / "config.json").write_text(json.dumps(SMALL_LLAMA))
+    valid = np.arange(8, dtype=np.int64)
+    rng = random.Random(41)
+    found: set = set()
+    for _ in range(40 * scale):
+        data = _npy(mutate_ids(rng, valid)) if rng.random() < 0.5 else mutate_bytes(rng, _npy(valid))
+        (tmp_path / "ids.npy").write_bytes(data)
+        argv = ["llama", "--config", str(tmp_path / "config.json"), "--input-ids", str(tmp_path / "ids.npy"),
+                "--memory", "1MiB", "--backend", "cpu", "--outputs", str(tmp_path / "out.npz")]
+        cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole, found)
+    xfail_if_found(found)
+
+
+@both
+def test_load_config_reads_damaged_configs_cleanly(tmp_path, alarm, scale) -> None:
+    from frontend.workloads.llama import load_config
+    from frontend.workloads.llama.config import PRESETS
+
+    rng = random.Random(51)
+    found: set = set()
+    seeds = [SMALL_LLAMA, PRESETS["7b"], {**PRESETS["tiny"], "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+             "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}]
+    path = tmp_path / "config.json"
+    for _ in range(300 * scale):
+        doc = rng.choice(seeds)
+        data = json.dumps(mutate_doc(rng, doc)).encode() if rng.random() < 0.7 else mutate_bytes(rng, json.dumps(doc).encode())
+        path.write_bytes(data)
+        reader_case(lambda p: load_config(str(p)), path, tmp_path, found)
+    xfail_if_found(found)
+
+
+# ----- safetensors files and their index: SafeTensors.open ------------------------------------------------------
+
+def _read_all(path: Path) -> None:
+    from frontend.safetensors import SafeTensors
+
+    tensors = SafeTensors.open(path)
+    for name in tensors:
+        tensors.get(name, "float32")
+
+
+def _tensors() -> dict[str, np.ndarray]:
+    return {"a.weight": np.arange(12, dtype=np.float32).reshape(3, 4), "b.bias": np.ones(5, dtype=np.float16),
+            "c.weight": np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3)}
+
+
+def _pack(header: dict, data: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    return struct.pack("<Q", len(head)) + head + data
+
+
+@both
+def test_safetensors_reads_damaged_files_cleanly(tmp_path, alarm, scale) -> None:
+    from frontend.safetensors import save_file
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = folder / "model.safetensors"
+    save_file(_tensors(), path, metadata={"format": "pt"}, bfloat16=("c.weight",))
+    valid = path.read_bytes()
+    (length,) = struct.unpack("<Q", valid[:8])
+    header, data = json.loads(valid[8:8 + length]), valid[8 + length:]
+    rng = random.Random(61)
+    found: set = set()
+    for _ in range(300 * scale):
+        path.write_bytes(_pack(mutate_doc(rng, header), data) if rng.random() < 0.6 else mutate_bytes(rng, valid))
+        reader_case(_read_all, path, folder, found)
+    xfail_if_found(found)
+
+
+@both
+def test_safetensors_index_reads_damaged_indexes_cleanly(tmp_path, alarm, scale) -> None:
+    from frontend.safetensors import save_sharded
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    index = save_sharded(_tensors(), folder, shards=2, metadata={"format": "pt"})
+    valid = json.loads(index.read_text())
+    rng = random.Random(71)
+    found: set = set()
+    for _ in range(300 * scale):
+        data = json.dumps(mutate_doc(rng, valid)).encode() if rng.random() < 0.7 else mutate_bytes(rng, json.dumps(valid).encode())
+        index.write_bytes(data)
+        reader_case(_read_all, folder, folder, found)
+    xfail_if_found(found)

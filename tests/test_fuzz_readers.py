@@ -236,7 +236,7 @@ def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, wh
         _escaped(err, found, " ".join(argv))
         for name in outputs:
             (folder / name).unlink(missing_ok=True)
-        return
+        return None
     finally:
         signal.alarm(0)
     out, err = capsys.readouterr()
@@ -253,6 +253,12 @@ def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, wh
         assert not any((folder / name).exists() for name in outputs), f"{context}: an output of a failed run"
     for name in outputs:
         (folder / name).unlink(missing_ok=True)
+    return code
+
+
+def both_outcomes(codes: list) -> None:
+    """A fuzz run that never succeeds (or never fails) checks less than it seems to."""
+    assert 0 in codes and any(code not in (0, None) for code in codes), codes
 
 
 def reader_case(read, path: Path, folder: Path, found: set) -> None:
@@ -285,6 +291,10 @@ def _json_whole(path: Path) -> None:
     json.loads(path.read_text())
 
 
+def _mlir_whole(path: Path) -> None:
+    module_to_graph(parse_ir(path.read_text(), str(path)))
+
+
 def _npz_whole(path: Path) -> None:
     with np.load(path) as data:
         assert data.files
@@ -308,7 +318,8 @@ def test_turnip_opt_reads_damaged_graphs_cleanly(tmp_path, capsys, alarm, scale)
     seeds = _opt_seeds(tmp_path)
     rng = random.Random(21)
     found: set = set()
-    for case in range(150 * scale):
+    codes: list = []
+    for _ in range(150 * scale):
         name = rng.choice(list(seeds))
         text = seeds[name]
         if name.endswith(".json") and rng.random() < 0.6:
@@ -318,8 +329,10 @@ def test_turnip_opt_reads_damaged_graphs_cleanly(tmp_path, capsys, alarm, scale)
         (tmp_path / name).write_bytes(data)
         pipeline = "turnip-memgraph{budget=12288}" if name == "taskgraph.json" else "turnip-verify-memgraph"
         out = "out.mlir" if name.endswith(".mlir") else "out.json"
-        reader = (lambda path: path.read_text()) if out == "out.mlir" else _json_whole
-        cli_case(main, [str(tmp_path / name), "-p", pipeline, "-o", str(tmp_path / out)], tmp_path, [out], capsys, reader, found)
+        reader = _mlir_whole if out == "out.mlir" else _json_whole
+        argv = [str(tmp_path / name), "-p", pipeline, "--emit", out.rsplit(".", 1)[1], "-o", str(tmp_path / out)]
+        codes.append(cli_case(main, argv, tmp_path, [out], capsys, reader, found))
+    both_outcomes(codes)
     xfail_if_found(found)
 
 
@@ -382,6 +395,7 @@ def test_run_reads_damaged_inputs_cleanly(tmp_path, capsys, alarm, scale) -> Non
     (tmp_path / "plan.json").write_text(json.dumps(memgraph.to_json()))
     rng = random.Random(31)
     found: set = set()
+    codes: list = []
     valid = {task: np.asarray(rng.random() * np.ones(shape), dtype=dtype) for task, (shape, dtype) in input_specs(memgraph).items()}
     for _ in range(40 * scale):
         choice = rng.random()
@@ -394,7 +408,8 @@ def test_run_reads_damaged_inputs_cleanly(tmp_path, capsys, alarm, scale) -> Non
         (tmp_path / "in.npz").write_bytes(data)
         argv = ["run", str(tmp_path / "plan.json"), "--backend", "cpu", "--inputs", str(tmp_path / "in.npz"),
                 "--outputs", str(tmp_path / "out.npz")]
-        cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole, found)
+        codes.append(cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole, found))
+    both_outcomes(codes)
     xfail_if_found(found)
 
 
@@ -411,7 +426,9 @@ def _npy(array) -> bytes:
 
 
 def mutate_ids(rng: random.Random, ids: np.ndarray):
-    choice = rng.randrange(7)
+    choice = rng.randrange(8)
+    if choice == 7:  # still valid: fewer ids, another integer type
+        return ids[: rng.randint(1, len(ids))].astype(rng.choice(["int32", "uint8", "int64"]))
     if choice == 0:
         return ids.astype(rng.choice(["float32", "int8", "uint64", "bool", "int16"]))
     if choice == 1:
@@ -437,12 +454,14 @@ def test_llama_reads_damaged_token_ids_cleanly(tmp_path, capsys, alarm, scale) -
     valid = np.arange(8, dtype=np.int64)
     rng = random.Random(41)
     found: set = set()
+    codes: list = []
     for _ in range(40 * scale):
         data = _npy(mutate_ids(rng, valid)) if rng.random() < 0.5 else mutate_bytes(rng, _npy(valid))
         (tmp_path / "ids.npy").write_bytes(data)
         argv = ["llama", "--config", str(tmp_path / "config.json"), "--input-ids", str(tmp_path / "ids.npy"),
                 "--memory", "1MiB", "--backend", "cpu", "--outputs", str(tmp_path / "out.npz")]
-        cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole, found)
+        codes.append(cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole, found))
+    both_outcomes(codes)
     xfail_if_found(found)
 
 
@@ -518,3 +537,29 @@ def test_safetensors_index_reads_damaged_indexes_cleanly(tmp_path, alarm, scale)
         index.write_bytes(data)
         reader_case(_read_all, folder, folder, found)
     xfail_if_found(found)
+
+
+# ----- the tracebacks found above, one concrete input each (owned elsewhere: xfail until fixed there) ------------
+
+@pytest.mark.xfail(strict=False, reason=KNOWN[("turnip_cli/llama_cmd.py", "_ids", "TokenError")])
+def test_llama_damaged_npy_header_is_one_line(tmp_path, capsys) -> None:
+    from turnip_cli.main import main
+
+    (tmp_path / "config.json").write_text(json.dumps(SMALL_LLAMA))
+    data = _npy(np.arange(8, dtype=np.int64))
+    assert b"(8,)" in data
+    (tmp_path / "ids.npy").write_bytes(data.replace(b"(8,)", b"(8,,"))  # the header's shape tuple, damaged
+    argv = ["llama", "--config", str(tmp_path / "config.json"), "--input-ids", str(tmp_path / "ids.npy"),
+            "--memory", "1MiB", "--backend", "cpu"]
+    assert main(argv) == 1
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.xfail(strict=False, reason=KNOWN[("frontend/safetensors.py", "_entry", "TypeError")])
+def test_safetensors_dtype_that_is_not_a_string_is_one_line(tmp_path) -> None:
+    from frontend.safetensors import SafeTensors
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(_pack({"w": {"dtype": {"F32": 1}, "shape": [1], "data_offsets": [0, 4]}}, bytes(4)))
+    with pytest.raises(TurnipError, match="dtype"):
+        SafeTensors.open(path)

@@ -64,3 +64,10 @@ def test_run_prints_no_progress_off_a_terminal(tmp_path, capsys, monkeypatch) ->
     monkeypatch.setattr(progress, "DELAY", 0.0)
     assert turnip(["run", path, "--memory", "1MiB", "--backend", "sim"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_build_reports_its_phases_with_progress(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    assert turnip(["build", "matmul", "-o", str(tmp_path / "g.json"), "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "turnip: building the taskgraph: done in " in err and f"turnip: writing {tmp_path / 'g.json'}: done in " in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.io import graph_text, write_atomic
 from turnip_ir.taskgraph import TaskGraph
@@ -27,13 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     placements = "; ".join(f"{name}: {', '.join(module.PLACEMENTS)}" for name, (module, _) in WORKLOADS.items())
     parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
+    add_progress_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".json", ".mlir")):
         raise InputError(f"output '{args.output}' must end in .json or .mlir")
-    graph = build_graph(args)
-    write_atomic(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
+    progress = Progress.for_args(args)
+    with progress.phase("building the taskgraph"):
+        graph = build_graph(args)
+    with progress.phase(f"writing {args.output}"):
+        write_atomic(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
     kernels = sum(1 for node in graph.nodes.values() if node.op not in ("input", "move"))
     moves = sum(1 for node in graph.nodes.values() if node.op == "move")
     print(f"wrote {args.output}: {len(graph)} nodes ({kernels} kernels, {moves} moves) on {graph.devices} GPU(s)")

@@ -56,7 +56,10 @@ class Progress:
         timer = threading.Timer(self.delay, self._show, (name, shown))
         timer.daemon = True
         self._current = (name, time.perf_counter(), timer, shown)
-        timer.start()
+        if self.delay <= 0:
+            self._show(name, shown)  # at once, not racing the phase's end
+        else:
+            timer.start()
 
     def end(self) -> None:
         if self._current is None:
@@ -64,7 +67,8 @@ class Progress:
         name, began, timer, shown = self._current
         self._current = None
         timer.cancel()
-        timer.join()
+        if timer.is_alive():
+            timer.join()
         if shown[0]:
             print(f"turnip: {name}: done in {time.perf_counter() - began:.1f} s", file=self.stream, flush=True)
 

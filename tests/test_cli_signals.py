@@ -144,3 +144,23 @@ def test_large_graph_needs_a_limit(fake_dot, monkeypatch, capsys) -> None:
     assert '"y38"' in source or "y38 " in source or "\ty38" in source
     assert "y39" not in source  # x and y0..y38 are the first 40
     assert (fake_dot / "g.svg").read_text().strip() == "<svg/>"
+
+
+def test_limit_draws_the_first_nodes_of_a_memgraph_and_their_edges(tmp_path, capsys) -> None:
+    from turnip_cli.main import main
+    from turnip_ir.io import load_graph
+
+    memgraph = Path(__file__).parent / "golden" / "valid" / "memgraph_issue.mlir"
+    nodes = load_graph(str(memgraph)).nodes
+    assert main(["viz", str(memgraph), "-o", str(tmp_path / "part.dot"), "--limit", "3"]) == 0
+    source = (tmp_path / "part.dot").read_text()
+    drawn = {str(node.id) for node in nodes[:3]}
+    for node in nodes:
+        declared = f"\t{node.id} [label=" in source
+        assert declared == (str(node.id) in drawn), node.id
+    for line in source.splitlines():
+        if " -> " in line:
+            src, dst = line.split(" [")[0].strip().split(" -> ")
+            assert {src, dst} <= drawn, line
+    assert main(["viz", str(memgraph), "-o", str(tmp_path / "none.dot"), "--limit", "0"]) == 1
+    assert "limit must be 1 or more" in capsys.readouterr().err

@@ -7,7 +7,7 @@ safetensors files and their model.safetensors.index.json (`SafeTensors.open`). A
 deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path.
 Through a CLI the property is: exit 0, or a non-zero exit with one line on stderr; no traceback; no file
 in the folder but the named outputs created or changed; an output only on success, and then whole.
-The CI part runs a few hundred cases per reader; `-m slow` runs ten times as many.
+The CI part runs a few hundred cases per reader in seconds; `-m slow` runs ten times as many.
 
 Found this way: xDSL's lexer backtracks exponentially on an unclosed string literal (a stray `"` hung
 the parser for minutes), xDSL raised VerifyException and ValueError while parsing, and the JSON readers
@@ -115,12 +115,11 @@ def test_damaged_ir_fails_cleanly(deadline):
 
 # ----- the harness for the other readers ---------------------------------------------------------------------
 
-ROUNDS = {"ci": 1, "slow": 10}
-"""Cases per reader are `base * ROUNDS[...]`: the CI part stays under a minute on two cores."""
-
-
-def _rounds(request) -> int:
-    return ROUNDS["slow"] if request.node.get_closest_marker("slow") else ROUNDS["ci"]
+@pytest.fixture(autouse=True)
+def slow_only_when_asked(request):
+    """The `slow` runs (ten times the cases, minutes) run only when `-m slow` selects them."""
+    if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a slow fuzz run: select it with -m slow")
 
 
 def both(test):

@@ -107,7 +107,7 @@ def test_ctrl_c_kills_dot(fake_dot, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_DOT_HANG", "1")
     graph = _chain(fake_dot / "g.json", 5)
     proc = subprocess.Popen([sys.executable, "-m", "turnip_cli.main", "viz", str(graph), "-o", "g.svg"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=fake_dot, env={**os.environ, **ENV, "PATH": os.environ["PATH"]})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=fake_dot, env={**os.environ, "PYTHONPATH": str(ROOT)})
     _wait_for(fake_dot / "pid", proc)
     time.sleep(0.2)  # the pid is written before `exec sleep`
     pid = int((fake_dot / "pid").read_text())

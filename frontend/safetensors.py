@@ -227,8 +227,8 @@ def _entry(name: str, raw, path: Path, start: int, size: int) -> TensorEntry:
     if not isinstance(raw, dict) or set(raw) != {"dtype", "shape", "data_offsets"}:
         raise InputError(f"{where}: malformed header entry (needs exactly dtype, shape, data_offsets)")
     code, shape, offsets = raw["dtype"], raw["shape"], raw["data_offsets"]
-    if code not in FORMATS:
-        raise InputError(f"{where}: dtype {code!r} is not supported (supported: {', '.join(FORMATS)})")
+    if not isinstance(code, str) or code not in FORMATS:
+        raise InputError(f"{where}: dtype {str(code)[:20]!r} is not supported (supported: {', '.join(FORMATS)})")
     if not isinstance(shape, list) or not all(_count(d) for d in shape):
         raise InputError(f"{where}: malformed header: shape {shape!r} must be a list of sizes")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets):

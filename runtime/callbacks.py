@@ -83,21 +83,34 @@ class Recorder(Callback):
 
 
 class ProgressBar(Callback):
-    """A tqdm bar over vertices, shown only once the run has lasted `delay` seconds."""
+    """A tqdm bar over every vertex, shown only once the run has lasted `delay` seconds (and when `enabled`).
 
-    def __init__(self, delay: float = 2.0):
+    The inputs (vertices without a resource) are done when the run starts; every completion counts one.
+    tqdm redraws at most ten times a second, so after a fast burst of completions the last drawing lags
+    behind the count: a run that ends draws the bar once more, at its total, and leaves it on screen.
+    """
+
+    def __init__(self, delay: float = 2.0, enabled: bool = True, file=None):
         self.delay = delay
+        self.enabled = enabled
+        self.file = file
         self.bar = None
 
     def start(self, graph: ExecGraph) -> None:
         from tqdm import tqdm
 
-        runs = sum(1 for resource in graph.resource if resource != NO_RESOURCE)
-        self.bar = tqdm(total=runs, unit="vertex", delay=self.delay, leave=False)
+        inputs = sum(1 for resource in graph.resource if resource == NO_RESOURCE)
+        self.bar = tqdm(total=len(graph), initial=inputs, unit="vertex", delay=self.delay, disable=not self.enabled,
+                        file=self.file, leave=True)
 
     def vertex_end(self, completion: Completion) -> None:
         self.bar.update(1)
 
     def finish(self, graph: ExecGraph, failed: bool) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        if self.bar is None:
+            return
+        if not failed:
+            self.bar.refresh()
+        else:
+            self.bar.leave = False  # a failed run's error line follows; the bar goes
+        self.bar.close()

@@ -7,6 +7,7 @@ per input, seeded from (seed, input id), so an input's values do not depend on w
 from __future__ import annotations
 
 import math
+import tokenize
 import zlib
 import zipfile
 from dataclasses import dataclass
@@ -55,6 +56,11 @@ def fill(out: np.ndarray, value) -> None:
         np.copyto(out, value)
 
 
+NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile)
+"""What `np.load` raises on a damaged file: an .npy header is parsed as a Python literal, so a damaged one
+raises SyntaxError or tokenize.TokenError, not only ValueError."""
+
+
 def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     """Every array of an .npz file, by key."""
     try:
@@ -62,8 +68,8 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
             return {key: data[key] for key in data.files}
     except FileNotFoundError:
         raise InputError(f"inputs file '{path}' does not exist") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise InputError(f"inputs file '{path}' is not a readable .npz: {err}") from None
+    except NUMPY_READ_ERRORS as err:
+        raise InputError(f"inputs file '{path}' is not a readable .npz: {' '.join(str(err).split())}") from None
 
 
 def input_specs(memgraph) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -1,5 +1,13 @@
-"""Mutation fuzzing of the JSON and IR readers: any damage to a valid file must end in one `TurnipError`
-line, fast; never another exception, a traceback or a hang.
+"""Mutation fuzzing of every reader: any damage to a valid file must end in one `TurnipError` line, fast;
+never another exception, a traceback or a hang.
+
+Readers: taskgraph and memgraph JSON and IR text (through `turnip-opt`), an .npz of inputs (`turnip run
+--inputs`), an .npy of token ids (`turnip llama --input-ids`), a model's config.json (`load_config`), and
+safetensors files and their model.safetensors.index.json (`SafeTensors.open`). A seeded mutator flips,
+deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path.
+Through a CLI the property is: exit 0, or a non-zero exit with one line on stderr; no traceback; no file
+in the folder but the named outputs created or changed; an output only on success, and then whole.
+The CI part runs a few hundred cases per reader in seconds; `-m slow` runs ten times as many.
 
 Found this way: xDSL's lexer backtracks exponentially on an unclosed string literal (a stray `"` hung
 the parser for minutes), xDSL raised VerifyException and ValueError while parsing, and the JSON readers
@@ -9,11 +17,14 @@ let negative devices, list-valued dtypes and integers past 64 bits through to th
 from __future__ import annotations
 
 import copy
+import io
 import json
 import random
 import signal
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from passes.pipeline import compile_taskgraph
@@ -99,3 +110,424 @@ def test_damaged_ir_fails_cleanly(deadline):
                 del words[k]
         text = " ".join(words)
         _must_fail_cleanly(lambda: module_to_graph(parse_ir(text, "f.mlir")), deadline)
+
+
+
+# ----- the harness for the other readers ---------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def slow_only_when_asked(request):
+    """The `slow` runs (ten times the cases, minutes) run only when `-m slow` selects them."""
+    if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a slow fuzz run: select it with -m slow")
+
+
+def both(test):
+    """Run `test` as a CI case and again, ten times longer, as a `slow` one."""
+    return pytest.mark.parametrize("scale", [1, pytest.param(10, marks=pytest.mark.slow)], ids=["ci", "slow"])(test)
+
+
+NUMBERS = [0, -1, 1, 2, 3, 7, 2**31, 2**63, 10**20, -(10**20), 0.5, -0.0, 1e308, float("nan"), "1", None, True, [], {}]
+
+
+def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
+    """One to three byte-level changes: flip a bit, set a byte, delete or duplicate a range, or truncate."""
+    data = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        if not data:
+            break
+        k = rng.randrange(len(data))
+        choice = rng.random()
+        if choice < 0.35:
+            data[k] ^= 1 << rng.randrange(8)
+        elif choice < 0.55:
+            data[k] = rng.choice(b'\x00\xff"{}[],:-0123456789e.')
+        elif choice < 0.7:
+            del data[k:k + rng.randint(1, 16)]
+        elif choice < 0.85:
+            data[k:k] = data[k:k + rng.randint(1, 16)]
+        else:
+            del data[k:]
+    return bytes(data)
+
+
+def mutate_doc(rng: random.Random, doc):
+    """A JSON document with one field deleted, one number changed or one value replaced, somewhere inside."""
+    doc = copy.deepcopy(doc)
+    parent, key = _pick(rng, doc)
+    if parent is None:
+        return rng.choice(NUMBERS)
+    choice = rng.random()
+    if choice < 0.25 and isinstance(parent, dict):
+        parent.pop(key)
+    elif choice < 0.75 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
+        value = parent[key]
+        parent[key] = rng.choice([value + 1, value - 1, -value, value * 1000, 0, 2**63, 10**20, 0.5, float(value), str(value)])
+    else:
+        parent[key] = rng.choice([*NUMBERS, "x", "", ["a"], {"a": 1}])
+    return doc
+
+
+def _pick(rng: random.Random, doc):
+    """A random (container, key) inside `doc`, found by a short random walk; (None, None) for the root."""
+    parent, key, node = None, None, doc
+    while isinstance(node, (dict, list)) and node and (parent is None or rng.random() < 0.6):
+        parent = node
+        key = rng.choice(list(node)) if isinstance(node, dict) else rng.randrange(len(node))
+        node = node[key]
+    return parent, key
+
+
+
+REPO = ROOT.parent
+
+
+def _where(err: BaseException) -> tuple[str, str, str]:
+    """(file, function, exception type) of the innermost frame of the project's own code (not the tests)."""
+    place = ("?", "?")
+    tb = err.__traceback__
+    while tb is not None:
+        file = Path(tb.tb_frame.f_code.co_filename)
+        if file.is_relative_to(REPO) and not file.is_relative_to(ROOT):
+            place = (str(file.relative_to(REPO)), tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return (*place, type(err).__name__)
+
+
+def _escaped(err: Exception, context: str) -> None:
+    """Any exception other than a one-line `TurnipError` fails the test here, naming where it escaped."""
+    key = _where(err)
+    raise AssertionError(f"{context}: {key[2]} escaped from {key[0]} {key[1]}(): {err}") from err
+
+
+
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def cli_case(main, argv: list[str], folder: Path, outputs: list[str], capsys, whole) -> None:
+    """Run one CLI call in-process and check the property (module docstring); `whole(path)` reads an output."""
+    before = _listing(folder)
+    signal.alarm(20)  # a hang fails the test instead of stalling the run
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    except Exception as err:  # in a process: a traceback
+        capsys.readouterr()
+        _escaped(err, " ".join(argv))
+        for name in outputs:
+            (folder / name).unlink(missing_ok=True)
+        return None
+    finally:
+        signal.alarm(0)
+    out, err = capsys.readouterr()
+    context = f"{' '.join(argv)}: exit {code}, stderr {err!r}"
+    assert "Traceback" not in out + err, context
+    after = _listing(folder)
+    changed = {name for name in after if before.get(name) != after[name]} | (set(before) - set(after))
+    assert changed <= set(outputs), f"{context}: touched {sorted(changed - set(outputs))}"
+    if code == 0:
+        for name in outputs:
+            whole(folder / name)
+    else:
+        assert len(err.strip().splitlines()) == 1, context
+        assert not any((folder / name).exists() for name in outputs), f"{context}: an output of a failed run"
+    for name in outputs:
+        (folder / name).unlink(missing_ok=True)
+    return code
+
+
+def both_outcomes(codes: list) -> None:
+    """A fuzz run that never succeeds (or never fails) checks less than it seems to."""
+    assert 0 in codes and any(code not in (0, None) for code in codes), codes
+
+
+def reader_case(read, path: Path, folder: Path) -> None:
+    """Call a reader in-process: it returns, or raises one `TurnipError` line; it writes nothing."""
+    before = _listing(folder)
+    signal.alarm(20)
+    try:
+        read(path)
+    except TurnipError as err:
+        assert "\n" not in str(err), str(err)
+    except Exception as err:
+        _escaped(err, f"{path}: {path.read_bytes()[:300]!r}")
+    finally:
+        signal.alarm(0)
+    assert _listing(folder) == before, f"{path}: the reader changed the folder"
+
+
+@pytest.fixture
+def alarm():
+    def hang(*_):
+        raise Hang()
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _json_whole(path: Path) -> None:
+    json.loads(path.read_text())
+
+
+def _mlir_whole(path: Path) -> None:
+    module_to_graph(parse_ir(path.read_text(), str(path)))
+
+
+def _npz_whole(path: Path) -> None:
+    with np.load(path) as data:
+        assert data.files
+
+
+# ----- taskgraph and memgraph JSON, IR text: turnip-opt -------------------------------------------------------
+
+def _opt_seeds(folder: Path) -> dict[str, str]:
+    taskgraph = matmul.build(matmul.PRESETS["small"]).taskgraph()
+    return {
+        "taskgraph.json": json.dumps(taskgraph.to_json()),
+        "memgraph.json": json.dumps(compile_taskgraph(taskgraph, 12288).to_json()),
+        "graph.mlir": (ROOT / "golden" / "valid" / "memgraph_issue.mlir").read_text(),
+    }
+
+
+@both
+def test_turnip_opt_reads_damaged_graphs_cleanly(tmp_path, capsys, alarm, scale) -> None:
+    from turnip_cli.opt import main
+
+    seeds = _opt_seeds(tmp_path)
+    rng = random.Random(21)
+    codes: list = []
+    for _ in range(150 * scale):
+        name = rng.choice(list(seeds))
+        text = seeds[name]
+        if name.endswith(".json") and rng.random() < 0.6:
+            data = json.dumps(mutate_doc(rng, json.loads(text))).encode()
+        else:
+            data = mutate_bytes(rng, text.encode())
+        (tmp_path / name).write_bytes(data)
+        pipeline = "turnip-memgraph{budget=12288}" if name == "taskgraph.json" else "turnip-verify-memgraph"
+        out = "out.mlir" if name.endswith(".mlir") else "out.json"
+        reader = _mlir_whole if out == "out.mlir" else _json_whole
+        argv = [str(tmp_path / name), "-p", pipeline, "--emit", out.rsplit(".", 1)[1], "-o", str(tmp_path / out)]
+        codes.append(cli_case(main, argv, tmp_path, [out], capsys, reader))
+    both_outcomes(codes)
+
+
+# ----- .npz inputs: turnip run --inputs ------------------------------------------------------------------------
+
+def _npz(arrays: dict) -> bytes:
+    data = io.BytesIO()
+    np.savez(data, **arrays)
+    return data.getvalue()
+
+
+def mutate_arrays(rng: random.Random, arrays: dict[str, np.ndarray]) -> dict:
+    """Arrays with one key dropped or added, or one array of another dtype, shape or contents."""
+    arrays = dict(arrays)
+    key = rng.choice(list(arrays))
+    array = arrays[key]
+    choice = rng.randrange(8)
+    if choice == 0:
+        del arrays[key]
+    elif choice == 1:
+        arrays["stray"] = array
+    elif choice == 2:
+        arrays[key] = array.astype(rng.choice(["float64", "float16", "int8", "int64", "uint64", "bool", "complex64"]))
+    elif choice == 3:
+        arrays[key] = array.reshape(-1)
+    elif choice == 4:
+        arrays[key] = array[: rng.randrange(len(array))]
+    elif choice == 5:
+        arrays[key] = np.asarray(array.flat[0])
+    elif choice == 6:
+        arrays[key] = np.full_like(array, rng.choice([np.nan, np.inf, -1e30, 2**62]))
+    else:
+        arrays[key] = np.asarray(["text"] * array.size)
+    return arrays
+
+
+def mutate_member(rng: random.Random, npz: bytes) -> bytes:
+    """The .npz with one member's bytes damaged and zipped again, so its checksum holds and numpy parses them."""
+    import zipfile
+
+    members = {}
+    with zipfile.ZipFile(io.BytesIO(npz)) as zipped:
+        for name in zipped.namelist():
+            members[name] = zipped.read(name)
+    name = rng.choice(list(members))
+    members[name] = mutate_bytes(rng, members[name][:160]) + members[name][160:]  # mostly the .npy header
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zipped:
+        for key, data in members.items():
+            zipped.writestr(key, data)
+    return out.getvalue()
+
+
+@both
+def test_run_reads_damaged_inputs_cleanly(tmp_path, capsys, alarm, scale) -> None:
+    from runtime.inputs import input_specs
+    from turnip_cli.main import main
+
+    memgraph = compile_taskgraph(matmul.build(matmul.PRESETS["small"]).taskgraph(), 12288)
+    (tmp_path / "plan.json").write_text(json.dumps(memgraph.to_json()))
+    rng = random.Random(31)
+    codes: list = []
+    valid = {task: np.asarray(rng.random() * np.ones(shape), dtype=dtype) for task, (shape, dtype) in input_specs(memgraph).items()}
+    for _ in range(40 * scale):
+        choice = rng.random()
+        if choice < 0.4:
+            data = _npz(mutate_arrays(rng, valid))
+        elif choice < 0.7:
+            data = mutate_member(rng, _npz(valid))
+        else:
+            data = mutate_bytes(rng, _npz(valid))
+        (tmp_path / "in.npz").write_bytes(data)
+        argv = ["run", str(tmp_path / "plan.json"), "--backend", "cpu", "--inputs", str(tmp_path / "in.npz"),
+                "--outputs", str(tmp_path / "out.npz")]
+        codes.append(cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole))
+    both_outcomes(codes)
+
+
+# ----- .npy token ids and config.json: turnip llama, load_config -------------------------------------------------
+
+SMALL_LLAMA = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "vocab_size": 32, "rms_norm_eps": 1e-5, "max_position_embeddings": 64, "dtype": "float32"}
+
+
+def _npy(array) -> bytes:
+    data = io.BytesIO()
+    np.save(data, array, allow_pickle=True)
+    return data.getvalue()
+
+
+def mutate_ids(rng: random.Random, ids: np.ndarray):
+    choice = rng.randrange(8)
+    if choice == 7:  # still valid: fewer ids, another integer type
+        return ids[: rng.randint(1, len(ids))].astype(rng.choice(["int32", "uint8", "int64"]))
+    if choice == 0:
+        return ids.astype(rng.choice(["float32", "int8", "uint64", "bool", "int16"]))
+    if choice == 1:
+        return ids.reshape(2, -1)
+    if choice == 2:
+        return ids[:0]
+    if choice == 3:
+        return np.asarray(ids[0])
+    if choice == 4:
+        changed = ids.copy()
+        changed[rng.randrange(len(ids))] = rng.choice([-1, 32, 2**62, -(2**62)])
+        return changed
+    if choice == 5:
+        return np.asarray([str(i) for i in ids])
+    return np.asarray([int(i) for i in ids], dtype=object)
+
+
+@both
+def test_llama_reads_damaged_token_ids_cleanly(tmp_path, capsys, alarm, scale) -> None:
+    from turnip_cli.main import main
+
+    (tmp_path / "config.json").write_text(json.dumps(SMALL_LLAMA))
+    valid = np.arange(8, dtype=np.int64)
+    rng = random.Random(41)
+    codes: list = []
+    for _ in range(40 * scale):
+        data = _npy(mutate_ids(rng, valid)) if rng.random() < 0.5 else mutate_bytes(rng, _npy(valid))
+        (tmp_path / "ids.npy").write_bytes(data)
+        argv = ["llama", "--config", str(tmp_path / "config.json"), "--input-ids", str(tmp_path / "ids.npy"),
+                "--memory", "1MiB", "--backend", "cpu", "--outputs", str(tmp_path / "out.npz")]
+        codes.append(cli_case(main, argv, tmp_path, ["out.npz"], capsys, _npz_whole))
+    both_outcomes(codes)
+
+
+@both
+def test_load_config_reads_damaged_configs_cleanly(tmp_path, alarm, scale) -> None:
+    from frontend.workloads.llama import load_config
+    from frontend.workloads.llama.config import PRESETS
+
+    rng = random.Random(51)
+    seeds = [SMALL_LLAMA, PRESETS["7b"], {**PRESETS["tiny"], "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+             "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}]
+    path = tmp_path / "config.json"
+    for _ in range(300 * scale):
+        doc = rng.choice(seeds)
+        data = json.dumps(mutate_doc(rng, doc)).encode() if rng.random() < 0.7 else mutate_bytes(rng, json.dumps(doc).encode())
+        path.write_bytes(data)
+        reader_case(lambda p: load_config(str(p)), path, tmp_path)
+
+
+# ----- safetensors files and their index: SafeTensors.open ------------------------------------------------------
+
+def _read_all(path: Path) -> None:
+    from frontend.safetensors import SafeTensors
+
+    tensors = SafeTensors.open(path)
+    for name in tensors:
+        tensors.get(name, "float32")
+
+
+def _tensors() -> dict[str, np.ndarray]:
+    return {"a.weight": np.arange(12, dtype=np.float32).reshape(3, 4), "b.bias": np.ones(5, dtype=np.float16),
+            "c.weight": np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3)}
+
+
+def _pack(header: dict, data: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    return struct.pack("<Q", len(head)) + head + data
+
+
+@both
+def test_safetensors_reads_damaged_files_cleanly(tmp_path, alarm, scale) -> None:
+    from frontend.safetensors import save_file
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = folder / "model.safetensors"
+    save_file(_tensors(), path, metadata={"format": "pt"}, bfloat16=("c.weight",))
+    valid = path.read_bytes()
+    (length,) = struct.unpack("<Q", valid[:8])
+    header, data = json.loads(valid[8:8 + length]), valid[8 + length:]
+    rng = random.Random(61)
+    for _ in range(300 * scale):
+        path.write_bytes(_pack(mutate_doc(rng, header), data) if rng.random() < 0.6 else mutate_bytes(rng, valid))
+        reader_case(_read_all, path, folder)
+
+
+@both
+def test_safetensors_index_reads_damaged_indexes_cleanly(tmp_path, alarm, scale) -> None:
+    from frontend.safetensors import save_sharded
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    index = save_sharded(_tensors(), folder, shards=2, metadata={"format": "pt"})
+    valid = json.loads(index.read_text())
+    rng = random.Random(71)
+    for _ in range(300 * scale):
+        data = json.dumps(mutate_doc(rng, valid)).encode() if rng.random() < 0.7 else mutate_bytes(rng, json.dumps(valid).encode())
+        index.write_bytes(data)
+        reader_case(_read_all, folder, folder)
+
+
+# ----- the tracebacks the fuzz found, one concrete input each, fixed -----------------------------------------------
+
+def test_llama_damaged_npy_header_is_one_line(tmp_path, capsys) -> None:
+    from turnip_cli.main import main
+
+    (tmp_path / "config.json").write_text(json.dumps(SMALL_LLAMA))
+    data = _npy(np.arange(8, dtype=np.int64))
+    assert b"(8,)" in data
+    (tmp_path / "ids.npy").write_bytes(data.replace(b"(8,)", b"(8,,"))  # the header's shape tuple, damaged
+    argv = ["llama", "--config", str(tmp_path / "config.json"), "--input-ids", str(tmp_path / "ids.npy"),
+            "--memory", "1MiB", "--backend", "cpu"]
+    assert main(argv) == 1
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_safetensors_dtype_that_is_not_a_string_is_one_line(tmp_path) -> None:
+    from frontend.safetensors import SafeTensors
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(_pack({"w": {"dtype": {"F32": 1}, "shape": [1], "data_offsets": [0, 4]}}, bytes(4)))
+    with pytest.raises(TurnipError, match="dtype"):
+        SafeTensors.open(path)

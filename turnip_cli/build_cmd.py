@@ -10,6 +10,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, check_outputs
 from turnip_ir.io import graph_text
@@ -27,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block", type=int, help="block size: tokens per block (ffn, llama), tile edge (matmul); "
                         "llama clamps a block larger than --tokens to it")
     parser.add_argument("--tokens", type=int, help="sequence length (ffn, llama)")
-    parser.add_argument("--placement", help="matmul: seed, round-robin, load-balanced; ffn: round-robin, "
-                        "load-balanced, layers; llama: sequence, layers, heads")
+    placements = "; ".join(f"{name}: {', '.join(module.PLACEMENTS)}" for name, (module, _) in WORKLOADS.items())
+    parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
+    add_progress_argument(parser)
 
 
 def check_positive_options(args: argparse.Namespace, *names: str) -> None:
@@ -46,8 +48,11 @@ def run(args: argparse.Namespace) -> int:
     check_positive_options(args, "gpus", "block", "tokens")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     check_outputs({"-o": args.output}, {"--config": config})
-    graph = build_graph(args)
-    atomic_write(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
+    progress = Progress.for_args(args)
+    with progress.phase("building the taskgraph"):
+        graph = build_graph(args)
+    with progress.phase(f"writing {args.output}"):
+        atomic_write(args.output, graph_text(graph, "mlir" if args.output.endswith(".mlir") else "json"))
     kernels = sum(1 for node in graph.nodes.values() if node.op not in ("input", "move"))
     moves = sum(1 for node in graph.nodes.values() if node.op == "move")
     print(f"wrote {args.output}: {len(graph)} nodes ({kernels} kernels, {moves} moves) on {graph.devices} GPU(s)")

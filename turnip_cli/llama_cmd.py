@@ -20,10 +20,12 @@ from runtime import arena_budget, execute
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
+from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, compile_printing_choice, parse_size
+from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
@@ -48,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--order", default="nondet", choices=ORDERS)
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
-    parser.add_argument("--gpus", type=int, default=1, metavar="N")
+    parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs to spread the blocks over (default 1)")
     parser.add_argument("--block", type=int, metavar="N", help="tokens per block, a positive integer (default: 4096 at "
                         "7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary says so")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
@@ -59,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
+    add_progress_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,23 +75,31 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, _input_files(args))  # before a long run
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
-    config, weights = _model(args)
-    ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
-    tokens = len(ids) if ids is not None else args.tokens
-    _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
-    if ids is None:
-        ids = llama.random_ids(config, tokens, args.seed)
-    built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
+    progress = Progress.for_args(args)
+    with progress.phase("reading the model"):
+        config, weights = _model(args)
+        ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
+        tokens = len(ids) if ids is not None else args.tokens
+        _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
+        if ids is None:
+            ids = llama.random_ids(config, tokens, args.seed)
+    with progress.phase("building the taskgraph"):
+        built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
     clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU{HALF_ON_CPU if backend == 'cpu' and config.dtype == 'float16' else ''}")
-    arena = arena_budget(built.graph, budget, backend, attention=args.attention)  # less the cuda workspace
-    memgraph = compile_printing_choice(built.graph, arena, args.schedule)
+    with progress.phase("compiling"):
+        arena = arena_budget(built.graph, budget, backend, attention=args.attention)  # less the cuda workspace
+        memgraph = compile_printing_choice(built.graph, arena, args.schedule)
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))
-    inputs = built.feed(weights, ids) if backend != "sim" else None
-    result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=[ProgressBar(), stop_on_interrupt()])
+    with progress.phase("reading the weights"):
+        inputs = built.feed(weights, ids) if backend != "sim" else None
+    callbacks = [progress.until_run_starts(), ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()]
+    with progress.phase("preparing"):  # ends when the run starts
+        result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=callbacks,
+                         verify=False)  # the compiler verified its own plan
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
     hidden_states = {"hidden_states": built.gather(result.outputs)} if args.outputs else {}
     written = write_all(run_files(args.outputs, lambda: hidden_states, args.trace, result.recorder))
@@ -146,8 +157,8 @@ def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
         ids = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InputError(f"token ids file '{path}' does not exist") from None
-    except (OSError, ValueError) as err:
-        raise InputError(f"token ids file '{path}' is not a readable .npy: {err}") from None
+    except NUMPY_READ_ERRORS as err:  # a damaged header makes numpy raise SyntaxError or TokenError too
+        raise InputError(f"token ids file '{path}' is not a readable .npy: {' '.join(str(err).split())[:120]}") from None
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
         raise InputError(f"token ids in '{path}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
     bad = ids[(ids < 0) | (ids >= config.vocab_size)]

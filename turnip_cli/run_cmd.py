@@ -17,6 +17,7 @@ from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import add_schedule_argument, load_plan
+from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import Contents, check_outputs, write_all
 
@@ -36,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=2, help="compute streams per GPU")
     parser.add_argument("--no-verify", action="store_true", help="run a given memgraph without proving it race-free first")
     add_schedule_argument(parser)
+    add_progress_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,19 +48,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, {"FILE": args.file, "--inputs": args.inputs})  # before a long run
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
-    memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
-    inputs = load_npz(args.inputs) if args.inputs else None
-    result = execute(
-        memgraph,
-        backend=backend_object,
-        order=args.order,
-        seed=args.seed,
-        inputs=inputs,
-        jitter=args.jitter,
-        streams=args.streams,
-        callbacks=[ProgressBar(), stop_on_interrupt()],
-        verify=not (compiled or args.no_verify),  # the compiler verifies its own plans
-    )
+    progress = Progress.for_args(args)
+    with progress.phase(f"reading {args.file}" + (" and compiling" if args.memory else "")):
+        memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
+    inputs = None
+    if args.inputs:
+        with progress.phase(f"reading {args.inputs}"):
+            inputs = load_npz(args.inputs)
+    with progress.phase("verifying and preparing" if not (compiled or args.no_verify) else "preparing"):
+        result = _execute(args, memgraph, backend_object, inputs, compiled, progress)
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
     written = write_all(run_files(args.outputs, lambda: result.outputs, args.trace, result.recorder))
     print("\n".join(result.summary.lines()))
@@ -77,3 +75,19 @@ def run_files(outputs: str | None, arrays: Callable[[], dict[str, np.ndarray]], 
     if trace:
         files.append((trace, recorder.trace_json()))
     return files
+
+
+def _execute(args: argparse.Namespace, memgraph, backend_object, inputs, compiled: bool, progress: Progress):
+    """The run, with the bar; the current phase (verifying, preparing) ends when the executor starts."""
+    return execute(
+        memgraph,
+        backend=backend_object,
+        order=args.order,
+        seed=args.seed,
+        inputs=inputs,
+        jitter=args.jitter,
+        streams=args.streams,
+        callbacks=[progress.until_run_starts(), ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()],
+        verify=not (compiled or args.no_verify),  # the compiler verifies its own plans
+    )
+

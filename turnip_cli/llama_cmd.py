@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--config", metavar="NAME_OR_JSON", help=f"preset ({', '.join(llama.PRESETS)}) or config.json; "
                         "weights are random from --seed")
     tokens = parser.add_mutually_exclusive_group(required=True)
-    tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T]")
+    tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T] or [1, T]")
     tokens.add_argument("--tokens", type=int, metavar="T", help="draw T token ids from --seed")
     parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
@@ -114,6 +114,8 @@ def _ids(args: argparse.Namespace, config: llama.LlamaConfig) -> np.ndarray:
         raise InputError(f"token ids file '{args.input_ids}' does not exist") from None
     except (OSError, ValueError) as err:
         raise InputError(f"token ids file '{args.input_ids}' is not a readable .npy: {err}") from None
+    if ids.ndim == 2 and ids.shape[0] == 1:  # [1, T], as tokenizers return them
+        ids = ids[0]
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
         raise InputError(f"token ids in '{args.input_ids}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
     bad = ids[(ids < 0) | (ids >= config.vocab_size)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from frontend.workloads.llama.float64_forward import float64_forward
 from passes.pipeline import compile_taskgraph
 from runtime import execute
 from turnip import Session
+from turnip_cli.main import main
 from turnip.sampling import next_tokens
 from turnip_ir.errors import InputError
 
@@ -203,16 +205,32 @@ def test_stop_at_eos_pads_with_the_eos_id():
 
 
 # ----- the CLI ----------------------------------------------------------------------------------------------
-def turnip(tmp_path, *args):
-    """`turnip generate ...` in a subprocess from the worktree."""
-    return subprocess.run([sys.executable, "-m", "turnip_cli.main", "generate", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def turnip(capsys, *args) -> Done:
+    """`turnip generate ...` in this process (the subprocess test below covers the entry point)."""
+    code = main(["generate", *map(str, args)])
+    out, err = capsys.readouterr()
+    return Done(code, out, err)
+
+
+def test_cli_entry_point_in_a_subprocess(tmp_path):
+    out = tmp_path / "o.npz"
+    args = [*BASE, "--prompt-tokens", "3", "--max-new-tokens", "2", "--outputs", str(out)]
+    done = subprocess.run([sys.executable, "-m", "turnip_cli.main", "generate", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert np.load(out)["generated"].shape == (1, 2)
 
 
 BASE = ("--config", "tiny", "--memory", "1MiB", "--backend", "cpu")
 
 
-def test_cli_reads_npy_and_ragged_npz_and_writes_generated(tmp_path):
+def test_cli_reads_npy_and_ragged_npz_and_writes_generated(tmp_path, capsys):
     np.save(tmp_path / "one.npy", np.array([1, 2, 3]))
     np.save(tmp_path / "batch.npy", np.array([[1, 2, 3], [4, 5, 6]]))
     np.savez(tmp_path / "ragged.npz", b=np.array([4, 5, 6, 7]), a=np.array([1, 2, 3]))
@@ -220,7 +238,7 @@ def test_cli_reads_npy_and_ragged_npz_and_writes_generated(tmp_path):
         want = session.generate([np.array([4, 5, 6, 7]), np.array([1, 2, 3])], 3).tokens
     for name, rows in (("one.npy", 1), ("batch.npy", 2), ("ragged.npz", 2)):
         out = tmp_path / f"{name}.out.npz"
-        done = turnip(tmp_path, *BASE, "--input-ids", tmp_path / name, "--max-new-tokens", 3, "--outputs", out)
+        done = turnip(capsys, *BASE, "--input-ids", tmp_path / name, "--max-new-tokens", 3, "--outputs", out)
         assert done.returncode == 0, done.stderr
         assert f"wrote {out}" in done.stdout and "tokens/s" in done.stdout and "peak arena" in done.stdout
         generated = np.load(out)["generated"]
@@ -228,13 +246,13 @@ def test_cli_reads_npy_and_ragged_npz_and_writes_generated(tmp_path):
     assert (np.load(tmp_path / "ragged.npz.out.npz")["generated"] == want).all()  # the order the file lists
 
 
-def test_cli_random_prompts_and_sim_timing(tmp_path):
-    done = turnip(tmp_path, *BASE, "--prompt-tokens", 4, "--batch", 3, "--max-new-tokens", 2, "--outputs", tmp_path / "o.npz",
+def test_cli_random_prompts_and_sim_timing(tmp_path, capsys):
+    done = turnip(capsys, *BASE, "--prompt-tokens", 4, "--batch", 3, "--max-new-tokens", 2, "--outputs", tmp_path / "o.npz",
                   "--trace", tmp_path / "t.json")
     assert done.returncode == 0, done.stderr
     assert np.load(tmp_path / "o.npz")["generated"].shape == (3, 2)
     assert json.loads((tmp_path / "t.json").read_text())
-    sim = turnip(tmp_path, "--config", "tiny", "--memory", "1MiB", "--backend", "sim", "--prompt-tokens", 4, "--max-new-tokens", 2)
+    sim = turnip(capsys, "--config", "tiny", "--memory", "1MiB", "--backend", "sim", "--prompt-tokens", 4, "--max-new-tokens", 2)
     assert sim.returncode == 0, sim.stderr
     assert "timing only" in sim.stdout
 
@@ -255,7 +273,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
+def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     paths = {"ragged_bad": tmp_path / "bad.npz", "empty": tmp_path / "empty.npy", "flat": tmp_path / "flat.npz",
              "missing": tmp_path / "none.npy", "out": tmp_path / "never.npz"}
     np.savez(paths["ragged_bad"], a=np.array([1, 2]), b=np.array([3, 300]))
@@ -266,7 +284,7 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
     extra = [] if "--memory" in args else ["--memory", "1MiB"]
     backend = [] if "--backend" in args else ["--backend", "cpu"]
     out = [] if "--outputs" in args else ["--outputs", str(tmp_path / "o.npz")]
-    done = turnip(tmp_path, "--config", "tiny", *extra, *backend, *out, *args)
+    done = turnip(capsys, "--config", "tiny", *extra, *backend, *out, *args)
     assert done.returncode == code, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("turnip generate: error: ")

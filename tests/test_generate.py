@@ -290,3 +290,18 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     assert len(lines) == 1 and lines[0].startswith("turnip generate: error: ")
     assert message.format(**paths) in lines[0]
     assert not (tmp_path / "o.npz").exists() and not paths["out"].exists()
+
+
+def test_the_cuda_backend_refuses_rows_and_concat_with_one_line():
+    """Until the cuda backend has them: a KernelError naming the kernel (numba-cuda's simulator here)."""
+    from runtime.backends.cuda import CudaBackend
+    from turnip_ir.errors import KernelError
+    from turnip_ir.taskgraph import TaskGraph
+
+    g = TaskGraph(devices=1)
+    x = g.input((4, 8), "float32", device=0, id="x")
+    g.output(g.kernel("concat", g.kernel("rows", x, start=0, stop=1, device=0, id="r"), x, device=0, id="c"))
+    memgraph = compile_taskgraph(g, 1 << 20)
+    with pytest.raises(KernelError) as caught:
+        execute(memgraph, backend=CudaBackend(), inputs={"x": np.ones((4, 8), "float32")})
+    assert "has no cuda implementation" in str(caught.value) and "\n" not in str(caught.value)

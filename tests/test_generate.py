@@ -184,7 +184,8 @@ def test_second_call_compiles_nothing_and_a_failed_call_leaves_the_session_usabl
         assert second.compiles == 0 and second.cache_hits == 4
         assert (second.tokens == first.tokens).all()
         hidden = session.prefill(np.array([1, 2, 3]))
-        assert hidden.shape == (3, 64)
+        expected = float64_forward(session.config, llama.RandomWeights(session.config, 0), np.array([1, 2, 3]))
+        np.testing.assert_allclose(hidden, expected, rtol=1e-4, atol=1e-4)
     session.close()  # idempotent
     with pytest.raises(InputError, match="^the session is closed$"):
         session.generate(prompts, 3)
@@ -305,3 +306,14 @@ def test_the_cuda_backend_refuses_rows_and_concat_with_one_line():
     with pytest.raises(KernelError) as caught:
         execute(memgraph, backend=CudaBackend(), inputs={"x": np.ones((4, 8), "float32")})
     assert "has no cuda implementation" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_turnip_llama_reads_ids_of_shape_1_by_t(tmp_path, capsys):
+    ids = np.array([5, 1, 7, 3])
+    np.save(tmp_path / "flat.npy", ids)
+    np.save(tmp_path / "row.npy", ids[None])
+    for name in ("flat", "row"):
+        args = ["llama", "--config", "tiny", "--input-ids", tmp_path / f"{name}.npy", "--memory", "1MiB", "--backend", "cpu",
+                "--outputs", tmp_path / f"{name}.npz"]
+        assert main([str(a) for a in args]) == 0, capsys.readouterr().err
+    assert (np.load(tmp_path / "flat.npz")["hidden_states"] == np.load(tmp_path / "row.npz")["hidden_states"]).all()

@@ -188,6 +188,14 @@ def _attention(xs, out, attrs):
         out[:, q.shape[1] :] = lse.transpose(2, 0, 1).reshape(tokens, heads)
 
 
+def _rows(xs, out, attrs):
+    out[...] = xs[0][attrs["start"] : attrs["stop"]]
+
+
+def _concat(xs, out, attrs):
+    np.concatenate(xs, axis=0, out=out)
+
+
 def _binary(ufunc) -> KernelImpl:
     def impl(xs, out, attrs):
         ufunc(xs[0], xs[1], out=out)
@@ -211,6 +219,8 @@ NUMPY_KERNELS: dict[str, KernelImpl] = {
     "rope": _rope,
     "swiglu": _swiglu,
     "attention": _attention,
+    "rows": _rows,
+    "concat": _concat,
 }
 
 assert set(NUMPY_KERNELS) == set(KERNELS), "every kernel in the table needs a numpy implementation"

@@ -110,6 +110,10 @@ FORMULAS = {
     "rope": lambda xs, attrs: llama.rope(*xs),
     "swiglu": lambda xs, attrs: llama.swiglu(*xs),
     "attention": _attention,
+    "rows": lambda xs, attrs: np.array([xs[0][i] for i in range(attrs["start"], attrs["stop"])]).reshape(
+        (attrs["stop"] - attrs["start"], *xs[0].shape[1:])
+    ),
+    "concat": lambda xs, attrs: np.array([row for x in xs for row in x]).reshape((sum(len(x) for x in xs), *xs[0].shape[1:])),
 }
 
 

@@ -76,6 +76,8 @@ INFERRED = [
     ("swiglu", [(4, 9), (4, 9)], {}, (4, 9)),
     ("attention", [(6, 16), (5, 8), (5, 8)], {"heads": 4, "kv_heads": 2}, (6, 16)),
     ("attention", [(5, 16), (5, 16), (5, 16)], {"heads": 4, "kv_heads": 4, "causal": True, "softmax_scale": 1}, (5, 16)),
+    ("rows", [(6, 16)], {"start": 2, "stop": 5}, (3, 16)),
+    ("concat", [(1, 16), (3, 16), (2, 16)], {}, (6, 16)),
 ]
 
 
@@ -112,6 +114,11 @@ ERRORS = [
     ("rmsnorm", [()], {}, "node 'bad': rmsnorm needs an operand of rank 1 or more"),
     ("rmsnorm", [(4, 9), (4,)], {}, "node 'bad': rmsnorm weight [4] must be [9]"),
     ("rmsnorm", [(4, 9), (9,), (9,)], {}, "node 'bad': rmsnorm takes 1 to 2 operands, got 3"),
+    ("rows", [(4, 9)], {"start": 2, "stop": 5}, "node 'bad': rows: [2, 5) is not a range of the 4 rows of [4, 9]"),
+    ("rows", [(4, 9)], {"start": 3, "stop": 1}, "node 'bad': rows: [3, 1) is not a range of the 4 rows of [4, 9]"),
+    ("rows", [(4, 9)], {"start": 0}, "node 'bad': rows needs the attribute 'stop'"),
+    ("concat", [(1, 9), (1, 8)], {}, "node 'bad': concat: operands differ past the first axis: [1, 9] and [1, 8]"),
+    ("concat", [()], {}, "node 'bad': concat needs operands of rank 1 or more, got [[]]"),
 ]
 
 

@@ -30,6 +30,8 @@ CASES = {
     "rmsnorm": [(s,) for s in UNARY_SHAPES] + [((3, 4), (4,)), ((2, 3, 4), (4,)), ((4, 0), (0,))],
     "rope": [((6, 8), (6, 4), (6, 4)), ((5, 4), (5, 4), (5, 4)), ((0, 8), (0, 4), (0, 4))],
     "swiglu": [((3, 4), (3, 4)), ((0, 4), (0, 4))],
+    "rows": [((5, 4),), ((3,),), ((3, 0),), ((2, 3, 4),)],
+    "concat": [((3, 4), (2, 4)), ((0, 4), (2, 4), (1, 4)), ((3,),), ((1, 2, 3), (2, 2, 3))],
     "attention": [],  # its own test below: a float32 partial beside float64 blocks
 }
 
@@ -48,7 +50,8 @@ def test_every_kernel_has_a_formula():
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name, case", list(_cases()))
 def test_cpu_kernel_equals_its_formula(name, case, dtype):
-    attrs = {"einsum": {"equation": case[0]}, "scale": {"factor": 0.5}, "rmsnorm": {"eps": 1e-5}}.get(name, {})
+    attrs = {"einsum": {"equation": case[0]}, "scale": {"factor": 0.5}, "rmsnorm": {"eps": 1e-5},
+             "rows": {"start": 1, "stop": 2}}.get(name, {})
     shapes = case[1:] if name == "einsum" else case
     rng = np.random.default_rng(len(shapes))
     xs = [rng.standard_normal(shape).astype(dtype) for shape in shapes]

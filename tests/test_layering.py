@@ -1,6 +1,6 @@
 """The layers only look down: data classes below formats inside `turnip_ir`, and across packages
 `turnip_ir` at the floor; `frontend`, `passes` and `runtime` each on it and never on each other;
-`turnip_cli` on top of all four; `tools/` (not shipped) may use everything, and nothing shipped uses it.
+`turnip` (the Python API) on those four; `turnip_cli` on top of all five; `tools/` (not shipped) may use everything, and nothing shipped uses it.
 
 Imports are read from the source (function-level ones included, `if TYPE_CHECKING:` blocks left out),
 so an import hidden inside a method counts as much as one at the top of a file.
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("turnip_ir", "frontend", "passes", "runtime", "turnip_cli", "tools")
+PACKAGES = ("turnip_ir", "frontend", "passes", "runtime", "turnip", "turnip_cli", "tools")
 SHIPPED = PACKAGES[:-1]
 DATA = ("turnip_ir.taskgraph", "turnip_ir.memgraph")
 FORMATS = ("turnip_ir.dialect", "turnip_ir.convert", "turnip_ir.io", "turnip_ir.json_taskgraph", "turnip_ir.json_memgraph", "turnip_ir.dot")
@@ -24,11 +24,12 @@ BELOW = {
     "frontend": {"turnip_ir"},
     "passes": {"turnip_ir"},
     "runtime": {"turnip_ir"},
+    "turnip": {"turnip_ir", "frontend", "passes", "runtime"},
     "turnip_cli": set(SHIPPED),
     "tools": set(PACKAGES),
 }
 """Which packages each package may import: the runtime never imports a pass, a pass never the runtime, and
-neither knows the model frontend; nothing shipped imports `tools`."""
+neither knows the model frontend; the API (`turnip`) sits on all four and under the CLI; nothing shipped imports `tools`."""
 
 
 def _module_name(path: Path) -> str:

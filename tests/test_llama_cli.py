@@ -222,7 +222,7 @@ def test_membership_reads_no_tensor(tmp_path, monkeypatch):
     monkeypatch.setattr(module.SafeTensors, "get", lambda self, *a, **k: read.append(a) or real_get(self, *a, **k))
     for weights in (llama.RandomWeights(llama.load_config("7b"), seed=0), llama.CheckpointWeights(tmp_path / "m", config)):
         assert "model.embed_tokens.weight" in weights and "model.norm.weight" in weights
-        assert "model.layers.0.mlp.up_proj.weight" in weights and "lm_head.weight" not in weights and 3 not in weights
+        assert "model.layers.0.mlp.up_proj.weight" in weights and "model.layers.99.mlp.up_proj.weight" not in weights and 3 not in weights
     assert drawn == [] and read == []
     assert llama.RandomWeights(config, seed=0)["model.norm.weight"].shape == (32,) and len(drawn) == 1  # the counter counts
 
@@ -285,7 +285,8 @@ def _ids(tmp_path):
 def test_host_memory_counts_weights_activations_and_cpu_arenas_but_not_on_sim(capsys, monkeypatch):
     config = llama.load_config("tiny")
     footprint = llama.host_footprint(config, 64)
-    assert footprint.weights == sum(w.nbytes for w in llama.RandomWeights(config, 0).values())
+    weights = llama.RandomWeights(config, 0)
+    assert footprint.weights == sum(weights[name].nbytes for name in llama.weight_shapes(config))  # what the prefill reads
     assert footprint.activations == 64 * (2 * 64 + 2 * 16 + 2 * 64 + 4 * 64 + 2 * 128) * 4
     args = ["llama", "--config", "tiny", "--tokens", "64", "--memory", "1MiB"]
     need = footprint.total + min(2 << 20, footprint.total)  # the arenas take at most the budget and what the tensors take

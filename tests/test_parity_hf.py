@@ -45,7 +45,7 @@ def hf_hidden_states(folder, ids: np.ndarray, dtype: str) -> np.ndarray:
     config = transformers.LlamaConfig.from_pretrained(folder)
     model = transformers.LlamaModel(config).to(getattr(torch, dtype)).eval()
     state = safetensors_torch.load_file(folder / "model.safetensors")
-    model.load_state_dict({name.removeprefix("model."): tensor for name, tensor in state.items()})
+    model.load_state_dict({name.removeprefix("model."): tensor for name, tensor in state.items() if name != "lm_head.weight"})
     with torch.no_grad():
         return model(input_ids=torch.from_numpy(ids)[None]).last_hidden_state[0].float().numpy()
 

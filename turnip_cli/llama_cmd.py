@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--config", metavar="NAME_OR_JSON", help=f"preset ({', '.join(llama.PRESETS)}) or config.json; "
                         "weights are random from --seed")
     tokens = parser.add_mutually_exclusive_group(required=True)
-    tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T]")
+    tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T] or [1, T]")
     tokens.add_argument("--tokens", type=int, metavar="T", help="draw T token ids from --seed")
     parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
@@ -159,6 +159,8 @@ def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
         raise InputError(f"token ids file '{path}' does not exist") from None
     except NUMPY_READ_ERRORS as err:  # a damaged header makes numpy raise SyntaxError or TokenError too
         raise InputError(f"token ids file '{path}' is not a readable .npy: {' '.join(str(err).split())[:120]}") from None
+    if ids.ndim == 2 and ids.shape[0] == 1:  # [1, T], as tokenizers return them
+        ids = ids[0]
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
         raise InputError(f"token ids in '{path}' must be a non-empty 1-D integer array, got {ids.dtype} {list(ids.shape)}")
     bad = ids[(ids < 0) | (ids >= config.vocab_size)]

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "explain": ("turnip_cli.explain_cmd", "what a plan offloads and reloads, and why"),
     "build": ("turnip_cli.build_cmd", "write a workload's taskgraph (matmul, ffn, llama)"),
     "llama": ("turnip_cli.llama_cmd", "LLaMA prefill under a memory budget: weights and token ids to hidden states"),
+    "generate": ("turnip_cli.generate_cmd", "LLaMA generation under a memory budget: prompts to new tokens"),
 }
 
 

@@ -75,6 +75,8 @@ ATTR_TYPES: tuple[type, ...] = (str, float, int, bool)
 """The types a kernel attribute may have: IR `StringAttr`, `f64`, `i64` and `i1` (`true`/`false`)."""
 
 INT64 = (-(1 << 63), 1 << 63)
+CONCAT_MAX = 1024
+"""The most operands a concat takes (a decode step stacks one row per sequence of its batch)."""
 
 
 def accepts(kind: type, value) -> bool:
@@ -238,6 +240,29 @@ def _attention_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
     return flops // 2 if attrs.get("causal", False) else flops
 
 
+def _rows(shapes: list[Shape], attrs: dict) -> Shape:
+    x = shapes[0]
+    start, stop = attrs["start"], attrs["stop"]
+    if len(x) == 0:
+        raise ShapeError("rows needs an operand of rank 1 or more")
+    if not 0 <= start <= stop <= x[0]:
+        raise ShapeError(f"rows: [{start}, {stop}) is not a range of the {x[0]} rows of {list(x)}")
+    return (stop - start, *x[1:])
+
+
+def _concat(shapes: list[Shape], attrs: dict) -> Shape:
+    if any(len(s) == 0 for s in shapes):
+        raise ShapeError(f"concat needs operands of rank 1 or more, got {[list(s) for s in shapes]}")
+    if len({tuple(s[1:]) for s in shapes}) > 1:
+        raise ShapeError(f"concat: operands differ past the first axis: {' and '.join(str(list(s)) for s in shapes)}")
+    return (sum(s[0] for s in shapes), *shapes[0][1:])
+
+
+def _no_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
+    """A copy: its cost is the bytes it reads and writes."""
+    return 0
+
+
 def _elementwise(per_element: int) -> Callable[[list[Shape], Shape, dict], int]:
     return lambda shapes, out, attrs: per_element * math.prod(out)
 
@@ -324,6 +349,22 @@ KERNELS: dict[str, KernelSpec] = {
             infer_dtype=_attention_dtype,
             summary="one key block of grouped-query attention, merged into the packed partial prev; "
             "final: the output, else the next packed partial (float32, [tq, heads*D + heads])",
+        ),
+        KernelSpec(
+            "rows",
+            (1, 1),
+            _rows,
+            _no_flops,
+            attrs={"start": int, "stop": int},
+            required=("start", "stop"),
+            summary="x[start:stop] along the first axis (a copy)",
+        ),
+        KernelSpec(
+            "concat",
+            (1, CONCAT_MAX),
+            _concat,
+            _no_flops,
+            summary="the operands stacked along the first axis; the other axes and the dtypes agree",
         ),
     ]
 }

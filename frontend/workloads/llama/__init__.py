@@ -1,13 +1,19 @@
-"""LLaMA prefill: configs, RoPE tables, weights, the blocked taskgraph and a float64 forward pass (`float64_forward`)."""
+"""LLaMA prefill and decode: configs, RoPE tables, weights, the blocked prefill taskgraph, the decode step
+(`build_decode_step`) and a float64 forward pass (`float64_forward`)."""
 
 from frontend.workloads.llama.config import DEFAULT_TOKENS, PRESETS, LlamaConfig, load_config
 from frontend.workloads.llama.graph import PLACEMENTS, LlamaGraph, build_llama, default_block
+from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
 from frontend.workloads.llama.float64_forward import float64_forward
 from frontend.workloads.llama.footprint import HostFootprint, host_footprint
-from frontend.workloads.llama.weights import CheckpointWeights, RandomWeights, embed, random_ids, weight_shapes
+from frontend.workloads.llama.weights import CheckpointWeights, RandomWeights, embed, head_name, random_ids, weight_shapes
 
 __all__ = [
     "DEFAULT_TOKENS",
+    "KV_BLOCK",
+    "DecodeStep",
+    "build_decode_step",
+    "head_name",
     "PLACEMENTS",
     "PRESETS",
     "CheckpointWeights",

@@ -46,6 +46,10 @@ class LlamaConfig:
     rope: Rope
     dtype: str
     name: str = "custom"
+    tie_word_embeddings: bool = False
+    """The LM head is the embedding table (transformers' default for LlamaConfig is False)."""
+    eos_token_id: tuple[int, ...] = ()
+    """The end-of-sequence ids (`config.json` gives one id or a list); generation stops on them only when asked."""
 
 
 _TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -97,6 +101,8 @@ def from_hf(doc: dict, where: str) -> LlamaConfig:
         rope=_rope(doc, where),
         dtype=_dtype(doc, where),
         name=where,
+        tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)),
+        eos_token_id=_ids(doc.get("eos_token_id"), "eos_token_id", where),
     )
     if config.num_attention_heads % config.num_key_value_heads:
         raise InputError(f"config '{where}': num_key_value_heads {config.num_key_value_heads} does not divide num_attention_heads {heads}")
@@ -144,6 +150,14 @@ def _dtype(doc: dict, where: str) -> str:
     if value not in DTYPE_BYTES:
         raise InputError(f"config '{where}': dtype '{value}' is not one of {', '.join(DTYPE_BYTES)}")
     return value
+
+
+def _ids(value, key: str, where: str) -> tuple[int, ...]:
+    """None, one integer or a list of integers, as a tuple."""
+    values = [] if value is None else value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise InputError(f"config '{where}': {key} must be an integer or a list of integers, got {value!r}")
+    return tuple(values)
 
 
 def _int(doc: dict, key: str, where: str, default: int | None = None) -> int:

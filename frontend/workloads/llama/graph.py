@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,6 +94,8 @@ class LlamaGraph:
     block: int
     program: Program
     hidden_states: Blocked
+    kv: list[tuple[Blocked, Blocked]] = field(default_factory=list)
+    """Per layer, the post-RoPE k and the v as outputs (`build_llama(kv_outputs=True)`), else empty."""
 
     @property
     def graph(self) -> TaskGraph:
@@ -111,10 +113,15 @@ class LlamaGraph:
         """The final hidden states [T, hidden] from a run's outputs."""
         return self.program.gather(self.hidden_states, outputs)
 
+    def gather_kv(self, outputs: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per layer, k and v [T, kv_heads * head_dim] (k after RoPE) from a run's outputs: the KV cache."""
+        return [(self.program.gather(k, outputs), self.program.gather(v, outputs)) for k, v in self.kv]
+
 
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
-                placement: str = "sequence") -> LlamaGraph:
-    """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs.
+                placement: str = "sequence", kv_outputs: bool = False) -> LlamaGraph:
+    """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs;
+    with `kv_outputs`, each layer's k (after RoPE) and v blocks are outputs too (`LlamaGraph.gather_kv`).
 
     A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
     block = default_block(config, tokens) if block is None else block
@@ -129,20 +136,23 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     cut = (split_block(tokens, block),)
     x = prog.input("hidden", (tokens, config.hidden_size), config.dtype, cut)
     rope = [prog.input(f"rope.{f}", (tokens, config.head_dim), config.dtype, cut) for f in ("cos", "sin")]
+    kv: list[tuple[Blocked, Blocked]] | None = [] if kv_outputs else None
     for layer in range(config.num_hidden_layers):
         prog.phase = layer
-        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer))
+        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv)
     prog.phase = config.num_hidden_layers
     final = plan(config, placement, gpus, config.num_hidden_layers)
     norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
     out = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
     prog.output(out)
     prog.taskgraph()
-    return LlamaGraph(config, tokens, block, prog, out)
+    return LlamaGraph(config, tokens, block, prog, out, kv or [])
 
 
-def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan) -> Blocked:
-    """One decoder layer on the residual stream `x`; returns the new stream."""
+def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan,
+           kv: list[tuple[Blocked, Blocked]] | None = None) -> Blocked:
+    """One decoder layer on the residual stream `x`; returns the new stream. With a `kv` list, the
+    layer's post-RoPE k and its v become outputs and are appended to it."""
     p, n = f"model.layers.{layer}.", f"l{layer}."
     hidden, dtype, groups = config.hidden_size, config.dtype, where.groups
     q_width = config.num_attention_heads * config.head_dim
@@ -164,6 +174,9 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
     v = project(h, "v", weight("self_attn.v_proj.weight", (kv_width, hidden), (groups,)), where.split)
     q, k = (prog.map("rope", t, *rope, name=n + t.name.split(".")[-1] + "_rope", signature="tn,td,td->tn", place=follow)
             for t in (q, k))
+    if kv is not None:
+        prog.output(k, v)
+        kv.append((k, v))
     a = prog.attention(q, k, v, name=n + "attn", heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
                        place=where.attention)
     o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)

@@ -22,6 +22,7 @@ from frontend.workloads.llama.config import LlamaConfig
 EMBED = "model.embed_tokens.weight"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 """What a weight may be stored as (F16, BF16, F32, F64): an integer read as a float is a wrong model, not a cast."""
+LM_HEAD = "lm_head.weight"
 POOL = 1 << 18
 """Random weights draw at most this many values per tensor and tile them: 7B in seconds, not minutes."""
 
@@ -49,6 +50,11 @@ def weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def head_name(config: LlamaConfig) -> str:
+    """The weight the LM head multiplies by: the embedding table when tied, else `lm_head.weight` [vocab, hidden]."""
+    return EMBED if config.tie_word_embeddings else LM_HEAD
+
+
 class RandomWeights(Mapping):
     """Weights from a seed: projections N(0, 1/fan-in), norms 1 + N(0, 0.1^2), embeddings N(0, 1).
 
@@ -58,6 +64,8 @@ class RandomWeights(Mapping):
         self.config = config
         self.seed = seed
         self.shapes = weight_shapes(config)
+        if not config.tie_word_embeddings:
+            self.shapes[LM_HEAD] = (config.vocab_size, config.hidden_size)
 
     def __getitem__(self, name: str) -> np.ndarray:
         shape = self.shapes[name]
@@ -101,6 +109,18 @@ class CheckpointWeights(Mapping):
             if tuple(self.file.shape(stored)) != shape:
                 raise InputError(f"weights '{self.file.source}': tensor '{stored}' has shape "
                                  f"{list(self.file.shape(stored))}, the config needs {list(shape)}")
+        self._add_head()
+
+    def _add_head(self) -> None:
+        """`lm_head.weight` when the file has it (generation needs it unless tied; a prefill does not)."""
+        head = (self.config.vocab_size, self.config.hidden_size)
+        if LM_HEAD not in self.file:
+            return
+        if tuple(self.file.shape(LM_HEAD)) != head:
+            raise InputError(f"weights '{self.file.source}': tensor '{LM_HEAD}' has shape "
+                             f"{list(self.file.shape(LM_HEAD))}, the config needs {list(head)}")
+        self.shapes[LM_HEAD] = head
+        self.stored[LM_HEAD] = LM_HEAD
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.file.get(self.stored[name], dtype=self.config.dtype)

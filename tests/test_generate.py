@@ -1,0 +1,319 @@
+"""Generation: the decode step equals a float64 numpy decode, the tokens equal transformers' greedy
+`generate` on tiny random checkpoints (GQA, llama3 RoPE, tied embeddings, a ragged batch, a budget that
+forces offload, random dispatch orders), sampling is reproducible, the session caches its plans and
+survives a failed call, and `turnip generate` reads its inputs and refuses bad ones with one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from frontend.safetensors import save_file
+from frontend.workloads import llama
+from frontend.workloads.llama.float64_forward import float64_forward
+from passes.pipeline import compile_taskgraph
+from runtime import execute
+from turnip import Session
+from turnip_cli.main import main
+from turnip.sampling import next_tokens
+from turnip_ir.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 128, "rms_norm_eps": 1e-5, "max_position_embeddings": 256,
+        "rope_theta": 10000.0}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
+OFFLOAD_BUDGET = 64 << 10
+"""Below TINY's weights (~280 KiB) and above its largest op (the LM head, ~33 KiB)."""
+GQA_BUDGET = 100 << 10
+"""The same for the tiny-gqa preset (~420 KiB of weights, a 64 KiB LM head)."""
+
+
+def reference_logits(config, weights, ids) -> np.ndarray:
+    """float64 logits of the last position, recomputing the whole sequence (no cache)."""
+    hidden = float64_forward(config, weights, ids)[-1]
+    return np.asarray(weights[llama.head_name(config)], dtype=np.float64) @ hidden
+
+
+def reference_greedy(config, weights, prompt, steps) -> list[int]:
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(np.argmax(reference_logits(config, weights, np.array(ids)))))
+    return ids[len(prompt):]
+
+
+def _run(graph, inputs, budget=1 << 30):
+    return execute(compile_taskgraph(graph, budget), backend="cpu", inputs=inputs).outputs
+
+
+@pytest.mark.parametrize("gpus, kv_block", [(1, 1024), (1, 2), (2, 3)])
+def test_decode_step_equals_float64_decode(gpus, kv_block):
+    config = llama.load_config("tiny-gqa")
+    weights = llama.RandomWeights(config, 5)
+    prompts = [np.array([3, 1, 4, 1, 5, 9, 2]), np.array([7]), np.array([2, 7, 1, 8])]
+    caches = []
+    for prompt in prompts:  # prefill of all but the last token, its k and v as outputs
+        head = prompt[:-1]
+        if len(head) == 0:
+            caches.append([(np.empty((0, 32), "float32"),) * 2] * config.num_hidden_layers)
+            continue
+        built = llama.build_llama(config, len(head), block=2, kv_outputs=True)
+        caches.append(built.gather_kv(_run(built.graph, built.feed(weights, head))))
+    step = llama.build_decode_step(config, [len(p) - 1 for p in prompts], gpus=gpus, kv_block=kv_block)
+    hidden = llama.embed(weights, np.array([p[-1] for p in prompts]), config)
+    outputs = _run(step.graph, step.feed(weights, hidden, caches))
+    logits = step.logits(outputs)
+    assert logits.shape == (3, config.vocab_size)
+    for b, prompt in enumerate(prompts):
+        np.testing.assert_allclose(logits[b], reference_logits(config, weights, prompt), rtol=1e-4, atol=1e-4)
+    assert [k.shape for k, _ in step.new_kv(outputs)] == [(3, 32)] * config.num_hidden_layers
+
+
+def test_decode_step_kernels_and_inputs():
+    config = llama.load_config("tiny-gqa")
+    step = llama.build_decode_step(config, [0, 5], kv_block=2)
+    nodes = step.graph.nodes
+    assert nodes["kv.0.1.k[2]"].shape == (1, 32) and "kv.0.0.k" not in nodes  # an empty cache has no input
+    assert nodes["l0.attn"].op == "concat" and nodes["k_new.0.1"].op == "rows"
+    assert {"logits", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
+    with pytest.raises(InputError, match="cache length 0 must be an integer >= 0, got -1"):
+        llama.build_decode_step(config, [-1])
+
+
+def test_greedy_session_equals_float64_reference_on_random_weights():
+    config = llama.load_config("tiny-gqa")
+    prompts = [np.array([5, 6, 7]), np.array([9])]
+    with Session(config="tiny-gqa", memory=GQA_BUDGET, backend="cpu", seed=3) as session:
+        result = session.generate(prompts, 4)
+    weights = llama.RandomWeights(config, 3)
+    assert result.tokens.dtype == np.int64 and result.tokens.shape == (2, 4)
+    for b, prompt in enumerate(prompts):
+        assert result.tokens[b].tolist() == reference_greedy(config, weights, prompt, 4)
+    assert result.bytes_reloaded > 0  # the budget forces offload
+
+
+# ----- transformers ---------------------------------------------------------------------------------------
+def write_checkpoint(folder: Path, doc: dict, seed: int = 2) -> None:
+    transformers = pytest.importorskip("transformers")
+    folder.mkdir()
+    transformers.LlamaConfig(**doc).save_pretrained(folder)
+    config = llama.load_config(str(folder))
+    weights = dict(llama.RandomWeights(config, seed))
+    if config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+    save_file(weights, folder / "model.safetensors")
+
+
+def hf_greedy(folder: Path, prompt: np.ndarray, steps: int) -> list[int]:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig.from_pretrained(folder)).float().eval()
+    missing, unexpected = model.load_state_dict(safetensors_torch.load_file(folder / "model.safetensors"), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}
+    if missing:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied
+    model.generation_config.eos_token_id = None  # exactly `steps` tokens
+    with torch.no_grad():
+        out = model.generate(torch.from_numpy(prompt)[None], max_new_tokens=steps, do_sample=False, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+HF_CASES = {
+    "gqa": TINY,
+    "gqa, llama3 rope": {**TINY, "rope_theta": 500000.0, "rope_scaling": LLAMA3},
+    "tied embeddings": {**TINY, "tie_word_embeddings": True},
+}
+
+
+@pytest.mark.parametrize("case", HF_CASES)
+def test_tokens_equal_transformers_greedy_generate(tmp_path, case):
+    write_checkpoint(tmp_path / "m", HF_CASES[case])
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 128, n) for n in (6, 1, 11)]  # ragged: each compared with HF on it alone
+    expected = [hf_greedy(tmp_path / "m", p, 5) for p in prompts]
+    with Session(weights=tmp_path / "m", memory=OFFLOAD_BUDGET, backend="cpu") as session:
+        for order_seed in (0, 1, 2):
+            session.order, session.seed = "random", order_seed
+            result = session.generate(prompts, 5)
+            assert result.tokens.tolist() == expected
+            assert result.bytes_reloaded > 0
+
+
+# ----- sampling and the session -------------------------------------------------------------------------
+def test_sampling_is_reproducible_for_a_seed():
+    prompts = [np.array([1, 2, 3]), np.array([4, 5])]
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        greedy = session.generate(prompts, 6).tokens
+        assert (session.generate(prompts, 6, temperature=0.0, top_p=0.5, seed=9).tokens == greedy).all()
+        first = session.generate(prompts, 6, temperature=1.5, top_p=0.95, seed=7).tokens
+        again = session.generate(prompts, 6, temperature=1.5, top_p=0.95, seed=7).tokens
+        other = session.generate(prompts, 6, temperature=1.5, top_p=0.95, seed=8).tokens
+    assert (first == again).all()
+    assert (first != other).any() and (first != greedy).any()
+
+
+def test_next_tokens_rules():
+    logits = np.array([[0.0, 3.0, 3.0, 1.0], [5.0, 0.0, 0.0, 0.0]])
+    rng = np.random.default_rng(0)
+    assert next_tokens(logits, 0.0, 1.0, rng).tolist() == [1, 0]  # first index on ties
+    draws = {tuple(next_tokens(logits, 1.0, 1e-9, rng)) for _ in range(20)}  # top_p this small: the top token
+    assert draws == {(1, 0)}
+    counts = np.bincount([next_tokens(logits[:1], 1.0, 1.0, rng)[0] for _ in range(2000)], minlength=4)
+    probs = np.exp(logits[0]) / np.exp(logits[0]).sum()
+    assert np.abs(counts / 2000 - probs).max() < 0.05
+
+
+def test_second_call_compiles_nothing_and_a_failed_call_leaves_the_session_usable():
+    prompts = [np.array([1, 2, 3]), np.array([4])]
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        first = session.generate(prompts, 3)
+        assert first.compiles == 4 and first.cache_hits == 0  # a prefill and three decode steps
+        with pytest.raises(InputError, match=r"^prompt 1: token id 256 is out of the vocabulary range \[0, 256\)$"):
+            session.generate([np.array([1]), np.array([2, 256])], 3)
+        with pytest.raises(InputError, match="^prompt 0 is empty$"):
+            session.generate([np.array([], dtype=np.int64)], 3)
+        second = session.generate(prompts, 3)
+        assert second.compiles == 0 and second.cache_hits == 4
+        assert (second.tokens == first.tokens).all()
+        hidden = session.prefill(np.array([1, 2, 3]))
+        expected = float64_forward(session.config, llama.RandomWeights(session.config, 0), np.array([1, 2, 3]))
+        np.testing.assert_allclose(hidden, expected, rtol=1e-4, atol=1e-4)
+    session.close()  # idempotent
+    with pytest.raises(InputError, match="^the session is closed$"):
+        session.generate(prompts, 3)
+
+
+def test_stop_at_eos_pads_with_the_eos_id():
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        free = session.generate([np.array([1, 2])], 6).tokens[0]
+    eos = int(free[1])
+    config = llama.load_config("tiny")
+    import dataclasses
+
+    with Session(config=dataclasses.replace(config, eos_token_id=(eos,)), memory=1 << 20, backend="cpu") as session:
+        assert (session.generate([np.array([1, 2])], 6).tokens[0] == free).all()  # not asked: no stop
+        stopped = session.generate([np.array([1, 2])], 6, stop_at_eos=True).tokens[0]
+    first = free.tolist().index(eos)
+    assert stopped.tolist() == free[: first + 1].tolist() + [eos] * (5 - first)
+
+
+# ----- the CLI ----------------------------------------------------------------------------------------------
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def turnip(capsys, *args) -> Done:
+    """`turnip generate ...` in this process (the subprocess test below covers the entry point)."""
+    code = main(["generate", *map(str, args)])
+    out, err = capsys.readouterr()
+    return Done(code, out, err)
+
+
+def test_cli_entry_point_in_a_subprocess(tmp_path):
+    out = tmp_path / "o.npz"
+    args = [*BASE, "--prompt-tokens", "3", "--max-new-tokens", "2", "--outputs", str(out)]
+    done = subprocess.run([sys.executable, "-m", "turnip_cli.main", "generate", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert np.load(out)["generated"].shape == (1, 2)
+
+
+BASE = ("--config", "tiny", "--memory", "1MiB", "--backend", "cpu")
+
+
+def test_cli_reads_npy_and_ragged_npz_and_writes_generated(tmp_path, capsys):
+    np.save(tmp_path / "one.npy", np.array([1, 2, 3]))
+    np.save(tmp_path / "batch.npy", np.array([[1, 2, 3], [4, 5, 6]]))
+    np.savez(tmp_path / "ragged.npz", b=np.array([4, 5, 6, 7]), a=np.array([1, 2, 3]))
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        want = session.generate([np.array([4, 5, 6, 7]), np.array([1, 2, 3])], 3).tokens
+    for name, rows in (("one.npy", 1), ("batch.npy", 2), ("ragged.npz", 2)):
+        out = tmp_path / f"{name}.out.npz"
+        done = turnip(capsys, *BASE, "--input-ids", tmp_path / name, "--max-new-tokens", 3, "--outputs", out)
+        assert done.returncode == 0, done.stderr
+        assert f"wrote {out}" in done.stdout and "tokens/s" in done.stdout and "peak arena" in done.stdout
+        generated = np.load(out)["generated"]
+        assert generated.dtype == np.int64 and generated.shape == (rows, 3)
+    assert (np.load(tmp_path / "ragged.npz.out.npz")["generated"] == want).all()  # the order the file lists
+
+
+def test_cli_random_prompts_and_sim_timing(tmp_path, capsys):
+    done = turnip(capsys, *BASE, "--prompt-tokens", 4, "--batch", 3, "--max-new-tokens", 2, "--outputs", tmp_path / "o.npz",
+                  "--trace", tmp_path / "t.json")
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "o.npz")["generated"].shape == (3, 2)
+    assert json.loads((tmp_path / "t.json").read_text())
+    sim = turnip(capsys, "--config", "tiny", "--memory", "1MiB", "--backend", "sim", "--prompt-tokens", 4, "--max-new-tokens", 2)
+    assert sim.returncode == 0, sim.stderr
+    assert "timing only" in sim.stdout
+
+
+BAD = {
+    "zero new tokens": (("--prompt-tokens", 4, "--max-new-tokens", 0), 1, "--max-new-tokens must be positive, got 0"),
+    "negative new tokens": (("--prompt-tokens", 4, "--max-new-tokens", -2), 1, "--max-new-tokens must be positive, got -2"),
+    "id outside the vocabulary": (("--input-ids", "{ragged_bad}", "--max-new-tokens", 2), 1,
+                                  "prompt 1: token id 300 is out of the vocabulary range [0, 256)"),
+    "empty prompt": (("--input-ids", "{empty}", "--max-new-tokens", 2), 1, "prompt 0 is empty"),
+    "non-1-D array in an npz": (("--input-ids", "{flat}", "--max-new-tokens", 2), 1,
+                                "array 'x' in '{flat}' must be a 1-D prompt of token ids, got shape [2, 2]"),
+    "missing file": (("--input-ids", "{missing}", "--max-new-tokens", 2), 1, "token ids file '{missing}' does not exist"),
+    "cannot fit one step": (("--prompt-tokens", 4, "--max-new-tokens", 2, "--memory", "4KiB"), 2, "needs"),
+    "outputs on sim": (("--prompt-tokens", 4, "--max-new-tokens", 2, "--backend", "sim", "--outputs", "{out}"), 1,
+                       "the sim backend computes no values, so --outputs needs a backend that computes"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
+    paths = {"ragged_bad": tmp_path / "bad.npz", "empty": tmp_path / "empty.npy", "flat": tmp_path / "flat.npz",
+             "missing": tmp_path / "none.npy", "out": tmp_path / "never.npz"}
+    np.savez(paths["ragged_bad"], a=np.array([1, 2]), b=np.array([3, 300]))
+    np.save(paths["empty"], np.array([], dtype=np.int64))
+    np.savez(paths["flat"], x=np.array([[1, 2], [3, 4]]))
+    args, code, message = BAD[case]
+    args = [str(a).format(**paths) for a in args]
+    extra = [] if "--memory" in args else ["--memory", "1MiB"]
+    backend = [] if "--backend" in args else ["--backend", "cpu"]
+    out = [] if "--outputs" in args else ["--outputs", str(tmp_path / "o.npz")]
+    done = turnip(capsys, "--config", "tiny", *extra, *backend, *out, *args)
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("turnip generate: error: ")
+    assert message.format(**paths) in lines[0]
+    assert not (tmp_path / "o.npz").exists() and not paths["out"].exists()
+
+
+def test_the_cuda_backend_refuses_rows_and_concat_with_one_line():
+    """Until the cuda backend has them: a KernelError naming the kernel (numba-cuda's simulator here)."""
+    from runtime.backends.cuda import CudaBackend
+    from turnip_ir.errors import KernelError
+    from turnip_ir.taskgraph import TaskGraph
+
+    g = TaskGraph(devices=1)
+    x = g.input((4, 8), "float32", device=0, id="x")
+    g.output(g.kernel("concat", g.kernel("rows", x, start=0, stop=1, device=0, id="r"), x, device=0, id="c"))
+    memgraph = compile_taskgraph(g, 1 << 20)
+    with pytest.raises(KernelError) as caught:
+        execute(memgraph, backend=CudaBackend(), inputs={"x": np.ones((4, 8), "float32")})
+    assert "has no cuda implementation" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_turnip_llama_reads_ids_of_shape_1_by_t(tmp_path, capsys):
+    ids = np.array([5, 1, 7, 3])
+    np.save(tmp_path / "flat.npy", ids)
+    np.save(tmp_path / "row.npy", ids[None])
+    for name in ("flat", "row"):
+        args = ["llama", "--config", "tiny", "--input-ids", tmp_path / f"{name}.npy", "--memory", "1MiB", "--backend", "cpu",
+                "--outputs", tmp_path / f"{name}.npz"]
+        assert main([str(a) for a in args]) == 0, capsys.readouterr().err
+    assert (np.load(tmp_path / "flat.npz")["hidden_states"] == np.load(tmp_path / "row.npz")["hidden_states"]).all()

@@ -1,0 +1,269 @@
+"""`Session`: a LLaMA model under a per-GPU memory budget that prefills and generates tokens.
+
+State: the config and the weights (each materialised once in the compute dtype, on first use, and kept),
+the backend, and a cache of compiled memgraphs keyed by what the graph's shapes depend on (the kind of
+graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
+Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
+whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
+sequence: the last prompt token first, then each generated one) compiled under the budget and run once.
+Between steps the KV caches are host numpy arrays per layer and sequence; the new rows each step returns
+are appended, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
+A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
+caches are local to the call, so the session stays usable. The sim backend computes no values: there
+generation is timing only (tokens fed back are 0 and `tokens` is -1; `GenerateResult.computed` is False).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from frontend.workloads import llama
+from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
+from passes.pipeline import compile_taskgraph
+from runtime import arena_budget, execute
+from runtime.backends import resolve_backend
+from runtime.callbacks import Recorder
+from turnip.sampling import check_sampling, next_tokens
+from turnip_ir.errors import InputError
+from turnip_ir.memgraph import MemGraph
+from turnip_ir.taskgraph import TaskGraph
+
+CACHE_ENTRIES = 256
+"""Compiled memgraphs kept per session, least recently used dropped first."""
+
+
+@dataclass
+class GenerateResult:
+    """The new tokens int64 [B, N] and what the runs cost."""
+
+    tokens: np.ndarray
+    computed: bool = True
+    """False on the sim backend: no values, `tokens` is -1."""
+    prefill_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+    compile_seconds: float = 0.0
+    compiles: int = 0
+    cache_hits: int = 0
+    bytes_offloaded: int = 0
+    bytes_reloaded: int = 0
+    peak_arena: int = 0
+    recorder: Recorder | None = None
+    """The last decode step's recorder (its Chrome trace)."""
+
+    @property
+    def decode_seconds(self) -> float:
+        return sum(self.step_seconds)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """New tokens of the whole batch per second of decoding."""
+        return self.tokens.size / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+class Session:
+    """A model, its weights and a compile cache; `prefill` and `generate` run it under `memory` bytes per GPU."""
+
+    def __init__(self, config: llama.LlamaConfig | str | None = None, weights: Mapping | str | Path | None = None,
+                 memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
+                 dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK):
+        self.backend = resolve_backend(backend)
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+            raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
+        self.config, source = _model(config, weights, seed, dtype)
+        self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
+        self.schedule, self.kv_block = schedule, kv_block
+        self.weights = _Materialized(source, self.config.dtype)
+        self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
+        self.compiles = 0
+        self.cache_hits = 0
+        self.closed = False
+        self._runs = 0
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
+        self.closed = True
+        self.cache.clear()
+        self.weights = _Materialized({}, self.config.dtype)
+
+    # ----- calls ------------------------------------------------------------------------------------
+    def prefill(self, ids) -> np.ndarray:
+        """The final hidden states [T, hidden] of one prompt (as `turnip llama`), computed backends only."""
+        self._check_open()
+        if self.backend == "sim":
+            raise InputError("the sim backend computes no values, so prefill needs a backend that computes")
+        ids = _prompts([ids], self.config)[0]
+        built = llama.build_llama(self.config, len(ids), gpus=self.gpus, placement=self._placement())
+        result, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
+        return built.gather(result.outputs)
+
+    def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 seed: int | None = None, stop_at_eos: bool = False) -> GenerateResult:
+        """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].
+
+        With `stop_at_eos`, a sequence that has emitted an end-of-sequence id (the config's) emits that id
+        from then on (it is still computed: the batch keeps its shape)."""
+        self._check_open()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        check_sampling(temperature, top_p)
+        prompts = _prompts(prompts, self.config)
+        stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
+        caches = [self._prefill_kv(p, stats) for p in prompts]
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        current = np.array([p[-1] for p in prompts], dtype=np.int64)
+        finished = np.zeros(len(prompts), dtype=bool)
+        for step in range(int(max_new_tokens)):
+            logits = self._decode(current, caches, [len(p) - 1 + step for p in prompts], stats)
+            if not stats.computed:
+                current[:] = 0
+                continue
+            chosen = next_tokens(logits, temperature, top_p, rng)
+            chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
+            finished |= np.isin(chosen, self.config.eos_token_id)
+            stats.tokens[:, step] = current = chosen
+        return stats
+
+    # ----- steps --------------------------------------------------------------------------------------
+    def _prefill_kv(self, prompt: np.ndarray, stats: GenerateResult) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The KV cache [P-1, kv_width] per layer after the prompt's first P-1 tokens (empty when P == 1
+        or on the sim, whose caches are only their lengths)."""
+        kv_width = self.config.num_key_value_heads * self.config.head_dim
+        empty = np.empty((0, kv_width), dtype=self.config.dtype)
+        head = prompt[:-1]
+        if len(head) == 0:
+            return [(empty, empty) for _ in range(self.config.num_hidden_layers)]
+        built = llama.build_llama(self.config, len(head), gpus=self.gpus, placement=self._placement(), kv_outputs=True)
+        inputs = built.feed(self.weights, head) if stats.computed else None
+        result, seconds = self._run(("prefill-kv", len(head)), built.graph, inputs, stats)
+        stats.prefill_seconds += seconds
+        return built.gather_kv(result.outputs) if stats.computed else []
+
+    def _decode(self, tokens: np.ndarray, caches: list, lengths: list[int], stats: GenerateResult) -> np.ndarray | None:
+        """One decode step of the batch; appends the new k and v rows to `caches`; the float64 logits."""
+        step = build_decode_step(self.config, lengths, self.gpus, self.kv_block)
+        inputs = self._decode_inputs(step, tokens, caches) if stats.computed else None
+        result, seconds = self._run(("decode", tuple(lengths), self.kv_block), step.graph, inputs, stats)
+        stats.step_seconds.append(seconds)
+        stats.recorder = result.recorder
+        if not stats.computed:
+            return None
+        for layer, (k_new, v_new) in enumerate(step.new_kv(result.outputs)):
+            for b, cache in enumerate(caches):
+                k, v = cache[layer]
+                cache[layer] = (np.concatenate([k, k_new[b : b + 1]]), np.concatenate([v, v_new[b : b + 1]]))
+        return step.logits(result.outputs)
+
+    def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, caches: list) -> dict[str, np.ndarray]:
+        hidden = llama.embed(self.weights, tokens, self.config)
+        return step.feed(self.weights, hidden, caches)
+
+    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult):
+        """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
+        the result and the run's seconds (the sim's predicted makespan, else the wall time)."""
+        memgraph = self._compiled(key, graph, stats)
+        self._runs += 1
+        result = execute(memgraph, backend=self.backend, order=self.order, seed=self.seed + self._runs, inputs=inputs)
+        summary = result.summary
+        stats.bytes_offloaded += summary.bytes_offloaded
+        stats.bytes_reloaded += summary.bytes_reloaded
+        stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
+        return result, summary.makespan if self.backend == "sim" else summary.wall_time
+
+    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult) -> MemGraph:
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            self.cache_hits += 1
+            stats.cache_hits += 1
+            return self.cache[key]
+        began = time.perf_counter()
+        memgraph = compile_taskgraph(graph, arena_budget(graph, self.memory, self.backend), self.schedule)
+        stats.compile_seconds += time.perf_counter() - began
+        self.compiles += 1
+        stats.compiles += 1
+        self.cache[key] = memgraph
+        if len(self.cache) > CACHE_ENTRIES:
+            self.cache.popitem(last=False)
+        return memgraph
+
+    def _placement(self) -> str:
+        return "layers" if self.gpus > 1 else "sequence"
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise InputError("the session is closed")
+
+
+class _Materialized(Mapping):
+    """A weights mapping whose tensors are read once, converted to the compute dtype once, and kept."""
+
+    def __init__(self, source: Mapping, dtype: str):
+        self.source, self.dtype, self.kept = source, dtype, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.kept:
+            self.kept[name] = np.ascontiguousarray(self.source[name], dtype=self.dtype)
+        return self.kept[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.kept or name in self.source
+
+    def __iter__(self):
+        return iter(self.source)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+
+def _model(config, weights, seed: int, dtype: str | None) -> tuple[llama.LlamaConfig, Mapping]:
+    """The config (with the compute dtype) and the weights: a mapping, a checkpoint folder, or random from `seed`."""
+    folder = Path(weights) if isinstance(weights, (str, Path)) else None
+    if folder is not None and not folder.is_dir():
+        raise InputError(f"weights folder '{folder}' does not exist")
+    if config is None:
+        if folder is None:
+            raise InputError("a session needs a config, or a weights folder with a config.json")
+        config = str(folder)
+    if isinstance(config, str):
+        config = llama.load_config(config)
+    compute = dtype or ("float32" if config.dtype == "bfloat16" else config.dtype)
+    config = replace(config, dtype=compute)
+    if folder is not None:
+        source = llama.CheckpointWeights(folder, config)
+    else:
+        source = llama.RandomWeights(config, seed) if weights is None else weights
+    head = llama.head_name(config)
+    if head not in source:
+        raise InputError(f"the weights have no '{head}' (the LM head; set tie_word_embeddings if it is the embedding table)")
+    return config, source
+
+
+def _prompts(prompts: Sequence, config: llama.LlamaConfig) -> list[np.ndarray]:
+    """Each prompt as int64 [P], or a one-line error naming the prompt."""
+    if isinstance(prompts, np.ndarray):
+        prompts = [prompts] if prompts.ndim == 1 else list(prompts)  # [P] or [B, P]
+    if len(prompts) == 0:
+        raise InputError("no prompts given")
+    checked = []
+    for i, prompt in enumerate(prompts):
+        ids = np.asarray(prompt)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise InputError(f"prompt {i} must be a 1-D array of integer token ids, got {ids.dtype} of shape {list(ids.shape)}")
+        if ids.size == 0:
+            raise InputError(f"prompt {i} is empty")
+        bad = ids[(ids < 0) | (ids >= config.vocab_size)]
+        if bad.size:
+            raise InputError(f"prompt {i}: token id {int(bad[0])} is out of the vocabulary range [0, {config.vocab_size})")
+        checked.append(ids.astype(np.int64))
+    return checked

@@ -148,3 +148,41 @@ def test_the_gpus_table_sets_each_run_beside_the_one_gpu_run_of_its_length() -> 
     rows = report.gpus_table([two, one]).splitlines()[2:]
     assert rows[0].startswith("| 32768 | 1 | - | nondet | 1.300 |")
     assert rows[1] == "| 32768 | 2 | zigzag | nondet | 0.650 | 0.640 | 1.02 | 1.300 | 2.00 | 90%, 91% | 26.0 | 12.0 | 1.5e-03 | 6.8e-03 |"
+
+
+def test_the_current_figures_are_what_the_results_render() -> None:
+    from tools.bench_docs import replace_current, render
+
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert replace_current(doc, render()) == doc, (
+        "docs/benchmarks.md has drifted from docs/results/: run .venv/bin/python -m tools.bench_docs --write docs/benchmarks.md")
+
+
+def test_a_newer_sitting_replaces_the_figure_of_its_point_and_a_study_keeps_its_own_row(tmp_path, monkeypatch) -> None:
+    import json
+
+    import tools.bench_docs as bench_docs
+
+    def write(name: str, date: str, seconds: float, extra: str = "") -> None:
+        run = {"workload": "llama", "tokens": 8192, "budget": 2.0, "system": "turnip-nondet", "seconds": seconds}
+        doc = {"date": date, "command": f"bench/run.py llama --tokens 8192{extra} --json /x.json",
+               "ceilings": {"gemm": 1e15, "h2d": 5e10}, "workloads": {"8192": {"flops": 1e14, "weight_bytes": 1e10}}, "runs": [run]}
+        (tmp_path / name).write_text(json.dumps(doc))
+
+    write("h200-2026-12-01-llama.json", "2026-12-01", 0.5)
+    write("h200-2026-12-01b-llama.json", "2026-12-01", 0.25)
+    write("h200-2026-11-30-llama.json", "2026-11-30", 0.125)
+    write("h200-2026-12-01c-depth.json", "2026-12-01", 1.0, " --copy-depth 2")
+    monkeypatch.setattr(bench_docs, "ROOT", tmp_path)
+    monkeypatch.setattr(bench_docs, "RESULTS", tmp_path)
+    runs = bench_docs.latest_runs(bench_docs.result_files())
+    assert sorted((r["label"], r["seconds"]) for r in runs) == [("turnip-nondet", 0.25), ("turnip-nondet (copy depth 2)", 1.0)]
+    assert {r["source"] for r in runs} == {"h200-2026-12-01b-llama.json", "h200-2026-12-01c-depth.json"}
+
+
+def test_the_current_figures_need_their_markers() -> None:
+    from tools.bench_docs import BEGIN, END, replace_current
+
+    assert replace_current(f"intro\n{BEGIN}\nold\n{END}\nreading\n", "new") == f"intro\n{BEGIN}\nnew\n{END}\nreading\n"
+    with pytest.raises(ValueError, match="results:current"):
+        replace_current("no markers\n", "new")

@@ -2,7 +2,7 @@
 compile of the numba kernels.
 
 Run: .venv/bin/python bench/bench_compile.py [--sizes 20000 100000] [--repeat 3]
-Prints markdown tables for docs/benchmarks.md ("## Compiler"). Each figure is the median of
+Prints markdown tables for docs/benchmarks.md ("Compile time"; the reading in docs/benchmarks-log.md, "## Compiler"). Each figure is the median of
 `--repeat` runs, with the spread (min-max) beside it: the development machine is shared, so the
 spread is the noise. Plan quality (traffic, makespan, edges) is bench/bench_plans.py.
 """

@@ -5,7 +5,7 @@ For each graph and budget, compile with `placement=loosest` (the default: among 
 take the one freed longest ago) and `placement=first-fit` (the lowest offset), then count the memory
 edges the memgraph keeps and predict the makespan on the sim backend (H200 cost model, 2 streams per
 GPU), with nominal durations and with every duration scaled by U(0.7, 1.3) (mean of seeds 0-2).
-Prints a markdown table for docs/benchmarks.md ("## Compiler").
+Prints a markdown table for docs/benchmarks.md ("Placement ablation").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sim predictions of llama prefill over 1-8 GPUs (docs/benchmarks.md, "Predictions for 4 and 8 GPUs").
+"""Sim predictions of llama prefill over 1-8 GPUs (docs/benchmarks-log.md, "Predictions for 4 and 8 GPUs").
 
     .venv/bin/python bench/predict_gpus.py    # needs bench/llama70b.json beside it for the 70B-shaped row
 """

@@ -50,11 +50,11 @@ per lane on the H200, docs/benchmarks.md); torch's attention memory is added per
 
 
 RELEASE_AT_CLOSE = True
-"""`close` frees the run's CUDA objects at once (`_release`); bench/exit_check.py turns it off to compare."""
+"""`close` frees the run's CUDA objects at once (`_release`); bench/investigations/exit_check.py turns it off to compare."""
 
 DETACH_AT_CLOSE = True
 """`close` unbinds CuPy's cuBLAS handles and current streams from the run's streams (`_detach_libraries`);
-bench/repeat_check.py turns it off to compare."""
+bench/investigations/repeat_check.py turns it off to compare."""
 
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""

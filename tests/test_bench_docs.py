@@ -82,24 +82,24 @@ def test_the_report_tells_the_notifiers_apart() -> None:
 def test_the_peer_matmul_inputs_are_reproducible_and_its_check_catches_a_wrong_entry() -> None:
     import numpy as np
 
-    import bench_cuda
+    import cuda_workloads
 
-    a = bench_cuda.random_matrix(96, 0, threads=3)
-    assert a.dtype == np.float32 and np.array_equal(a, bench_cuda.random_matrix(96, 0, threads=3))
-    assert 0.8 < a.std() < 1.2 and not np.array_equal(a, bench_cuda.random_matrix(96, 1, threads=3))
-    b = bench_cuda.random_matrix(96, 1, threads=2)
+    a = cuda_workloads.random_matrix(96, 0, threads=3)
+    assert a.dtype == np.float32 and np.array_equal(a, cuda_workloads.random_matrix(96, 0, threads=3))
+    assert 0.8 < a.std() < 1.2 and not np.array_equal(a, cuda_workloads.random_matrix(96, 1, threads=3))
+    b = cuda_workloads.random_matrix(96, 1, threads=2)
     c = (a.astype(np.float64) @ b).astype(np.float32)
     rows = np.arange(0, 96, 7)
-    assert bench_cuda.rows_error(a, b, c, rows, columns=40) < 1e-6
+    assert cuda_workloads.rows_error(a, b, c, rows, columns=40) < 1e-6
     c[14, 50] += 1.0  # row 14 is sampled, column 50 is in the second band
-    assert bench_cuda.rows_error(a, b, c, rows, columns=40) > 1e-3
+    assert cuda_workloads.rows_error(a, b, c, rows, columns=40) > 1e-3
 
 
 def test_the_peer_matmul_runs_over_two_gpus_of_the_cpu_backend_and_reports_its_error() -> None:
-    import bench_cuda
+    import cuda_workloads
 
     roomy, tight = (1 << 20) / (1 << 30), (8 << 10) / (1 << 30)
-    out = bench_cuda.peer_matmul(64, 1e9, budgets_gib=(roomy, tight), repeats=1, backend="cpu")
+    out = cuda_workloads.peer_matmul(64, 1e9, budgets_gib=(roomy, tight), repeats=1, backend="cpu")
     assert out[f"{roomy}-nondet"]["reloaded"] == 0
     tight = out[f"{tight}-nondet"]
     assert tight["moved"] > 0 and tight["reloaded"] > 0  # partial products crossed GPUs; the tight budget offloaded

@@ -11,6 +11,7 @@ table, the files its rows came from and the command that wrote each.
     .venv/bin/python -m tools.bench_docs                              # print the generated part
     .venv/bin/python -m tools.bench_docs --write docs/benchmarks.md   # replace it between the markers
     .venv/bin/python -m tools.bench_docs --check docs/benchmarks.md   # exit 1 if the page has drifted
+    make docs                                                        # this and the pass reference
 
 In the file the generated part sits between `<!-- results:current -->` and `<!-- /results:current -->`;
 the hand-written text around the markers is kept. tests/test_bench_docs.py runs the check. Older

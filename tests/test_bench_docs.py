@@ -173,11 +173,13 @@ def test_a_newer_sitting_replaces_the_figure_of_its_point_and_a_study_keeps_its_
     write("h200-2026-12-01b-llama.json", "2026-12-01", 0.25)
     write("h200-2026-11-30-llama.json", "2026-11-30", 0.125)
     write("h200-2026-12-01c-depth.json", "2026-12-01", 1.0, " --copy-depth 2")
+    write("h200-2026-12-01c-depth-again.json", "2026-12-01", 2.0, " --copy-depth 2")  # the same sitting: both rows
     monkeypatch.setattr(bench_docs, "ROOT", tmp_path)
     monkeypatch.setattr(bench_docs, "RESULTS", tmp_path)
     runs = bench_docs.latest_runs(bench_docs.result_files())
-    assert sorted((r["label"], r["seconds"]) for r in runs) == [("turnip-nondet", 0.25), ("turnip-nondet (copy depth 2)", 1.0)]
-    assert {r["source"] for r in runs} == {"h200-2026-12-01b-llama.json", "h200-2026-12-01c-depth.json"}
+    assert sorted((r["label"], r["seconds"]) for r in runs) == [
+        ("turnip-nondet", 0.25), ("turnip-nondet (copy depth 2)", 1.0), ("turnip-nondet (copy depth 2)", 2.0)]
+    assert {r["source"] for r in runs} == {"h200-2026-12-01b-llama.json", "h200-2026-12-01c-depth.json", "h200-2026-12-01c-depth-again.json"}
 
 
 def test_the_current_figures_need_their_markers() -> None:

@@ -1,6 +1,6 @@
 """The current GPU figures of docs/benchmarks.md, rendered from the JSON in docs/results/.
 
-"Current" is the latest result per benchmark point. A point of bench/run.py is (workload, tokens,
+"Current" is the latest result per benchmark point (both, where one sitting ran a point twice). A point of bench/run.py is (workload, tokens,
 budget, GPUs, placement, system, attention provider, notifier, and the variant flags of its command:
 --schedule, --copy-depth); a point of bench/bench_cuda.py is a section of its JSON (kernels,
 notifiers, copies, ...). Files are ordered by sitting: the `date` each file records, then the sitting's
@@ -32,6 +32,12 @@ BEGIN = "<!-- results:current -->"
 END = "<!-- /results:current -->"
 VARIANTS = ("--schedule", "--copy-depth")
 """Flags of bench/run.py that make a run a point of its own (a study), not a newer figure of the default."""
+SUPERSEDED = {
+    "h200-2026-12-01-kernels-unrolled.json": "the kernels before quads, measured earlier in the same sitting",
+    "h200-2026-12-01-merge-attention.json": "the merge and kernels before the quads rework of that sitting",
+}
+"""Files whose figures a later call of the same sitting replaced (docs/benchmarks-log.md says which is
+current); file names alone do not order the calls of one sitting."""
 SECTIONS = {
     "ceilings": "Ceilings of the machine (bytes/s, FLOP/s)",
     "kernels": "Memory-bound kernels against the HBM copy rate",
@@ -65,8 +71,8 @@ def sitting(path: Path) -> tuple[str, str]:
 
 
 def result_files() -> list[Path]:
-    """Every result file but traces, oldest sitting first (by name within a sitting)."""
-    paths = [p for p in RESULTS.glob("*.json") if "traceEvents" not in json.loads(p.read_text())]
+    """Every result file but traces and the superseded, oldest sitting first (by name within a sitting)."""
+    paths = [p for p in RESULTS.glob("*.json") if p.name not in SUPERSEDED and "traceEvents" not in json.loads(p.read_text())]
     return sorted(paths, key=lambda p: (sitting(p), p.name))
 
 
@@ -76,21 +82,25 @@ def _variant(command: str) -> str:
 
 
 def latest_runs(paths: list[Path]) -> list[dict]:
-    """bench/run.py's runs in `paths` (oldest first), the latest of each point kept."""
+    """bench/run.py's runs in `paths` (oldest first), those of each point's latest sitting kept: where one
+    sitting ran a point in two calls, both rows stay (the names do not say which call came last)."""
     report = _report()
-    points: dict[tuple, dict] = {}
+    points: dict[tuple, tuple[tuple[str, str], list[dict]]] = {}
     for path in paths:
         doc = json.loads(path.read_text())
         variant = _variant(doc.get("command", ""))
+        when = sitting(path)
         for run in report.load([str(path)]):
             if variant:
                 run["label"] += f" ({variant})"
             run["source"] = path.relative_to(ROOT).as_posix()
             run["command"] = doc.get("command", "")
             key = (run["workload"], run["tokens"], run["budget"], run.get("gpus", 1), run["placement"], run["label"], run.get("notifier", ""))
-            points.pop(key, None)  # re-inserted: the latest sitting decides the order of sources too
-            points[key] = run
-    return list(points.values())
+            if key in points and points[key][0] == when:
+                points[key][1].append(run)
+            else:
+                points[key] = (when, [run])
+    return [run for _, runs in points.values() for run in runs]
 
 
 def sources(items: list[tuple[str, str]]) -> str:

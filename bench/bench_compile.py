@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
+
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.compile_stats import CompileStats

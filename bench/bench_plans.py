@@ -13,6 +13,11 @@ from __future__ import annotations
 
 import argparse
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
+
 from passes.compact import TaskView
 from passes.insert_offload import insert_offload, minimum_budget
 from passes.schedules import SCHEDULES, scheduled_tasks

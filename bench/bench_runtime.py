@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from runtime import execute  # noqa: E402

@@ -2,7 +2,12 @@
 
     .venv/bin/python bench/predict_gpus.py    # needs bench/llama70b.json beside it for the 70B-shaped row
 """
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
+
 from frontend.workloads import llama
 from passes.pipeline import compile_taskgraph
 from runtime import execute

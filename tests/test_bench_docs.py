@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -188,3 +189,14 @@ def test_the_current_figures_need_their_markers() -> None:
     assert replace_current(f"intro\n{BEGIN}\nold\n{END}\nreading\n", "new") == f"intro\n{BEGIN}\nnew\n{END}\nreading\n"
     with pytest.raises(ValueError, match="results:current"):
         replace_current("no markers\n", "new")
+
+
+def test_the_make_bench_scripts_import_from_anywhere(tmp_path) -> None:
+    """tools/ is not installed: each script of `make bench` puts the repository root on sys.path itself."""
+    import subprocess
+
+    scripts = sorted({job.args[0].removesuffix(".py") for job in run_all.JOBS})
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); " + "; ".join(f"import {name}" for name in scripts)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr.strip().splitlines()[-1]

@@ -196,7 +196,19 @@ def test_the_make_bench_scripts_import_from_anywhere(tmp_path) -> None:
     import subprocess
 
     scripts = sorted({job.args[0].removesuffix(".py") for job in run_all.JOBS})
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); " + "; ".join(f"import {name}" for name in scripts)
+    code = "\n".join([  # one interpreter, each script imported as if first: sys.path and tools/ reset between them
+        "import importlib, sys",
+        f"sys.path.insert(0, {str(ROOT / 'bench')!r})",
+        "base = list(sys.path)",
+        f"for name in {scripts!r}:",
+        "    sys.path[:] = base",
+        "    for module in [m for m in sys.modules if m.split('.')[0] == 'tools']:",
+        "        del sys.modules[module]",
+        "    try:",
+        "        importlib.import_module(name)",
+        "    except ImportError as err:",
+        "        sys.exit(f'{name}: {err}')",
+    ])
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr.strip().splitlines()[-1]

@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PARITY := $(VENV)/.parity
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench docs clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -34,6 +34,11 @@ test: $(STAMP) $(PARITY)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+# The generated parts of the docs: the pass reference and the current GPU figures (tests/ check both).
+docs: $(STAMP)
+	$(PY) -m tools.pass_docs --write docs/passes.md
+	$(PY) -m tools.bench_docs --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

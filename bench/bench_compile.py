@@ -2,7 +2,7 @@
 compile of the numba kernels.
 
 Run: .venv/bin/python bench/bench_compile.py [--sizes 20000 100000] [--repeat 3]
-Prints markdown tables for docs/benchmarks.md ("## Compiler"). Each figure is the median of
+Prints markdown tables for docs/benchmarks.md ("Compile time"; the reading in docs/benchmarks-log.md, "## Compiler"). Each figure is the median of
 `--repeat` runs, with the spread (min-max) beside it: the development machine is shared, so the
 spread is the noise. Plan quality (traffic, makespan, edges) is bench/bench_plans.py.
 """
@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph

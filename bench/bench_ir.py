@@ -11,7 +11,12 @@ import argparse
 import gc
 import json
 import platform
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
+
 from xdsl.parser import Parser
 
 from turnip_ir.convert import taskgraph_from_ir, taskgraph_to_ir

@@ -5,10 +5,15 @@ For each graph and budget, compile with `placement=loosest` (the default: among 
 take the one freed longest ago) and `placement=first-fit` (the lowest offset), then count the memory
 edges the memgraph keeps and predict the makespan on the sim backend (H200 cost model, 2 streams per
 GPU), with nominal durations and with every duration scaled by U(0.7, 1.3) (mean of seeds 0-2).
-Prints a markdown table for docs/benchmarks.md ("## Compiler").
+Prints a markdown table for docs/benchmarks.md ("Placement ablation").
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
 
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph

@@ -5,13 +5,18 @@
     .venv/bin/python bench/bench_plans.py llama      # the same for LLaMA 7b prefill at 8k, 32k and 128k tokens
     .venv/bin/python bench/bench_plans.py edges      # memory edges kept vs every-reader edges without minimization
 
-Prints markdown tables for docs/benchmarks.md ("## Compiler"). The Belady simulation and the edge
+Prints markdown tables for docs/benchmarks.md ("Plan quality"; the reading in docs/benchmarks-log.md, "## Compiler"). The Belady simulation and the edge
 baseline below share no code with the planner (passes/): they read the taskgraph and the memgraph only.
 """
 
 from __future__ import annotations
 
 import argparse
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
 
 from passes.compact import TaskView
 from passes.insert_offload import insert_offload, minimum_budget

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_runtime.py overhead   # cpu backend, empty kernels, ~10k vertices
     .venv/bin/python bench/bench_runtime.py sim        # FFN stack and blocked matmul across budgets
 
-Prints markdown tables (the ones in docs/benchmarks.md, "## Runtime").
+Prints markdown tables (the ones in docs/benchmarks.md, "Executor overhead per vertex" and "sim: nondet against fixed").
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from runtime import execute  # noqa: E402

@@ -9,7 +9,7 @@
 # both of its working points),
 # llama2gpu (issue 12: 8k and 32k over 2 GPUs, two placements), ffn (the transfer-bound FFN),
 # peerbig (issue 12: the blocked matmul 49152^3 fp32 over 2 GPUs, seconds per run), exitcheck (issue 12:
-# which step of a 2-GPU process aborts at exit; bench/exit_check.py), llama2gpu1 and llama2gpuz (issue 12:
+# which step of a 2-GPU process aborts at exit; bench/investigations/exit_check.py), llama2gpu1 and llama2gpuz (issue 12:
 # one GPU, then zigzag and sequence over two, at 4 GiB per GPU with torch-resident, in one call; the 2-GPU
 # outputs are compared with the 1-GPU turnip output saved in /tmp/turnip-1gpu),
 # schedules (llama 8k and 32k at 1 GiB planned with the given and the memory schedule), quick128k (128k at
@@ -35,8 +35,8 @@ for s in "$@"; do
              -k "llama or two_gpus or faults or ctrl_c" ;;
     peer) stage peer 60 python3 bench/bench_cuda.py peer --quick --json "$OUT/peer.json" ;;
     peerbig) stage peerbig 300 python3 bench/bench_cuda.py peer --json "$OUT/peerbig.json" ;;
-    exitcheck) stage exitcheck 300 python3 bench/exit_check.py --json "$OUT/exitcheck.json" ;;
-    repeatcheck) stage repeatcheck 300 python3 bench/repeat_check.py --json "$OUT/repeatcheck.json" ;;
+    exitcheck) stage exitcheck 300 python3 bench/investigations/exit_check.py --json "$OUT/exitcheck.json" ;;
+    repeatcheck) stage repeatcheck 300 python3 bench/investigations/repeat_check.py --json "$OUT/repeatcheck.json" ;;
     llama2gpu1) for t in 8192 32768; do stage "llama2gpu1-$t" 150 python3 bench/run.py llama --tokens $t --budgets 4 --repeats 2 \
              --gpus 1 --systems turnip-nondet turnip-fixed torch-resident floor --save-outputs /tmp/turnip-1gpu --json "$OUT/llama2gpu1-$t.json"; done ;;
     llama2gpuz) for p in zigzag sequence; do stage "llama2gpuz-$p" 200 python3 bench/run.py llama --tokens 8192 32768 --budgets 4 \

@@ -1,8 +1,13 @@
-"""Sim predictions of llama prefill over 1-8 GPUs (docs/benchmarks.md, "Predictions for 4 and 8 GPUs").
+"""Sim predictions of llama prefill over 1-8 GPUs (docs/benchmarks-log.md, "Predictions for 4 and 8 GPUs").
 
     .venv/bin/python bench/predict_gpus.py    # needs bench/llama70b.json beside it for the 70B-shaped row
 """
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/ is not installed
+
 from frontend.workloads import llama
 from passes.pipeline import compile_taskgraph
 from runtime import execute

@@ -11,6 +11,7 @@ same files (speedup, busy per GPU, bytes moved, agreement with the single-GPU ou
 With --where, a second table gives each turnip run's busy fractions, host time beyond the GPU span, bytes
 reloaded against the plan's, what bound it, and the sim's prediction beside it.
 Files without runs (the kernel and dispatch results in docs/results/) are skipped, so a glob may take them.
+tools/bench_docs.py renders the current tables of docs/benchmarks.md with `load` and `table`.
 A file named after its placement with a suffix (h200x2-llama-sequence-spread.json) labels its rows with
 the suffix too ("sequence spread"), to tell calls of one placement apart.
 """

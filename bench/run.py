@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_cuda import cuda_time, loops, row  # noqa: E402
+from cuda_common import cuda_time, loops, row  # noqa: E402
 from report import floor_seconds  # noqa: E402
 from runtime import arena_budget, sim_makespan  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
@@ -352,7 +352,7 @@ def hf_offload(work: Llama, budget_gib: float, repeats: int) -> dict:
 
 def ffn_torch(work: Ffn, budget_gib: float, repeats: int) -> dict:
     """The synchronous layer-by-layer copy (what accelerate's hooks do) and the double-buffered prefetch."""
-    from bench_cuda import ffn_torch as run
+    from cuda_workloads import ffn_torch as run
 
     base = run(16, work.config.tokens, 8192, 32768, {"x": work.hidden, **work.weights})
     return {"hf-offload": {"seconds": base["sync"]}, "torch-prefetch": {"seconds": base["prefetch"], "peak": base["peak"], "output": base["output"]}}

@@ -22,10 +22,10 @@ class CostModel:
     duplex_bw: float = 93.4e9
     """Total host-link bandwidth when H2D and D2H run at once; the sim backend shares it between them."""
     peer_bw: float = 360e9
-    """Achieved by the cuda backend's peer copies on two H200s over NV18 (357-363 GB/s while copying 64 MiB
-    tiles, against a 391 GB/s ceiling measured beside them; 372-373 GB/s on the 576 MiB tiles of the
-    49152^3 matmul, where the sim with this rate was within 1% of every measured time; docs/benchmarks.md,
-    "Two GPUs"). Kept at the smaller tiles' rate, nearer the llama moves' sizes."""
+    """Achieved by the cuda backend's peer copies on two H200s over NV18, on 64 MiB tiles, against a
+    ceiling measured beside them; the rate on the larger tiles of the 49152^3 matmul and the sim's error
+    there are in docs/benchmarks-log.md, "Two GPUs". Kept at the smaller tiles' rate, nearer the llama
+    moves' sizes."""
     hbm_bw: float = 4187e9
     """Bytes read plus bytes written per second."""
     fp32_flops: float = 50.5e12
@@ -33,12 +33,12 @@ class CostModel:
     """fp16 and bf16 GEMM rate."""
     attention_flops: float = 460e12
     """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
-    partial), one rate for full and causal blocks. Fitted on llama 7b at 4 GiB on the H200 (2026-12-01):
-    460 TFLOP/s predicts 32k within 2% (1.274 against 1.303 s) and 128k within 3% (12.56 against 12.24 s);
-    the earlier 420 (from the merge before its rework) was 10% pessimistic at 128k. Queued alone, full
-    blocks run at 595 TFLOP/s and causal ones at 440 (docs/benchmarks.md); in a prefill the blocks share
-    the GPU with the GEMMs of the other stream. With the GEMM rate instead, the sim predicted llama prefill
-    25-33% faster than measured."""
+    partial), one rate for full and causal blocks, fitted on llama 7b at 32k and 128k, 4 GiB, on the H200:
+    the fit, its error per length and the rate it replaced are in docs/benchmarks-log.md, "The cost
+    model's attention rate, refitted" (under "The completion notifier off the lane's stream"). It is below
+    the rate of blocks queued alone (docs/benchmarks.md, "Attention providers on 7B blocks") because in a
+    prefill the blocks share the GPU with the GEMMs of the other stream; with the GEMM rate instead, the
+    sim predicted llama prefill faster than measured."""
     fp64_flops: float = 0.8e12
     launch: float = 10e-6
     """Per-kernel overhead. A host-side numba launch costs 28 us (docs/hardware.md); an async launch queued

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -82,24 +83,24 @@ def test_the_report_tells_the_notifiers_apart() -> None:
 def test_the_peer_matmul_inputs_are_reproducible_and_its_check_catches_a_wrong_entry() -> None:
     import numpy as np
 
-    import bench_cuda
+    import cuda_workloads
 
-    a = bench_cuda.random_matrix(96, 0, threads=3)
-    assert a.dtype == np.float32 and np.array_equal(a, bench_cuda.random_matrix(96, 0, threads=3))
-    assert 0.8 < a.std() < 1.2 and not np.array_equal(a, bench_cuda.random_matrix(96, 1, threads=3))
-    b = bench_cuda.random_matrix(96, 1, threads=2)
+    a = cuda_workloads.random_matrix(96, 0, threads=3)
+    assert a.dtype == np.float32 and np.array_equal(a, cuda_workloads.random_matrix(96, 0, threads=3))
+    assert 0.8 < a.std() < 1.2 and not np.array_equal(a, cuda_workloads.random_matrix(96, 1, threads=3))
+    b = cuda_workloads.random_matrix(96, 1, threads=2)
     c = (a.astype(np.float64) @ b).astype(np.float32)
     rows = np.arange(0, 96, 7)
-    assert bench_cuda.rows_error(a, b, c, rows, columns=40) < 1e-6
+    assert cuda_workloads.rows_error(a, b, c, rows, columns=40) < 1e-6
     c[14, 50] += 1.0  # row 14 is sampled, column 50 is in the second band
-    assert bench_cuda.rows_error(a, b, c, rows, columns=40) > 1e-3
+    assert cuda_workloads.rows_error(a, b, c, rows, columns=40) > 1e-3
 
 
 def test_the_peer_matmul_runs_over_two_gpus_of_the_cpu_backend_and_reports_its_error() -> None:
-    import bench_cuda
+    import cuda_workloads
 
     roomy, tight = (1 << 20) / (1 << 30), (8 << 10) / (1 << 30)
-    out = bench_cuda.peer_matmul(64, 1e9, budgets_gib=(roomy, tight), repeats=1, backend="cpu")
+    out = cuda_workloads.peer_matmul(64, 1e9, budgets_gib=(roomy, tight), repeats=1, backend="cpu")
     assert out[f"{roomy}-nondet"]["reloaded"] == 0
     tight = out[f"{tight}-nondet"]
     assert tight["moved"] > 0 and tight["reloaded"] > 0  # partial products crossed GPUs; the tight budget offloaded
@@ -148,3 +149,66 @@ def test_the_gpus_table_sets_each_run_beside_the_one_gpu_run_of_its_length() -> 
     rows = report.gpus_table([two, one]).splitlines()[2:]
     assert rows[0].startswith("| 32768 | 1 | - | nondet | 1.300 |")
     assert rows[1] == "| 32768 | 2 | zigzag | nondet | 0.650 | 0.640 | 1.02 | 1.300 | 2.00 | 90%, 91% | 26.0 | 12.0 | 1.5e-03 | 6.8e-03 |"
+
+
+def test_the_current_figures_are_what_the_results_render() -> None:
+    from tools.bench_docs import replace_current, render
+
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert replace_current(doc, render()) == doc, (
+        "docs/benchmarks.md has drifted from docs/results/: run .venv/bin/python -m tools.bench_docs --write docs/benchmarks.md")
+
+
+def test_a_newer_sitting_replaces_the_figure_of_its_point_and_a_study_keeps_its_own_row(tmp_path, monkeypatch) -> None:
+    import json
+
+    import tools.bench_docs as bench_docs
+
+    def write(name: str, date: str, seconds: float, extra: str = "") -> None:
+        run = {"workload": "llama", "tokens": 8192, "budget": 2.0, "system": "turnip-nondet", "seconds": seconds}
+        doc = {"date": date, "command": f"bench/run.py llama --tokens 8192{extra} --json /x.json",
+               "ceilings": {"gemm": 1e15, "h2d": 5e10}, "workloads": {"8192": {"flops": 1e14, "weight_bytes": 1e10}}, "runs": [run]}
+        (tmp_path / name).write_text(json.dumps(doc))
+
+    write("h200-2026-12-01-llama.json", "2026-12-01", 0.5)
+    write("h200-2026-12-01b-llama.json", "2026-12-01", 0.25)
+    write("h200-2026-11-30-llama.json", "2026-11-30", 0.125)
+    write("h200-2026-12-01c-depth.json", "2026-12-01", 1.0, " --copy-depth 2")
+    write("h200-2026-12-01c-depth-again.json", "2026-12-01", 2.0, " --copy-depth 2")  # the same sitting: both rows
+    monkeypatch.setattr(bench_docs, "ROOT", tmp_path)
+    monkeypatch.setattr(bench_docs, "RESULTS", tmp_path)
+    runs = bench_docs.latest_runs(bench_docs.result_files())
+    assert sorted((r["label"], r["seconds"]) for r in runs) == [
+        ("turnip-nondet", 0.25), ("turnip-nondet (copy depth 2)", 1.0), ("turnip-nondet (copy depth 2)", 2.0)]
+    assert {r["source"] for r in runs} == {"h200-2026-12-01b-llama.json", "h200-2026-12-01c-depth.json", "h200-2026-12-01c-depth-again.json"}
+
+
+def test_the_current_figures_need_their_markers() -> None:
+    from tools.bench_docs import BEGIN, END, replace_current
+
+    assert replace_current(f"intro\n{BEGIN}\nold\n{END}\nreading\n", "new") == f"intro\n{BEGIN}\nnew\n{END}\nreading\n"
+    with pytest.raises(ValueError, match="results:current"):
+        replace_current("no markers\n", "new")
+
+
+def test_the_make_bench_scripts_import_from_anywhere(tmp_path) -> None:
+    """tools/ is not installed: each script of `make bench` puts the repository root on sys.path itself."""
+    import subprocess
+
+    scripts = sorted({job.args[0].removesuffix(".py") for job in run_all.JOBS})
+    code = "\n".join([  # one interpreter, each script imported as if first: sys.path and tools/ reset between them
+        "import importlib, sys",
+        f"sys.path.insert(0, {str(ROOT / 'bench')!r})",
+        "base = list(sys.path)",
+        f"for name in {scripts!r}:",
+        "    sys.path[:] = base",
+        "    for module in [m for m in sys.modules if m.split('.')[0] == 'tools']:",
+        "        del sys.modules[module]",
+        "    try:",
+        "        importlib.import_module(name)",
+        "    except ImportError as err:",
+        "        sys.exit(f'{name}: {err}')",
+    ])
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr.strip().splitlines()[-1]

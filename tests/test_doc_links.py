@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("turnip_ir", "passes", "runtime", "turnip_cli")
-SOURCES = ("turnip_ir", "passes", "runtime", "turnip_cli", "tests", "bench", "examples")
+PACKAGES = ("turnip_ir", "frontend", "passes", "runtime", "turnip_cli", "tools")
+SOURCES = (*PACKAGES, "tests", "bench", "examples")
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 CODE = [p for folder in SOURCES for p in sorted((ROOT / folder).rglob("*.py")) if p != Path(__file__).resolve()]
 CODE.append(ROOT / "Makefile")

@@ -1,6 +1,7 @@
 """The layers only look down: data classes below formats inside `turnip_ir`, and across packages
 `turnip_ir` at the floor; `frontend`, `passes` and `runtime` each on it and never on each other;
 `turnip` (the Python API) on those four; `turnip_cli` on top of all five; `tools/` (not shipped) may use everything, and nothing shipped uses it.
+The folder table of docs/index.md states the same relation; a test here holds it to `BELOW`.
 
 Imports are read from the source (function-level ones included, `if TYPE_CHECKING:` blocks left out),
 so an import hidden inside a method counts as much as one at the top of a file.
@@ -134,3 +135,38 @@ def test_the_checks_see_a_planted_cycle(tmp_path: Path) -> None:
     graph = dict(_graph())
     graph["turnip_ir.taskgraph"] = graph["turnip_ir.taskgraph"] | {"turnip_ir.io"}
     assert _cycle(graph) is not None
+
+
+def _folder_table(text: str) -> dict[str, str]:
+    """The rows of docs/index.md's folder table: folder name (without the slash) -> its "may import" cell."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3 and cells[0].endswith("/`"):
+            rows[cells[0].strip("`").rstrip("/")] = cells[2]
+    return rows
+
+
+def _table_mismatches(rows: dict[str, str]) -> list[str]:
+    """How a folder table differs from PACKAGES and BELOW: packages missing or extra, "may import" cells that differ."""
+    packages = {folder for folder in rows if (ROOT / folder / "__init__.py").exists()}
+    found = [f"package {name} missing" for name in sorted(set(PACKAGES) - packages)]
+    found += [f"package {name} not in PACKAGES" for name in sorted(packages - set(PACKAGES))]
+    for package in sorted(packages & set(PACKAGES)):
+        cell = rows[package]
+        named = set() if cell == "nothing of ours" else {name.strip().strip("`") for name in cell.split(",")}
+        if named != BELOW[package] - {package}:
+            found.append(f"{package} may import {sorted(named)}, BELOW says {sorted(BELOW[package] - {package})}")
+    return found
+
+
+def test_the_folder_table_of_the_design_overview_is_the_enforced_layering() -> None:
+    """docs/index.md names every package of PACKAGES, no other package, and the same "may import" as BELOW."""
+    assert _table_mismatches(_folder_table((ROOT / "docs" / "index.md").read_text())) == []
+
+
+def test_a_folder_table_that_drifted_is_caught() -> None:
+    rows = _folder_table((ROOT / "docs" / "index.md").read_text())
+    rows["passes"] = "`turnip_ir`, `runtime`"
+    del rows["tools"]
+    assert _table_mismatches(rows) == ["package tools missing", "passes may import ['runtime', 'turnip_ir'], BELOW says ['turnip_ir']"]

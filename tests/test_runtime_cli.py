@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,12 +136,22 @@ def test_unknown_kernel_is_an_error(tmp_path):
     _one_line_error(_turnip(tmp_path / "mg.json"), 1, "unknown kernel 'frobnicate'")
 
 
+def _wait_for_cpu_seconds(pid: int, seconds: float, limit: float = 60.0) -> None:
+    """Until process `pid` has used `seconds` of CPU time (/proc/PID/stat: utime + stime), or `limit` passed."""
+    ticks, began = os.sysconf("SC_CLK_TCK"), time.monotonic()
+    while time.monotonic() - began < limit:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if (int(fields[11]) + int(fields[12])) / ticks >= seconds:
+            return
+        time.sleep(0.05)
+
+
 def test_ctrl_c_stops_cleanly(tmp_path):
     path = tmp_path / "big.json"
     path.write_text(naive_memgraph(random_taskgraph(5, tasks=400)).dumps())
     proc = subprocess.Popen([*TURNIP, str(path), "--jitter", "0.25", "--outputs", str(tmp_path / "o.npz")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+    _wait_for_cpu_seconds(proc.pid, 1.5)  # past start-up and imports, into the run, however loaded the machine is
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

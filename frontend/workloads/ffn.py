@@ -36,7 +36,7 @@ class FfnConfig:
 
 PRESETS = {
     "small": FfnConfig(),
-    # issue 11's transfer-bound case: 16 layers of 8192 x 32768 in fp16 (17 GB of weights)
+    # the transfer-bound case of the GPU benchmarks (docs/benchmarks.md, "FFN"): 16 layers of 8192 x 32768 in fp16 (17 GB of weights)
     "large": FfnConfig(layers=16, tokens=2048, hidden=8192, ffn=32768, block=2048, dtype="float16"),
 }
 

@@ -62,7 +62,7 @@ class CudaBackend(Backend):
         compute lanes, so that a tiny copy cannot leave its engine idle while the host learns it finished
         (docs/runtime.md, "Queueing ahead"). `release_at_close` frees every CUDA object of the run in
         `close` and `detach_at_close` unbinds CuPy's cuBLAS handles and torch's workspaces from the run's
-        streams; bench/exit_check.py and bench/repeat_check.py turn them off to compare."""
+        streams; bench/investigations/exit_check.py and bench/investigations/repeat_check.py turn them off to compare."""
         if notifier not in NOTIFIERS:
             raise InputError(f"unknown notifier '{notifier}' (known: {', '.join(NOTIFIERS)})")
         self.notifier_kind = notifier

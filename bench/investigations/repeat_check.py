@@ -1,6 +1,6 @@
 """Does a second 2-GPU run in one process work? Which part of the backend makes it fail?
 
-    source bench/gpu_setup.sh && python3 bench/repeat_check.py [--json out.json]     # on nvidia-h200-x2
+    source bench/gpu_setup.sh && python3 bench/investigations/repeat_check.py [--json out.json]     # on nvidia-h200-x2
 
 On 2026-12-01 (fourth sitting) the GPU tests ran the tiny llama over 2 GPUs three times in one pytest
 process: the first run passed, the next two failed at their first cuBLAS GEMM on GPU 0

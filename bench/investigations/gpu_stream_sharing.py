@@ -5,7 +5,7 @@
 2. A host-to-device copy from pinned memory overlaps a GEMM on another stream at full speed (the sim
    gives the host link its own rate, independent of the compute streams).
 
-Run on the GPU machine: python3 bench/gpu_stream_sharing.py  (prints a markdown table)
+Run on the GPU machine: python3 bench/investigations/gpu_stream_sharing.py  (prints a markdown table)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which step of a 2-GPU process makes it abort at interpreter exit ("double free or corruption")?
 
-    source bench/gpu_setup.sh && python3 bench/exit_check.py [--json out.json]     # on nvidia-h200-x2
+    source bench/gpu_setup.sh && python3 bench/investigations/exit_check.py [--json out.json]     # on nvidia-h200-x2
 
 Every process that ran turnip over both GPUs of the 2-GPU machine printed its results and then died in
 glibc's heap check at exit. Each scenario below is a fresh interpreter that does one more of the things
@@ -23,7 +23,7 @@ import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TWO_CONTEXTS = """
 import numpy as np

@@ -3,8 +3,8 @@
 Per family (Llama 3.2: GQA, llama3 RoPE, tied embeddings; Mistral: a sliding window shorter than the
 prompt that the block size does not divide; Qwen2: q/k/v biases, RoPE theta 1e6, tied embeddings):
 `turnip llama --weights` equals `XForCausalLM(...).model(...).last_hidden_state[0]` in float32 to a
-relative error of 1e-4 under a budget that forces offload, and `Session.generate`'s greedy tokens equal
-transformers' `generate`. The window's blocks behind it are never built, and its masks are exact; the
+relative error of 1e-4 under a budget that forces offload, and the greedy tokens of `Session.generate`
+and `turnip generate` equal transformers' `generate`. The window's blocks behind it are never built, and its masks are exact; the
 cuda backend refuses a windowed attention in one line; what no family supports is refused in one line
 naming the field and its value.
 """
@@ -92,7 +92,7 @@ def test_turnip_llama_equals_the_family_model(checkpoint, tmp_path, capsys):
     assert error <= 1e-4
 
 
-def test_greedy_tokens_equal_the_family_generate(checkpoint):
+def test_greedy_tokens_equal_the_family_generate(checkpoint, tmp_path, capsys):
     name, folder, model = checkpoint
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, 128, n) for n in (11, 3, 9)]  # past the window, and inside it
@@ -103,6 +103,11 @@ def test_greedy_tokens_equal_the_family_generate(checkpoint):
             expected.append(out[0, len(prompt):].tolist())
     with Session(weights=folder, memory=100 << 10, backend="cpu", kv_block=4) as session:
         assert session.generate(prompts, 5).tokens.tolist() == expected
+    np.save(tmp_path / "ids.npy", prompts[0])
+    args = ["generate", "--weights", str(folder), "--input-ids", str(tmp_path / "ids.npy"), "--max-new-tokens", "5",
+            "--memory", "100KiB", "--backend", "cpu", "--outputs", str(tmp_path / "out.npz")]
+    assert turnip(args) == 0, capsys.readouterr().err
+    assert np.load(tmp_path / "out.npz")["generated"].tolist() == expected[:1]
 
 
 def test_a_window_builds_only_the_key_blocks_it_reaches():

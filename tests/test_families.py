@@ -150,10 +150,23 @@ def test_the_cuda_backend_refuses_a_windowed_attention_with_one_line():
     config = from_hf({**TINY, "model_type": "mistral", "sliding_window": WINDOW}, "c")
     built = llama.build_llama(config, 12, block=4)
     with pytest.raises(KernelError) as caught:
-        execute(compile_taskgraph(built.graph, 1 << 30), backend=CudaBackend(), inputs=built.feed(llama.RandomWeights(config, 1), np.arange(12)))
+        inputs = built.feed(llama.RandomWeights(config, 1), np.arange(12))
+        execute(compile_taskgraph(built.graph, 1 << 30), backend=CudaBackend(), inputs=inputs)
     message = str(caught.value)
     assert "attention with a sliding window is not supported on the cuda backend yet" in message and "'window'" in message
     assert "\n" not in message
+
+
+def test_qwen2_prefill_runs_on_the_cuda_backend():
+    """The bias is a broadcast `add`, which the cuda backend has (numba-cuda's simulator here)."""
+    from runtime.backends.cuda import CudaBackend
+
+    config = from_hf({**TINY, "num_hidden_layers": 1, "model_type": "qwen2"}, "c")
+    weights, ids = llama.RandomWeights(config, 1), np.arange(8)
+    built = llama.build_llama(config, 8, block=4)
+    outputs = execute(compile_taskgraph(built.graph, 1 << 30), backend=CudaBackend(), inputs=built.feed(weights, ids)).outputs
+    want = llama.float64_forward(config, weights, ids)
+    np.testing.assert_allclose(built.gather(outputs), want, atol=1e-5 * np.abs(want).max())
 
 
 def test_qwen2_biases_are_weights_drawn_read_and_counted(tmp_path):

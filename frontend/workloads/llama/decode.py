@@ -188,7 +188,8 @@ class _Builder:
                 kc = self.graph.input((stop - start, kv_width), c.dtype, device=self.gpu, id=k_id)
                 vc = self.graph.input((stop - start, kv_width), c.dtype, device=self.gpu, id=v_id)
                 operands = (q_b, kc, vc) if prev is None else (q_b, kc, vc, prev)
-                masked = {"window": window, "offset": start - length} if window is not None and start <= length - window else {}
+                hidden = window is not None and start <= length - window  # some row of the block is behind the window
+                masked = {"window": window, "offset": start - length} if hidden else {}
                 prev = self.kernel("attention", *operands, id=f"{n}attn.{b}.{j}", final=False, **heads, **masked)
             operands = (q_b, k_b, v_b) if prev is None else (q_b, k_b, v_b, prev)
             rows.append(self.kernel("attention", *operands, id=f"{n}attn.{b}", **heads))

@@ -7,6 +7,10 @@ repeat_kv: query head h reads kv head h // (H/KV)). For query block i and group 
     -> attention(q_i, k_i, v_i, prev, causal=True)
 Each link carries a packed float32 partial (normalised output and log-sum-exp per head), so the T x T
 score matrix is never built and every task has one result. Blocks above the diagonal are never read.
+With a sliding `window` (each query sees itself and the window - 1 keys before it), query block i chains
+only over the key blocks some of its queries see: the blocks wholly behind the window are never read or
+computed, and a link whose block the window covers only in part carries `window` and `offset` (the key
+block's first position minus the query block's) so the kernel masks exactly the keys it hides.
 A chain is one placement decision (coordinates t=i, h=g); its links run on that GPU and the k/v blocks
 they read are moved there.
 """
@@ -24,28 +28,57 @@ if TYPE_CHECKING:
 
 
 def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int,
-          place: Placement) -> Blocked:
+          place: Placement, window: int | None = None) -> Blocked:
     """The attention output [T, H*D], cut like q; one chain per (query block, head group)."""
     groups = _check(q, k, v, name, heads, kv_heads)
     attrs = {"heads": heads // groups, "kv_heads": kv_heads // groups}
     result = prog._new(name, q.shape, q.dtype, q.splits)
+    starts = _starts(q.splits[0])
     index = 0
     for i in range(len(q.splits[0])):
+        links = _links(starts, i, window)
         for g in range(groups):
             prog.at({"t": i, "h": g})
-            gpu = prog._gpu(place(_site(q, k, v, name, i, g, index, attrs)), name)
+            gpu = prog._gpu(place(_site(q, k, v, name, i, g, index, attrs, links)), name)
             query = prog._read(q, (i, g), gpu)
             prev = None
-            for j in range(i + 1):
+            for j, masked in links:
                 diagonal = j == i
                 operands = [query, prog._read(k, (j, g), gpu), prog._read(v, (j, g), gpu)]
                 operands += [prev] if prev is not None else []
                 link = {"causal": True} if diagonal else {"final": False}
+                link |= masked
                 task_id = result.block_id((i, g)) if diagonal else f"{result.block_id((i, g))}.k{j}"
                 prev = prog.graph.kernel("attention", *operands, device=gpu, id=task_id, **attrs, **link)
             result.blocks[(i, g)] = prev
             index += 1
     return result
+
+
+def _starts(sizes: tuple[int, ...]) -> list[int]:
+    """The first token of each block, and the end of the last."""
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + size)
+    return starts
+
+
+def _links(starts: list[int], i: int, window: int | None) -> list[tuple[int, dict]]:
+    """The key blocks query block i reads, in order, each with the window attributes it needs (if any).
+
+    Query block i holds positions [starts[i], starts[i+1]); key block j is read when its last key is
+    seen by the first query (last > first - window), and masked when its first key is hidden from the
+    last query (first <= last - window)."""
+    if window is None:
+        return [(j, {}) for j in range(i + 1)]
+    first_q, last_q = starts[i], starts[i + 1] - 1
+    links = []
+    for j in range(i + 1):
+        if starts[j + 1] - 1 <= first_q - window:
+            continue
+        masked = starts[j] <= last_q - window
+        links.append((j, {"window": window, "offset": starts[j] - starts[i]} if masked else {}))
+    return links
 
 
 def _check(q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int) -> int:
@@ -65,14 +98,15 @@ def _check(q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: 
     return groups
 
 
-def _site(q: Blocked, k: Blocked, v: Blocked, name: str, i: int, g: int, index: int, attrs: dict) -> Site:
+def _site(q: Blocked, k: Blocked, v: Blocked, name: str, i: int, g: int, index: int, attrs: dict,
+          links: list[tuple[int, dict]]) -> Site:
     """The whole chain as one task: the FLOPs of all its links, and q, k and v blocks as operands."""
     spec = KERNELS["attention"]
     flops = 0
     where = [(q.device((i, g)), nbytes(q.block_shape((i, g)), q.dtype))]
-    for j in range(i + 1):
+    for j, masked in links:
         shapes = [q.block_shape((i, g)), k.block_shape((j, g)), v.block_shape((j, g))]
-        link = dict(attrs, causal=j == i)
+        link = dict(attrs, causal=j == i, **masked)
         out, _ = spec.infer(shapes, [q.dtype] * 3, link)
         flops += spec.flops(shapes, out, link)
         where += [(x.device((j, g)), nbytes(x.block_shape((j, g)), x.dtype)) for x in (k, v)]

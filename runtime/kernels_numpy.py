@@ -146,9 +146,12 @@ def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:
     if KERNELS["attention"].attr(attrs, "causal"):
         hidden = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)  # key j > query i
         scores[..., hidden] = -np.inf
+    if "window" in attrs:  # query i sees key j while i - (offset + j) < window
+        distance = np.arange(q.shape[0])[:, None] - (attrs.get("offset", 0) + np.arange(k.shape[0])[None, :])
+        scores[..., distance >= attrs["window"]] = -np.inf
     top = scores.max(axis=-1, initial=-np.inf)
     if scores.shape[-1]:
-        scores -= top[..., None]
+        scores -= np.where(np.isfinite(top), top, 0.0)[..., None]  # a row a window hides all of stays -inf
     np.exp(scores, out=scores)
     total = scores.sum(axis=-1)
     with np.errstate(divide="ignore"):

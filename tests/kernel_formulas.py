@@ -66,7 +66,7 @@ def _rmsnorm(xs, attrs):
 def _attention(xs, attrs):
     """One (query block, key block) step from its definition: with the previous keys' normalised output
     o_p and log-sum-exp l_p, out = (o_p e^(l_p) + sum_j e^(s_j) v_j) / (e^(l_p) + sum_j e^(s_j)) per head,
-    s_j = scale q.k_j (masked to j <= i on a causal block); the packed partial appends log of the denominator."""
+    s_j = scale q.k_j (masked to j <= i on a causal block, and to keys inside a sliding `window`); the packed partial appends log of the denominator."""
     q, k, v = xs[:3]
     prev = xs[3] if len(xs) > 3 else None
     heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
@@ -79,17 +79,22 @@ def _attention(xs, attrs):
         scores = q[:, h * width : (h + 1) * width] @ k[:, g * width : (g + 1) * width].T * scale
         if attrs.get("causal", False):
             scores = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], scores, -np.inf)
-        top = scores.max(axis=1)
+        if "window" in attrs:  # transformers' sliding window: key position > query position - window
+            q_pos, k_pos = np.arange(q.shape[0])[:, None], attrs.get("offset", 0) + np.arange(k.shape[0])[None, :]
+            scores = np.where(k_pos > q_pos - attrs["window"], scores, -np.inf)
+        top = scores.max(axis=1, initial=-np.inf)
         if prev is not None:
             top = np.maximum(top, prev[:, heads * width + h])
+        top = np.where(np.isfinite(top), top, 0.0)  # a row that sees no key yet: zeros, log-sum-exp -inf
         weights = np.exp(scores - top[:, None])
         numerator, denominator = weights @ v[:, g * width : (g + 1) * width], weights.sum(axis=1)
         if prev is not None:
             carried = np.exp(prev[:, heads * width + h] - top)
             numerator = numerator + prev[:, h * width : (h + 1) * width] * carried[:, None]
             denominator = denominator + carried
-        outs.append(numerator / denominator[:, None])
-        lses.append(top + np.log(denominator))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            outs.append(np.where(denominator[:, None] > 0, numerator / denominator[:, None], 0.0))
+            lses.append(top + np.log(denominator))
     out = np.concatenate(outs, axis=1)
     return out if attrs.get("final", True) else np.concatenate([out, np.stack(lses, axis=1)], axis=1)
 

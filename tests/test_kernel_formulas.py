@@ -78,3 +78,37 @@ def test_cpu_attention_equals_its_formula(heads, kv_heads, causal, final, with_p
     out = np.full(shape, np.nan, dtype=dtype)
     NUMPY_KERNELS["attention"](xs, out, attrs)
     np.testing.assert_allclose(out, apply("attention", xs, attrs), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("window, offset, causal", [(2, 0, True), (3, -4, False), (1, -1, False), (7, -9, False), (4, -3, False)])
+@pytest.mark.parametrize("with_prev", [False, True])
+def test_cpu_attention_with_a_sliding_window_equals_its_formula(window, offset, causal, with_prev):
+    """Keys a window hides are masked exactly, rows that see no key of a block keep the earlier ones' partial."""
+    rng = np.random.default_rng(window * 10 - offset)
+    tokens, width, heads, kv_heads = 5, 3, 4, 2
+    q = rng.standard_normal((tokens, heads * width))
+    k, v = (rng.standard_normal((tokens, kv_heads * width)) for _ in range(2))
+    xs = [q, k, v]
+    if with_prev:
+        earlier = [q, rng.standard_normal(k.shape), rng.standard_normal(v.shape)]
+        xs.append(apply("attention", earlier, {"heads": heads, "kv_heads": kv_heads, "final": False}).astype(np.float32))
+    attrs = {"heads": heads, "kv_heads": kv_heads, "causal": causal, "final": with_prev, "window": window, "offset": offset}
+    shape, dtype = KERNELS["attention"].infer([x.shape for x in xs], [str(x.dtype) for x in xs], attrs)
+    out = np.full(shape, np.nan, dtype=dtype)
+    NUMPY_KERNELS["attention"](xs, out, attrs)
+    want = apply("attention", xs, attrs)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    unwindowed = apply("attention", xs, {key: value for key, value in attrs.items() if key not in ("window", "offset")})
+    assert not np.allclose(want, unwindowed)  # the window hides some key
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"window": 0}, "window 0 must be at least 1"),
+    ({"offset": -2}, "there is no window"),
+    ({"window": 2, "offset": -1, "causal": True}, "got offset -1"),
+])
+def test_attention_window_attributes_are_checked(attrs, message):
+    from turnip_ir.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=message):
+        KERNELS["attention"].infer([(4, 8)] * 3, ["float32"] * 3, {"heads": 2, "kv_heads": 2, **attrs})

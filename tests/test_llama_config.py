@@ -46,12 +46,12 @@ def test_new_spelling_rope_parameters():
 
 @pytest.mark.parametrize("change, message", [
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
-    ({"attention_bias": True}, "attention_bias is not supported"),
+    ({"attention_bias": True}, "attention_bias true is not supported"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
     ({"hidden_size": None}, "hidden_size must be a positive integer, got None"),
     ({"num_key_value_heads": 3}, "num_key_value_heads 3 does not divide num_attention_heads 4"),
     ({"torch_dtype": "int8"}, "dtype 'int8' is not one of"),
-    ({"model_type": "gpt2"}, "model_type 'gpt2' is not llama"),
+    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
     ({"rope_scaling": {"rope_type": "linear"}}, "rope factor must be a positive number, got None"),
 ])
 def test_unsupported_or_broken_configs_are_one_line_errors(change, message):

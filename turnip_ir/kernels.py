@@ -220,10 +220,21 @@ def _attention(shapes: list[Shape], attrs: dict) -> Shape:
         raise ShapeError(f"attention: k {list(k)} and v {list(v)} must both be [tokens, {width}] (kv_heads * D)")
     if attrs.get("causal", False) and q[0] != k[0]:
         raise ShapeError(f"attention: a causal block needs as many queries as keys, got {q[0]} and {k[0]}")
+    _check_window(attrs)
     packed = (q[0], q[1] + heads)
     if len(shapes) == 4 and shapes[3] != packed:
         raise ShapeError(f"attention: prev {list(shapes[3])} must be the packed partial {list(packed)}")
     return q if attrs.get("final", True) else packed
+
+
+def _check_window(attrs: dict) -> None:
+    """`window` counts the keys a query may see, itself included; `offset` places k's rows against q's."""
+    if "window" in attrs and attrs["window"] < 1:
+        raise ShapeError(f"attention: window {attrs['window']} must be at least 1")
+    if "offset" in attrs and "window" not in attrs:
+        raise ShapeError("attention: offset places keys for a window, and there is no window")
+    if attrs.get("causal", False) and attrs.get("offset", 0) != 0:
+        raise ShapeError(f"attention: a causal block starts its keys where its queries start, got offset {attrs['offset']}")
 
 
 def _attention_dtype(dtypes: list[str], attrs: dict) -> str:
@@ -343,12 +354,14 @@ KERNELS: dict[str, KernelSpec] = {
             (3, 4),
             _attention,
             _attention_flops,
-            attrs={"heads": int, "kv_heads": int, "causal": bool, "final": bool, "softmax_scale": float},
+            attrs={"heads": int, "kv_heads": int, "causal": bool, "final": bool, "softmax_scale": float,
+                   "window": int, "offset": int},
             required=("heads", "kv_heads"),
-            defaults={"causal": False, "final": True},
+            defaults={"causal": False, "final": True, "offset": 0},
             infer_dtype=_attention_dtype,
             summary="one key block of grouped-query attention, merged into the packed partial prev; "
-            "final: the output, else the next packed partial (float32, [tq, heads*D + heads])",
+            "final: the output, else the next packed partial (float32, [tq, heads*D + heads]); window: query i "
+            "sees key j only when i - (offset + j) < window (a sliding window; offset = k's first position - q's)",
         ),
         KernelSpec(
             "rows",

@@ -1,11 +1,15 @@
-"""LLaMA model configs: presets, and Hugging Face `config.json` files in their old and new spellings.
+"""LLaMA-family model configs: presets, and Hugging Face `config.json` files in their old and new spellings.
 
+Families (`model_type`): `llama` (Llama 1-3.x: GQA, llama3 RoPE, tied embeddings), `mistral` (a causal
+sliding window of `sliding_window` keys, transformers' default 4096 when the key is absent, none when
+null) and `qwen2` (biases on the q, k and v projections; its per-layer sliding window is refused).
 `LlamaConfig` holds what the prefill needs. `from_hf` reads an HF config dict the way transformers'
 `LlamaConfig` does: `num_key_value_heads` defaults to the head count, `head_dim` to hidden / heads,
 `rms_norm_eps` to 1e-6; RoPE comes from `rope_parameters` (transformers 5) or from a top-level
 `rope_theta` plus `rope_scaling` (4.x; `rope_scaling` wins, as in transformers), with `type` as an old
-name of `rope_type`; the dtype from `dtype` or `torch_dtype`. What the graph cannot express (biases, an
-activation other than silu, partial rotary, unsupported RoPE types) is refused with one line.
+name of `rope_type`; the dtype from `dtype` or `torch_dtype`. What the graph cannot express (another
+model_type, biases other than qwen2's q/k/v ones, an activation other than silu, partial rotary,
+unsupported RoPE types, qwen2's sliding layers) is refused with one line naming the field and its value.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from turnip_ir.errors import InputError
 from turnip_ir.kernels import DTYPE_BYTES
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+FAMILIES = ("llama", "mistral", "qwen2")
+MISTRAL_WINDOW = 4096
+"""transformers' `MistralConfig.sliding_window` when config.json does not name it."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,11 @@ class LlamaConfig:
     """The LM head is the embedding table (transformers' default for LlamaConfig is False)."""
     eos_token_id: tuple[int, ...] = ()
     """The end-of-sequence ids (`config.json` gives one id or a list); generation stops on them only when asked."""
+    model_type: str = "llama"
+    sliding_window: int | None = None
+    """Each query sees itself and the `sliding_window - 1` keys before it (mistral); None: every earlier key."""
+    qkv_bias: bool = False
+    """The q, k and v projections add a bias (qwen2: `self_attn.{q,k,v}_proj.bias`)."""
 
 
 _TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -103,6 +115,9 @@ def from_hf(doc: dict, where: str) -> LlamaConfig:
         name=where,
         tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)),
         eos_token_id=_ids(doc.get("eos_token_id"), "eos_token_id", where),
+        model_type=doc.get("model_type", "llama"),
+        sliding_window=_window(doc, where),
+        qkv_bias=doc.get("model_type") == "qwen2",
     )
     if config.num_attention_heads % config.num_key_value_heads:
         raise InputError(f"config '{where}': num_key_value_heads {config.num_key_value_heads} does not divide num_attention_heads {heads}")
@@ -112,13 +127,44 @@ def from_hf(doc: dict, where: str) -> LlamaConfig:
 
 
 def _refuse_unsupported(doc: dict, where: str) -> None:
-    if doc.get("model_type", "llama") != "llama":
-        raise InputError(f"config '{where}': model_type '{doc['model_type']}' is not llama")
+    """One line naming the first field whose value the graph cannot express."""
+    family = doc.get("model_type", "llama")
+    if family not in FAMILIES:
+        _refuse(where, "model_type", family, f"supported: {', '.join(FAMILIES)}")
     if doc.get("hidden_act", "silu") != "silu":
-        raise InputError(f"config '{where}': hidden_act '{doc['hidden_act']}' is not supported (only silu)")
+        _refuse(where, "hidden_act", doc["hidden_act"], "only silu")
     for key in ("attention_bias", "mlp_bias"):
         if doc.get(key):
-            raise InputError(f"config '{where}': {key} is not supported (the graph has no bias terms)")
+            _refuse(where, key, doc[key], "the graph has no bias terms but qwen2's q/k/v ones")
+    if family == "qwen2" and doc.get("use_sliding_window") and _sliding_layers(doc):
+        _refuse(where, "use_sliding_window", doc["use_sliding_window"], "qwen2's per-layer sliding window is not built; "
+                "set it false or max_window_layers to num_hidden_layers")
+    kinds = set(doc.get("layer_types") or ()) - {"full_attention"}
+    if kinds and family != "mistral":  # mistral's transformers class ignores layer_types
+        _refuse(where, "layer_types", sorted(kinds), "only full_attention layers")
+
+
+def _refuse(where: str, key: str, value, why: str) -> None:
+    shown = json.dumps(value) if not isinstance(value, str) else f"'{value}'"
+    raise InputError(f"config '{where}': {key} {shown} is not supported ({why})")
+
+
+def _sliding_layers(doc: dict) -> bool:
+    """Whether qwen2 slides on some layer: layers from `max_window_layers` on (transformers' rule)."""
+    if doc.get("sliding_window") is None:
+        return False
+    return doc.get("max_window_layers", 28) < doc.get("num_hidden_layers", 0)
+
+
+def _window(doc: dict, where: str) -> int | None:
+    """mistral's window (transformers' default when absent, none when null); other families attend fully."""
+    if doc.get("model_type") != "mistral":
+        return None
+    if "sliding_window" not in doc:
+        return MISTRAL_WINDOW
+    if doc["sliding_window"] is None:
+        return None
+    return _int(doc, "sliding_window", where)
 
 
 def _rope(doc: dict, where: str) -> Rope:

@@ -4,9 +4,11 @@ Inputs: `hidden` [B, hidden] (the new tokens' embeddings), `rope.cos` / `rope.si
 at sequence b's own position), the weights by their Hugging Face names (the prefill graph's names, so
 one mapping feeds both), and per layer l and sequence b the cache `kv.{l}.{b}.k` / `.v` [cache_len,
 kv_width], cut into blocks of at most `kv_block` tokens (`kv.{l}.{b}.k[j]` when there are several).
-Per layer: RMSNorm, q/k/v as one einsum each over the B rows, RoPE; then per sequence the rows of q, k
-and v (`rows`), an attention chain over the cache blocks (non-final links) closed by the new token's own
-key (the final link; no causal mask: the one query sees every key), the B results stacked (`concat`),
+Per layer: RMSNorm, q/k/v as one einsum each over the B rows (plus the bias, qwen2), RoPE; then per
+sequence the rows of q, k and v (`rows`), an attention chain over the cache blocks (non-final links)
+closed by the new token's own key (the final link; no causal mask: the one query sees every key; with
+mistral's sliding window, cache blocks wholly behind it are neither inputs nor links, and a block it
+covers in part is masked exactly by the kernel's `window` and `offset`), the B results stacked (`concat`),
 the o projection, the residual, the MLP. Then the final RMSNorm and the LM head.
 Outputs: `logits` [B, vocab] in the model dtype, and per layer `k_new.{l}` / `v_new.{l}` [B, kv_width],
 the rows the host appends to the caches. Over `gpus`, layer l runs on GPU l * gpus // L (a pipeline,
@@ -57,7 +59,7 @@ class DecodeStep:
                 for which, cache in zip("kv", caches[b][layer]):
                     if cache.shape[0] != length:
                         raise InputError(f"sequence {b}: layer {layer} {which} cache has {cache.shape[0]} rows, the step expects {length}")
-                    for block_id, (start, stop) in cache_blocks(f"kv.{layer}.{b}.{which}", length, self.kv_block):
+                    for block_id, (start, stop) in cache_blocks(f"kv.{layer}.{b}.{which}", length, self.kv_block, self.config.sliding_window):
                         arrays[block_id] = cache[start:stop]
         return {name: np.ascontiguousarray(value, dtype=dtype) for name, value in arrays.items()}
 
@@ -81,12 +83,17 @@ def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray
     return np.cos(both), np.sin(both)
 
 
-def cache_blocks(name: str, length: int, kv_block: int) -> list[tuple[str, tuple[int, int]]]:
-    """The block ids and row ranges of a cache of `length` rows cut into blocks of at most `kv_block`."""
+def cache_blocks(name: str, length: int, kv_block: int, window: int | None = None) -> list[tuple[str, tuple[int, int]]]:
+    """The block ids and row ranges of a cache of `length` rows cut into blocks of at most `kv_block`;
+    with a sliding `window`, only the blocks the new token (at position `length`) sees some key of."""
     starts = list(range(0, length, kv_block))
     if len(starts) == 1:
-        return [(name, (0, length))]
-    return [(f"{name}[{j}]", (start, min(start + kv_block, length))) for j, start in enumerate(starts)]
+        blocks = [(name, (0, length))]
+    else:
+        blocks = [(f"{name}[{j}]", (start, min(start + kv_block, length))) for j, start in enumerate(starts)]
+    if window is None:
+        return blocks
+    return [(block_id, (start, stop)) for block_id, (start, stop) in blocks if stop - 1 > length - window]
 
 
 def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: int = 1, kv_block: int = KV_BLOCK) -> DecodeStep:
@@ -134,6 +141,13 @@ class _Builder:
     def project(self, h: Tensor, name: str, shape: tuple[int, int], id: str) -> Tensor:
         return self.kernel("einsum", h, self.weight(name, shape), id=id, equation="ti,oi->to")
 
+    def project_bias(self, h: Tensor, name: str, shape: tuple[int, int], id: str) -> Tensor:
+        """`name`.weight's projection, plus `name`.bias broadcast over the rows when the family has one (qwen2)."""
+        if not self.config.qkv_bias:
+            return self.project(h, name + ".weight", shape, id)
+        product = self.project(h, name + ".weight", shape, id + ".w")
+        return self.kernel("add", product, self.weight(name + ".bias", shape[:1]), id=id)
+
     def layer(self, x: Tensor, layer: int) -> Tensor:
         """One decoder layer on the residual stream `x` [B, hidden]; returns the new stream."""
         c = self.config
@@ -142,9 +156,9 @@ class _Builder:
         hidden, inner = c.hidden_size, c.intermediate_size
         q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         h = self.kernel("rmsnorm", x, self.weight(p + "input_layernorm.weight", (hidden,)), id=n + "attn_norm", eps=c.rms_norm_eps)
-        q = self.project(h, p + "self_attn.q_proj.weight", (q_width, hidden), n + "q")
-        k = self.project(h, p + "self_attn.k_proj.weight", (kv_width, hidden), n + "k")
-        v = self.project(h, p + "self_attn.v_proj.weight", (kv_width, hidden), f"v_new.{layer}")
+        q = self.project_bias(h, p + "self_attn.q_proj", (q_width, hidden), n + "q")
+        k = self.project_bias(h, p + "self_attn.k_proj", (kv_width, hidden), n + "k")
+        v = self.project_bias(h, p + "self_attn.v_proj", (kv_width, hidden), f"v_new.{layer}")
         q = self.kernel("rope", q, *self.rope, id=n + "q_rope")
         k = self.kernel("rope", k, *self.rope, id=f"k_new.{layer}")
         self.graph.output(k, v)
@@ -167,12 +181,16 @@ class _Builder:
         for b, length in enumerate(self.lengths):
             q_b, k_b, v_b = (t if batch == 1 else self.kernel("rows", t, id=f"{t.id}.{b}", start=b, stop=b + 1) for t in (q, k, v))
             prev = None
-            blocks = zip(cache_blocks(f"kv.{layer}.{b}.k", length, self.kv_block), cache_blocks(f"kv.{layer}.{b}.v", length, self.kv_block))
+            window = c.sliding_window
+            blocks = zip(cache_blocks(f"kv.{layer}.{b}.k", length, self.kv_block, window),
+                         cache_blocks(f"kv.{layer}.{b}.v", length, self.kv_block, window))
             for j, ((k_id, (start, stop)), (v_id, _)) in enumerate(blocks):
                 kc = self.graph.input((stop - start, kv_width), c.dtype, device=self.gpu, id=k_id)
                 vc = self.graph.input((stop - start, kv_width), c.dtype, device=self.gpu, id=v_id)
                 operands = (q_b, kc, vc) if prev is None else (q_b, kc, vc, prev)
-                prev = self.kernel("attention", *operands, id=f"{n}attn.{b}.{j}", final=False, **heads)
+                hidden = window is not None and start <= length - window  # some row of the block is behind the window
+                masked = {"window": window, "offset": start - length} if hidden else {}
+                prev = self.kernel("attention", *operands, id=f"{n}attn.{b}.{j}", final=False, **heads, **masked)
             operands = (q_b, k_b, v_b) if prev is None else (q_b, k_b, v_b, prev)
             rows.append(self.kernel("attention", *operands, id=f"{n}attn.{b}", **heads))
         return rows[0] if batch == 1 else self.kernel("concat", *rows, id=n + "attn")

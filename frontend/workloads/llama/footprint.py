@@ -1,10 +1,11 @@
 """What a LLaMA prefill holds in host memory, from the config alone: checked before anything is drawn or read.
 
-The weights, in the compute dtype, are all fed to the run (random ones are drawn in full; checkpoint
-tensors are converted or mapped). The activations are a lower bound: the prompt's embedded input, RoPE
-tables and final output, plus one layer's intermediates (the residual stream, q, k, v, the attention
-output, gate and up), which the offloads of a tight budget park on the host. A run that cannot hold
-this much is refused in one line before it spends minutes drawing weights and is killed for memory.
+The weights (`weight_shapes`: qwen2's q/k/v biases too), in the compute dtype, are all fed to the run
+(random ones are drawn in full; checkpoint tensors are converted or mapped). The activations are a lower
+bound: the prompt's embedded input, RoPE tables and final output, plus one layer's intermediates (the
+residual stream, q, k, v, the attention output, gate and up), which the offloads of a tight budget park
+on the host. A run that cannot hold this much is refused in one line before it spends minutes drawing
+weights and is killed for memory.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The LLaMA prefill taskgraph: Hugging Face `LlamaModel` semantics, the sequence cut into token blocks.
 
-Per layer, for every token block: RMSNorm, q/k/v projections (`ti,oi->to` against [out, in] weights),
-RoPE on q and k (cos/sin tables are inputs cut like the tokens), causal attention as chains of
-(query block, key block) tasks below the diagonal, the o projection and the residual add; then RMSNorm,
-gate and up projections, SwiGLU, the down projection and the residual add. A final RMSNorm gives
+Per layer, for every token block: RMSNorm, q/k/v projections (`ti,oi->to` against [out, in] weights;
+qwen2 adds each one's bias vector), RoPE on q and k (cos/sin tables are inputs cut like the tokens),
+causal attention as chains of (query block, key block) tasks below the diagonal (mistral: only the key
+blocks its sliding window reaches), the o projection and the residual add; then RMSNorm, gate and up
+projections, SwiGLU, the down projection and the residual add. A final RMSNorm gives
 `LlamaModel(...).last_hidden_state[0]`. Activations are [tokens, features] with heads side by side.
 Tasks run layer by layer and, inside a layer, token block by token block (`Program.order_by`), so
 only the k/v blocks later queries need stay live, not whole activations.
@@ -169,16 +170,18 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
 
     h = prog.map("rmsnorm", x, weight("input_layernorm.weight", (hidden,)), name=n + "attn_norm", signature="th,h->th",
                  eps=config.rms_norm_eps, place=where.local)
-    q = project(h, "q", weight("self_attn.q_proj.weight", (q_width, hidden), (groups,)), where.split)
-    k = project(h, "k", weight("self_attn.k_proj.weight", (kv_width, hidden), (groups,)), where.split)
-    v = project(h, "v", weight("self_attn.v_proj.weight", (kv_width, hidden), (groups,)), where.split)
+    q, k, v = (project(h, x, weight(f"self_attn.{x}_proj.weight", (width, hidden), (groups,)), where.split)
+               for x, width in (("q", q_width), ("k", kv_width), ("v", kv_width)))
+    if config.qkv_bias:  # qwen2: the bias of each projection's rows, cut like them
+        q, k, v = (prog.map("add", t, prog.input(f"{p}self_attn.{t.name[-1]}_proj.bias", (t.shape[1],), dtype, (groups,)),
+                            name=t.name + "_bias", signature="tn,n->tn", place=follow) for t in (q, k, v))
     q, k = (prog.map("rope", t, *rope, name=n + t.name.split(".")[-1] + "_rope", signature="tn,td,td->tn", place=follow)
             for t in (q, k))
     if kv is not None:
         prog.output(k, v)
         kv.append((k, v))
     a = prog.attention(q, k, v, name=n + "attn", heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
-                       place=where.attention)
+                       place=where.attention, window=config.sliding_window)
     o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)
     x = prog.map("add", x, o, name=n + "attn_res", signature="th,th->th", place=where.local)
     h = prog.map("rmsnorm", x, weight("post_attention_layernorm.weight", (hidden,)), name=n + "mlp_norm", signature="th,h->th",

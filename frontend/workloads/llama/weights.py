@@ -1,7 +1,7 @@
 """LLaMA weights by their Hugging Face names: the shapes a config implies, random ones, or a checkpoint.
 
 Names are those of `LlamaForCausalLM` checkpoints (`model.layers.{i}.self_attn.q_proj.weight`, ...,
-`model.norm.weight`, `model.embed_tokens.weight`); a checkpoint saved from a bare `LlamaModel` (no
+`model.norm.weight`, `model.embed_tokens.weight`; qwen2's `self_attn.{q,k,v}_proj.bias`); a checkpoint saved from a bare `LlamaModel` (no
 `model.` prefix) is read too. Both sources are read-only mappings that make a tensor only when asked,
 so a 13 GB checkpoint is mapped, not copied, and only the blocks the graph needs are cut from it.
 Token ids become hidden states on the host, through the embedding table.
@@ -23,6 +23,8 @@ EMBED = "model.embed_tokens.weight"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 """What a weight may be stored as (F16, BF16, F32, F64): an integer read as a float is a wrong model, not a cast."""
 LM_HEAD = "lm_head.weight"
+BIAS_SCALE = 0.1
+"""Random biases are small beside the projections they shift."""
 POOL = 1 << 18
 """Random weights draw at most this many values per tensor and tile them: 7B in seconds, not minutes."""
 
@@ -46,6 +48,9 @@ def weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
             p + "mlp.up_proj.weight": (inner, hidden),
             p + "mlp.down_proj.weight": (hidden, inner),
         }
+        if config.qkv_bias:
+            shapes |= {p + "self_attn.q_proj.bias": (q_width,), p + "self_attn.k_proj.bias": (kv_width,),
+                       p + "self_attn.v_proj.bias": (kv_width,)}
     shapes["model.norm.weight"] = (hidden,)
     return shapes
 
@@ -56,7 +61,8 @@ def head_name(config: LlamaConfig) -> str:
 
 
 class RandomWeights(Mapping):
-    """Weights from a seed: projections N(0, 1/fan-in), norms 1 + N(0, 0.1^2), embeddings N(0, 1).
+    """Weights from a seed: projections N(0, 1/fan-in), norms 1 + N(0, 0.1^2), biases N(0, 0.1^2),
+    embeddings N(0, 1).
 
     Each tensor draws at most `POOL` values from its own generator (seed, name) and tiles them."""
 
@@ -73,6 +79,8 @@ class RandomWeights(Mapping):
         draw = rng(self.seed, name).standard_normal(min(size, POOL))
         if name.endswith("norm.weight"):
             draw = 1.0 + 0.1 * draw
+        elif name.endswith(".bias"):
+            draw = BIAS_SCALE * draw
         elif name != EMBED:
             draw = draw / np.sqrt(shape[1])
         return np.resize(draw.astype(self.config.dtype), shape)

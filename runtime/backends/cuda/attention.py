@@ -112,6 +112,9 @@ def block_of(node, inputs) -> Block:
 
 def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
     attrs = node.attrs
+    if "window" in attrs:  # no provider masks by position yet: refuse rather than attend past the window
+        raise KernelError(f"node {node.id}: attention with a sliding window is not supported on the cuda backend yet "
+                          "(attribute 'window'); run it with --backend cpu")
     heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
     return heads, kv_heads, bool(attrs.get("causal", False)), bool(attrs.get("final", True)), attrs.get("softmax_scale")
 

@@ -20,11 +20,12 @@ figures, with the reading of each sitting, are in docs/benchmarks-log.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
+
+from tools.generated import replace_between, write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -181,29 +182,12 @@ def render() -> str:
 
 def replace_current(doc: str, body: str) -> str:
     """`doc` with what lies between the markers replaced by `body`."""
-    if doc.count(BEGIN) != 1 or doc.count(END) != 1 or doc.index(BEGIN) > doc.index(END):
-        raise ValueError(f"the file needs one {BEGIN} and, after it, one {END}")
-    head, rest = doc.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+    return replace_between(doc, BEGIN, END, body)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", type=Path, metavar="FILE", help="replace the generated part of FILE")
-    group.add_argument("--check", type=Path, metavar="FILE", help="exit 1 if FILE's generated part differs")
-    args = parser.parse_args(argv)
-    body = render()
-    if args.write:
-        args.write.write_text(replace_current(args.write.read_text(), body))
-    elif args.check:
-        if replace_current(args.check.read_text(), body) != args.check.read_text():
-            print(f"{args.check} differs from docs/results/: run .venv/bin/python -m tools.bench_docs --write {args.check}", file=sys.stderr)
-            return 1
-    else:
-        print(body)
-    return 0
+    return write_or_check(argv, __doc__.splitlines()[0], render, replace_current,
+                          "differs from docs/results/: run .venv/bin/python -m tools.bench_docs --write FILE")
 
 
 if __name__ == "__main__":

@@ -17,16 +17,14 @@ the hand-written text around the markers is kept. tests/test_pass_docs.py runs t
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import inspect
 import sys
 import textwrap
-from pathlib import Path
 
 from passes.registry import all_passes
-from turnip_ir.files import atomic_write
+from tools.generated import replace_between, write_or_check
 
 BEGIN = "<!-- passes:reference -->"
 END = "<!-- /passes:reference -->"
@@ -87,33 +85,12 @@ def render() -> str:
 
 def replace_reference(doc: str, reference: str) -> str:
     """`doc` with what lies between the markers replaced by `reference`."""
-    if doc.count(BEGIN) != 1 or doc.count(END) != 1 or doc.index(BEGIN) > doc.index(END):
-        raise ValueError(f"the file needs one {BEGIN} and, after it, one {END}")
-    head, rest = doc.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{reference}\n{END}{tail}"
+    return replace_between(doc, BEGIN, END, reference)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", type=Path, metavar="FILE", help="replace the reference between the markers in FILE")
-    action.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's reference differs from the docstrings")
-    args = parser.parse_args(argv)
-    reference = render()
-    if args.write is None and args.check is None:
-        print(reference)
-        return 0
-    path = args.write or args.check
-    doc = path.read_text()
-    updated = replace_reference(doc, reference)
-    if args.write is not None:
-        atomic_write(path, updated)
-        return 0
-    if updated != doc:
-        print(f"{path}: the pass reference differs from the docstrings; run python -m tools.pass_docs --write {path}", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(argv, __doc__.splitlines()[0], render, replace_reference,
+                          "the pass reference differs from the docstrings; run python -m tools.pass_docs --write FILE")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip import Session
 from turnip_cli.build_cmd import check_positive_options
+from turnip_cli.llama_cmd import model_input_files
 from turnip_cli.planning import parse_size
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
-    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, _input_files(args))  # before a long run
+    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
     check_positive_options(args, "gpus")
@@ -72,12 +73,6 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
-
-
-def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
-    """The files the command reads, which no output may overwrite."""
-    config = args.config if args.config is not None and Path(args.config).is_file() else None
-    return {"--config": config, "--input-ids": args.input_ids}
 
 
 def summary_lines(result) -> list[str]:

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
               f"and the {backend} backend has one", file=sys.stderr)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
-    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, _input_files(args))  # before a long run
+    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     progress = Progress.for_args(args)
@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
-    """The files the command reads, which no output may overwrite."""
+def model_input_files(args: argparse.Namespace) -> dict[str, str | None]:
+    """The files a model command (llama, generate) reads, which no output may overwrite."""
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     return {"--config": config, "--input-ids": args.input_ids}
 

@@ -22,7 +22,7 @@ from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_h
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.libraries import Libraries
-from runtime.backends.cuda.memory import device_pointer, pinned_bytes
+from runtime.backends.cuda.memory import device_pointer, dtype_name, pinned_bytes
 
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""
@@ -146,7 +146,7 @@ class GpuDriver:
         """`work(lane)`: one cuBLAS call of `plan` on the lane's handle; `offsets` in elements into a and b."""
         a_ptr = device_pointer(a) + offsets[0] * a.dtype.itemsize
         b_ptr = device_pointer(b) + offsets[1] * b.dtype.itemsize
-        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), str(out.dtype), alpha=alpha)
+        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), dtype_name(out), alpha=alpha)
         return lambda lane: call(services.cublas(lane))
 
     def einsum(self, equation: str, inputs, out, services):
@@ -202,9 +202,9 @@ class SimDriver(GpuDriver):
         pass
 
     def copy(self, kind: str, source, target, streams: list):
-        if kind == "d2h":
-            return lambda lane: source.copy_to_host(target)
-        return lambda lane: target.copy_to_device(source)
+        if kind == "d2h":  # host views of bfloat16 are ml_dtypes' type, device views uint16: copy the bytes
+            return lambda lane: source.copy_to_host(target.view(source.dtype))
+        return lambda lane: target.copy_to_device(source.view(target.dtype))
 
     def stream_failure(self, stream) -> Exception | None:
         return None  # launches run synchronously: a failure raised in submit

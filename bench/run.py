@@ -72,10 +72,14 @@ SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", 
 class Llama:
     """LLaMA 7b prefill: the turnip graph and inputs, and the same weights as torch tensors."""
 
-    def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence"):
+    def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence",
+                 dtype: str | None = None):
+        from dataclasses import replace
+
         from frontend.workloads import llama
 
         self.config = llama.load_config(preset)
+        self.config = replace(self.config, dtype=dtype or self.config.dtype)
         self.tokens = tokens
         self.weights = {name: llama.RandomWeights(self.config, seed)[name] for name in llama.weight_shapes(self.config)}
         self.ids = llama.random_ids(self.config, tokens, seed)
@@ -104,7 +108,8 @@ class Llama:
         return embed(self.weights, self.ids, self.config)
 
     def output(self, outputs) -> np.ndarray:
-        return self.built.gather(outputs)
+        hidden = self.built.gather(outputs)
+        return hidden.astype(np.float32) if hidden.dtype.name == "bfloat16" else hidden  # exact; numpy is slow on bf16
 
 
 class Ffn:
@@ -379,12 +384,16 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule for turnip")
+    parser.add_argument("--dtype", choices=("float16", "bfloat16"), help="llama's dtype (default: the preset's); the "
+                        "torch and hf baselines are float16 only, so bfloat16 runs turnip and the floor")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     parser.add_argument("--save-outputs", metavar="DIR", help="write turnip-nondet's output of each length and budget into DIR (.npy)")
     parser.add_argument("--compare-outputs", metavar="DIR", help="compare each turnip output with the one --save-outputs wrote "
                         "into DIR for the same length and budget (another run's, e.g. one GPU's): 'agreement_saved'")
     args = parser.parse_args(argv)
+    if args.dtype == "bfloat16":
+        args.systems = [s for s in args.systems if s.startswith("turnip") or s == "floor"]
     global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
@@ -408,9 +417,9 @@ def main(argv=None) -> int:
     print(f"ceilings: fp16 GEMM {ceilings['gemm'] / 1e12:.0f} TFLOP/s, H2D {ceilings['h2d'] / 1e9:.1f} GB/s", flush=True)
     for tokens in args.tokens:
         began = time.perf_counter()
-        work = Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement) if args.workload == "llama" else Ffn(tokens)
+        work = Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement, dtype=args.dtype) if args.workload == "llama" else Ffn(tokens)
         report.setdefault("workloads", {})[str(tokens)] = {"flops": work.flops, "weight_bytes": work.weight_bytes, "tasks": len(work.graph)}
-        print(f"\n## {args.workload} T={tokens} on {args.gpus} GPU(s) ({args.placement}): {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
+        print(f"\n## {args.workload} {getattr(work.config, 'dtype', '')} T={tokens} on {args.gpus} GPU(s) ({args.placement}): {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
         resident = None
         if "torch-resident" in args.systems and args.workload == "llama":
             resident = _guard(lambda: llama_torch(work, "resident", None, args.repeats))

@@ -72,7 +72,17 @@ def _references(x, y, w) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("cols", [24, 13])
 def test_every_memory_bound_kernel_in_bfloat16_is_the_float32_result_rounded(cols):
     """Quads and their tails (13 columns leave one); launched directly on uint16 words."""
-    rows = 3
+    check_bfloat16_kernels(cols, rows=3, vector=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [4096, 4100, 11008])
+def test_bfloat16_kernels_with_vector_loads_on_the_gpu_are_the_float32_result_rounded(cols):
+    """The libdevice bit casts and four uint16 words per vector load, on rows wider than a block."""
+    check_bfloat16_kernels(cols, rows=5, vector=True)
+
+
+def check_bfloat16_kernels(cols: int, rows: int, vector: bool) -> None:
     rng = np.random.default_rng(cols)
     x, y, w = (words(rng.standard_normal(shape) * 2) for shape in ((rows, cols), (rows, cols), (cols,)))
     y.reshape(-1)[5] = words([7e4])[0]  # beyond float16, which bfloat16 keeps (y: the simulator's exp raises past 709)
@@ -82,25 +92,25 @@ def test_every_memory_bound_kernel_in_bfloat16_is_the_float32_result_rounded(col
     flat = lambda a: a.reshape(-1)  # noqa: E731
     for name in ("relu", "gelu", "silu", "exp", "scale"):
         out = np.zeros(size, np.uint16)
-        kn.unary(name, "bfloat16", False)[kn.element_grid(size)](flat(x), out, 0.5 if name == "scale" else 1.0)
+        kn.unary(name, "bfloat16", vector)[kn.element_grid(size)](flat(x), out, 0.5 if name == "scale" else 1.0)
         got[name] = out
     for name in kn.BINARY:
         out = np.zeros(size, np.uint16)
-        kn.binary_same(name, "bfloat16", False)[kn.element_grid(size)](flat(x), flat(y), out)
+        kn.binary_same(name, "bfloat16", vector)[kn.element_grid(size)](flat(x), flat(y), out)
         got[name] = out
     out = np.zeros(size, np.uint16)
     (d1, d2, d3), sa, sb = kn.broadcast_strides((rows, cols), (rows, cols), (cols,))
     kn.binary_broadcast("mul", "bfloat16")[kn.element_grid(size)](flat(x), w, out, d1, d2, d3, *sa, *sb)
     got["broadcast"] = out
     out = np.zeros(size, np.uint16)
-    kn.swiglu("bfloat16", False)[kn.element_grid(size)](flat(x), flat(y), out)
+    kn.swiglu("bfloat16", vector)[kn.element_grid(size)](flat(x), flat(y), out)
     got["swiglu"] = out
     out = np.zeros(size, np.uint16)
-    kn.softmax("bfloat16", False)[rows, kn.ROW_THREADS](flat(y), out, cols)  # y: its 7e4 makes a one-hot row
+    kn.softmax("bfloat16", vector and cols % 4 == 0)[rows, kn.ROW_THREADS](flat(y), out, cols)  # y: its 7e4 makes a one-hot row
     got["softmax"] = out
     for weighted in (True, False):
         out = np.zeros(size, np.uint16)
-        kn.rmsnorm("bfloat16", weighted, False)[rows, kn.ROW_THREADS](flat(y), w if weighted else flat(y), out, cols, 1e-6)
+        kn.rmsnorm("bfloat16", weighted, vector and cols % 4 == 0)[rows, kn.ROW_THREADS](flat(y), w if weighted else flat(y), out, cols, 1e-6)
         got["norm" if weighted else "plain"] = out
     with np.errstate(over="ignore"):
         want = _references(decoded(x), decoded(y), decoded(w))

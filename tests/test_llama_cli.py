@@ -379,3 +379,13 @@ def test_a_bfloat16_checkpoint_runs_in_bfloat16_on_the_cuda_backend(tmp_path, ca
     assert out.dtype == np.float32 and np.array_equal(out, out.astype(llama.load_config(str(tmp_path / "m")).dtype).astype(np.float32))
     expected = llama.float64_forward(llama.load_config(str(tmp_path / "m")), weights, ids)
     assert np.max(np.abs(out - expected)) / np.max(np.abs(expected)) < 5e-2
+
+
+@pytest.mark.parametrize("backend, wanted, computed", [("cpu", None, "float32"), ("cpu", "bfloat16", "float32"),
+                                                        ("sim", None, "bfloat16"), ("sim", "float16", "float16")])
+def test_a_session_on_a_bfloat16_model_computes_in_the_backends_dtype(tmp_path, backend, wanted, computed):
+    from turnip import Session
+
+    bfloat16_checkpoint(tmp_path / "m")
+    session = Session(weights=str(tmp_path / "m"), memory=1 << 20, backend=backend, dtype=wanted)
+    assert session.config.dtype == computed

@@ -265,3 +265,17 @@ def test_a_llama3_shaped_model_in_bfloat16_on_the_gpu_matches_the_float64_forwar
     error = _llama_error(config, tokens=3000, block=1000, provider=provider, factor=1.5)
     print(f"bf16 llama3-shaped, {provider}: max error / max value {error:.3g} (tolerance {LLAMA_TOLERANCE})")
     assert error < LLAMA_TOLERANCE, error
+
+
+@on_simulator
+def test_an_einsum_that_is_no_gemm_computes_bfloat16_in_float32():
+    """A contraction summing a letter of one operand only (no GEMM) takes the einsum path: its bfloat16
+    words are widened to float32 and the result rounded back, never summed as integers."""
+    g = TaskGraph(devices=1)
+    x = g.input((4, 6), "bfloat16", device=0, id="x")
+    y = g.input((4, 6), "bfloat16", device=0, id="y")
+    g.output(g.einsum("ij,ij->i", x, y, device=0, id="dot"), g.einsum("ij->ji", x, device=0, id="swap"))
+    _, inputs, result = _run(g, factor=4.0)
+    v = {k: a.astype(np.float32) for k, a in inputs.items()}
+    assert ulps(result.outputs["dot"].view(np.uint16), np.einsum("ij,ij->i", v["x"], v["y"])) <= 1
+    np.testing.assert_array_equal(result.outputs["swap"], inputs["x"].T)

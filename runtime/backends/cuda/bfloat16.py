@@ -55,3 +55,16 @@ def _simulated_functions():
 
 
 load, store = _simulated_functions() if simulated() else _gpu_functions()
+
+
+def widen(xp, words):
+    """uint16 words of bfloat16 as float32 values, for array libraries without bfloat16 (`xp`: numpy or
+    CuPy; the einsums that are no GEMM compute in float32 through these)."""
+    return (words.astype(xp.uint32) << 16).view(xp.float32)
+
+
+def narrow(xp, values):
+    """float32 values as uint16 words of bfloat16, rounded as `store` rounds."""
+    bits = xp.ascontiguousarray(values, dtype=xp.float32).view(xp.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return xp.where((bits & 0x7FFFFFFF) > 0x7F800000, (bits >> 16) | 0x40, rounded).astype(xp.uint16)

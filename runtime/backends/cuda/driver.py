@@ -18,6 +18,7 @@ import gc
 import numpy as np
 
 from runtime.backends.cuda import attention, completion
+from runtime.backends.cuda.bfloat16 import narrow, widen
 from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
@@ -156,8 +157,7 @@ class GpuDriver:
             import cupy
 
             with services.cupy_scratch(lane):
-                operands = [cupy.asarray(x) for x in inputs]
-                cupy.asarray(out)[...] = cupy.einsum(equation, *operands)
+                cupy.asarray(out)[...] = _einsum(cupy, equation, [cupy.asarray(x) for x in inputs], dtype_name(out))
 
         return work
 
@@ -234,10 +234,17 @@ class SimDriver(GpuDriver):
     def einsum(self, equation: str, inputs, out, services):
         hosts = [host(x) for x in inputs]
         target = host(out)
-        return lambda lane: np.copyto(target, np.einsum(equation, *hosts))
+        return lambda lane: np.copyto(target, _einsum(np, equation, hosts, dtype_name(out)))
 
     def collect(self, contexts: list) -> None:
         pass
+
+
+def _einsum(xp, equation: str, operands: list, dtype: str):
+    """`xp.einsum` (numpy or CuPy); bfloat16 words are widened to float32 and the result rounded back."""
+    if dtype != "bfloat16":
+        return xp.einsum(equation, *operands)
+    return narrow(xp, xp.einsum(equation, *(widen(xp, x) for x in operands)))
 
 
 def host(array):

@@ -86,8 +86,8 @@ for s in "$@"; do
              --json "$OUT/quick128k.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
-    bf16) stage bf16tests 80 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 80 tests/test_cuda_bf16.py
-             for d in bfloat16 float16; do stage "bf16-$d" 50 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 2 \
-             --dtype $d --systems turnip-nondet floor --json "$OUT/bf16-$d.json"; done ;;
+    bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py
+             stage bf16bench 105 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --dtype bfloat16 float16 \
+             --systems turnip-nondet floor --json "$OUT/bf16.json" ;;
   esac
 done

@@ -19,7 +19,9 @@
 # (llama at 8k / 2 GiB and 32k / 4 GiB with the torch-cudnn and the triton provider), llama32k8 (32k at 8 GiB),
 # notifiers (the PCIe-bound runs, ffn at 8k and llama at 8k, with the host function on a side stream, on
 # the lane's stream, and the polling notifier), notifiers32k (llama 32k at 4 GiB, compute-bound, with both
-# host-function placements; then bench_cuda.py notifiers: latency per vertex and the stress test).
+# host-function placements; then bench_cuda.py notifiers: latency per vertex and the stress test),
+# bf16 (issue 25: the bfloat16 GPU tests, then llama 7b at 8k / 2 GiB in bfloat16 and in float16, for the
+# target "bf16 within 1.05x of fp16"; 3 minutes at most).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -84,5 +86,8 @@ for s in "$@"; do
              --json "$OUT/quick128k.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
+    bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py
+             stage bf16bench 105 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --dtype bfloat16 float16 \
+             --systems turnip-nondet floor --json "$OUT/bf16.json" ;;
   esac
 done

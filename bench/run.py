@@ -72,10 +72,14 @@ SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", 
 class Llama:
     """LLaMA 7b prefill: the turnip graph and inputs, and the same weights as torch tensors."""
 
-    def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence"):
+    def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence",
+                 dtype: str | None = None):
+        from dataclasses import replace
+
         from frontend.workloads import llama
 
         self.config = llama.load_config(preset)
+        self.config = replace(self.config, dtype=dtype or self.config.dtype)
         self.tokens = tokens
         self.weights = {name: llama.RandomWeights(self.config, seed)[name] for name in llama.weight_shapes(self.config)}
         self.ids = llama.random_ids(self.config, tokens, seed)
@@ -104,7 +108,8 @@ class Llama:
         return embed(self.weights, self.ids, self.config)
 
     def output(self, outputs) -> np.ndarray:
-        return self.built.gather(outputs)
+        hidden = self.built.gather(outputs)
+        return hidden.astype(np.float32) if hidden.dtype.name == "bfloat16" else hidden  # exact; numpy is slow on bf16
 
 
 class Ffn:
@@ -379,12 +384,18 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule for turnip")
+    parser.add_argument("--dtype", nargs="+", choices=("float16", "bfloat16"), help="llama's dtypes, each run in turn at "
+                        "every length and budget (default: the preset's; several: rows are labelled llama-DTYPE); the "
+                        "torch and hf baselines are float16 only, so with bfloat16 only turnip and the floor run")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     parser.add_argument("--save-outputs", metavar="DIR", help="write turnip-nondet's output of each length and budget into DIR (.npy)")
     parser.add_argument("--compare-outputs", metavar="DIR", help="compare each turnip output with the one --save-outputs wrote "
                         "into DIR for the same length and budget (another run's, e.g. one GPU's): 'agreement_saved'")
     args = parser.parse_args(argv)
+    dtypes = args.dtype or [None]
+    if "bfloat16" in dtypes:
+        args.systems = [s for s in args.systems if s.startswith("turnip") or s == "floor"]
     global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
@@ -406,15 +417,16 @@ def main(argv=None) -> int:
         ceilings, machine = {"gemm": 750e12, "h2d": 55.3e9}, "numba CUDA simulator"
     report = {"machine": machine, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "ceilings": ceilings, "runs": []}
     print(f"ceilings: fp16 GEMM {ceilings['gemm'] / 1e12:.0f} TFLOP/s, H2D {ceilings['h2d'] / 1e9:.1f} GB/s", flush=True)
-    for tokens in args.tokens:
+    for tokens, dtype in [(t, d) for t in args.tokens for d in dtypes]:
+        workload = args.workload if len(dtypes) == 1 else f"{args.workload}-{dtype}"
         began = time.perf_counter()
-        work = Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement) if args.workload == "llama" else Ffn(tokens)
+        work = Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement, dtype=dtype) if args.workload == "llama" else Ffn(tokens)
         report.setdefault("workloads", {})[str(tokens)] = {"flops": work.flops, "weight_bytes": work.weight_bytes, "tasks": len(work.graph)}
-        print(f"\n## {args.workload} T={tokens} on {args.gpus} GPU(s) ({args.placement}): {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
+        print(f"\n## {args.workload} {getattr(work.config, 'dtype', '')} T={tokens} on {args.gpus} GPU(s) ({args.placement}): {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
         resident = None
         if "torch-resident" in args.systems and args.workload == "llama":
             resident = _guard(lambda: llama_torch(work, "resident", None, args.repeats))
-            _record(report, args.workload, tokens, None, "torch-resident", resident, None)
+            _record(report, workload, tokens, None, "torch-resident", resident, None)
         reference = (resident or {}).get("output")
         prefetch_budgets = args.budgets if args.prefetch_budgets is None else args.prefetch_budgets
         for gib in sorted(set(args.budgets) | set(prefetch_budgets)):
@@ -429,17 +441,17 @@ def main(argv=None) -> int:
             results["floor"] = {"seconds": floor_seconds(work.flops, work.weight_bytes, ceilings, args.gpus)}
             if reference is None:  # no torch-resident: the first turnip output of this length
                 reference = (results.get("turnip-nondet") or {}).get("output")
-            saved = _saved_output(args.compare_outputs, args.workload, tokens, gib)
+            saved = _saved_output(args.compare_outputs, workload, tokens, gib)
             for system in [s for s in SYSTEMS if s in results]:
-                _record(report, args.workload, tokens, gib, system, results[system], reference, saved)
+                _record(report, workload, tokens, gib, system, results[system], reference, saved)
             if args.save_outputs and (results.get("turnip-nondet") or {}).get("output") is not None:
                 Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
                 output = results["turnip-nondet"]["output"].astype(np.float16)
-                atomic_write(_output_path(args.save_outputs, args.workload, tokens, gib), lambda handle: np.save(handle, output))
+                atomic_write(_output_path(args.save_outputs, workload, tokens, gib), lambda handle: np.save(handle, output))
         if "hf-offload" in args.systems and args.workload == "llama":
             for gib in args.hf_points:
                 outcome = _guard(lambda: hf_offload(work, gib, args.repeats))
-                _record(report, args.workload, tokens, gib, "hf-offload", outcome, (resident or {}).get("output"))
+                _record(report, workload, tokens, gib, "hf-offload", outcome, (resident or {}).get("output"))
         if args.json:
             atomic_write(args.json, json.dumps(report, indent=1, default=str))
         del work

@@ -7,8 +7,9 @@ checkpoint is a `model.safetensors.index.json` whose `weight_map` names each ten
 
 `SafeTensors.open(path)` reads the headers only; each file is mapped once with `np.memmap`, and a tensor
 is a read-only view into that map, so weights are never copied unless a conversion is asked for. BF16
-(the top 16 bits of a float32; numpy has no bfloat16) comes back as float32, exactly, or in a requested
-dtype. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
+is `ml_dtypes.bfloat16` (the top 16 bits of a float32; the numpy bfloat16 JAX uses): asked for as
+bfloat16 it is a view like any other, with no dtype it comes back as float32 (exactly), or in a requested
+dtype; ml_dtypes rounds float32 to bfloat16 to nearest even, as torch does. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
 a file's bytes are never echoed. Headers are checked as the format specifies: each range holds exactly
 its dtype and shape, and sorted by offset the ranges tile the data section with no overlap, gap or
 trailing bytes. An index's shards must resolve (links followed) inside the index's folder.
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from turnip_ir.errors import InputError
@@ -31,13 +33,13 @@ from turnip_ir.files import atomic_write
 
 FORMATS: dict[str, tuple[str, np.dtype]] = {
     "F16": ("float16", np.dtype("<f2")),
-    "BF16": ("bfloat16", np.dtype("<u2")),
+    "BF16": ("bfloat16", np.dtype(ml_dtypes.bfloat16)),
     "F32": ("float32", np.dtype("<f4")),
     "F64": ("float64", np.dtype("<f8")),
     "I32": ("int32", np.dtype("<i4")),
     "I64": ("int64", np.dtype("<i8")),
 }
-"""Safetensors dtype code -> (its name here, the stored element type; BF16 is read as raw 16-bit words)."""
+"""Safetensors dtype code -> (its name here, the stored element type)."""
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -111,13 +113,14 @@ class SafeTensors:
 
     # ----- reading ----------------------------------------------------------------------------------
     def raw(self, name: str) -> np.ndarray:
-        """The stored tensor as a read-only view of the mapped file (BF16 as uint16 words), no copy."""
+        """The stored tensor as a read-only view of the mapped file (BF16 as ml_dtypes.bfloat16), no copy."""
         entry = self._entry(name)
         data = self._map(entry.file)[entry.begin : entry.end]
         return data.view(FORMATS[entry.code][1]).reshape(entry.shape)
 
     def get(self, name: str, dtype: str | np.dtype | None = None, shape=None) -> np.ndarray:
-        """The tensor, converted to `dtype` when given (a copy), else as stored (a view; BF16 as float32).
+        """The tensor, converted to `dtype` when it differs (a copy), else as stored (a view; with no dtype
+        BF16 comes back as float32, since numpy computes on bfloat16 slowly).
 
         With `shape`, a tensor of another shape is an error naming the expected and found shapes.
         """
@@ -127,10 +130,13 @@ class SafeTensors:
                 f"tensor '{name}' in '{entry.file}': expected shape {list(shape)}, found {list(entry.shape)}"
             )
         array = self.raw(name)
-        if entry.code == "BF16":
-            array = bfloat16_to_float32(array)
+        if dtype is None and entry.code == "BF16":
+            dtype = np.float32
         if dtype is not None and np.dtype(dtype) != array.dtype:
-            array = array.astype(dtype)
+            with np.errstate(over="ignore"):  # an overflow to float16 is reported by name below
+                converted = array.astype(dtype)
+            _check_range(entry, array, converted)
+            return converted
         return array
 
     def _entry(self, name: str) -> TensorEntry:
@@ -148,20 +154,16 @@ class SafeTensors:
         return self._maps[file]
 
 
-def bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) as float32: the same 16 bits on top, zeros below. Exact."""
-    return (words.astype(np.uint32) << 16).view(np.float32)
-
-
-def float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
-    """float32 values rounded to the nearest bfloat16 (ties to even, as torch does), as uint16 words.
-
-    NaNs stay NaN (a quiet NaN with the sign kept); values that round past the largest bfloat16 become inf.
-    """
-    bits = np.asarray(values, dtype=np.float32, order="C").view(np.uint32)  # 0-d stays 0-d
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    return np.where(nan, (bits >> 16) | 0x0040, rounded).astype(np.uint16)
+def _check_range(entry: TensorEntry, stored: np.ndarray, converted: np.ndarray) -> None:
+    """A narrowing to float16 whose values overflow it (|x| > 65504, bfloat16 and float32 checkpoints
+    can hold them) is an error naming the tensor, never silent infinities in the weights."""
+    if converted.dtype != np.float16 or stored.dtype.itemsize < 2 or stored.dtype == np.float16:
+        return
+    overflow = np.isinf(converted) & np.isfinite(stored)
+    if overflow.any():
+        largest = float(np.abs(stored[overflow].astype(np.float32)).max())
+        raise InputError(f"tensor '{entry.name}' in '{entry.file}': values up to {largest:.4g} overflow float16 "
+                         f"(largest {float(np.finfo(np.float16).max):g}); run it in bfloat16 or float32 (--dtype)")
 
 
 # ----- reading headers -------------------------------------------------------------------------------------
@@ -297,8 +299,8 @@ def save_file(
 ) -> int:
     """Write `tensors` (in name order) to one safetensors file, via a temporary file; returns the data bytes.
 
-    float16, float32, float64, int32 and int64 arrays are stored as such; names in `bfloat16` (float
-    arrays, rounded to float32 first) are stored as BF16, rounded to nearest even.
+    float16, bfloat16 (ml_dtypes), float32, float64, int32 and int64 arrays are stored as such; names in
+    `bfloat16` (float arrays, rounded to float32 first) are stored as BF16, rounded to nearest even.
     """
     target = Path(path)
     header: dict = {"__metadata__": dict(metadata)} if metadata else {}
@@ -322,8 +324,8 @@ def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.
     if as_bfloat16:
         if array.dtype.kind != "f":
             raise InputError(f"tensor '{name}' for '{target}': only a float array can be stored as BF16, not {array.dtype}")
-        return "BF16", float32_to_bfloat16(array)
-    code = CODES.get((array.dtype.kind, array.dtype.itemsize))
+        return "BF16", np.asarray(array, np.float32).astype(ml_dtypes.bfloat16, order="C")  # 0-d stays 0-d
+    code = "BF16" if array.dtype == FORMATS["BF16"][1] else CODES.get((array.dtype.kind, array.dtype.itemsize))
     if code is None:
         known = ", ".join(FORMATS[c][0] for c in CODES.values())
         raise InputError(f"tensor '{name}' for '{target}': dtype {array.dtype} cannot be stored (use {known})")
@@ -334,7 +336,7 @@ def _write(target: Path, head: bytes, blobs: list[np.ndarray]) -> None:
     def write(handle) -> None:
         handle.write(head)
         for blob in blobs:
-            handle.write(memoryview(blob.reshape(-1)).cast("B"))
+            handle.write(memoryview(blob.reshape(-1).view(np.uint8)))  # bytes: bfloat16 has no buffer format
 
     atomic_write(target, write)
 

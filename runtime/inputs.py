@@ -17,6 +17,7 @@ import numpy as np
 
 from runtime.host_memory import check_host_memory
 from turnip_ir.errors import InputError
+from turnip_ir.kernels import numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
             raise InputError(f"input '{key}' is not an input of the graph (inputs: {', '.join(specs) or 'none'})")
     drawn = [(shape, dtype) for task, (shape, dtype) in specs.items() if task not in given]
     # standard_normal draws float64 before the cast: 8 bytes per element beside the array itself
-    check_host_memory(sum(math.prod(shape) * (8 + np.dtype(_numpy_name(dtype)).itemsize) for shape, dtype in drawn),
+    check_host_memory(sum(math.prod(shape) * (8 + numpy_dtype(dtype).itemsize) for shape, dtype in drawn),
                       "drawing the missing inputs", "give the inputs with --inputs, or run on the sim backend")
     arrays = {}
     for task, (shape, dtype) in specs.items():
@@ -96,15 +97,10 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
     return arrays
 
 
-def _numpy_name(dtype: str) -> str:
-    return "float16" if dtype == "bfloat16" else dtype  # refused in random_input; sized like float16 here
-
-
 def random_input(task: str, shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
-    if dtype == "bfloat16":
-        raise InputError(f"input '{task}': bfloat16 inputs cannot be made with numpy")
+    """Standard normal values in `dtype` (bfloat16: ml_dtypes' type, rounded to nearest even)."""
     rng = np.random.default_rng([seed, zlib.crc32(task.encode())])
-    return rng.standard_normal(shape).astype(dtype)
+    return rng.standard_normal(shape).astype(numpy_dtype(dtype))
 
 
 def _checked(task: str, array, shape: tuple[int, ...], dtype: str):

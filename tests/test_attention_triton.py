@@ -106,10 +106,12 @@ def test_a_tile_shape_is_four_integers_with_rows_a_multiple_of_columns(monkeypat
     assert A.default_config(128).block_m % A.default_config(128).block_n == 0
 
 
-def test_the_provider_takes_float16_power_of_two_heads_only():
+def test_the_provider_takes_half_precision_power_of_two_heads_only():
+    """bfloat16 is checked on the GPU only (tests/test_cuda_bf16.py): Triton's interpreter computes `tl.dot`
+    of bfloat16 tiles wrongly (eye @ 2 eye gave 2.7e8 on its diagonal), so the checks above stay float16."""
     from runtime.backends.cuda import attention_triton as A
 
-    assert A.supported(32, 8, 128, "float16")
+    assert A.supported(32, 8, 128, "float16") and A.supported(32, 8, 128, "bfloat16")
     assert not A.supported(32, 8, 128, "float32")
     assert not A.supported(4, 4, 24, "float16")
 

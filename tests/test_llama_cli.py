@@ -315,3 +315,77 @@ def test_float16_on_the_cpu_backend_is_multiplied_in_float32_and_the_summary_and
     with pytest.raises(SystemExit):
         turnip(["llama", "--help"])
     assert "computes float16 matmuls in float32" in " ".join(capsys.readouterr().out.split())
+
+
+def bfloat16_checkpoint(folder, big: float = 0.0) -> dict:
+    """A tiny bfloat16 model folder (every tensor BF16); `big` is written into one weight when given.
+    Returns the weights as stored, in float32 (exactly their bfloat16 values)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**CONFIG, "torch_dtype": "bfloat16"}))
+    weights = dict(llama.RandomWeights(llama.load_config(str(folder)), seed=11))  # bfloat16 arrays
+    stored = {name: np.asarray(w, np.float32) for name, w in weights.items()}
+    if big:
+        stored["model.layers.1.mlp.up_proj.weight"][0, 0] = big
+    save_file(stored, folder / "model.safetensors", bfloat16=tuple(stored))
+    return {name: w.astype(np.float32).astype(llama.load_config(str(folder)).dtype).astype(np.float32) for name, w in stored.items()}
+
+
+def test_a_bfloat16_checkpoint_computes_in_float32_on_the_cpu_backend_and_says_so(tmp_path, capsys):
+    weights = bfloat16_checkpoint(tmp_path / "m")
+    ids = np.arange(12, dtype=np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    common = ["--weights", tmp_path / "m", "--input-ids", tmp_path / "ids.npy", "--memory", "48KiB", "--backend", "cpu"]
+    for dtype in ([], ["--dtype", "bfloat16"]):
+        out = hidden_states(capsys, *common, *dtype, "--outputs", tmp_path / "out.npz")
+        assert ", float32; 12 tokens" in capsys.readouterr().out
+        assert out.dtype == np.float32
+        expected = llama.float64_forward(llama.load_config(str(tmp_path / "m")), weights, ids)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert turnip(["llama", *map(str, common)]) == 0
+    assert "per GPU; bfloat16 computed in float32 on the cpu backend\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        turnip(["llama", "--help"])
+    assert "bfloat16 is computed in float32 on the cpu backend" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_bfloat16_checkpoint_costs_two_byte_tensors_on_the_sim_backend(tmp_path, capsys):
+    bfloat16_checkpoint(tmp_path / "m")
+    args = ["llama", "--weights", str(tmp_path / "m"), "--tokens", "16", "--memory", "1MiB", "--backend", "sim"]
+    assert turnip(args) == 0
+    out = capsys.readouterr().out
+    assert ", bfloat16; 16 tokens" in out and "computed in float32" not in out
+
+
+def test_a_bfloat16_checkpoint_in_float16_that_overflows_names_the_tensor(tmp_path, capsys):
+    bfloat16_checkpoint(tmp_path / "m", big=1e6)
+    args = ["llama", "--weights", str(tmp_path / "m"), "--tokens", "8", "--memory", "1MiB", "--backend", "cpu"]
+    assert turnip([*args, "--dtype", "float16"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "tensor 'model.layers.1.mlp.up_proj.weight'" in err and "overflow float16 (largest 65504)" in err
+    assert turnip(args) == 0  # in float32 (the cpu backend's bfloat16) the same weights are fine
+
+
+@pytest.mark.skipif("not __import__('runtime.backends.cuda', fromlist=['simulated']).simulated()")
+def test_a_bfloat16_checkpoint_runs_in_bfloat16_on_the_cuda_backend(tmp_path, capsys):
+    """The default on cuda (here numba's simulator) is the checkpoint's own bfloat16; outputs come back as
+    float32 holding bfloat16 values, within bfloat16's tolerance of the float64 forward."""
+    weights = bfloat16_checkpoint(tmp_path / "m")
+    ids = np.arange(8, dtype=np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    out = hidden_states(capsys, "--weights", tmp_path / "m", "--input-ids", tmp_path / "ids.npy", "--memory", "80MiB",
+                        "--backend", "cuda", "--outputs", tmp_path / "out.npz")
+    assert ", bfloat16; 8 tokens" in capsys.readouterr().out
+    assert out.dtype == np.float32 and np.array_equal(out, out.astype(llama.load_config(str(tmp_path / "m")).dtype).astype(np.float32))
+    expected = llama.float64_forward(llama.load_config(str(tmp_path / "m")), weights, ids)
+    assert np.max(np.abs(out - expected)) / np.max(np.abs(expected)) < 5e-2
+
+
+@pytest.mark.parametrize("backend, wanted, computed", [("cpu", None, "float32"), ("cpu", "bfloat16", "float32"),
+                                                        ("sim", None, "bfloat16"), ("sim", "float16", "float16")])
+def test_a_session_on_a_bfloat16_model_computes_in_the_backends_dtype(tmp_path, backend, wanted, computed):
+    from turnip import Session
+
+    bfloat16_checkpoint(tmp_path / "m")
+    session = Session(weights=str(tmp_path / "m"), memory=1 << 20, backend=backend, dtype=wanted)
+    assert session.config.dtype == computed

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import struct
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from turnip_ir.errors import InputError
-from frontend.safetensors import INDEX_FILE, SafeTensors, bfloat16_to_float32, float32_to_bfloat16, save_file, save_sharded
+from frontend.safetensors import INDEX_FILE, SafeTensors, save_file, save_sharded
 
 
 def _tensors() -> dict[str, np.ndarray]:
@@ -92,23 +93,55 @@ def test_folder_prefers_the_index_and_takes_a_single_file(tmp_path) -> None:
 # ----- bfloat16 -----------------------------------------------------------------------------------------------
 
 
-def test_every_bfloat16_word_decodes_to_its_float32_exactly() -> None:
+def bfloat16_words(values: np.ndarray) -> np.ndarray:
+    """The oracle: float32 -> bfloat16 bit patterns, round to nearest even on the bits, NaN kept quiet."""
+    bits = np.asarray(values, np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where((bits & 0x7FFFFFFF) > 0x7F800000, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+def test_every_bfloat16_word_decodes_to_its_float32_exactly(tmp_path) -> None:
     words = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    values = bfloat16_to_float32(words)
+    save_file({"w": np.zeros(1 << 16, np.float32)}, tmp_path / "w.safetensors", bfloat16=("w",))
+    with open(tmp_path / "w.safetensors", "r+b") as handle:  # every bit pattern, written over the zeros
+        handle.seek(-(2 << 16), 2)
+        handle.write(words.tobytes())
+    values = SafeTensors.open(tmp_path / "w.safetensors").get("w")
     assert values.dtype == np.float32
     assert np.array_equal(values.view(np.uint32), words.astype(np.uint32) << 16)  # NaN payloads too
 
 
+def test_bfloat16_is_read_as_a_view_in_its_own_type(tmp_path) -> None:
+    values = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    save_file({"w": values}, tmp_path / "w.safetensors", bfloat16=("w",))
+    st = SafeTensors.open(tmp_path / "w.safetensors")
+    view = st.get("w", dtype="bfloat16")
+    assert view.dtype == ml_dtypes.bfloat16 and isinstance(view.base, np.memmap) and not view.flags.writeable
+    assert np.array_equal(view.view(np.uint16), bfloat16_words(values))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ml_dtypes_rounds_float32_like_the_bit_oracle(seed) -> None:
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32)
+    values = bits.view(np.float32)
+    nan = np.isnan(values)
+    with np.errstate(invalid="ignore"):
+        got = values.astype(ml_dtypes.bfloat16)
+    assert np.array_equal(got.view(np.uint16)[~nan], bfloat16_words(values)[~nan])
+    assert np.isnan(got[nan]).all() and np.array_equal(np.signbit(got[nan]), np.signbit(values[nan]))  # payloads differ
+
+
 def test_bfloat16_round_trips_exactly_and_rounds_to_nearest_even(tmp_path) -> None:
     words = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    exact = bfloat16_to_float32(words)
+    exact = (words.astype(np.uint32) << 16).view(np.float32)
     exact = exact[~np.isnan(exact)]
     one, ulp = 1.0, 2.0**-7
     ties = np.array([one + ulp / 2, one + 3 * ulp / 2, -(one + ulp / 2), np.finfo(np.float32).max], dtype=np.float32)
     tensors = {"exact": exact, "ties": ties, "nan": np.array([np.nan], np.float32), "scalar": np.array(1.5)}
     save_file(tensors, tmp_path / "b.safetensors", bfloat16=tuple(tensors))
     st = SafeTensors.open(tmp_path / "b.safetensors")
-    assert st.dtype("exact") == "bfloat16" and st.raw("exact").dtype == np.uint16
+    assert st.dtype("exact") == "bfloat16" and st.raw("exact").dtype == ml_dtypes.bfloat16
     got = st.get("exact")
     assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), exact.view(np.uint32))
     assert st.get("ties").tolist() == [one, one + 2 * ulp, -one, np.inf]
@@ -120,7 +153,18 @@ def test_bfloat16_round_trips_exactly_and_rounds_to_nearest_even(tmp_path) -> No
 
 def test_float32_to_bfloat16_matches_truncation_when_exact() -> None:
     values = np.array([0.0, -0.0, 1.0, -2.5, 65280.0, np.inf, -np.inf], dtype=np.float32)
-    assert np.array_equal(float32_to_bfloat16(values), (values.view(np.uint32) >> 16).astype(np.uint16))
+    assert np.array_equal(values.astype(ml_dtypes.bfloat16).view(np.uint16), (values.view(np.uint32) >> 16).astype(np.uint16))
+
+
+def test_a_narrowing_to_float16_that_overflows_names_the_tensor(tmp_path) -> None:
+    save_file({"big": np.array([1.0, -70000.0], np.float32), "fine": np.array([65280.0], np.float32)},
+              tmp_path / "b.safetensors", bfloat16=("big", "fine"))
+    st = SafeTensors.open(tmp_path / "b.safetensors")
+    with pytest.raises(InputError, match=r"^tensor 'big' in '.*b.safetensors': values up to 7\.014e\+04 overflow float16 "
+                       r"\(largest 65504\); run it in bfloat16 or float32 \(--dtype\)$"):
+        st.get("big", dtype="float16")
+    assert st.get("fine", dtype="float16").tolist() == [65280.0]  # the largest bfloat16 below float16's limit
+    assert st.get("big", dtype="bfloat16").astype(np.float32).tolist() == [1.0, -70144.0]
 
 
 # ----- errors ---------------------------------------------------------------------------------------------------

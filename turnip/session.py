@@ -27,7 +27,7 @@ from frontend.workloads import llama
 from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.backends import resolve_backend
+from runtime.backends import compute_dtype, resolve_backend
 from runtime.callbacks import Recorder
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
@@ -75,7 +75,7 @@ class Session:
         self.backend = resolve_backend(backend)
         if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
             raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
-        self.config, source = _model(config, weights, seed, dtype)
+        self.config, source = _model(config, weights, seed, dtype, self.backend)
         self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
         self.schedule, self.kv_block = schedule, kv_block
         self.weights = _Materialized(source, self.config.dtype)
@@ -226,7 +226,7 @@ class _Materialized(Mapping):
         return len(self.source)
 
 
-def _model(config, weights, seed: int, dtype: str | None) -> tuple[llama.LlamaConfig, Mapping]:
+def _model(config, weights, seed: int, dtype: str | None, backend: str) -> tuple[llama.LlamaConfig, Mapping]:
     """The config (with the compute dtype) and the weights: a mapping, a checkpoint folder, or random from `seed`."""
     folder = Path(weights) if isinstance(weights, (str, Path)) else None
     if folder is not None and not folder.is_dir():
@@ -237,8 +237,7 @@ def _model(config, weights, seed: int, dtype: str | None) -> tuple[llama.LlamaCo
         config = str(folder)
     if isinstance(config, str):
         config = llama.load_config(config)
-    compute = dtype or ("float32" if config.dtype == "bfloat16" else config.dtype)
-    config = replace(config, dtype=compute)
+    config = replace(config, dtype=compute_dtype(config.dtype, dtype, backend))
     if folder is not None:
         source = llama.CheckpointWeights(folder, config)
     else:

@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0, metavar="X", help="nucleus sampling mass in (0, 1]")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write generated int64 [B, N] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write the last decode step's Chrome/Perfetto trace")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
+                        "config's); bfloat16 is computed in float32 on the cpu backend")
     parser.add_argument("--stop-at-eos", action="store_true", help="after an end-of-sequence id, a prompt emits that id to the end")
 
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.weights is not None and not (Path(args.weights) / "config.json").is_file():
         raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
     session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
-                      gpus=args.gpus, order=args.order, seed=args.seed)
+                      gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype)
     with session:
         prompts = _prompts(args, session.config)
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime import arena_budget, execute
-from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, make_backend, resolve_backend
+from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, CPU_BFLOAT16, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
 from runtime.inputs import NUMPY_READ_ERRORS
@@ -55,9 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary says so")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)
-    parser.add_argument("--dtype", choices=("float16", "float32"), help="compute dtype (default: the config's; "
-                        "bfloat16 models run in float32); the cpu backend computes float16 matmuls in float32 and "
-                        "rounds them to float16 (numpy has no float16 BLAS)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
+                        "config's); bfloat16 is computed in float32 on the cpu backend, and the cpu backend computes "
+                        "float16 matmuls in float32 and rounds them to float16 (numpy has no half-precision BLAS); "
+                        "bfloat16 --outputs are written as float32 (exact)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     progress = Progress.for_args(args)
     with progress.phase("reading the model"):
-        config, weights = _model(args)
+        stored_dtype, config, weights = _model(args, backend)
         ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
         tokens = len(ids) if ids is not None else args.tokens
         _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{len(ids)} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
-          f"budget {args.memory} per GPU{HALF_ON_CPU if backend == 'cpu' and config.dtype == 'float16' else ''}")
+          f"budget {args.memory} per GPU{_dtype_note(backend, stored_dtype, args.dtype, config.dtype)}")
     with progress.phase("compiling"):
         arena = arena_budget(built.graph, budget, backend, attention=args.attention)  # less the cuda workspace
         memgraph = compile_printing_choice(built.graph, arena, args.schedule)
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=callbacks,
                          verify=False)  # the compiler verified its own plan
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
-    hidden_states = {"hidden_states": built.gather(result.outputs)} if args.outputs else {}
+    hidden_states = {"hidden_states": _savable(built.gather(result.outputs))} if args.outputs else {}
     written = write_all(run_files(args.outputs, lambda: hidden_states, args.trace, result.recorder))
     print(f"{memgraph.count('offload')} offloads, {memgraph.count('reload')} reloads planned")
     print("\n".join(result.summary.lines()))
@@ -133,23 +134,32 @@ def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, are
                           f"({format_size(available)}) are available")
 
 
-def _model(args: argparse.Namespace):
-    """The config (with --dtype applied) and its weights: a checkpoint, or random from --seed."""
+def _dtype_note(backend: str, stored: str, wanted: str | None, computed: str) -> str:
+    """What the summary line adds about precision on the cpu backend."""
+    if backend == "cpu" and computed == "float32" and "bfloat16" in (wanted or stored):
+        return f"; {CPU_BFLOAT16}"
+    return HALF_ON_CPU if backend == "cpu" and computed == "float16" else ""
+
+
+def _savable(hidden: np.ndarray) -> np.ndarray:
+    """bfloat16 outputs as float32 (exact): an .npz of ml_dtypes' type needs ml_dtypes to read back."""
+    return hidden.astype(np.float32) if hidden.dtype.name == "bfloat16" else hidden
+
+
+def _model(args: argparse.Namespace, backend: str):
+    """The config's own dtype, the config (with the compute dtype) and its weights: a checkpoint, or random."""
     if args.weights is not None:
         folder = Path(args.weights)
         if not folder.is_dir():
             raise InputError(f"weights folder '{folder}' does not exist")
         if not (folder / "config.json").is_file():
             raise InputError(f"weights folder '{folder}' has no config.json")
-        config = _dtype(llama.load_config(str(folder)), args.dtype)
-        return config, llama.CheckpointWeights(folder, config)
-    config = _dtype(llama.load_config(args.config), args.dtype)
-    return config, llama.RandomWeights(config, args.seed)
-
-
-def _dtype(config: llama.LlamaConfig, wanted: str | None) -> llama.LlamaConfig:
-    dtype = wanted or ("float32" if config.dtype == "bfloat16" else config.dtype)
-    return replace(config, dtype=dtype)
+        stored = llama.load_config(str(folder))
+        config = replace(stored, dtype=compute_dtype(stored.dtype, args.dtype, backend))
+        return stored.dtype, config, llama.CheckpointWeights(folder, config)
+    stored = llama.load_config(args.config)
+    config = replace(stored, dtype=compute_dtype(stored.dtype, args.dtype, backend))
+    return stored.dtype, config, llama.RandomWeights(config, args.seed)
 
 
 def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:

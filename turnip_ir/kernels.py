@@ -20,6 +20,18 @@ DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "float
 """The element types a tensor may have, with their size in bytes."""
 
 
+def numpy_dtype(dtype: str):
+    """The numpy dtype of a host array of a `dtype` tensor: bfloat16 is `ml_dtypes.bfloat16` (the numpy
+    bfloat16 JAX uses: exact to and from float32, round to nearest even from it)."""
+    import numpy as np
+
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
 def nbytes(shape: Sequence[int], dtype: str) -> int:
     """Bytes of a dense tensor."""
     return math.prod(shape) * DTYPE_BYTES[dtype]

@@ -31,6 +31,17 @@ def resolve_backend(name: str) -> str:
     return name
 
 
+CPU_BFLOAT16 = "bfloat16 computed in float32 on the cpu backend"
+
+
+def compute_dtype(model_dtype: str, wanted: str | None, backend: str) -> str:
+    """The dtype a model of `model_dtype` computes in on `backend` when `wanted` (None: the model's own)
+    is asked for: bfloat16 runs as such on cuda (and is costed as 2-byte tensors on sim); the cpu backend
+    computes it in float32 (numpy has no bfloat16 BLAS), which `CPU_BFLOAT16` says in a summary."""
+    dtype = wanted or model_dtype
+    return "float32" if dtype == "bfloat16" and backend == "cpu" else dtype
+
+
 def make_backend(name: str, jitter: float = 0.0, seed: int = 0, cost=None, **options) -> Backend:
     """A fresh backend of the given kind; `cost` (a CostModel) is the sim backend's clock (None: the
     H200 defaults); `options` go to the cuda backend's constructor (the others, which have no such

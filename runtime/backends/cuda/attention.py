@@ -7,7 +7,7 @@ normalised output, then the log-sum-exp per head), and it writes either the next
 log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them into `prev` and writes
 `out` in the arena. Providers:
 
-- `torch-cudnn`, `torch-flash`, `torch-efficient` (float16 blocks; other dtypes take `cublas`): torch's
+- `torch-cudnn`, `torch-flash`, `torch-efficient` (float16 and bfloat16 blocks; other dtypes take `cublas`): torch's
   fused attention ops that return the log-sum-exp
   (`aten._scaled_dot_product_{cudnn,flash,efficient}_attention`), launched on the lane's stream through
   `torch.cuda.ExternalStream`, reading q, k and v as zero-copy views of the arena (heads as a strided
@@ -19,13 +19,14 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
   Unfused (scores go through HBM), so about 5x slower than cuDNN at 7B block sizes, but it needs nothing
   beyond CuPy; it is also what the CUDA simulator runs (with numpy GEMMs).
 - `triton` (runtime/backends/cuda/attention_triton.py): one Triton kernel per block that computes the
-  block and folds it into `prev` itself, so no merge kernel runs and nothing is allocated; float16 blocks
+  block and folds it into `prev` itself, so no merge kernel runs and nothing is allocated; float16 and bfloat16 blocks
   with a power-of-two head width (others take `cublas`). Checked under Triton's interpreter on the CPU
   (tests/test_attention_triton.py) and on the GPU, where docs/runtime.md ("Attention providers") gives
   its speed against torch's.
 `auto` takes torch-cudnn when torch with CUDA is importable, else cublas. The merge reads o through its
 strides with vector loads where every operand allows (`kernels_numba.merge_vector_ok`; cuDNN's o, whose
-heads interleave, does), element by element otherwise.
+heads interleave, does), element by element otherwise. A bfloat16 block's arena views are uint16 words
+(memory.py): torch sees them as bfloat16 (`torch_view`), the numba kernels convert in-kernel (bfloat16.py).
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ from runtime.backends.base import ATTENTION_PROVIDERS as PROVIDERS
 from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, Matrix
 from runtime.backends.cuda.launch import array_args, compiled_launch
-from runtime.backends.cuda.memory import device_pointer
+from runtime.backends.cuda.memory import device_dtype, device_pointer, dtype_name
 from turnip_ir.errors import KernelError
-from turnip_ir.kernels import softmax_scale
+from turnip_ir.kernels import DTYPE_BYTES, softmax_scale
+
+HALF = ("float16", "bfloat16")
+"""The dtypes torch's fused attention ops take."""
 
 if TYPE_CHECKING:  # services.py stands above the builders (through devices.py): its types only, for checking
     from runtime.backends.cuda.services import KernelEnv, Work
@@ -126,10 +130,10 @@ def scratch_bytes(node, sources, provider: str) -> int:
     d = q.shape[1] // heads
     if provider == "triton" and triton_takes(node, q):
         return 0
-    if provider not in ("cublas", "triton") and q.dtype == "float16":  # the torch providers: no scratch
+    if provider not in ("cublas", "triton") and q.dtype in HALF:  # the torch providers: no scratch
         return 0
     tq, tk = q.shape[0], k.shape[0]
-    item = np.dtype(q.dtype).itemsize
+    item = DTYPE_BYTES[q.dtype]
     chunk = heads // kv_heads
     return chunk * (tq * tk * item + tq * d * item + tq * 4) + 3 * 256
 
@@ -141,11 +145,11 @@ TORCH_ALLOWANCE = 64 << 20
 def library_bytes(node, sources, provider: str) -> int:
     """Memory torch's caching allocator holds per compute lane for one attention vertex: the block's output
     and log-sum-exp, the expanded k and v when heads are grouped, and an allowance for cuDNN."""
-    if not provider.startswith("torch") or sources[0].dtype != "float16":
+    if not provider.startswith("torch") or sources[0].dtype not in HALF:
         return 0
     q, k = sources[0], sources[1]
     heads, kv_heads, _, _, _ = attention_attrs(node)
-    item = np.dtype(q.dtype).itemsize
+    item = DTYPE_BYTES[q.dtype]
     tq, width = q.shape
     expanded = 0 if heads == kv_heads else 2 * k.shape[0] * width * item
     return tq * width * item + heads * tq * 4 + expanded + TORCH_ALLOWANCE
@@ -155,7 +159,7 @@ def library_bytes(node, sources, provider: str) -> int:
 def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str, vector: bool = False):
     from numba.cuda import types
 
-    element = {"float16": types.float16, "float32": types.float32, "float64": types.float64}
+    element = {"float16": types.float16, "bfloat16": types.uint16, "float32": types.float32, "float64": types.float64}
     argtypes = (
         types.Array(element[o_dtype], 3, "A"),
         types.Array(types.float32, 2, "A"),
@@ -164,7 +168,7 @@ def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str, vec
         types.int64,
         types.int64,
     )
-    return kn.attention_merge(out_dtype, has_prev, final, vector), argtypes
+    return kn.attention_merge(out_dtype, has_prev, final, vector, o_dtype), argtypes
 
 
 def _merge_quads(d: int, *arrays) -> bool:
@@ -179,8 +183,8 @@ def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
     heads, kv_heads, causal, final, scale = b.heads, b.kv_heads, b.causal, b.final, b.scale
     tq, tk, d = b.tq, b.tk, b.d
     group = heads // kv_heads
-    dtype = str(q.dtype)
-    item = np.dtype(dtype).itemsize
+    dtype = dtype_name(q)
+    item = DTYPE_BYTES[dtype]
     scores_plan = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
     values_plan = GemmPlan(tq, d, tk, group, Matrix(tq, tk, tk, tq * tk), Matrix(tk, d, kv_heads * d, 0), Matrix(tq, d, d, tq * d))
     softmax = kn.attention_scores_softmax(dtype, causal)
@@ -190,8 +194,8 @@ def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
         s_bytes, o_bytes = group * tq * tk * item, group * tq * d * item
         s_end = (s_bytes + 255) // 256 * 256
         o_end = s_end + (o_bytes + 255) // 256 * 256
-        s = scratch[:s_bytes].view(np.dtype(dtype)).reshape(group, tq, tk)
-        o = scratch[s_end : s_end + o_bytes].view(np.dtype(dtype)).reshape(group, tq, d)
+        s = scratch[:s_bytes].view(device_dtype(dtype)).reshape(group, tq, tk)
+        o = scratch[s_end : s_end + o_bytes].view(device_dtype(dtype)).reshape(group, tq, d)
         lse = scratch[o_end : o_end + group * tq * 4].view(np.float32).reshape(group, tq)
         return s, o, lse
 
@@ -208,7 +212,7 @@ def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
         soft = env.launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
         grid, block = kn.merge_grid(tq, group, d)
         vector = env.vector_loads and _merge_quads(d, o, out, prev)
-        merge = kn.attention_merge(str(out.dtype), prev is not None, final, vector)
+        merge = kn.attention_merge(dtype_name(out), prev is not None, final, vector, dtype)
         merges = [env.launch(merge, grid, block, (o, lse, prev if prev is not None else lse, out, g * group, heads)) for g in range(kv_heads)]
         return plans, soft, merges
 
@@ -252,7 +256,7 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
     op = TORCH_OPS[provider]
     grid, block = kn.merge_grid(tq, heads, d)
     arena_quads = _merge_quads(d, out, prev)  # and o, which torch returns at run time, is checked per call
-    merges = {vector: compiled_launch(*_merge_kernel(str(out.dtype), prev is not None, final, str(q.dtype), vector), grid, block)
+    merges = {vector: compiled_launch(*_merge_kernel(dtype_name(out), prev is not None, final, dtype_name(q), vector), grid, block)
               for vector in ({False, True} if arena_quads else {False})}
     out_params = array_args(device_pointer(out), out.shape, out.strides, out.dtype.itemsize)
     prev_params = None if prev is None else array_args(device_pointer(prev), prev.shape, prev.strides, 4)
@@ -362,7 +366,7 @@ def build(node, inputs, out, env: KernelEnv) -> Work | None:
     provider = env.attention
     if provider == "triton" and triton_takes(node, inputs[0]):
         return build_triton(node, inputs, out, env)
-    if provider in ("cublas", "triton") or str(inputs[0].dtype) != "float16":  # torch's fused ops take half precision only
+    if provider in ("cublas", "triton") or dtype_name(inputs[0]) not in HALF:  # torch's fused ops take half precision only
         return build_cublas(node, inputs, out, env)
     return build_torch(node, inputs, out, env, provider)
 
@@ -373,13 +377,16 @@ def triton_takes(node, q) -> bool:
     from runtime.backends.cuda import attention_triton
 
     heads, kv_heads, _, _, _ = attention_attrs(node)
-    return attention_triton.supported(heads, kv_heads, int(q.shape[1]) // heads, str(q.dtype))
+    return attention_triton.supported(heads, kv_heads, int(q.shape[1]) // heads, dtype_name(q))
 
 
 def torch_view(array, device):
     """A torch tensor over an arena view, with no copy (asserted: a copy would be written to in vain)."""
     import torch
 
+    bfloat16 = dtype_name(array) == "bfloat16"
+    if bfloat16:  # uint16 words: handed over as float16 (a dtype every torch imports), then reinterpreted
+        array = array.view(np.float16)
     tensor = torch.as_tensor(array, device=device)
     assert tensor.data_ptr() == device_pointer(array), "torch copied an arena view"
-    return tensor
+    return tensor.view(torch.bfloat16) if bfloat16 else tensor

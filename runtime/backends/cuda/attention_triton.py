@@ -74,9 +74,10 @@ def default_config(d: int) -> Config:
 
 
 def supported(heads: int, kv_heads: int, d: int, dtype: str) -> bool:
-    """What the kernel takes: float16 (float32 dots would run as tf32) and a power-of-two head width from
-    16 to 256 (`tl.arange`, `tl.dot`). Other blocks go to the cublas provider."""
-    return dtype == "float16" and 16 <= d <= 256 and d & (d - 1) == 0 and heads % kv_heads == 0
+    """What the kernel takes: float16 or bfloat16 (float32 dots would run as tf32; the kernel casts to its
+    operands' type, so both halves work) and a power-of-two head width from 16 to 256 (`tl.arange`,
+    `tl.dot`). Other blocks go to the cublas provider."""
+    return dtype in ("float16", "bfloat16") and 16 <= d <= 256 and d & (d - 1) == 0 and heads % kv_heads == 0
 
 
 @lru_cache(maxsize=None)

@@ -106,9 +106,6 @@ class CudaBackend(Backend):
         if self.closed:
             raise InputError("this cuda backend is closed; make a new one")
         memgraph = graph.memgraph
-        for node in memgraph.nodes:
-            if node.dtype == "bfloat16":
-                raise InputError(f"node {node.id} ({node.task}): bfloat16 has no numpy or numba array type; use float16 on cuda")
         began = time.perf_counter()
         if self.devices is None:
             self._set_up(graph)

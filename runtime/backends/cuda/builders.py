@@ -65,14 +65,14 @@ def build_unary(node, inputs, out, env: KernelEnv) -> Work:
     x = _flat(inputs[0])
     factor = float(node.attrs.get("factor", 1.0))
     blocks, threads = kn.element_grid(out.size)
-    kernel = kn.unary(node.kernel, str(out.dtype), _vector(env, x, out))
+    kernel = kn.unary(node.kernel, node.dtype, _vector(env, x, out))
     go = env.launch(kernel, blocks, threads, (x, _flat(out), factor))
     return lambda lane: go(env.launch_streams[lane])
 
 
 def build_binary(node, inputs, out, env: KernelEnv) -> Work:
     a, b = inputs
-    dtype = str(out.dtype)
+    dtype = node.dtype  # the taskgraph's name: a bfloat16 view's own dtype is uint16
     blocks, threads = kn.element_grid(out.size)
     if tuple(a.shape) == tuple(b.shape) == tuple(out.shape):
         kernel = kn.binary_same(node.kernel, dtype, _vector(env, a, b, out))
@@ -89,7 +89,7 @@ def build_binary(node, inputs, out, env: KernelEnv) -> Work:
 
 def build_softmax(node, inputs, out, env: KernelEnv) -> Work:
     rows, cols = _row_count(out)
-    kernel = kn.softmax(str(out.dtype), _vector(env, inputs[0], out, cols=cols))
+    kernel = kn.softmax(node.dtype, _vector(env, inputs[0], out, cols=cols))
     go = env.launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), _flat(out), cols))
     return lambda lane: go(env.launch_streams[lane])
 
@@ -99,7 +99,7 @@ def build_rmsnorm(node, inputs, out, env: KernelEnv) -> Work:
     weighted = len(inputs) == 2
     weight = inputs[1] if weighted else _flat(inputs[0])
     eps = float(KERNELS["rmsnorm"].attr(node.attrs, "eps"))
-    kernel = kn.rmsnorm(str(out.dtype), weighted, _vector(env, inputs[0], weight, out, cols=cols))
+    kernel = kn.rmsnorm(node.dtype, weighted, _vector(env, inputs[0], weight, out, cols=cols))
     go = env.launch(kernel, rows, kn.ROW_THREADS, (_flat(inputs[0]), weight, _flat(out), cols, eps))
     return lambda lane: go(env.launch_streams[lane])
 
@@ -107,14 +107,14 @@ def build_rmsnorm(node, inputs, out, env: KernelEnv) -> Work:
 def build_rope(node, inputs, out, env: KernelEnv) -> Work:
     x, cos, sin = inputs
     blocks, threads = kn.rope_grid(tuple(x.shape)[0], tuple(cos.shape)[1])
-    go = env.launch(kn.rope(str(out.dtype)), blocks, threads, (x, cos, sin, out))
+    go = env.launch(kn.rope(node.dtype), blocks, threads, (x, cos, sin, out))
     return lambda lane: go(env.launch_streams[lane])
 
 
 def build_swiglu(node, inputs, out, env: KernelEnv) -> Work:
     gate, up = inputs
     blocks, threads = kn.element_grid(out.size)
-    kernel = kn.swiglu(str(out.dtype), _vector(env, gate, up, out))
+    kernel = kn.swiglu(node.dtype, _vector(env, gate, up, out))
     go = env.launch(kernel, blocks, threads, (_flat(gate), _flat(up), _flat(out)))
     return lambda lane: go(env.launch_streams[lane])
 

@@ -7,6 +7,9 @@ handles, the CUDA simulator, and whether a GPU is there at all.
 - A numba-cuda `Stream.handle` is a `cuda.bindings.driver.CUstream`, not a ctypes pointer: `.value` fails
   (which is why `Stream.add_callback` is broken in 0.30.4). `stream_handle()` is the one way we turn a stream
   into the integer CuPy (`cupy.cuda.ExternalStream`), torch (`torch.cuda.ExternalStream`) and the driver take.
+- numba (and CuPy) have no bfloat16 array type: a bfloat16 tensor is uint16 words on the device, converted
+  in-kernel by bfloat16.py (libdevice bit casts on a GPU; numpy scalar views under the simulator, which
+  has no libdevice), and handed to torch as float16 then `.view(torch.bfloat16)` (attention.py).
 - Under `NUMBA_ENABLE_CUDASIM=1` (CI, no GPU) kernels, streams, device arrays and pinned arrays work, but
   events carry no time, there are no stream handles, and every launch runs synchronously on the host:
   the backend's `SimDriver` (driver.py), chosen once, answers for all that. What is fixed when kernels

@@ -16,6 +16,7 @@ from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
 from runtime.inputs import Tiled, fill
 from turnip_ir.errors import InputError
+from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph import MemNode
 
 COPY_KINDS = {"reload": "h2d", "offload": "d2h", "move": "peer"}
@@ -62,7 +63,7 @@ class TensorViews:
             if node.loc is not None:
                 data = value.materialize() if isinstance(value, Tiled) else np.ascontiguousarray(value)
                 with self.driver.on(node.device):
-                    self.gpu[i].copy_to_device(data)
+                    self.gpu[i].copy_to_device(data.view(self.gpu[i].dtype))  # bfloat16: its uint16 words
             else:
                 fill(self.host[i], value)
 
@@ -75,10 +76,10 @@ class TensorViews:
             i = index[node_id]
             node = nodes[i]
             if node.nbytes == 0:
-                outputs[task] = np.zeros(node.shape, node.dtype)
+                outputs[task] = np.zeros(node.shape, numpy_dtype(node.dtype))
             elif self.gpu[i] is not None and node.op != "offload":
                 with self.driver.on(node.device):
-                    outputs[task] = self.gpu[i].copy_to_host()
+                    outputs[task] = self.gpu[i].copy_to_host().view(numpy_dtype(node.dtype))
             else:
                 outputs[task] = np.array(self.host[i])
         return outputs

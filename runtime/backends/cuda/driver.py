@@ -18,11 +18,12 @@ import gc
 import numpy as np
 
 from runtime.backends.cuda import attention, completion
+from runtime.backends.cuda.bfloat16 import narrow, widen
 from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.libraries import Libraries
-from runtime.backends.cuda.memory import device_pointer, pinned_bytes
+from runtime.backends.cuda.memory import device_pointer, dtype_name, pinned_bytes
 
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""
@@ -146,7 +147,7 @@ class GpuDriver:
         """`work(lane)`: one cuBLAS call of `plan` on the lane's handle; `offsets` in elements into a and b."""
         a_ptr = device_pointer(a) + offsets[0] * a.dtype.itemsize
         b_ptr = device_pointer(b) + offsets[1] * b.dtype.itemsize
-        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), str(out.dtype), alpha=alpha)
+        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), dtype_name(out), alpha=alpha)
         return lambda lane: call(services.cublas(lane))
 
     def einsum(self, equation: str, inputs, out, services):
@@ -156,8 +157,7 @@ class GpuDriver:
             import cupy
 
             with services.cupy_scratch(lane):
-                operands = [cupy.asarray(x) for x in inputs]
-                cupy.asarray(out)[...] = cupy.einsum(equation, *operands)
+                cupy.asarray(out)[...] = _einsum(cupy, equation, [cupy.asarray(x) for x in inputs], dtype_name(out))
 
         return work
 
@@ -202,9 +202,9 @@ class SimDriver(GpuDriver):
         pass
 
     def copy(self, kind: str, source, target, streams: list):
-        if kind == "d2h":
-            return lambda lane: source.copy_to_host(target)
-        return lambda lane: target.copy_to_device(source)
+        if kind == "d2h":  # host views of bfloat16 are ml_dtypes' type, device views uint16: copy the bytes
+            return lambda lane: source.copy_to_host(target.view(source.dtype))
+        return lambda lane: target.copy_to_device(source.view(target.dtype))
 
     def stream_failure(self, stream) -> Exception | None:
         return None  # launches run synchronously: a failure raised in submit
@@ -234,10 +234,17 @@ class SimDriver(GpuDriver):
     def einsum(self, equation: str, inputs, out, services):
         hosts = [host(x) for x in inputs]
         target = host(out)
-        return lambda lane: np.copyto(target, np.einsum(equation, *hosts))
+        return lambda lane: np.copyto(target, _einsum(np, equation, hosts, dtype_name(out)))
 
     def collect(self, contexts: list) -> None:
         pass
+
+
+def _einsum(xp, equation: str, operands: list, dtype: str):
+    """`xp.einsum` (numpy or CuPy); bfloat16 words are widened to float32 and the result rounded back."""
+    if dtype != "bfloat16":
+        return xp.einsum(equation, *operands)
+    return narrow(xp, xp.einsum(equation, *(widen(xp, x) for x in operands)))
 
 
 def host(array):

@@ -10,7 +10,9 @@ diagonal, a batch letter innermost) returns None and runs on the fallback path i
 
 A plan runs with `cublas_gemm` (cuBLAS `gemmEx` or `gemmStridedBatchedEx` through CuPy's bindings, on
 the lane's stream, writing straight into the output's arena view) or with `numpy_gemm` (strided numpy
-views: the CUDA simulator's path, and the test oracle for the plans themselves).
+views: the CUDA simulator's path, and the test oracle for the plans themselves). float16 and bfloat16
+GEMMs read and write their dtype and accumulate in float32 (CUBLAS_COMPUTE_32F; bfloat16 is CUDA_R_16BF,
+its operands the uint16 words of the arena's bfloat16 views).
 Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ, so cuBLAS sees (B, A) and m = N, n = M.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turnip_ir.kernels import parse_equation
+from turnip_ir.kernels import DTYPE_BYTES, numpy_dtype, parse_equation
 
 
 @dataclass(frozen=True)
@@ -140,16 +142,18 @@ def numpy_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray, c: np.ndarray, alph
         a, b = b, a
     left, right = _view(a.reshape(-1), plan.a, plan.batch), _view(b.reshape(-1), plan.b, plan.batch)
     out = _view(c.reshape(-1), plan.c, plan.batch)
-    if left.dtype == np.float16:  # accumulate in float32, as cuBLAS does for half inputs
-        out[...] = (alpha * np.matmul(left.astype(np.float32), right.astype(np.float32))).astype(np.float16)
+    if left.dtype == np.uint16:  # bfloat16 words (memory.py): compute on ml_dtypes' bfloat16 views of them
+        left, right, out = (x.view(numpy_dtype("bfloat16")) for x in (left, right, out))
+    if left.dtype.itemsize == 2:  # accumulate in float32, as cuBLAS does for half inputs
+        out[...] = (alpha * np.matmul(left.astype(np.float32), right.astype(np.float32))).astype(out.dtype)
     else:
         np.matmul(left, right, out=out)
         if alpha != 1.0:
             out *= alpha
 
 
-CUDA_TYPES = {"float16": 2, "float32": 0, "float64": 1}
-"""cudaDataType values (CUDA_R_16F, CUDA_R_32F, CUDA_R_64F)."""
+CUDA_TYPES = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+"""cudaDataType values (CUDA_R_16F, CUDA_R_16BF, CUDA_R_32F, CUDA_R_64F)."""
 COMPUTE_32F, COMPUTE_64F = 68, 70
 """cublasComputeType_t values (CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F)."""
 GEMM_DEFAULT, GEMM_DEFAULT_TENSOR_OP = -1, 99
@@ -167,8 +171,8 @@ def cublas_call(plan: GemmPlan, a_ptr: int, b_ptr: int, c_ptr: int, dtype: str, 
     scalar = np.float64 if dtype == "float64" else np.float32
     one, zero = np.full(1, alpha, scalar), np.zeros(1, scalar)  # host scalars, kept alive by the closure
     compute = COMPUTE_64F if dtype == "float64" else COMPUTE_32F
-    algo = GEMM_DEFAULT_TENSOR_OP if dtype == "float16" else GEMM_DEFAULT
-    item = np.dtype(dtype).itemsize
+    algo = GEMM_DEFAULT_TENSOR_OP if dtype in ("float16", "bfloat16") else GEMM_DEFAULT
+    item = DTYPE_BYTES[dtype]
     op = lambda matrix: 1 if matrix.trans else 0  # noqa: E731  (CUBLAS_OP_T, CUBLAS_OP_N)
     common = (op(plan.b), op(plan.a), plan.n, plan.m, plan.k, one.ctypes.data)
     assert all(x % item == 0 for x in (a_ptr, b_ptr, c_ptr)), "GEMM operands must be element-aligned"

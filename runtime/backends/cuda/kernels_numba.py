@@ -1,8 +1,10 @@
 """numba-cuda kernels for everything that is not a GEMM: elementwise, broadcasting binary ops, row
 reductions (softmax, rmsnorm), rope, swiglu, and the attention merge.
 
-Each kernel reads its inputs in the tensors' own dtype, computes in `acc` (float32 for float16 and
-float32 tensors, float64 for float64) and rounds once when it stores. Kernels are built by factories
+Each kernel reads its inputs in the tensors' own dtype, computes in `acc` (float32 for float16, bfloat16
+and float32 tensors, float64 for float64) and rounds once when it stores: `codec(dtype)` gives the pair
+(get, put) that reads an element into `acc` and writes one back (a numba cast, or for bfloat16, stored as
+uint16 words, the bit conversions of bfloat16.py). Kernels are built by factories
 per accumulator type, so one Python definition serves every dtype; numba compiles one specialisation
 per array type on first use, which the backend triggers in `prepare`, before the loop.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from runtime.backends.cuda import bfloat16 as BF
 from runtime.backends.cuda import vector as V
 from runtime.backends.cuda.compat import cuda, device, simulated
 from runtime.backends.cuda.vector import rows_aligned
@@ -38,6 +41,19 @@ def _types():
 def acc_type(dtype: str):
     types = _types()
     return types.float64 if dtype == "float64" else types.float32
+
+
+@device()
+def _same(value):
+    return value  # numba casts to the array's type on the store
+
+
+def codec(dtype: str):
+    """(get, put) for elements of a `dtype` tensor: get reads one into the accumulator type, put gives
+    what to store (bfloat16: uint16 words converted in-kernel, bfloat16.py)."""
+    if dtype == "bfloat16":
+        return BF.load, BF.store
+    return acc_type(dtype), _same
 
 
 def element_grid(count: int) -> tuple[int, int]:
@@ -105,6 +121,7 @@ def _unary_op(kind: int, acc):
 def unary(name: str, dtype: str, vector: bool = True):
     """out[i] = f(x[i]) over flat arrays; `scale` takes its factor as a scalar argument."""
     acc = acc_type(dtype)
+    get, put = codec(dtype)
     op = _unary_op(UNARY[name], acc)
     ld, st = quads(vector)
 
@@ -117,15 +134,15 @@ def unary(name: str, dtype: str, vector: bool = True):
         while q + step < count:
             a0, a1, a2, a3 = ld(x, 4 * q)
             b0, b1, b2, b3 = ld(x, 4 * (q + step))
-            st(out, 4 * q, op(acc(a0), f), op(acc(a1), f), op(acc(a2), f), op(acc(a3), f))
-            st(out, 4 * (q + step), op(acc(b0), f), op(acc(b1), f), op(acc(b2), f), op(acc(b3), f))
+            st(out, 4 * q, put(op(get(a0), f)), put(op(get(a1), f)), put(op(get(a2), f)), put(op(get(a3), f)))
+            st(out, 4 * (q + step), put(op(get(b0), f)), put(op(get(b1), f)), put(op(get(b2), f)), put(op(get(b3), f)))
             q += 2 * step
         if q < count:
             a0, a1, a2, a3 = ld(x, 4 * q)
-            st(out, 4 * q, op(acc(a0), f), op(acc(a1), f), op(acc(a2), f), op(acc(a3), f))
+            st(out, 4 * q, put(op(get(a0), f)), put(op(get(a1), f)), put(op(get(a2), f)), put(op(get(a3), f)))
         i = 4 * count + cuda.grid(1)
         if i < n:
-            out[i] = op(acc(x[i]), f)
+            out[i] = put(op(get(x[i]), f))
 
     return kernel
 
@@ -142,8 +159,9 @@ def _binary_op(kind: int):
     return op
 
 
-def _two_operand(op, acc, vector: bool, fastmath: bool):
+def _two_operand(op, dtype: str, vector: bool, fastmath: bool):
     """out[i] = op(a[i], b[i]) over flat arrays of one shape, a quad of each operand at a time."""
+    get, put = codec(dtype)
     ld, st = quads(vector)
 
     @cuda.jit(fastmath=fastmath)
@@ -154,11 +172,11 @@ def _two_operand(op, acc, vector: bool, fastmath: bool):
         while q < count:
             a0, a1, a2, a3 = ld(a, 4 * q)
             b0, b1, b2, b3 = ld(b, 4 * q)
-            st(out, 4 * q, op(acc(a0), acc(b0)), op(acc(a1), acc(b1)), op(acc(a2), acc(b2)), op(acc(a3), acc(b3)))
+            st(out, 4 * q, put(op(get(a0), get(b0))), put(op(get(a1), get(b1))), put(op(get(a2), get(b2))), put(op(get(a3), get(b3))))
             q += step
         i = 4 * count + cuda.grid(1)
         if i < n:
-            out[i] = op(acc(a[i]), acc(b[i]))
+            out[i] = put(op(get(a[i]), get(b[i])))
 
     return kernel
 
@@ -166,14 +184,14 @@ def _two_operand(op, acc, vector: bool, fastmath: bool):
 @lru_cache(maxsize=None)
 def binary_same(name: str, dtype: str, vector: bool = True):
     """out[i] = a[i] op b[i] for operands of the output's shape (the common, broadcast-free case)."""
-    return _two_operand(_binary_op(BINARY[name]), acc_type(dtype), vector, fastmath=False)
+    return _two_operand(_binary_op(BINARY[name]), dtype, vector, fastmath=False)
 
 
 @lru_cache(maxsize=None)
 def binary_broadcast(name: str, dtype: str):
     """out = a op b with numpy broadcasting, the output's shape folded to 4 dims (d0 implied) and each
     operand given by its element strides per dim (0 where it broadcasts)."""
-    acc = acc_type(dtype)
+    get, put = codec(dtype)
     op = _binary_op(BINARY[name])
 
     @cuda.jit
@@ -186,9 +204,9 @@ def binary_broadcast(name: str, dtype: str):
             r = r // d2
             c1 = r % d1
             c0 = r // d1
-            x = acc(a[c0 * sa0 + c1 * sa1 + c2 * sa2 + c3 * sa3])
-            y = acc(b[c0 * sb0 + c1 * sb1 + c2 * sb2 + c3 * sb3])
-            out[i] = op(x, y)
+            x = get(a[c0 * sa0 + c1 * sa1 + c2 * sa2 + c3 * sa3])
+            y = get(b[c0 * sb0 + c1 * sb1 + c2 * sb2 + c3 * sb3])
+            out[i] = put(op(x, y))
 
     return kernel
 
@@ -237,7 +255,7 @@ def swiglu(dtype: str, vector: bool = True):
     def op(g, u):
         return g / (one + math.exp(-g)) * u
 
-    return _two_operand(op, acc, vector, fastmath=True)
+    return _two_operand(op, dtype, vector, fastmath=True)
 
 
 @lru_cache(maxsize=None)
@@ -246,7 +264,7 @@ def rope(dtype: str):
 
     One block per token. A thread owns a pair (j, j + d/2) of one head, so it reads each element once
     and writes both results; the block's threads cover several heads and step over the rest."""
-    acc = acc_type(dtype)
+    get, put = codec(dtype)
 
     @cuda.jit(fastmath=True)
     def kernel(x, cos, sin, out):
@@ -262,23 +280,23 @@ def rope(dtype: str):
         first = tid // half
         if first >= span:
             return
-        c1, s1 = acc(cos[t, j]), acc(sin[t, j])
-        c2, s2 = acc(cos[t, j + half]), acc(sin[t, j + half])
+        c1, s1 = get(cos[t, j]), get(sin[t, j])
+        c2, s2 = get(cos[t, j + half]), get(sin[t, j + half])
         h = first
         while h + span < heads:  # two heads at a time: four loads in flight
             base, other = h * d, (h + span) * d
-            a, b = acc(x[t, base + j]), acc(x[t, base + j + half])
-            e, f = acc(x[t, other + j]), acc(x[t, other + j + half])
-            out[t, base + j] = a * c1 - b * s1
-            out[t, base + j + half] = b * c2 + a * s2
-            out[t, other + j] = e * c1 - f * s1
-            out[t, other + j + half] = f * c2 + e * s2
+            a, b = get(x[t, base + j]), get(x[t, base + j + half])
+            e, f = get(x[t, other + j]), get(x[t, other + j + half])
+            out[t, base + j] = put(a * c1 - b * s1)
+            out[t, base + j + half] = put(b * c2 + a * s2)
+            out[t, other + j] = put(e * c1 - f * s1)
+            out[t, other + j + half] = put(f * c2 + e * s2)
             h += 2 * span
         if h < heads:
             base = h * d
-            a, b = acc(x[t, base + j]), acc(x[t, base + j + half])
-            out[t, base + j] = a * c1 - b * s1
-            out[t, base + j + half] = b * c2 + a * s2
+            a, b = get(x[t, base + j]), get(x[t, base + j + half])
+            out[t, base + j] = put(a * c1 - b * s1)
+            out[t, base + j + half] = put(b * c2 + a * s2)
 
     return kernel
 
@@ -305,6 +323,7 @@ def softmax(dtype: str, vector: bool = True):
     second read of the row mostly hits L2. (Three passes loading one element per step were much slower:
     docs/benchmarks.md, "The cuda backend on the H200".)"""
     acc = acc_type(dtype)
+    get, put = codec(dtype)
     threads = ROW_THREADS
     start = lowest(acc)
     ld, st = quads(vector)
@@ -320,14 +339,14 @@ def softmax(dtype: str, vector: bool = True):
         s = acc(0.0)
         for q in range(tid, count, threads):
             a, b, c, d = ld(x, base + 4 * q)
-            a, b, c, d = acc(a), acc(b), acc(c), acc(d)
+            a, b, c, d = get(a), get(b), get(c), get(d)
             chunk = max(max(a, b), max(c, d))
             if chunk > m:
                 s = s * math.exp(m - chunk)
                 m = chunk
             s += (math.exp(a - m) + math.exp(b - m)) + (math.exp(c - m) + math.exp(d - m))
         for j in range(4 * count + tid, cols, threads):
-            v = acc(x[base + j])
+            v = get(x[base + j])
             if v > m:
                 s = s * math.exp(m - v)
                 m = v
@@ -348,9 +367,9 @@ def softmax(dtype: str, vector: bool = True):
         inv = acc(1.0) / sums[0]
         for q in range(tid, count, threads):
             a, b, c, d = ld(x, base + 4 * q)
-            st(out, base + 4 * q, math.exp(acc(a) - m) * inv, math.exp(acc(b) - m) * inv, math.exp(acc(c) - m) * inv, math.exp(acc(d) - m) * inv)
+            st(out, base + 4 * q, put(math.exp(get(a) - m) * inv), put(math.exp(get(b) - m) * inv), put(math.exp(get(c) - m) * inv), put(math.exp(get(d) - m) * inv))
         for j in range(4 * count + tid, cols, threads):
-            out[base + j] = math.exp(acc(x[base + j]) - m) * inv
+            out[base + j] = put(math.exp(get(x[base + j]) - m) * inv)
 
     return kernel
 
@@ -361,6 +380,7 @@ def rmsnorm(dtype: str, weighted: bool, vector: bool = True):
     of squares keeps two quads in flight per thread; the second read of the row mostly hits L2. Without
     `weighted`, w is a dummy the kernel never reads."""
     acc = acc_type(dtype)
+    get, put = codec(dtype)
     threads = ROW_THREADS
     one = acc(1.0)
     ld, st = quads(vector)
@@ -376,35 +396,35 @@ def rmsnorm(dtype: str, weighted: bool, vector: bool = True):
         while q + threads < count:
             a, b, c, d = ld(x, base + 4 * q)
             e, f, g, h = ld(x, base + 4 * (q + threads))
-            a, b, c, d, e, f, g, h = acc(a), acc(b), acc(c), acc(d), acc(e), acc(f), acc(g), acc(h)
+            a, b, c, d, e, f, g, h = get(a), get(b), get(c), get(d), get(e), get(f), get(g), get(h)
             total += (a * a + b * b) + (c * c + d * d) + (e * e + f * f) + (g * g + h * h)
             q += 2 * threads
         if q < count:
             a, b, c, d = ld(x, base + 4 * q)
-            a, b, c, d = acc(a), acc(b), acc(c), acc(d)
+            a, b, c, d = get(a), get(b), get(c), get(d)
             total += (a * a + b * b) + (c * c + d * d)
         for j in range(4 * count + tid, cols, threads):
-            a = acc(x[base + j])
+            a = get(x[base + j])
             total += a * a
         inv = one / math.sqrt(_block_sum(shared, tid, total, threads) / acc(cols) + acc(eps))
         for q in range(tid, count, threads):
             a, b, c, d = ld(x, base + 4 * q)
             if weighted:
                 wa, wb, wc, wd = ld(w, 4 * q)
-                st(out, base + 4 * q, acc(a) * inv * acc(wa), acc(b) * inv * acc(wb), acc(c) * inv * acc(wc), acc(d) * inv * acc(wd))
+                st(out, base + 4 * q, put(get(a) * inv * get(wa)), put(get(b) * inv * get(wb)), put(get(c) * inv * get(wc)), put(get(d) * inv * get(wd)))
             else:
-                st(out, base + 4 * q, acc(a) * inv, acc(b) * inv, acc(c) * inv, acc(d) * inv)
+                st(out, base + 4 * q, put(get(a) * inv), put(get(b) * inv), put(get(c) * inv), put(get(d) * inv))
         for j in range(4 * count + tid, cols, threads):
-            v = acc(x[base + j]) * inv
+            v = get(x[base + j]) * inv
             if weighted:
-                v = v * acc(w[j])
-            out[base + j] = v
+                v = v * get(w[j])
+            out[base + j] = put(v)
 
     return kernel
 
 
 @lru_cache(maxsize=None)
-def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = False):
+def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = False, o_dtype: str = "float16"):
     """Fold one key block's attention (o [heads, tq, d], lse [heads, tq], for heads h0..h0+heads) into
     the packed partial `prev` [tq, H*d + H] (float32), writing `out`: the normalised output [tq, H*d]
     when `final`, else the new packed partial. One block per query row; its threads sweep the row's
@@ -419,6 +439,8 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
     warp per (row, head) slower still: docs/benchmarks.md, "The cuda backend on the H200", from
     `bench_cuda.py merge`.)"""
     acc = acc_type("float32")
+    get_o = codec(o_dtype)[0]
+    put = codec(out_dtype)[1]
     if vector:
         ld3, ld2, st2 = V.load4_3, V.load4_2, V.store4_2
     else:
@@ -449,20 +471,20 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
                 wb = wb / total
             if j + 4 <= d:
                 o0, o1, o2, o3 = ld3(o, h, t, j)
-                r0, r1, r2, r3 = acc(o0) * wb, acc(o1) * wb, acc(o2) * wb, acc(o3) * wb
+                r0, r1, r2, r3 = get_o(o0) * wb, get_o(o1) * wb, get_o(o2) * wb, get_o(o3) * wb
                 if has_prev:
                     p0, p1, p2, p3 = ld2(prev, t, base + j)
                     r0 += acc(p0) * wp
                     r1 += acc(p1) * wp
                     r2 += acc(p2) * wp
                     r3 += acc(p3) * wp
-                st2(out, t, base + j, r0, r1, r2, r3)
+                st2(out, t, base + j, put(r0), put(r1), put(r2), put(r3))
             else:  # the tail of a head width that is not a multiple of 4 (never with `vector`)
                 for c in range(j, d):
-                    value = acc(o[h, t, c]) * wb
+                    value = get_o(o[h, t, c]) * wb
                     if has_prev:
                         value += acc(prev[t, base + c]) * wp
-                    out[t, base + c] = value
+                    out[t, base + c] = put(value)
             if not final and j == 0:
                 out[t, width + h0 + h] = merged
 
@@ -485,6 +507,7 @@ def attention_scores_softmax(dtype: str, causal: bool):
     """In place over scores s [heads, tq, tk] (already scaled): masked softmax per row, writing the row's
     log-sum-exp to lse [heads, tq]. One block per (head, row)."""
     acc = acc_type(dtype)
+    get, put = codec(dtype)
     threads = ROW_THREADS
 
     @cuda.jit(fastmath=True)
@@ -497,7 +520,7 @@ def attention_scores_softmax(dtype: str, causal: bool):
         shared = cuda.shared.array(ROW_THREADS, acc)
         best = -math.inf
         for j in range(tid, limit, threads):
-            v = acc(s[h, t, j])
+            v = get(s[h, t, j])
             if v > best:
                 best = v
         shared[tid] = best
@@ -512,10 +535,10 @@ def attention_scores_softmax(dtype: str, causal: bool):
         cuda.syncthreads()
         total = acc(0.0)
         for j in range(tid, limit, threads):
-            total += math.exp(acc(s[h, t, j]) - top)
+            total += math.exp(get(s[h, t, j]) - top)
         total = _block_sum(shared, tid, total, threads)
         for j in range(tid, tk, threads):
-            s[h, t, j] = math.exp(acc(s[h, t, j]) - top) / total if j < limit else acc(0.0)
+            s[h, t, j] = put(math.exp(get(s[h, t, j]) - top) / total if j < limit else acc(0.0))
         if tid == 0:
             lse[h, t] = top + math.log(total)
 

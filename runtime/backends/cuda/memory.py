@@ -15,6 +15,7 @@ import numpy as np
 
 from runtime.backends.cuda.compat import cuda
 from turnip_ir.errors import InputError
+from turnip_ir.kernels import numpy_dtype
 
 CHUNK_BYTES = 1 << 30
 
@@ -38,14 +39,31 @@ def device_pointer(array) -> int:
     return array.__cuda_array_interface__["data"][0]
 
 
+DEVICE_DTYPES = {"bfloat16": np.dtype(np.uint16)}
+"""Taskgraph dtypes numba has no array type for -> the storage their device views use (bfloat16.py).
+uint16 is no taskgraph dtype, so a uint16 view is always a bfloat16 tensor (`dtype_name`)."""
+
+
+def device_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of a device view of a `dtype` tensor (bfloat16: its uint16 bit patterns)."""
+    return DEVICE_DTYPES.get(dtype) or np.dtype(dtype)
+
+
+def dtype_name(array) -> str:
+    """The taskgraph dtype of a device view (or of anything with a dtype): uint16 words are bfloat16."""
+    name = str(array.dtype)
+    return "bfloat16" if name == "uint16" else name
+
+
 def device_view(buffer, offset: int, shape: tuple[int, ...], dtype: str):
-    """The tensor of `shape` and `dtype` at byte `offset` of a device (or host) uint8 buffer."""
-    count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    """The tensor of `shape` and `dtype` at byte `offset` of a device (or host) uint8 buffer (bfloat16 as
+    uint16 words: `device_dtype`)."""
+    count = int(np.prod(shape, dtype=np.int64)) * device_dtype(dtype).itemsize
     if offset < 0 or offset + count > buffer.shape[0]:
         raise InputError(f"a {list(shape)} {dtype} tensor at offset {offset} does not fit a buffer of {buffer.shape[0]} bytes")
     if count == 0:
         return None  # nothing to read or write; kernels skip zero-size tensors
-    return buffer[offset : offset + count].view(np.dtype(dtype)).reshape(shape)
+    return buffer[offset : offset + count].view(device_dtype(dtype)).reshape(shape)
 
 
 class PinnedStorage:
@@ -69,7 +87,8 @@ class PinnedStorage:
         i = bisect_right(self.starts, offset) - 1
         if i < 0:
             raise InputError(f"storage offset {offset} lies before the first storage region")
-        return device_view(self.chunks[i], offset - self.starts[i], shape, dtype)
+        view = device_view(self.chunks[i], offset - self.starts[i], shape, dtype)
+        return None if view is None else view.view(numpy_dtype(dtype))  # bfloat16 as ml_dtypes' type on the host
 
 
 def _chunk_spans(regions: list[tuple[int, int]], chunk_bytes: int) -> list[tuple[int, int]]:

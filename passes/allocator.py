@@ -64,18 +64,21 @@ class DeviceMemory:
         best = None
         starts, ends, owners = self.starts, self.ends, self.owners
         n = len(starts)
-        i = _next_free(owners, 0)
-        while i < n:
-            stop = i
-            while stop + 1 < n and owners[stop + 1] == FREE:
-                stop += 1
-            if ends[stop] - starts[i] >= size:
-                found = _loosest_in_run(starts, ends, self.stamps, i, stop, size, self.first_fit)
-                if self.first_fit:
-                    return found[1]
-                if best is None or found[0] < best[0]:
-                    best = found
-            i = _next_free(owners, stop + 1)
+        try:
+            i = owners.index(FREE)  # list.index finds the next free segment in C
+            while True:
+                stop = i
+                while stop + 1 < n and owners[stop + 1] == FREE:
+                    stop += 1
+                if ends[stop] - starts[i] >= size:
+                    found = _loosest_in_run(starts, ends, self.stamps, i, stop, size, self.first_fit)
+                    if self.first_fit:
+                        return found[1]
+                    if best is None or found[0] < best[0]:
+                        best = found
+                i = owners.index(FREE, stop + 1)
+        except ValueError:
+            pass
         return None if best is None else best[1]
 
     def best_window(self, size: int, pinned: set[int], cost: Callable[[int], int]) -> int | None:
@@ -184,14 +187,6 @@ class DeviceMemory:
     def used(self) -> int:
         """Bytes held by tensors."""
         return sum(e - s for s, e, o in zip(self.starts, self.ends, self.owners) if o != FREE)
-
-
-def _next_free(owners: list[int], i: int) -> int:
-    """Index of the first free segment at or after `i`, or len(owners) (list.index scans in C)."""
-    try:
-        return owners.index(FREE, i)
-    except ValueError:
-        return len(owners)
 
 
 def _loosest_in_run(starts, ends, stamps, first: int, last: int, size: int, first_fit: bool) -> tuple[int, int]:

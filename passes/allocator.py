@@ -56,13 +56,13 @@ class DeviceMemory:
         """The start of the loosest free placement of `size` bytes, or None when no free run fits.
 
         A placement starts at a free segment and covers free segments up to `size` bytes; its age is the
-        newest stamp it covers. Ties go to the lowest start. Each run of free segments is searched once
-        with a sliding window (`_loosest_in_run`), so a search is linear in the segments.
+        newest stamp it covers. Ties go to the lowest start. A long run of free segments is searched
+        once with a sliding window (`_loosest_in_run`), so a search is linear in the segments.
         """
         if size > self.free:
             return None
-        best = None
-        starts, ends, owners = self.starts, self.ends, self.owners
+        best_stamp, best_start = NEVER, None  # stamps are steps, below NEVER
+        starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
         n = len(starts)
         try:
             i = owners.index(FREE)  # list.index finds the next free segment in C
@@ -71,15 +71,20 @@ class DeviceMemory:
                 while stop + 1 < n and owners[stop + 1] == FREE:
                     stop += 1
                 if ends[stop] - starts[i] >= size:
-                    found = _loosest_in_run(starts, ends, self.stamps, i, stop, size, self.first_fit)
+                    if stop == i:  # most runs are one segment
+                        stamp, start = stamps[i], starts[i]
+                    elif stop - i < SHORT_RUN:
+                        stamp, start = _loosest_in_short_run(starts, ends, stamps, i, stop, size, self.first_fit)
+                    else:
+                        stamp, start = _loosest_in_run(starts, ends, stamps, i, stop, size, self.first_fit)
                     if self.first_fit:
-                        return found[1]
-                    if best is None or found[0] < best[0]:
-                        best = found
+                        return start
+                    if stamp < best_stamp:
+                        best_stamp, best_start = stamp, start
                 i = owners.index(FREE, stop + 1)
         except ValueError:
             pass
-        return None if best is None else best[1]
+        return best_start
 
     def best_window(self, size: int, pinned: set[int], cost: Callable[[int], int]) -> int | None:
         """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
@@ -210,6 +215,28 @@ def _loosest_in_run(starts, ends, stamps, first: int, last: int, size: int, firs
         while window[0] < i:
             window.popleft()
         stamp = stamps[window[0]]
+        if best is None or stamp < best[0]:
+            best = (stamp, starts[i])
+            if first_fit:
+                break
+    return best
+
+
+SHORT_RUN = 8
+"""Runs of fewer segments are searched from each start afresh: quadratic, but cheaper than a deque."""
+
+
+def _loosest_in_short_run(starts, ends, stamps, first: int, last: int, size: int, first_fit: bool) -> tuple[int, int]:
+    """`_loosest_in_run` for a short run: the newest stamp of each placement taken afresh."""
+    best = None
+    for i in range(first, last + 1):
+        end, stamp, j = starts[i] + size, stamps[i], i
+        while ends[j] < end and j < last:
+            j += 1
+            if stamps[j] > stamp:
+                stamp = stamps[j]
+        if ends[j] < end:
+            break
         if best is None or stamp < best[0]:
             best = (stamp, starts[i])
             if first_fit:

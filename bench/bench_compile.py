@@ -2,7 +2,7 @@
 compile of the numba kernels; with `--targets`, the three compile-speed targets of issue 26 alone.
 
 Run: .venv/bin/python bench/bench_compile.py [--sizes 20000 100000] [--repeat 3] [--targets]
-Prints markdown tables for docs/benchmarks.md ("## Compiler"); `--targets` prints the table of
+Prints markdown tables for docs/benchmarks.md ("## Compiler"); `--targets` prints the figures of
 docs/passes.md ("Compile speed"): a 100k-task random taskgraph to a verified memgraph (target 10 s),
 LLaMA-7B at 128k tokens built and compiled at 2 GiB (target 5 s, the build apart) and its JSON read
 (target 1 s). Each figure is the median of `--repeat` runs, with the spread (min-max) beside it, in

@@ -17,6 +17,7 @@ layouts and keep the first that works without emitting anything for the ones tha
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable
 
 ALIGN = 256
@@ -52,22 +53,38 @@ class DeviceMemory:
         """Free bytes in all: when fewer than a request, no free run can hold it (no scan needed)."""
 
     def place_free(self, size: int) -> int | None:
-        """The start of the loosest free placement of `size` bytes, or None when no free run fits."""
+        """The start of the loosest free placement of `size` bytes, or None when no free run fits.
+
+        A placement starts at a free segment and covers free segments up to `size` bytes; its age is the
+        newest stamp it covers. Ties go to the lowest start. A long run of free segments is searched
+        once with a sliding window (`_loosest_in_run`), so a search is linear in the segments.
+        """
         if size > self.free:
             return None
-        best = None
+        best_stamp, best_start = NEVER, None  # stamps are steps, below NEVER
         starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
         n = len(starts)
-        for i in [i for i, owner in enumerate(owners) if owner == FREE]:
-            end, stamp, j = starts[i] + size, stamps[i], i
-            while ends[j] < end and j + 1 < n and owners[j + 1] == FREE:
-                j += 1
-                stamp = max(stamp, stamps[j])
-            if ends[j] >= end and (best is None or stamp < best[0]):
-                best = (stamp, starts[i])
-                if self.first_fit:
-                    break
-        return None if best is None else best[1]
+        try:
+            i = owners.index(FREE)  # list.index finds the next free segment in C
+            while True:
+                stop = i
+                while stop + 1 < n and owners[stop + 1] == FREE:
+                    stop += 1
+                if ends[stop] - starts[i] >= size:
+                    if stop == i:  # most runs are one segment
+                        stamp, start = stamps[i], starts[i]
+                    elif stop - i < SHORT_RUN:
+                        stamp, start = _loosest_in_short_run(starts, ends, stamps, i, stop, size, self.first_fit)
+                    else:
+                        stamp, start = _loosest_in_run(starts, ends, stamps, i, stop, size, self.first_fit)
+                    if self.first_fit:
+                        return start
+                    if stamp < best_stamp:
+                        best_stamp, best_start = stamp, start
+                i = owners.index(FREE, stop + 1)
+        except ValueError:
+            pass
+        return best_start
 
     def best_window(self, size: int, pinned: set[int], cost: Callable[[int], int]) -> int | None:
         """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
@@ -175,6 +192,56 @@ class DeviceMemory:
     def used(self) -> int:
         """Bytes held by tensors."""
         return sum(e - s for s, e, o in zip(self.starts, self.ends, self.owners) if o != FREE)
+
+
+def _loosest_in_run(starts, ends, stamps, first: int, last: int, size: int, first_fit: bool) -> tuple[int, int]:
+    """(age, start) of the loosest placement of `size` bytes in the free run first..last, which holds it.
+
+    As the start moves right the placement's last segment only moves right, so the window's newest
+    stamp is kept in a deque of decreasing stamps (the sliding-window maximum).
+    """
+    best = None
+    window: deque[int] = deque()
+    j = first - 1
+    for i in range(first, last + 1):
+        end = starts[i] + size
+        while j < i or (ends[j] < end and j < last):
+            j += 1
+            while window and stamps[window[-1]] <= stamps[j]:
+                window.pop()
+            window.append(j)
+        if ends[j] < end:
+            break
+        while window[0] < i:
+            window.popleft()
+        stamp = stamps[window[0]]
+        if best is None or stamp < best[0]:
+            best = (stamp, starts[i])
+            if first_fit:
+                break
+    return best
+
+
+SHORT_RUN = 8
+"""Runs of fewer segments are searched from each start afresh: quadratic, but cheaper than a deque."""
+
+
+def _loosest_in_short_run(starts, ends, stamps, first: int, last: int, size: int, first_fit: bool) -> tuple[int, int]:
+    """`_loosest_in_run` for a short run: the newest stamp of each placement taken afresh."""
+    best = None
+    for i in range(first, last + 1):
+        end, stamp, j = starts[i] + size, stamps[i], i
+        while ends[j] < end and j < last:
+            j += 1
+            if stamps[j] > stamp:
+                stamp = stamps[j]
+        if ends[j] < end:
+            break
+        if best is None or stamp < best[0]:
+            best = (stamp, starts[i])
+            if first_fit:
+                break
+    return best
 
 
 def _find(starts: list[int], offset: int) -> int:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from turnip_ir.ancestors import ancestor_answers, implied_predecessors
 from turnip_ir.memarrays import NOWHERE, MemArrays, csr_union
+from passes.allocator import FREE, DeviceMemory
 from passes.insert_memory_deps import insert_memory_deps
 from passes.insert_offload import insert_offload, minimum_budget
 from passes.minimize_memory_deps import minimize_memory_deps
@@ -109,3 +110,43 @@ def test_arrays_shared_by_the_memory_passes_stay_equal_to_the_graph():
         fresh = MemArrays.build(memgraph.nodes)
         assert np.array_equal(arrays.mem_ptr, fresh.mem_ptr) and np.array_equal(arrays.mem_idx, fresh.mem_idx)
     assert len(arrays.mem_idx) > 0
+
+
+def _loosest_brute_force(memory, size: int):
+    """The seed's definition of the loosest free placement: from every free segment, cover free
+    segments until `size` bytes; the newest stamp covered is its age; the oldest wins, then the lowest."""
+    segments = list(zip(memory.starts, memory.ends, memory.owners, memory.stamps))
+    best = None
+    for i, (start, _, owner, _) in enumerate(segments):
+        if owner != FREE:
+            continue
+        covered = [s for s in segments[i:] if s[0] < start + size]
+        if covered[-1][1] < start + size or any(s[2] != FREE for s in covered):
+            continue
+        age = max(s[3] for s in covered)
+        if best is None or age < best[0]:
+            best = (age, start)
+            if memory.first_fit:
+                break
+    return None if best is None else best[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from(["loosest", "first-fit"]))
+def test_place_free_is_the_loosest_placement_on_long_and_short_free_runs(seed, placement):
+    rng = random.Random(seed)
+    memory = DeviceMemory(256 * 64, placement)
+    live, step = [], 0
+    for tensor in range(400):
+        size = 256 * rng.choice([1, 1, 1, 2, 3])
+        if rng.random() < (0.3 if tensor < 200 else 0.7) and live:
+            memory.release(live.pop(rng.randrange(len(live))), step)  # many steps: many free runs of mixed stamps
+            step += 1
+        query = 256 * rng.randint(1, 24)
+        assert memory.place_free(query) == _loosest_brute_force(memory, query)
+        if tensor >= 200 and rng.random() < 0.6:
+            continue  # the second half frees more than it takes: long free runs of mixed stamps
+        start = memory.place_free(size)
+        if start is not None:
+            memory.take(start, size, tensor)
+            live.append(tensor)

@@ -389,3 +389,59 @@ def test_a_session_on_a_bfloat16_model_computes_in_the_backends_dtype(tmp_path, 
     bfloat16_checkpoint(tmp_path / "m")
     session = Session(weights=str(tmp_path / "m"), memory=1 << 20, backend=backend, dtype=wanted)
     assert session.config.dtype == computed
+
+
+def test_block_auto_keeps_the_block_the_sim_predicts_fastest_and_skips_one_that_does_not_fit(monkeypatch):
+    from turnip_cli import planning
+    from turnip_ir.errors import BudgetError
+
+    config, built = llama.load_config("tiny"), {}
+    predicted = {16: 3.0, 32: 1.0, 64: 2.0}
+    monkeypatch.setattr(planning, "sim_makespan", lambda memgraph, streams: predicted[built["last"]])
+
+    def build(block):
+        built["last"] = block
+        return llama.build_llama(config, 128, block)
+
+    chosen, memgraph, scores = planning.choose_block(build, [16, 32, 64], lambda graph: 1 << 30)
+    assert chosen.block == 32 and scores == predicted
+    assert len(memgraph) == len(chosen.graph)  # the plan of the chosen block (nothing offloaded at 1 GiB)
+    predicted[128] = 0.5  # the fastest, but it does not fit
+    small = lambda graph: 1 << 30 if len(graph) > 60 else 256  # noqa: E731 (the one-block graph cannot fit)
+    chosen, memgraph, scores = planning.choose_block(build, [16, 32, 64, 128], small)
+    assert chosen.block == 32 and scores == {16: 3.0, 32: 1.0, 64: 2.0, 128: None}
+    assert memgraph.budget == 1 << 30
+    with pytest.raises(BudgetError):
+        planning.choose_block(build, [16, 32], lambda graph: 256)
+
+
+def test_block_candidates_are_clamped_to_the_token_count():
+    from turnip_cli.planning import block_candidates
+
+    assert block_candidates(131072) == [1024, 2048, 4096, 8192]
+    assert block_candidates(3000) == [750, 1024, 1500, 2048, 3000]
+    assert block_candidates(256) == [64, 128, 256]
+
+
+def test_block_auto_with_schedule_auto_end_to_end_on_cpu_equals_the_reference(tmp_path, capsys):
+    out = hidden_states(capsys, "--config", "tiny", "--tokens", 256, "--memory", "256KiB", "--backend", "cpu", "--seed", 3,
+                        "--block", "auto", "--schedule", "auto", "--outputs", tmp_path / "out.npz")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("block auto: ") and "256 does not fit" in lines[0]
+    assert lines[1].startswith("schedule auto: ") and all(f"{name} " in lines[1] for name in ("given", "dfs", "memory"))
+    block = int(lines[0].split()[2])
+    assert f"256 tokens in blocks of {block};" in lines[2]
+    config = llama.load_config("tiny")
+    weights, ids = llama.RandomWeights(config, seed=3), llama.random_ids(config, 256, 3)
+    expected = llama.float64_forward(config, dict(weights), ids)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_build_block_auto_needs_memory_and_applies_to_llama_only(tmp_path, capsys):
+    assert turnip(["build", "llama", "--tokens", "256", "--block", "auto", "--memory", "256KiB", "-o", str(tmp_path / "g.json")]) == 0
+    assert capsys.readouterr().out.startswith("block auto: 128 (sim predictions: 64 ")
+    assert load_taskgraph(str(tmp_path / "g.json")) is not None
+    assert turnip(["build", "llama", "--block", "auto", "-o", str(tmp_path / "h.json")]) == 1
+    assert "--block auto and --memory go together" in capsys.readouterr().err
+    assert turnip(["build", "ffn", "--block", "auto", "--memory", "1MiB", "-o", str(tmp_path / "h.json")]) == 1
+    assert "--block auto applies to llama, not ffn" in capsys.readouterr().err

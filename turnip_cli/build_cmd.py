@@ -10,6 +10,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from turnip_cli.planning import block_argument, choose_block_printing, parse_size
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, check_outputs
@@ -25,8 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", metavar="WORKLOAD", choices=WORKLOADS, help=", ".join(WORKLOADS))
     parser.add_argument("--config", help="preset name, JSON file or inline JSON (llama: preset, config.json or model folder)")
     parser.add_argument("--gpus", type=int, help="GPUs to place blocks on")
-    parser.add_argument("--block", type=int, help="block size: tokens per block (ffn, llama), tile edge (matmul); "
-                        "llama clamps a block larger than --tokens to it")
+    parser.add_argument("--block", type=block_argument, help="block size: tokens per block (ffn, llama), tile edge (matmul); "
+                        "llama clamps a block larger than --tokens to it; llama's auto keeps the block whose plan at "
+                        "--memory the sim predicts fastest (as turnip llama --block auto)")
+    parser.add_argument("--memory", metavar="SIZE", help="per-GPU budget --block auto compiles at (llama), e.g. 2GiB")
     parser.add_argument("--tokens", type=int, help="sequence length (ffn, llama)")
     placements = "; ".join(f"{name}: {', '.join(module.PLACEMENTS)}" for name, (module, _) in WORKLOADS.items())
     parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
@@ -38,7 +41,7 @@ def check_positive_options(args: argparse.Namespace, *names: str) -> None:
     """One line for an option given as 0 or less, which would otherwise read as "the default"."""
     for name in names:
         value = getattr(args, name)
-        if value is not None and value < 1:
+        if isinstance(value, int) and value < 1:  # `--block auto` is checked where it is read
             raise InputError(f"--{name} must be a positive integer, got {value}")
 
 
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".json", ".mlir")):
         raise InputError(f"output '{args.output}' must end in .json or .mlir")
     check_positive_options(args, "gpus", "block", "tokens")
+    if (args.block == "auto") != (args.memory is not None):
+        raise InputError("--block auto and --memory go together: the block is chosen by compiling at the budget")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     check_outputs({"-o": args.output}, {"--config": config})
     progress = Progress.for_args(args)
@@ -64,7 +69,18 @@ def build_graph(args: argparse.Namespace) -> TaskGraph:
         name = args.config or "tiny"
         config = llama.load_config(name)
         tokens = args.tokens or llama.DEFAULT_TOKENS.get(name, min(config.max_position_embeddings, 4096))
-        return llama.build_llama(config, tokens, args.block, args.gpus or 1, args.placement or "sequence").graph
+
+        def build(block):
+            return llama.build_llama(config, tokens, block, args.gpus or 1, args.placement or "sequence")
+
+        if args.block != "auto":
+            return build(args.block).graph
+        budget = parse_size(args.memory)
+        return choose_block_printing(build, tokens, lambda graph: budget)[0].graph
+    if args.block == "auto":
+        raise InputError(f"--block auto applies to llama, not {args.workload}")
+    if args.memory is not None:
+        raise InputError(f"--memory applies to llama's --block auto, not {args.workload}")
     module, default = WORKLOADS[args.workload]
     config = config_from_text(type(module.PRESETS[default]), module.PRESETS, args.config, default)
     overrides = {"gpus": args.gpus, "block": args.block, "tokens": args.tokens, "placement": args.placement}

@@ -24,7 +24,7 @@ from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_schedule_argument, compile_printing_choice, parse_size
+from turnip_cli.planning import add_schedule_argument, block_argument, choose_block_printing, compile_printing_choice, parse_size
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
@@ -51,8 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs to spread the blocks over (default 1)")
-    parser.add_argument("--block", type=int, metavar="N", help="tokens per block, a positive integer (default: 4096 at "
-                        "7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary says so")
+    parser.add_argument("--block", type=block_argument, metavar="N|auto", help="tokens per block, a positive integer (default: "
+                        "4096 at 7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary "
+                        "says so; auto: each of 1024 to 8192 (and T/4, T/2 below 4096 tokens), keeping the plan the sim "
+                        "predicts fastest")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
@@ -84,15 +86,23 @@ def run(args: argparse.Namespace) -> int:
         _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
         if ids is None:
             ids = llama.random_ids(config, tokens, args.seed)
-    with progress.phase("building the taskgraph"):
-        built = llama.build_llama(config, len(ids), args.block, args.gpus, args.placement)
-    clamped = f" (--block {args.block} clamped to the token count)" if args.block and args.block > built.block else ""
-    print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
-          f"{len(ids)} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
-          f"budget {args.memory} per GPU{_dtype_note(backend, stored_dtype, args.dtype, config.dtype)}")
-    with progress.phase("compiling"):
-        arena = arena_budget(built.graph, budget, backend, attention=args.attention)  # less the cuda workspace
-        memgraph = compile_printing_choice(built.graph, arena, args.schedule)
+
+    def build(block):
+        return llama.build_llama(config, len(ids), block, args.gpus, args.placement)
+
+    def budget_of(graph):
+        return arena_budget(graph, budget, backend, attention=args.attention)  # less the cuda workspace
+
+    if args.block == "auto":
+        with progress.phase("choosing the block"):
+            built, memgraph = choose_block_printing(build, len(ids), budget_of, args.schedule)
+        _print_summary(args, config, built, backend, stored_dtype)
+    else:
+        with progress.phase("building the taskgraph"):
+            built = build(args.block)
+        _print_summary(args, config, built, backend, stored_dtype)
+        with progress.phase("compiling"):
+            memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule)
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))
     with progress.phase("reading the weights"):
@@ -109,6 +119,14 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _print_summary(args: argparse.Namespace, config: llama.LlamaConfig, built: llama.LlamaGraph, backend: str,
+                   stored_dtype: str) -> None:
+    clamped = f" (--block {args.block} clamped to the token count)" if isinstance(args.block, int) and args.block > built.block else ""
+    print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
+          f"{built.tokens} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
+          f"budget {args.memory} per GPU{_dtype_note(backend, stored_dtype, args.dtype, config.dtype)}")
 
 
 def model_input_files(args: argparse.Namespace) -> dict[str, str | None]:

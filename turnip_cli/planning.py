@@ -5,18 +5,25 @@ such as 4GiB) under one schedule, or `auto` (each schedule, the sim's fastest).
 sim backend's H200 cost model and keeps the fastest; it prints one line with the choice and every
 prediction. It costs a compile and a sim run per schedule, and pays off where memory is tight (figures in
 docs/passes.md, on what the choice buys).
+
+`--block auto` (turnip llama, turnip build llama) does the same for the token block size: it builds the
+graph at each of `block_candidates`, compiles each under one schedule (the named one, or `given` when
+`--schedule auto`), leaves out those that do not fit and keeps the sim's fastest. With `--schedule auto`
+too, the schedules are ranked for the chosen block only: blocks + schedules compiles, not their product.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 from passes.pipeline import compile_best, compile_taskgraph
 from passes.schedules import SCHEDULES
 from runtime import arena_budget, sim_makespan
-from turnip_ir.errors import InputError
+from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.io import load_graph
 from turnip_ir.limits import INT_LIMIT, shorten
 from turnip_ir.memgraph import MemGraph
@@ -44,6 +51,61 @@ def parse_size(text: str) -> int:
 def add_schedule_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES,
                         help="the compiler's simulated schedule; auto: each one, keeping the plan the sim predicts fastest")
+
+
+BLOCKS = (1024, 2048, 4096, 8192)
+"""The token blocks `--block auto` tries, each clamped to the token count."""
+
+
+def block_argument(text: str) -> int | str:
+    """`--block`'s value: `auto` or an integer (checked positive by `check_positive_options`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or auto, got '{shorten(text)}'") from None
+
+
+def block_candidates(tokens: int) -> list[int]:
+    """`BLOCKS` clamped to `tokens`; below 4096 tokens also T/4 and T/2 (small models' blocks)."""
+    small = {max(1, tokens // 4), max(1, tokens // 2)} if tokens < 4096 else set()
+    return sorted({min(block, tokens) for block in BLOCKS} | small)
+
+
+def choose_block(build: Callable[[int], Any], candidates: list[int], budget_of: Callable[[TaskGraph], int],
+                 schedule: str = "given", streams: int = 2) -> tuple[Any, MemGraph, dict[int, float | None]]:
+    """Build (`build(block)`, an object with a `.graph`) and compile at each candidate block and keep the
+    sim-fastest: returns that build, its plan and each block's prediction (None: it did not fit). Ties
+    go to the smaller block; when no block fits, the first one's `BudgetError` is raised."""
+    best, scores, first_error = None, {}, None
+    for block in candidates:
+        built = build(block)
+        try:
+            memgraph = compile_taskgraph(built.graph, budget_of(built.graph), schedule)
+        except BudgetError as err:
+            scores[block], first_error = None, first_error or err
+            continue
+        scores[block] = sim_makespan(memgraph, streams)
+        if best is None or scores[block] < best[0]:
+            best = (scores[block], built, memgraph)
+    if best is None:
+        raise first_error
+    return best[1], best[2], scores
+
+
+def choose_block_printing(build: Callable[[int], Any], tokens: int, budget_of: Callable[[TaskGraph], int],
+                          schedule: str = "given", streams: int = 2) -> tuple[Any, MemGraph]:
+    """`choose_block` over `block_candidates(tokens)`, printing the choice and every prediction on one
+    line; with `schedule` auto, the blocks are ranked under `given` and then the schedules for the chosen
+    block alone (`compile_printing_choice`)."""
+    built, memgraph, scores = choose_block(build, block_candidates(tokens), budget_of,
+                                           "given" if schedule == "auto" else schedule, streams)
+    predicted = ", ".join(f"{block} {'does not fit' if s is None else _seconds(s)}" for block, s in scores.items())
+    print(f"block auto: {built.block} (sim predictions: {predicted})")
+    if schedule == "auto":
+        memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams)
+    return built, memgraph
 
 
 def compile_choosing_schedule(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> tuple[MemGraph, str, dict[str, float]]:

@@ -236,8 +236,7 @@ def test_zero_size_tensors_cost_nothing_and_come_back_empty():
 
 
 def test_every_kernel_of_the_table_has_a_cuda_implementation():
-    # rows and concat (generation's decode step, docs/generation.md) have numpy implementations only so far
-    assert builders.missing_kernels() == ["concat", "rows"]
+    assert builders.missing_kernels() == []
 
 
 def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):

@@ -293,19 +293,43 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     assert not (tmp_path / "o.npz").exists() and not paths["out"].exists()
 
 
-def test_the_cuda_backend_refuses_rows_and_concat_with_one_line():
-    """Until the cuda backend has them: a KernelError naming the kernel (numba-cuda's simulator here)."""
+def test_rows_and_concat_on_cuda_equal_numpy():
+    """The decode step's two copy kernels on the cuda backend (numba-cuda's simulator here), an empty
+    concat operand included."""
     from runtime.backends.cuda import CudaBackend
-    from turnip_ir.errors import KernelError
     from turnip_ir.taskgraph import TaskGraph
 
     g = TaskGraph(devices=1)
     x = g.input((4, 8), "float32", device=0, id="x")
-    g.output(g.kernel("concat", g.kernel("rows", x, start=0, stop=1, device=0, id="r"), x, device=0, id="c"))
-    memgraph = compile_taskgraph(g, 1 << 20)
-    with pytest.raises(KernelError) as caught:
-        execute(memgraph, backend=CudaBackend(), inputs={"x": np.ones((4, 8), "float32")})
-    assert "has no cuda implementation" in str(caught.value) and "\n" not in str(caught.value)
+    empty = g.input((0, 8), "float32", device=0, id="empty")
+    row = g.kernel("rows", x, start=1, stop=3, device=0, id="r")
+    g.output(row, g.kernel("concat", row, empty, x, device=0, id="c"))
+    x_value = np.arange(32, dtype="float32").reshape(4, 8)
+    inputs = {"x": x_value, "empty": np.empty((0, 8), "float32")}
+    outputs = execute(compile_taskgraph(g, 1 << 20), backend=CudaBackend(), inputs=inputs).outputs
+    np.testing.assert_array_equal(outputs["r"], x_value[1:3])
+    np.testing.assert_array_equal(outputs["c"], np.concatenate([x_value[1:3], x_value]))
+
+
+def test_a_decode_step_on_cuda_equals_cpu():
+    """A batch of three ragged sequences (one with an empty cache), cache blocks of 2, under a budget that
+    forces offload: the cuda backend (simulated) gives the cpu backend's logits and new rows."""
+    from runtime.backends.cuda import CudaBackend
+
+    config = llama.load_config("tiny-gqa")
+    weights = llama.RandomWeights(config, 5)
+    rng = np.random.default_rng(0)
+    lengths = [3, 0, 2]
+    caches = [[(rng.standard_normal((n, 32)).astype("float32"),) * 2 for _ in range(config.num_hidden_layers)] for n in lengths]
+    step = llama.build_decode_step(config, lengths, kv_block=2)
+    hidden = llama.embed(weights, np.array([3, 7, 1]), config)
+    memgraph = compile_taskgraph(step.graph, GQA_BUDGET)
+    assert any(node.op == "reload" for node in memgraph.nodes)
+    inputs = step.feed(weights, hidden, caches)
+    cpu = execute(memgraph, backend="cpu", inputs=inputs).outputs
+    cuda = execute(memgraph, backend=CudaBackend(), inputs=inputs).outputs
+    for name, want in cpu.items():
+        np.testing.assert_allclose(cuda[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_turnip_llama_reads_ids_of_shape_1_by_t(tmp_path, capsys):

@@ -22,7 +22,7 @@ from runtime import execute
 from turnip import Session
 from turnip_cli.main import main
 from turnip.sampling import next_tokens
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, KernelError
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -189,6 +189,45 @@ def test_second_call_compiles_nothing_and_a_failed_call_leaves_the_session_usabl
     session.close()  # idempotent
     with pytest.raises(InputError, match="^the session is closed$"):
         session.generate(prompts, 3)
+
+
+def _fail_swiglu(monkeypatch, backend: str) -> None:
+    """Make every swiglu vertex raise when it runs (on the cpu backend's numpy kernels or the cuda builders)."""
+    def boom(*args):
+        raise RuntimeError("injected")
+
+    if backend == "cpu":
+        from runtime.backends import cpu
+
+        monkeypatch.setitem(cpu.NUMPY_KERNELS, "swiglu", boom)
+    else:
+        from runtime.backends.cuda import builders
+
+        monkeypatch.setitem(builders.BUILDERS, "swiglu", lambda *args: boom)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypatch, backend):
+    """The second generate builds no backend and compiles nothing; a run that fails on the device closes
+    the backend, and the next call makes a new one and gives the same tokens (cuda: numba-cuda's simulator)."""
+    prompts = [np.array([1, 2, 3]), np.array([4])]
+    memory = (1 << 20) + (80 << 20 if backend == "cuda" else 0)  # the cuda workspace: cuBLAS's 32 MiB per lane
+    with Session(config="tiny", memory=memory, backend=backend) as session:
+        first = session.generate(prompts, 2)
+        assert session.backends_built == 1 and first.compiles == 3
+        machine = session._machine
+        second = session.generate(prompts, 2)
+        assert second.compiles == 0 and session.backends_built == 1 and session._machine is machine
+        assert (second.tokens == first.tokens).all()
+        with monkeypatch.context() as patch:
+            _fail_swiglu(patch, backend)
+            with pytest.raises(KernelError, match="failed: RuntimeError: injected"):
+                session.generate(prompts, 2)
+        assert session._machine is None
+        third = session.generate(prompts, 2)
+        assert third.compiles == 0 and session.backends_built == 2
+        assert (third.tokens == first.tokens).all()
+    assert session._machine is None
 
 
 def test_stop_at_eos_pads_with_the_eos_id():

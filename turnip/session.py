@@ -1,15 +1,21 @@
 """`Session`: a LLaMA model under a per-GPU memory budget that prefills and generates tokens.
 
 State: the config and the weights (each materialised once in the compute dtype, on first use, and kept),
-the backend, and a cache of compiled memgraphs keyed by what the graph's shapes depend on (the kind of
-graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
+one prepared backend, and a cache of compiled memgraphs keyed by what the graph's shapes depend on (the
+kind of graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
+One backend for the session's lifetime: the cpu and cuda backends are made at the first run and every
+run loads its memgraph onto them (`execute(..., close=False)`: arenas, streams, workers and libraries are
+set up once); `close()` closes it. The sim backend is rebuilt per run (it holds no memory). Every plan
+gets the same arena, the budget less the largest cuda workspace any graph of the session has needed so
+far, so each fits the prepared arena; a graph that needs a larger workspace shrinks the arena once, which
+drops the plans and the backend (they were sized for the old split).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one) compiled under the budget and run once.
 Between steps the KV caches are host numpy arrays per layer and sequence; the new rows each step returns
 are appended, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
-caches are local to the call, so the session stays usable. The sim backend computes no values: there
+caches are local to the call, and a run that fails closes the backend, so the next run makes a new one. The sim backend computes no values: there
 generation is timing only (tokens fed back are 0 and `tokens` is -1; `GenerateResult.computed` is False).
 """
 
@@ -27,7 +33,7 @@ from frontend.workloads import llama
 from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.backends import resolve_backend
+from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
@@ -82,8 +88,13 @@ class Session:
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0
+        self.backends_built = 0
+        """Backends made for runs (sim excluded): 1 for a session whose runs all succeed."""
+        self.arena = memory
+        """The arena bytes every plan of the session is compiled under (module docstring)."""
         self.closed = False
         self._runs = 0
+        self._machine: Backend | None = None
 
     def __enter__(self) -> Session:
         return self
@@ -92,8 +103,9 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
+        """Close the backend, free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
         self.closed = True
+        self._drop_backend()
         self.cache.clear()
         self.weights = _Materialized({}, self.config.dtype)
 
@@ -174,7 +186,11 @@ class Session:
         the result and the run's seconds (the sim's predicted makespan, else the wall time)."""
         memgraph = self._compiled(key, graph, stats)
         self._runs += 1
-        result = execute(memgraph, backend=self.backend, order=self.order, seed=self.seed + self._runs, inputs=inputs)
+        try:
+            result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs, close=False)
+        except BaseException:
+            self._machine = None  # execute closed it: its state after a failure is unknown
+            raise
         summary = result.summary
         stats.bytes_offloaded += summary.bytes_offloaded
         stats.bytes_reloaded += summary.bytes_reloaded
@@ -188,7 +204,12 @@ class Session:
             stats.cache_hits += 1
             return self.cache[key]
         began = time.perf_counter()
-        memgraph = compile_taskgraph(graph, arena_budget(graph, self.memory, self.backend), self.schedule)
+        arena = arena_budget(graph, self.memory, self.backend)
+        if arena < self.arena:  # a larger workspace than any graph before: every plan gets the smaller arena
+            self.arena = arena
+            self.cache.clear()
+            self._drop_backend()
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule)
         stats.compile_seconds += time.perf_counter() - began
         self.compiles += 1
         stats.compiles += 1
@@ -196,6 +217,20 @@ class Session:
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
         return memgraph
+
+    def _backend(self) -> Backend | str:
+        """The session's prepared backend (made at the first run, and after a failed one); "sim" anew per run."""
+        if self.backend == "sim":
+            return "sim"
+        if self._machine is None:
+            self._machine = make_backend(self.backend, seed=self.seed)
+            self.backends_built += 1
+        return self._machine
+
+    def _drop_backend(self) -> None:
+        if self._machine is not None:
+            machine, self._machine = self._machine, None
+            machine.close()
 
     def _placement(self) -> str:
         return "layers" if self.gpus > 1 else "sequence"

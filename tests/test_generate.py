@@ -230,6 +230,22 @@ def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypat
     assert session._machine is None
 
 
+def test_teacher_forcing_feeds_the_given_tokens_and_keeps_each_steps_logits():
+    config = llama.load_config("tiny")
+    weights = llama.RandomWeights(config, 0)
+    prompts = [np.array([5, 6, 7]), np.array([9])]
+    forced = np.array([[1, 2, 3], [4, 5, 6]])
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        result = session.generate(prompts, 3, forced=forced)
+        assert (result.tokens == forced).all() and len(result.logits) == 3
+        for step in range(3):
+            for b, prompt in enumerate(prompts):
+                ids = np.concatenate([prompt, forced[b, :step]])
+                np.testing.assert_allclose(result.logits[step][b], reference_logits(config, weights, ids), rtol=1e-4, atol=1e-4)
+        with pytest.raises(InputError, match=r"^forced tokens must be integers of shape \[2, 3\], got int64 of shape \[2, 2\]$"):
+            session.generate(prompts, 3, forced=forced[:, :2])
+
+
 def test_stop_at_eos_pads_with_the_eos_id():
     with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
         free = session.generate([np.array([1, 2])], 6).tokens[0]

@@ -61,6 +61,8 @@ class GenerateResult:
     peak_arena: int = 0
     recorder: Recorder | None = None
     """The last decode step's recorder (its Chrome trace)."""
+    logits: list[np.ndarray] = field(default_factory=list)
+    """Per decode step the float64 logits [B, vocab], kept under teacher forcing (`generate(forced=...)`)."""
 
     @property
     def decode_seconds(self) -> float:
@@ -121,16 +123,19 @@ class Session:
         return built.gather(result.outputs)
 
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int | None = None, stop_at_eos: bool = False) -> GenerateResult:
+                 seed: int | None = None, stop_at_eos: bool = False, forced=None) -> GenerateResult:
         """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].
 
         With `stop_at_eos`, a sequence that has emitted an end-of-sequence id (the config's) emits that id
-        from then on (it is still computed: the batch keeps its shape)."""
+        from then on (it is still computed: the batch keeps its shape). Teacher forcing: `forced`, int
+        [B, N], is fed (and returned) instead of the chosen tokens, and each step's logits are kept in
+        `GenerateResult.logits`, to compare two implementations step by step."""
         self._check_open()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
         prompts = _prompts(prompts, self.config)
+        forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
         caches = [self._prefill_kv(p, stats) for p in prompts]
         rng = np.random.default_rng(self.seed if seed is None else seed)
@@ -142,6 +147,9 @@ class Session:
                 current[:] = 0
                 continue
             chosen = next_tokens(logits, temperature, top_p, rng)
+            if forced is not None:
+                stats.logits.append(logits)
+                chosen = forced[:, step]
             chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
             finished |= np.isin(chosen, self.config.eos_token_id)
             stats.tokens[:, step] = current = chosen
@@ -282,6 +290,16 @@ def _model(config, weights, seed: int, dtype: str | None) -> tuple[llama.LlamaCo
     if head not in source:
         raise InputError(f"the weights have no '{head}' (the LM head; set tie_word_embeddings if it is the embedding table)")
     return config, source
+
+
+def _forced(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> np.ndarray:
+    """Teacher-forced tokens as int64 [batch, steps], or a one-line error."""
+    ids = np.asarray(tokens)
+    if ids.shape != (batch, steps) or ids.dtype.kind not in "iu":
+        raise InputError(f"forced tokens must be integers of shape [{batch}, {steps}], got {ids.dtype} of shape {list(ids.shape)}")
+    if ids.size and (ids.min() < 0 or ids.max() >= config.vocab_size):
+        raise InputError(f"forced tokens must be in the vocabulary range [0, {config.vocab_size})")
+    return ids.astype(np.int64)
 
 
 def _prompts(prompts: Sequence, config: llama.LlamaConfig) -> list[np.ndarray]:

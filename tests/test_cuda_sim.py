@@ -263,6 +263,20 @@ def test_pinned_storage_chunks_never_split_a_region():
     assert all(int(storage.view((o, s), (s,), "uint8")[0]) == o % 251 for o, s in regions)
 
 
+def test_a_later_storage_reuses_the_smallest_earlier_chunk_that_holds_each_span():
+    allocated = []
+
+    def allocate(count):
+        allocated.append(count)
+        return make_driver().pinned(count)
+
+    first = memory.PinnedStorage([(0, 100), (512, 2000), (2560, 10)], chunk_bytes=1024, allocate=allocate)
+    second = memory.PinnedStorage([(0, 50), (64, 1500), (4096, 3000)], chunk_bytes=1024, allocate=allocate, reuse=first.all_chunks())
+    assert allocated == [100, 2000, 10, 3000]  # [0, 50) takes the 100-byte chunk, [64, 1564) the 2000-byte one
+    assert second.chunks[0] is first.chunks[0] and second.chunks[1] is first.chunks[1]
+    assert second.spare == [first.chunks[2]] and len(second.all_chunks()) == 4
+
+
 def test_the_host_function_counts_per_lane_and_wakes_the_loop_without_a_gpu():
     notifier = completion.HostFuncNotifier(3)
     function = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(notifier.address)

@@ -5,7 +5,8 @@ GPU one arena of `memgraph.budget` bytes, one workspace of per-lane scratch, a s
 access), warms the libraries up (libraries.py: cuBLAS per lane stream, CuPy's allocator replaced) and
 makes the event pools (clock.py) and the completion notifier (completion.py). Every `prepare`, the first
 included, then loads one memgraph onto that set: views at planned offsets and pinned host storage
-(copies.py), the inputs in place, every vertex's work built (builders.py, through the `KernelEnv` of
+(copies.py; a later load reuses the earlier pinned chunks that are large enough: pinning many GB costs
+seconds), the inputs in place, every vertex's work built (builders.py, through the `KernelEnv` of
 services.py), torch's attention warmed up per block shape, the clock started. A later memgraph fits the
 set when it has the same GPUs and lanes and a budget within the arena (else `prepare` refuses it in one
 line); one that needs more scratch grows the workspaces. The executor then drives `submit` and `wait`; `read_outputs` ends a run.
@@ -142,7 +143,9 @@ class CudaBackend(Backend):
         """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock."""
         devices = self.devices
         self.graph = graph
-        self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes)
+        reuse = self.views.storage.all_chunks() if self.views is not None else ()
+        self.views = None
+        self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
         self.views.place(inputs)
         self.work = [self._build(graph, v) for v in range(len(graph))]

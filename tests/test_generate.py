@@ -244,6 +244,13 @@ def test_teacher_forcing_feeds_the_given_tokens_and_keeps_each_steps_logits():
                 np.testing.assert_allclose(result.logits[step][b], reference_logits(config, weights, ids), rtol=1e-4, atol=1e-4)
         with pytest.raises(InputError, match=r"^forced tokens must be integers of shape \[2, 3\], got int64 of shape \[2, 2\]$"):
             session.generate(prompts, 3, forced=forced[:, :2])
+        width = config.num_key_value_heads * config.head_dim
+        caches = [session._prefill_kv(prompts[0], result), [(np.empty((0, width), "float32"),) * 2] * config.num_hidden_layers]
+        given = session.generate(prompts, 3, forced=forced, caches=caches)
+        np.testing.assert_allclose(np.concatenate(given.logits), np.concatenate(result.logits), rtol=1e-6, atol=1e-6)
+        assert given.prefill_seconds == 0
+        with pytest.raises(InputError, match=rf"^prompt 1: its cache must hold 2 layers of \(k, v\), each \[0, {width}\]$"):
+            session.generate(prompts, 3, caches=[caches[0], caches[0]])
 
 
 def test_stop_at_eos_pads_with_the_eos_id():

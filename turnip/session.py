@@ -123,13 +123,15 @@ class Session:
         return built.gather(result.outputs)
 
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int | None = None, stop_at_eos: bool = False, forced=None) -> GenerateResult:
+                 seed: int | None = None, stop_at_eos: bool = False, forced=None, caches=None) -> GenerateResult:
         """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].
 
         With `stop_at_eos`, a sequence that has emitted an end-of-sequence id (the config's) emits that id
         from then on (it is still computed: the batch keeps its shape). Teacher forcing: `forced`, int
         [B, N], is fed (and returned) instead of the chosen tokens, and each step's logits are kept in
-        `GenerateResult.logits`, to compare two implementations step by step."""
+        `GenerateResult.logits`, to compare two implementations step by step. `caches` skips the prefill:
+        per prompt, per layer (k, v), each [P-1, kv_heads * head_dim] (what the prefill of all but the
+        prompt's last token would give; benchmarks pass random ones)."""
         self._check_open()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -137,7 +139,10 @@ class Session:
         prompts = _prompts(prompts, self.config)
         forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
-        caches = [self._prefill_kv(p, stats) for p in prompts]
+        if caches is None:
+            caches = [self._prefill_kv(p, stats) for p in prompts]
+        else:
+            caches = _given_caches(caches, prompts, self.config)
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
@@ -290,6 +295,20 @@ def _model(config, weights, seed: int, dtype: str | None) -> tuple[llama.LlamaCo
     if head not in source:
         raise InputError(f"the weights have no '{head}' (the LM head; set tie_word_embeddings if it is the embedding table)")
     return config, source
+
+
+def _given_caches(caches, prompts: list[np.ndarray], config: llama.LlamaConfig) -> list[list[tuple]]:
+    """The given KV caches, a list per prompt of (k, v) per layer, checked against the prompts, or a one-line error."""
+    width = config.num_key_value_heads * config.head_dim
+    if len(caches) != len(prompts):
+        raise InputError(f"caches are given for {len(caches)} prompts, there are {len(prompts)}")
+    checked = []
+    for b, (cache, prompt) in enumerate(zip(caches, prompts)):
+        want = (len(prompt) - 1, width)
+        if len(cache) != config.num_hidden_layers or any(np.shape(t) != want for layer in cache for t in layer):
+            raise InputError(f"prompt {b}: its cache must hold {config.num_hidden_layers} layers of (k, v), each {list(want)}")
+        checked.append([(np.asarray(k, config.dtype), np.asarray(v, config.dtype)) for k, v in cache])
+    return checked
 
 
 def _forced(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> np.ndarray:

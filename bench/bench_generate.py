@@ -319,6 +319,7 @@ def run_hf(torch, host: Host, budget: float, prompts: list, steps: int) -> dict:
     with torch.device("meta"):
         model = LlamaForCausalLM(hf_config).to(torch.float16)
     model.load_state_dict(dict(host.weights), assign=True, strict=False)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=hf_config)  # its inv_freq buffer, made on the meta device, is no weight
     device_map = infer_auto_device_map(model, max_memory={0: f"{budget}GiB", "cpu": "400GiB"}, no_split_module_classes=["LlamaDecoderLayer"])
     model = dispatch_model(model.eval(), device_map=device_map)
     ids = torch.as_tensor(np.stack(prompts)).cuda()
@@ -337,15 +338,15 @@ def run_hf(torch, host: Host, budget: float, prompts: list, steps: int) -> dict:
 
 # ----- one shape ------------------------------------------------------------------------------------------
 def bench_shape(torch, host: Host, args, batch: int, prompt: int) -> dict:
-    c, device, steps = host.config, args.device, args.new_tokens
+    c, device, steps, limit = host.config, args.device, args.new_tokens, args.time_limit
     prefix = prompt - 1
     rng = np.random.default_rng(args.seed)
     prompts = [rng.integers(0, c.vocab_size, prompt) for _ in range(batch)]
     shape = {"batch": batch, "prompt": prompt, "new_tokens": steps, "kv_pin_s": host.make_kv(batch, prefix, steps, args.seed), "systems": {}}
     systems = shape["systems"]
     first = np.array([p[-1] for p in prompts])
-    resident = attempt(systems, "torch-resident", lambda: run_torch(torch, host, device, False, prefix, steps, first))
-    streamed = attempt(systems, "torch-stream", lambda: run_torch(torch, host, device, True, prefix, steps, first))
+    resident = attempt(systems, "torch-resident", lambda: run_torch(torch, host, device, False, prefix, steps, first), limit)
+    streamed = attempt(systems, "torch-stream", lambda: run_torch(torch, host, device, True, prefix, steps, first), limit)
     if streamed and resident:  # the same code: only the copies differ
         streamed["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(streamed["logits"], resident["logits"])]
     rate = h2d_rate(torch, device)
@@ -356,13 +357,13 @@ def bench_shape(torch, host: Host, args, batch: int, prompt: int) -> dict:
     forced = resident["tokens"] if resident else np.zeros((batch, steps), np.int64)
     caches = host.turnip_caches(prefix)
     for budget in args.budgets:
-        got = attempt(systems, f"turnip@{budget:g}", lambda: run_turnip(host, device, budget, prompts, caches, forced, args.turnip_steps))
+        got = attempt(systems, f"turnip@{budget:g}", lambda: run_turnip(host, device, budget, prompts, caches, forced, args.turnip_steps), limit)
         if got and resident:
             got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
         elif got:
             got.pop("logits")
     if args.hf and device == "cuda":
-        attempt(systems, f"hf-offload@{min(args.budgets):g}", lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps))
+        attempt(systems, f"hf-offload@{min(args.budgets):g}", lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps), limit)
     for name in ("torch-resident", "torch-stream"):
         if systems.get(name, {}).get("logits") is not None:
             systems[name].pop("logits")
@@ -370,10 +371,11 @@ def bench_shape(torch, host: Host, args, batch: int, prompt: int) -> dict:
     return shape
 
 
-def attempt(systems: dict, name: str, run, limit: list = [0.0]) -> dict | None:
-    """Run one system unless past the time limit; record its figures, or the one-line reason it has none."""
-    if elapsed() > limit[0]:
-        systems[name] = {"skipped": f"past the time limit ({limit[0]:.0f} s)"}
+def attempt(systems: dict, name: str, run, limit: float) -> dict | None:
+    """Run one system unless past the time `limit` (seconds since the start); record its figures, or the
+    one-line reason it has none."""
+    if elapsed() > limit:
+        systems[name] = {"skipped": f"past the time limit ({limit:.0f} s)"}
         print(f"{name}: skipped, past the time limit", flush=True)
         return None
     began = time.perf_counter()
@@ -413,7 +415,6 @@ def table(shapes: list[dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    attempt.__defaults__[0][0] = args.time_limit
     import torch
 
     if args.device == "cuda":

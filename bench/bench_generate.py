@@ -31,6 +31,7 @@ start after it, saying so, so a benchmark stage always ends with its table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -337,13 +338,16 @@ def run_hf(torch, host: Host, budget: float, prompts: list, steps: int) -> dict:
 
 
 # ----- one shape ------------------------------------------------------------------------------------------
-def bench_shape(torch, host: Host, args, batch: int, prompt: int) -> dict:
+def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
+    """Every system on one B x P `shape` (its figures go into `shape["systems"]`; `save()` after each)."""
     c, device, steps, limit = host.config, args.device, args.new_tokens, args.time_limit
+    batch, prompt = shape["batch"], shape["prompt"]
     prefix = prompt - 1
     rng = np.random.default_rng(args.seed)
     prompts = [rng.integers(0, c.vocab_size, prompt) for _ in range(batch)]
-    shape = {"batch": batch, "prompt": prompt, "new_tokens": steps, "kv_pin_s": host.make_kv(batch, prefix, steps, args.seed), "systems": {}}
+    shape.update(new_tokens=steps, kv_pin_s=host.make_kv(batch, prefix, steps, args.seed), systems={})
     systems = shape["systems"]
+    attempt = functools.partial(attempt_system, save=save)
     first = np.array([p[-1] for p in prompts])
     resident = attempt(systems, "torch-resident", lambda: run_torch(torch, host, device, False, prefix, steps, first), limit)
     streamed = attempt(systems, "torch-stream", lambda: run_torch(torch, host, device, True, prefix, steps, first), limit)
@@ -364,19 +368,15 @@ def bench_shape(torch, host: Host, args, batch: int, prompt: int) -> dict:
             got.pop("logits")
     if args.hf and device == "cuda":
         attempt(systems, f"hf-offload@{min(args.budgets):g}", lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps), limit)
-    for name in ("torch-resident", "torch-stream"):
-        if systems.get(name, {}).get("logits") is not None:
-            systems[name].pop("logits")
-            systems[name]["tokens"] = systems[name]["tokens"].tolist()
-    return shape
 
 
-def attempt(systems: dict, name: str, run, limit: float) -> dict | None:
+def attempt_system(systems: dict, name: str, run, limit: float, save) -> dict | None:
     """Run one system unless past the time `limit` (seconds since the start); record its figures, or the
-    one-line reason it has none."""
+    one-line reason it has none; then `save()` (a stage killed later keeps what ran)."""
     if elapsed() > limit:
         systems[name] = {"skipped": f"past the time limit ({limit:.0f} s)"}
         print(f"{name}: skipped, past the time limit", flush=True)
+        save()
         return None
     began = time.perf_counter()
     try:
@@ -384,11 +384,22 @@ def attempt(systems: dict, name: str, run, limit: float) -> dict | None:
     except Exception as err:  # a benchmark records a failing system and goes on with the others
         systems[name] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
         print(f"{name}: failed: {systems[name]['error']}", flush=True)
+        save()
         return None
     got["system_s"] = time.perf_counter() - began
     systems[name] = got
+    save()
     print(f"{name}: {median_ms(got):.1f} ms per step ({got['system_s']:.1f} s)", flush=True)
     return got
+
+
+def public(value):
+    """`value` without the logits kept for comparisons (too large for the JSON)."""
+    if isinstance(value, dict):
+        return {k: public(v) for k, v in value.items() if k != "logits"}
+    if isinstance(value, list):
+        return [public(v) for v in value]
+    return value
 
 
 def median_ms(figures: dict) -> float:
@@ -424,13 +435,18 @@ def main(argv=None) -> int:
     print(f"{args.config}: {config.num_hidden_layers} layers, {config.dtype}; weights drawn and pinned in {host.pin_seconds:.1f} s", flush=True)
     results = {"config": args.config, "layers": config.num_hidden_layers, "dtype": config.dtype, "device": args.device,
                "quick": args.quick, "weights_pin_s": host.pin_seconds, "turnip_steps": args.turnip_steps, "shapes": []}
-    for text in args.shapes:
-        batch, prompt = (int(x) for x in text.lower().split("x"))
-        results["shapes"].append(bench_shape(torch, host, args, batch, prompt))
-    results["total_s"] = elapsed()
     path = Path(args.json or Path(os.environ.get("OUT", "out")) / "generate.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
+
+    def save() -> None:
+        results["total_s"] = elapsed()
+        path.write_text(json.dumps(public(results), indent=1, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
+
+    for text in args.shapes:
+        batch, prompt = (int(x) for x in text.lower().split("x"))
+        results["shapes"].append({"batch": batch, "prompt": prompt})
+        bench_shape(torch, host, args, results["shapes"][-1], save)
+    save()
     print(f"\nturnip: the median of {args.turnip_steps} teacher-forced steps (each compiled and placed anew; step wall in the JSON); "
           f"logit error against torch-resident\n{table(results['shapes'])}\nwrote {path}  ({elapsed():.0f} s)")
     return 0

@@ -12,11 +12,13 @@ drops the plans and the backend (they were sized for the old split).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one) compiled under the budget and run once.
-Between steps the KV caches are host numpy arrays per layer and sequence; the new rows each step returns
-are appended, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
+Between steps the KV caches are host numpy arrays per layer and sequence (turnip/kv_cache.py, with room
+for the new tokens); the new rows each step returns are written in, and the next token is chosen on the
+host from float64 logits (turnip/sampling.py).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
-caches are local to the call, and a run that fails closes the backend, so the next run makes a new one. The sim backend computes no values: there
-generation is timing only (tokens fed back are 0 and `tokens` is -1; `GenerateResult.computed` is False).
+caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
+The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
+is -1; `GenerateResult.computed` is False).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
+from turnip.kv_cache import KvCache
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -143,6 +146,8 @@ class Session:
             caches = [self._prefill_kv(p, stats) for p in prompts]
         else:
             caches = _given_caches(caches, prompts, self.config)
+        if stats.computed:
+            caches = [KvCache(cache, int(max_new_tokens)) for cache in caches]
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
@@ -184,10 +189,9 @@ class Session:
         stats.recorder = result.recorder
         if not stats.computed:
             return None
-        for layer, (k_new, v_new) in enumerate(step.new_kv(result.outputs)):
-            for b, cache in enumerate(caches):
-                k, v = cache[layer]
-                cache[layer] = (np.concatenate([k, k_new[b : b + 1]]), np.concatenate([v, v_new[b : b + 1]]))
+        new = step.new_kv(result.outputs)
+        for b, cache in enumerate(caches):
+            cache.append([(k_new[b], v_new[b]) for k_new, v_new in new])
         return step.logits(result.outputs)
 
     def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, caches: list) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
                    (`generate(caches=...)`), fed torch-resident's greedy tokens (teacher forcing), so its
                    logits are compared with torch-resident's per step; only `--turnip-steps` steps (each
                    step is compiled and its inputs placed anew: docs/generation.md, "Not done yet"); one
-                   prefill of one prompt (P-1 tokens) is timed apart;
+                   prefill of one prompt (P-1 tokens) is timed apart (at the first `--prefills` budgets);
   hf-offload       (with --hf) transformers' LlamaForCausalLM through accelerate, weights capped at the
                    smallest budget, `--hf-steps` new tokens (prefill included in its wall time: the
                    per-step figure is the time after the first token), default cache.
@@ -60,6 +60,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--budgets", type=float, nargs="+", default=[4, 16, 40], help="turnip budgets, GiB per GPU")
     parser.add_argument("--turnip-steps", type=int, default=3)
+    parser.add_argument("--prefills", type=int, default=99, help="time one prompt's prefill at the first N budgets only (each compiles a 7b prefill)")
     parser.add_argument("--hf", action="store_true", help="also HF transformers + accelerate offload (slow)")
     parser.add_argument("--hf-steps", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="2 layers, 4 new tokens, 2 turnip steps")
@@ -289,19 +290,21 @@ def sync(torch, device: str) -> None:
 
 
 # ----- turnip and HF ---------------------------------------------------------------------------------------
-def run_turnip(host: Host, device: str, budget: float, prompts: list, caches: list, forced: np.ndarray, steps: int) -> dict:
-    """One session at `budget` GiB: a prefill of one prompt (timed apart), then `steps` teacher-forced steps."""
+def run_turnip(host: Host, device: str, budget: float, prompts: list, caches: list, forced: np.ndarray, steps: int,
+               prefill: bool) -> dict:
+    """One session at `budget` GiB: with `prefill`, a prefill of one prompt (timed apart); then `steps`
+    teacher-forced steps of the batch."""
     from turnip import Session
 
     with Session(config=host.config, weights=host.numpy, memory=int(budget * GIB), backend=device) as session:
         began = time.perf_counter()
-        alone = session.generate([prompts[0]], 1)
+        alone = session.generate([prompts[0]], 1) if prefill else None
         first_call = time.perf_counter() - began
         began = time.perf_counter()
         result = session.generate(prompts, steps, forced=forced[:, :steps], caches=caches)
         wall = time.perf_counter() - began
         moved = result.bytes_offloaded + result.bytes_reloaded
-        return {"prefill_s": alone.prefill_seconds, "first_call_s": first_call, "step_s": result.step_seconds,
+        return {"prefill_s": alone.prefill_seconds if alone else float("nan"), "first_call_s": first_call, "step_s": result.step_seconds,
                 "step_wall_s": wall / steps, "compile_s": result.compile_seconds, "bytes_moved_per_step": moved / steps,
                 "bytes_reloaded_per_step": result.bytes_reloaded / steps, "peak_arena": result.peak_arena,
                 "arena": session.arena, "logits": result.logits, "backends_built": session.backends_built}
@@ -360,8 +363,9 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
         torch.cuda.empty_cache()
     forced = resident["tokens"] if resident else np.zeros((batch, steps), np.int64)
     caches = host.turnip_caches(prefix)
-    for budget in args.budgets:
-        got = attempt(systems, f"turnip@{budget:g}", lambda: run_turnip(host, device, budget, prompts, caches, forced, args.turnip_steps), limit)
+    for i, budget in enumerate(args.budgets):
+        prefill = i < args.prefills
+        got = attempt(systems, f"turnip@{budget:g}", lambda: run_turnip(host, device, budget, prompts, caches, forced, args.turnip_steps, prefill), limit)
         if got and resident:
             got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
         elif got:

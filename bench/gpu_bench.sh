@@ -86,7 +86,7 @@ for s in "$@"; do
     quick128k) stage quick128k 150 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 --systems turnip-nondet floor \
              --json "$OUT/quick128k.json" ;;
     generatetests) stage generatetests 150 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 140 tests/test_generate_gpu.py ;;
-    generate) stage generate 235 python3 bench/bench_generate.py --budgets 4 16 40 --turnip-steps 2 --time-limit 170 \
+    generate) stage generate 235 python3 bench/bench_generate.py --budgets 4 16 40 --turnip-steps 2 --prefills 1 --time-limit 175 \
              --json "$OUT/generate.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;

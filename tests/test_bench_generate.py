@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 def test_the_generation_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "generate.json"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_generate.py"), "--device", "cpu", "--quick", "--config", "tiny-gqa",
-                           "--shapes", "3x9", "--budgets", "0.0001", "0.01", "--json", str(out)],
+                           "--shapes", "3x9", "--budgets", "0.0001", "0.01", "--prefills", "1", "--json", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| 3 x 9 | turnip@0.0001 |" in done.stdout and done.stdout.rstrip().splitlines()[-1].startswith("wrote ")
@@ -31,4 +31,5 @@ def test_the_generation_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     tight = systems["turnip@0.0001"]
     assert max(tight["logit_error_per_step"]) < 1e-3 and len(tight["logit_error_per_step"]) == 2
     assert tight["bytes_reloaded_per_step"] > 0 and tight["backends_built"] == 1
+    assert tight["prefill_s"] > 0 and systems["turnip@0.01"]["prefill_s"] != systems["turnip@0.01"]["prefill_s"]  # NaN: not timed there
     assert systems["torch-stream"]["tokens"] == systems["torch-resident"]["tokens"]

@@ -210,11 +210,11 @@ def _fail_swiglu(monkeypatch, backend: str) -> None:
 def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypatch, backend):
     """The second generate builds no backend and compiles nothing; a run that fails on the device closes
     the backend, and the next call makes a new one and gives the same tokens (cuda: numba-cuda's simulator)."""
-    prompts = [np.array([1, 2, 3]), np.array([4])]
+    prompts = [np.array([1, 2, 3]), np.array([4]), np.array([5, 6, 7, 8, 9])]  # two prefill lengths: two workspaces on cuda
     memory = (1 << 20) + (80 << 20 if backend == "cuda" else 0)  # the cuda workspace: cuBLAS's 32 MiB per lane
     with Session(config="tiny", memory=memory, backend=backend) as session:
         first = session.generate(prompts, 2)
-        assert session.backends_built == 1 and first.compiles == 3
+        assert session.backends_built == 1 and first.compiles == 4  # two prefills, two decode steps
         machine = session._machine
         second = session.generate(prompts, 2)
         assert second.compiles == 0 and session.backends_built == 1 and session._machine is machine

@@ -143,6 +143,7 @@ class Session:
         forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
         if caches is None:
+            self._fit_longest_prefill(prompts)
             caches = [self._prefill_kv(p, stats) for p in prompts]
         else:
             caches = _given_caches(caches, prompts, self.config)
@@ -223,11 +224,7 @@ class Session:
             stats.cache_hits += 1
             return self.cache[key]
         began = time.perf_counter()
-        arena = arena_budget(graph, self.memory, self.backend)
-        if arena < self.arena:  # a larger workspace than any graph before: every plan gets the smaller arena
-            self.arena = arena
-            self.cache.clear()
-            self._drop_backend()
+        self._fit_arena(graph)
         memgraph = compile_taskgraph(graph, self.arena, self.schedule)
         stats.compile_seconds += time.perf_counter() - began
         self.compiles += 1
@@ -236,6 +233,22 @@ class Session:
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
         return memgraph
+
+    def _fit_arena(self, graph: TaskGraph) -> None:
+        """Shrink the session's arena when `graph` needs a larger workspace than any graph before: every
+        plan then gets the smaller arena, and the plans and backend made for the larger one go."""
+        arena = arena_budget(graph, self.memory, self.backend)
+        if arena < self.arena:
+            self.arena = arena
+            self.cache.clear()
+            self._drop_backend()
+
+    def _fit_longest_prefill(self, prompts: list[np.ndarray]) -> None:
+        """Size the arena for the call's longest prefill before any runs (cuda: a prefill's workspace grows
+        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another."""
+        longest = max(len(p) for p in prompts) - 1
+        if self.backend == "cuda" and longest > 0:
+            self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
 
     def _backend(self) -> Backend | str:
         """The session's prepared backend (made at the first run, and after a failed one); "sim" anew per run."""

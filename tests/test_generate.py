@@ -210,7 +210,7 @@ def _fail_swiglu(monkeypatch, backend: str) -> None:
 def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypatch, backend):
     """The second generate builds no backend and compiles nothing; a run that fails on the device closes
     the backend, and the next call makes a new one and gives the same tokens (cuda: numba-cuda's simulator)."""
-    prompts = [np.array([1, 2, 3]), np.array([4]), np.array([5, 6, 7, 8, 9])]  # two prefill lengths: two workspaces on cuda
+    prompts = [np.array([1, 2, 3]), np.array([4]), np.arange(5, 22)]  # prefill blocks of 1 and 4 tokens: two workspaces on cuda
     memory = (1 << 20) + (80 << 20 if backend == "cuda" else 0)  # the cuda workspace: cuBLAS's 32 MiB per lane
     with Session(config="tiny", memory=memory, backend=backend) as session:
         first = session.generate(prompts, 2)

@@ -1,8 +1,13 @@
 """`execute`: run a memgraph on a backend under a policy, and return its outputs and summary.
 
 This is the runtime's public entry point; the CLI and the tests call it. It builds the ExecGraph,
-prepares the backend (the run's only allocation), runs the Executor, reads the outputs, and always
-closes the backend, so worker threads are joined after a failure or Ctrl-C too.
+prepares the backend (the run's only allocation), runs the Executor, reads the outputs, and closes the
+backend, so worker threads are joined after a failure or Ctrl-C too.
+
+Prepare once, run many: with `close=False` and a Backend instance, a successful run leaves the backend
+prepared, and the next `execute` on it loads another memgraph onto the same arenas, streams and workers
+(the cuda backend's phases, docs/runtime.md); the caller closes it. A run that fails closes the backend
+all the same (what is still queued on it is unknown): the caller makes a new one.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ def execute(
     callbacks: Sequence[Callback] = (),
     cost: CostModel | None = None,
     verify: bool = True,
+    close: bool = True,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -71,6 +77,7 @@ def execute(
     `cost` (a CostModel; None: the H200 defaults) ranks vertices for the `nondet` policy and, with
     backend="sim", is the sim's clock. Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
     plan race-free first (`VerifyError` otherwise); pass False to skip that for a plan verified already.
+    `close=False` keeps a Backend instance prepared after a successful run (module docstring).
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
@@ -83,13 +90,17 @@ def execute(
     machine = make_backend(backend, jitter, seed, cost=cost) if isinstance(backend, str) else backend
     arrays = make_inputs(input_specs(memgraph), inputs, seed) if machine.needs_data else {}
     recorder = Recorder()
+    keep = not close and not isinstance(backend, str)
     try:
         machine.prepare(graph, arrays)
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
         wall = time.perf_counter() - began
         outputs = machine.read_outputs()
-    finally:
+    except BaseException:
+        machine.close()
+        raise
+    if not keep:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
     summary.notes = machine.notes()

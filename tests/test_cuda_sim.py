@@ -236,8 +236,7 @@ def test_zero_size_tensors_cost_nothing_and_come_back_empty():
 
 
 def test_every_kernel_of_the_table_has_a_cuda_implementation():
-    # rows and concat (generation's decode step, docs/generation.md) have numpy implementations only so far
-    assert builders.missing_kernels() == ["concat", "rows"]
+    assert builders.missing_kernels() == []
 
 
 def test_a_launch_that_raises_ends_the_run_naming_the_vertex(monkeypatch):
@@ -262,6 +261,20 @@ def test_pinned_storage_chunks_never_split_a_region():
         view = storage.view((offset, size), (size,), "uint8")
         view[:] = offset % 251
     assert all(int(storage.view((o, s), (s,), "uint8")[0]) == o % 251 for o, s in regions)
+
+
+def test_a_later_storage_reuses_the_smallest_earlier_chunk_that_holds_each_span():
+    allocated = []
+
+    def allocate(count):
+        allocated.append(count)
+        return make_driver().pinned(count)
+
+    first = memory.PinnedStorage([(0, 100), (512, 2000), (2560, 10)], chunk_bytes=1024, allocate=allocate)
+    second = memory.PinnedStorage([(0, 50), (64, 1500), (4096, 3000)], chunk_bytes=1024, allocate=allocate, reuse=first.all_chunks())
+    assert allocated == [100, 2000, 10, 3000]  # [0, 50) takes the 100-byte chunk, [64, 1564) the 2000-byte one
+    assert second.chunks[0] is first.chunks[0] and second.chunks[1] is first.chunks[1]
+    assert second.spare == [first.chunks[2]] and len(second.all_chunks()) == 4
 
 
 def test_the_host_function_counts_per_lane_and_wakes_the_loop_without_a_gpu():

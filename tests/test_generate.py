@@ -22,7 +22,7 @@ from runtime import execute
 from turnip import Session
 from turnip_cli.main import main
 from turnip.sampling import next_tokens
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, KernelError
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -191,6 +191,68 @@ def test_second_call_compiles_nothing_and_a_failed_call_leaves_the_session_usabl
         session.generate(prompts, 3)
 
 
+def _fail_swiglu(monkeypatch, backend: str) -> None:
+    """Make every swiglu vertex raise when it runs (on the cpu backend's numpy kernels or the cuda builders)."""
+    def boom(*args):
+        raise RuntimeError("injected")
+
+    if backend == "cpu":
+        from runtime.backends import cpu
+
+        monkeypatch.setitem(cpu.NUMPY_KERNELS, "swiglu", boom)
+    else:
+        from runtime.backends.cuda import builders
+
+        monkeypatch.setitem(builders.BUILDERS, "swiglu", lambda *args: boom)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypatch, backend):
+    """The second generate builds no backend and compiles nothing; a run that fails on the device closes
+    the backend, and the next call makes a new one and gives the same tokens (cuda: numba-cuda's simulator)."""
+    prompts = [np.array([1, 2, 3]), np.array([4]), np.arange(5, 22)]  # prefill blocks of 1 and 4 tokens: two workspaces on cuda
+    memory = (1 << 20) + (80 << 20 if backend == "cuda" else 0)  # the cuda workspace: cuBLAS's 32 MiB per lane
+    with Session(config="tiny", memory=memory, backend=backend) as session:
+        first = session.generate(prompts, 2)
+        assert session.backends_built == 1 and first.compiles == 4  # two prefills, two decode steps
+        machine = session._machine
+        second = session.generate(prompts, 2)
+        assert second.compiles == 0 and session.backends_built == 1 and session._machine is machine
+        assert (second.tokens == first.tokens).all()
+        with monkeypatch.context() as patch:
+            _fail_swiglu(patch, backend)
+            with pytest.raises(KernelError, match="failed: RuntimeError: injected"):
+                session.generate(prompts, 2)
+        assert session._machine is None
+        third = session.generate(prompts, 2)
+        assert third.compiles == 0 and session.backends_built == 2
+        assert (third.tokens == first.tokens).all()
+    assert session._machine is None
+
+
+def test_teacher_forcing_feeds_the_given_tokens_and_keeps_each_steps_logits():
+    config = llama.load_config("tiny")
+    weights = llama.RandomWeights(config, 0)
+    prompts = [np.array([5, 6, 7]), np.array([9])]
+    forced = np.array([[1, 2, 3], [4, 5, 6]])
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        result = session.generate(prompts, 3, forced=forced)
+        assert (result.tokens == forced).all() and len(result.logits) == 3
+        for step in range(3):
+            for b, prompt in enumerate(prompts):
+                ids = np.concatenate([prompt, forced[b, :step]])
+                np.testing.assert_allclose(result.logits[step][b], reference_logits(config, weights, ids), rtol=1e-4, atol=1e-4)
+        with pytest.raises(InputError, match=r"^forced tokens must be integers of shape \[2, 3\], got int64 of shape \[2, 2\]$"):
+            session.generate(prompts, 3, forced=forced[:, :2])
+        width = config.num_key_value_heads * config.head_dim
+        caches = [session._prefill_kv(prompts[0], result), [(np.empty((0, width), "float32"),) * 2] * config.num_hidden_layers]
+        given = session.generate(prompts, 3, forced=forced, caches=caches)
+        np.testing.assert_allclose(np.concatenate(given.logits), np.concatenate(result.logits), rtol=1e-6, atol=1e-6)
+        assert given.prefill_seconds == 0
+        with pytest.raises(InputError, match=rf"^prompt 1: its cache must hold 2 layers of \(k, v\), each \[0, {width}\]$"):
+            session.generate(prompts, 3, caches=[caches[0], caches[0]])
+
+
 def test_stop_at_eos_pads_with_the_eos_id():
     with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
         free = session.generate([np.array([1, 2])], 6).tokens[0]
@@ -293,19 +355,43 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     assert not (tmp_path / "o.npz").exists() and not paths["out"].exists()
 
 
-def test_the_cuda_backend_refuses_rows_and_concat_with_one_line():
-    """Until the cuda backend has them: a KernelError naming the kernel (numba-cuda's simulator here)."""
+def test_rows_and_concat_on_cuda_equal_numpy():
+    """The decode step's two copy kernels on the cuda backend (numba-cuda's simulator here), an empty
+    concat operand included."""
     from runtime.backends.cuda import CudaBackend
-    from turnip_ir.errors import KernelError
     from turnip_ir.taskgraph import TaskGraph
 
     g = TaskGraph(devices=1)
     x = g.input((4, 8), "float32", device=0, id="x")
-    g.output(g.kernel("concat", g.kernel("rows", x, start=0, stop=1, device=0, id="r"), x, device=0, id="c"))
-    memgraph = compile_taskgraph(g, 1 << 20)
-    with pytest.raises(KernelError) as caught:
-        execute(memgraph, backend=CudaBackend(), inputs={"x": np.ones((4, 8), "float32")})
-    assert "has no cuda implementation" in str(caught.value) and "\n" not in str(caught.value)
+    empty = g.input((0, 8), "float32", device=0, id="empty")
+    row = g.kernel("rows", x, start=1, stop=3, device=0, id="r")
+    g.output(row, g.kernel("concat", row, empty, x, device=0, id="c"))
+    x_value = np.arange(32, dtype="float32").reshape(4, 8)
+    inputs = {"x": x_value, "empty": np.empty((0, 8), "float32")}
+    outputs = execute(compile_taskgraph(g, 1 << 20), backend=CudaBackend(), inputs=inputs).outputs
+    np.testing.assert_array_equal(outputs["r"], x_value[1:3])
+    np.testing.assert_array_equal(outputs["c"], np.concatenate([x_value[1:3], x_value]))
+
+
+def test_a_decode_step_on_cuda_equals_cpu():
+    """A batch of three ragged sequences (one with an empty cache), cache blocks of 2, under a budget that
+    forces offload: the cuda backend (simulated) gives the cpu backend's logits and new rows."""
+    from runtime.backends.cuda import CudaBackend
+
+    config = llama.load_config("tiny-gqa")
+    weights = llama.RandomWeights(config, 5)
+    rng = np.random.default_rng(0)
+    lengths = [3, 0, 2]
+    caches = [[(rng.standard_normal((n, 32)).astype("float32"),) * 2 for _ in range(config.num_hidden_layers)] for n in lengths]
+    step = llama.build_decode_step(config, lengths, kv_block=2)
+    hidden = llama.embed(weights, np.array([3, 7, 1]), config)
+    memgraph = compile_taskgraph(step.graph, GQA_BUDGET)
+    assert any(node.op == "reload" for node in memgraph.nodes)
+    inputs = step.feed(weights, hidden, caches)
+    cpu = execute(memgraph, backend="cpu", inputs=inputs).outputs
+    cuda = execute(memgraph, backend=CudaBackend(), inputs=inputs).outputs
+    for name, want in cpu.items():
+        np.testing.assert_allclose(cuda[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_turnip_llama_reads_ids_of_shape_1_by_t(tmp_path, capsys):

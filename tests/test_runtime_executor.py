@@ -205,3 +205,33 @@ def test_drawing_inputs_past_host_memory_is_refused_before_drawing():
     with pytest.raises(InputError, match=r"^the run needs 13194139533312 bytes \(.*\) of host memory for drawing the missing inputs"):
         make_inputs({"x": ((1 << 20, 1 << 20), "float32")}, None, 0)
     assert make_inputs({"x": ((2, 3), "float32")}, None, 0)["x"].shape == (2, 3)
+
+
+def test_execute_with_close_false_runs_several_memgraphs_on_one_cpu_backend():
+    """Prepare once, run many: the workers are kept, an arena grows only when a later plan needs more,
+    outputs equal a fresh backend's."""
+    import numpy as np
+
+    from passes.insert_offload import minimum_budget
+    from passes.pipeline import compile_taskgraph
+    from passes.place_devices import place_devices
+    from runtime import execute
+    from runtime.backends.cpu import CpuBackend
+    from tools.random_graphs import random_taskgraph
+
+    graphs = [random_taskgraph(seed, tasks=10, devices=1, sizes=sizes) for seed, sizes in ((4, (8, 16)), (5, (4, 8)), (6, (16, 32)))]
+    backend = CpuBackend()
+    threads, sizes = [], []
+    try:
+        for graph in graphs:
+            memgraph = compile_taskgraph(graph, int(minimum_budget(place_devices(graph, 0)) * 1.3) // 256 * 256 + 256)
+            got = execute(memgraph, backend=backend, order="random", inputs=None, close=False).outputs
+            want = execute(memgraph, backend="cpu", order="random", inputs=None).outputs
+            for task in want:
+                np.testing.assert_allclose(got[task], want[task], rtol=1e-6)
+            threads.append(list(backend.threads))
+            sizes.append(len(backend.arenas[0]))
+    finally:
+        backend.close()
+    assert threads[0] == threads[1] == threads[2] and all(t.is_alive() is False for t in threads[0])
+    assert sizes[1] == sizes[0] and sizes[2] > sizes[0]  # the small plan reuses the arena, the large one grows it

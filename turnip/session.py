@@ -1,16 +1,24 @@
 """`Session`: a LLaMA model under a per-GPU memory budget that prefills and generates tokens.
 
 State: the config and the weights (each materialised once in the compute dtype, on first use, and kept),
-the backend, and a cache of compiled memgraphs keyed by what the graph's shapes depend on (the kind of
-graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
+one prepared backend, and a cache of compiled memgraphs keyed by what the graph's shapes depend on (the
+kind of graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
+One backend for the session's lifetime: the cpu and cuda backends are made at the first run and every
+run loads its memgraph onto them (`execute(..., close=False)`: arenas, streams, workers and libraries are
+set up once); `close()` closes it. The sim backend is rebuilt per run (it holds no memory). Every plan
+gets the same arena, the budget less the largest cuda workspace any graph of the session has needed so
+far, so each fits the prepared arena; a graph that needs a larger workspace shrinks the arena once, which
+drops the plans and the backend (they were sized for the old split).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one) compiled under the budget and run once.
-Between steps the KV caches are host numpy arrays per layer and sequence; the new rows each step returns
-are appended, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
+Between steps the KV caches are host numpy arrays per layer and sequence (turnip/kv_cache.py, with room
+for the new tokens); the new rows each step returns are written in, and the next token is chosen on the
+host from float64 logits (turnip/sampling.py).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
-caches are local to the call, so the session stays usable. The sim backend computes no values: there
-generation is timing only (tokens fed back are 0 and `tokens` is -1; `GenerateResult.computed` is False).
+caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
+The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
+is -1; `GenerateResult.computed` is False).
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ from frontend.workloads import llama
 from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.backends import compute_dtype, resolve_backend
+from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
+from turnip.kv_cache import KvCache
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -55,6 +64,8 @@ class GenerateResult:
     peak_arena: int = 0
     recorder: Recorder | None = None
     """The last decode step's recorder (its Chrome trace)."""
+    logits: list[np.ndarray] = field(default_factory=list)
+    """Per decode step the float64 logits [B, vocab], kept under teacher forcing (`generate(forced=...)`)."""
 
     @property
     def decode_seconds(self) -> float:
@@ -82,8 +93,13 @@ class Session:
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0
+        self.backends_built = 0
+        """Backends made for runs (sim excluded): 1 for a session whose runs all succeed."""
+        self.arena = memory
+        """The arena bytes every plan of the session is compiled under (module docstring)."""
         self.closed = False
         self._runs = 0
+        self._machine: Backend | None = None
 
     def __enter__(self) -> Session:
         return self
@@ -92,8 +108,9 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
+        """Close the backend, free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
         self.closed = True
+        self._drop_backend()
         self.cache.clear()
         self.weights = _Materialized({}, self.config.dtype)
 
@@ -109,18 +126,29 @@ class Session:
         return built.gather(result.outputs)
 
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int | None = None, stop_at_eos: bool = False) -> GenerateResult:
+                 seed: int | None = None, stop_at_eos: bool = False, forced=None, caches=None) -> GenerateResult:
         """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].
 
         With `stop_at_eos`, a sequence that has emitted an end-of-sequence id (the config's) emits that id
-        from then on (it is still computed: the batch keeps its shape)."""
+        from then on (it is still computed: the batch keeps its shape). Teacher forcing: `forced`, int
+        [B, N], is fed (and returned) instead of the chosen tokens, and each step's logits are kept in
+        `GenerateResult.logits`, to compare two implementations step by step. `caches` skips the prefill:
+        per prompt, per layer (k, v), each [P-1, kv_heads * head_dim] (what the prefill of all but the
+        prompt's last token would give; benchmarks pass random ones)."""
         self._check_open()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
         prompts = _prompts(prompts, self.config)
+        forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
-        caches = [self._prefill_kv(p, stats) for p in prompts]
+        if caches is None:
+            self._fit_longest_prefill(prompts)
+            caches = [self._prefill_kv(p, stats) for p in prompts]
+        else:
+            caches = _given_caches(caches, prompts, self.config)
+        if stats.computed:
+            caches = [KvCache(cache, int(max_new_tokens)) for cache in caches]
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
@@ -130,6 +158,9 @@ class Session:
                 current[:] = 0
                 continue
             chosen = next_tokens(logits, temperature, top_p, rng)
+            if forced is not None:
+                stats.logits.append(logits)
+                chosen = forced[:, step]
             chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
             finished |= np.isin(chosen, self.config.eos_token_id)
             stats.tokens[:, step] = current = chosen
@@ -159,10 +190,9 @@ class Session:
         stats.recorder = result.recorder
         if not stats.computed:
             return None
-        for layer, (k_new, v_new) in enumerate(step.new_kv(result.outputs)):
-            for b, cache in enumerate(caches):
-                k, v = cache[layer]
-                cache[layer] = (np.concatenate([k, k_new[b : b + 1]]), np.concatenate([v, v_new[b : b + 1]]))
+        new = step.new_kv(result.outputs)
+        for b, cache in enumerate(caches):
+            cache.append([(k_new[b], v_new[b]) for k_new, v_new in new])
         return step.logits(result.outputs)
 
     def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, caches: list) -> dict[str, np.ndarray]:
@@ -174,7 +204,13 @@ class Session:
         the result and the run's seconds (the sim's predicted makespan, else the wall time)."""
         memgraph = self._compiled(key, graph, stats)
         self._runs += 1
-        result = execute(memgraph, backend=self.backend, order=self.order, seed=self.seed + self._runs, inputs=inputs)
+        try:
+            # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
+            result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
+                             close=False, verify=False)
+        except BaseException:
+            self._machine = None  # execute closed it: its state after a failure is unknown
+            raise
         summary = result.summary
         stats.bytes_offloaded += summary.bytes_offloaded
         stats.bytes_reloaded += summary.bytes_reloaded
@@ -188,7 +224,8 @@ class Session:
             stats.cache_hits += 1
             return self.cache[key]
         began = time.perf_counter()
-        memgraph = compile_taskgraph(graph, arena_budget(graph, self.memory, self.backend), self.schedule)
+        self._fit_arena(graph)
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule)
         stats.compile_seconds += time.perf_counter() - began
         self.compiles += 1
         stats.compiles += 1
@@ -196,6 +233,36 @@ class Session:
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
         return memgraph
+
+    def _fit_arena(self, graph: TaskGraph) -> None:
+        """Shrink the session's arena when `graph` needs a larger workspace than any graph before: every
+        plan then gets the smaller arena, and the plans and backend made for the larger one go."""
+        arena = arena_budget(graph, self.memory, self.backend)
+        if arena < self.arena:
+            self.arena = arena
+            self.cache.clear()
+            self._drop_backend()
+
+    def _fit_longest_prefill(self, prompts: list[np.ndarray]) -> None:
+        """Size the arena for the call's longest prefill before any runs (cuda: a prefill's workspace grows
+        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another."""
+        longest = max(len(p) for p in prompts) - 1
+        if self.backend == "cuda" and longest > 0:
+            self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
+
+    def _backend(self) -> Backend | str:
+        """The session's prepared backend (made at the first run, and after a failed one); "sim" anew per run."""
+        if self.backend == "sim":
+            return "sim"
+        if self._machine is None:
+            self._machine = make_backend(self.backend, seed=self.seed)
+            self.backends_built += 1
+        return self._machine
+
+    def _drop_backend(self) -> None:
+        if self._machine is not None:
+            machine, self._machine = self._machine, None
+            machine.close()
 
     def _placement(self) -> str:
         return "layers" if self.gpus > 1 else "sequence"
@@ -246,6 +313,30 @@ def _model(config, weights, seed: int, dtype: str | None, backend: str) -> tuple
     if head not in source:
         raise InputError(f"the weights have no '{head}' (the LM head; set tie_word_embeddings if it is the embedding table)")
     return config, source
+
+
+def _given_caches(caches, prompts: list[np.ndarray], config: llama.LlamaConfig) -> list[list[tuple]]:
+    """The given KV caches, a list per prompt of (k, v) per layer, checked against the prompts, or a one-line error."""
+    width = config.num_key_value_heads * config.head_dim
+    if len(caches) != len(prompts):
+        raise InputError(f"caches are given for {len(caches)} prompts, there are {len(prompts)}")
+    checked = []
+    for b, (cache, prompt) in enumerate(zip(caches, prompts)):
+        want = (len(prompt) - 1, width)
+        if len(cache) != config.num_hidden_layers or any(np.shape(t) != want for layer in cache for t in layer):
+            raise InputError(f"prompt {b}: its cache must hold {config.num_hidden_layers} layers of (k, v), each {list(want)}")
+        checked.append([(np.asarray(k, config.dtype), np.asarray(v, config.dtype)) for k, v in cache])
+    return checked
+
+
+def _forced(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> np.ndarray:
+    """Teacher-forced tokens as int64 [batch, steps], or a one-line error."""
+    ids = np.asarray(tokens)
+    if ids.shape != (batch, steps) or ids.dtype.kind not in "iu":
+        raise InputError(f"forced tokens must be integers of shape [{batch}, {steps}], got {ids.dtype} of shape {list(ids.shape)}")
+    if ids.size and (ids.min() < 0 or ids.max() >= config.vocab_size):
+        raise InputError(f"forced tokens must be in the vocabulary range [0, {config.vocab_size})")
+    return ids.astype(np.int64)
 
 
 def _prompts(prompts: Sequence, config: llama.LlamaConfig) -> list[np.ndarray]:

@@ -46,7 +46,9 @@ class Backend:
         return self.queue_depth
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
-        """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run."""
+        """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run.
+        A later `prepare` (after `read_outputs`) loads another memgraph onto what is there, allocating
+        only what the new one needs beyond it (`execute(..., close=False)`)."""
         raise NotImplementedError
 
     def now(self) -> float:

@@ -6,6 +6,10 @@ completions arrive in a truly nondeterministic order. `jitter` makes each job sl
 to shake orders in tests. Every tensor is a view at its planned offset of one arena per GPU (as long as
 the plan's highest location there, not the budget) or of the host storage buffer, all allocated in
 `prepare` after checking the host has the memory (runtime/host_memory.py).
+
+Prepare once, run many: a later `prepare` (after a run's `read_outputs`) loads another memgraph onto the
+same workers, re-allocating an arena or the storage only when the new plan needs more than it holds, and
+restarting the workers only when the lanes differ. `close` stops the workers.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class CpuBackend(Backend):
         self.work: list = []
         self.origin = time.perf_counter()
         self.blas_limit = None
+        self.lanes: list[Lane] = []
+        self.arenas: list[np.ndarray] = []
+        self.storage = np.zeros(0, np.uint8)
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
         memgraph = graph.memgraph
@@ -50,19 +57,33 @@ class CpuBackend(Backend):
         for node in memgraph.nodes:
             if node.dtype == "bfloat16":
                 raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
-        peaks = arena_peaks(memgraph)
-        check_host_memory(sum(peaks) + memgraph.storage_bytes, "the GPU arenas and the CPU storage",
-                          "check the plan's locations and storage regions, or run it on the sim backend")
-        self.arenas = [zeros(peak, f"GPU {device}'s arena") for device, peak in enumerate(peaks)]
-        self.storage = zeros(memgraph.storage_bytes, "the CPU storage")
+        self._allocate(arena_peaks(memgraph), memgraph.storage_bytes)
         self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
         self.place_inputs(inputs)
-        # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads
-        # oversubscribe the cores (a 64x256x128 matmul took 16 ms instead of 0.05 ms on 2 cores).
-        self.blas_limit = threadpool_limits(limits=1, user_api="blas")
+        if self.blas_limit is None:
+            # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads
+            # oversubscribe the cores (a 64x256x128 matmul took 16 ms instead of 0.05 ms on 2 cores).
+            self.blas_limit = threadpool_limits(limits=1, user_api="blas")
         self.origin = time.perf_counter()
-        for lane in graph.lanes:
-            self._start_worker(lane)
+        if list(graph.lanes) != self.lanes:
+            self._stop_workers()
+            self.lanes = list(graph.lanes)
+            for lane in graph.lanes:
+                self._start_worker(lane)
+
+    def _allocate(self, peaks: list[int], storage: int) -> None:
+        """Arenas of at least `peaks` bytes and storage of at least `storage`: those of an earlier memgraph
+        when they are large enough, else new ones (never smaller than before), the old dropped first."""
+        held = [len(arena) for arena in self.arenas]
+        if len(held) == len(peaks) and all(h >= p for h, p in zip(held, peaks)) and len(self.storage) >= storage:
+            return
+        sizes = [max(peak, held[d] if d < len(held) else 0) for d, peak in enumerate(peaks)]
+        storage = max(storage, len(self.storage))
+        self.arenas, self.storage = [], np.zeros(0, np.uint8)
+        check_host_memory(sum(sizes) + storage, "the GPU arenas and the CPU storage",
+                          "check the plan's locations and storage regions, or run it on the sim backend")
+        self.arenas = [zeros(size, f"GPU {device}'s arena") for device, size in enumerate(sizes)]
+        self.storage = zeros(storage, "the CPU storage")
 
     def place_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         """Put the inputs in place (again, for another run of the same prepared memgraph: a run may reuse
@@ -70,6 +91,13 @@ class CpuBackend(Backend):
         for node in self.graph.memgraph.nodes:
             if node.op == "input":
                 fill(self._home(node), inputs[node.task])
+
+    def _stop_workers(self) -> None:
+        for jobs in self.jobs:
+            jobs.put(STOP)
+        for thread in self.threads:
+            thread.join()
+        self.jobs, self.threads = [], []
 
     def _start_worker(self, lane: Lane) -> None:
         jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -121,11 +149,8 @@ class CpuBackend(Backend):
         return {task: self._home(nodes[node_id]).copy() for task, node_id in self.graph.memgraph.outputs.items()}
 
     def close(self) -> None:
-        for jobs in self.jobs:
-            jobs.put(STOP)
-        for thread in self.threads:
-            thread.join()
-        self.jobs, self.threads = [], []
+        self._stop_workers()
+        self.lanes = []
         if self.blas_limit is not None:
             self.blas_limit.restore_original_limits()
             self.blas_limit = None

@@ -5,10 +5,11 @@ GPU one arena of `memgraph.budget` bytes, one workspace of per-lane scratch, a s
 access), warms the libraries up (libraries.py: cuBLAS per lane stream, CuPy's allocator replaced) and
 makes the event pools (clock.py) and the completion notifier (completion.py). Every `prepare`, the first
 included, then loads one memgraph onto that set: views at planned offsets and pinned host storage
-(copies.py), the inputs in place, every vertex's work built (builders.py, through the `KernelEnv` of
+(copies.py; a later load reuses the earlier pinned chunks that are large enough: pinning many GB costs
+seconds), the inputs in place, every vertex's work built (builders.py, through the `KernelEnv` of
 services.py), torch's attention warmed up per block shape, the clock started. A later memgraph fits the
-set when it has the same GPUs and lanes, a budget within the arena and scratch within the workspace; else
-`prepare` refuses it in one line. The executor then drives `submit` and `wait`; `read_outputs` ends a run.
+set when it has the same GPUs and lanes and a budget within the arena (else `prepare` refuses it in one
+line); one that needs more scratch grows the workspaces. The executor then drives `submit` and `wait`; `read_outputs` ends a run.
 `close` tears everything down, once, after a failure and after Ctrl-C too.
 
 The driver (driver.py) is chosen once, in the constructor: the GPU's, or numba's CUDA simulator's. No
@@ -110,9 +111,11 @@ class CudaBackend(Backend):
         if self.devices is None:
             self._set_up(graph)
         else:
-            misfit = self.devices.misfit(graph, scratch_per_lane(memgraph.nodes, self.attention))
+            misfit = self.devices.misfit(graph)
             if misfit:
                 raise InputError(f"memgraph does not fit the prepared cuda backend: {misfit}")
+            self.devices.grow_scratch(scratch_per_lane(memgraph.nodes, self.attention))
+            self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
         self._load(graph, inputs)
         self.stats["prepare_s"] = time.perf_counter() - began
 
@@ -137,7 +140,9 @@ class CudaBackend(Backend):
         """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock."""
         devices = self.devices
         self.graph = graph
-        self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes)
+        reuse = self.views.storage.all_chunks() if self.views is not None else ()
+        self.views = None
+        self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
         self.views.place(inputs)
         self.work = [self._build(graph, v) for v in range(len(graph))]

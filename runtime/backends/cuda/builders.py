@@ -111,6 +111,28 @@ def build_rope(node, inputs, out, env: KernelEnv) -> Work:
     return lambda lane: go(env.launch_streams[lane])
 
 
+def build_rows(node, inputs, out, env: KernelEnv) -> Work:
+    """x[start:stop] along axis 0: one contiguous device-to-device copy on the lane's stream."""
+    start, stop = node.attrs["start"], node.attrs["stop"]
+    return env.copy(inputs[0][start:stop], out)
+
+
+def build_concat(node, inputs, out, env: KernelEnv) -> Work:
+    """The operands stacked along axis 0: one device-to-device copy each, into consecutive rows of `out`."""
+    copies, row = [], 0
+    for x in inputs:
+        rows = tuple(x.shape)[0]
+        if rows:
+            copies.append(env.copy(x, out[row : row + rows]))
+        row += rows
+
+    def work(lane: int) -> None:
+        for copy in copies:
+            copy(lane)
+
+    return work
+
+
 def build_swiglu(node, inputs, out, env: KernelEnv) -> Work:
     gate, up = inputs
     blocks, threads = kn.element_grid(out.size)
@@ -134,6 +156,8 @@ BUILDERS: dict[str, Callable] = {
     "rmsnorm": build_rmsnorm,
     "rope": build_rope,
     "swiglu": build_swiglu,
+    "rows": build_rows,
+    "concat": build_concat,
     "attention": attention.build,
 }
 """Kernel name -> builder. Names not (yet) in the kernel table are harmless."""
@@ -168,7 +192,9 @@ def build_work(node, inputs, out, env: KernelEnv) -> Work | None:
         raise KernelError(f"kernel '{node.kernel}' has no cuda implementation (node {node.id} '{node.task}'); run it with --backend cpu")
     if out is None:
         return None
-    if any(x is None for x in inputs):
+    if node.kernel == "concat":  # an empty operand adds no rows: nothing to copy (None views have no rows)
+        inputs = [x for x in inputs if x is not None]
+    elif any(x is None for x in inputs):
         raise KernelError(f"node {node.id} '{node.task}': {node.kernel} of an empty operand into a non-empty result is not supported on cuda")
     return builder(node, inputs, out, env)
 

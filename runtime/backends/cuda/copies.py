@@ -26,11 +26,13 @@ COPY_KINDS = {"reload": "h2d", "offload": "d2h", "move": "peer"}
 class TensorViews:
     """Every node of a memgraph as a view of an arena (`gpu`) or of pinned storage (`host`)."""
 
-    def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int):
+    def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int, reuse=()):
+        """`reuse`: pinned chunks of the previous memgraph's storage, idle now (memory.PinnedStorage)."""
         nodes = graph.memgraph.nodes
         self.driver = driver
         self.graph = graph
-        self.storage = PinnedStorage([node.storage for node in nodes if node.storage is not None], chunk_bytes, driver.pinned)
+        regions = [node.storage for node in nodes if node.storage is not None]
+        self.storage = PinnedStorage(regions, chunk_bytes, driver.pinned, reuse)
         self.gpu: list = [None] * len(nodes)
         self.host: list = [None] * len(nodes)
         for i, node in enumerate(nodes):

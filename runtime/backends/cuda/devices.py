@@ -3,8 +3,9 @@
 `DeviceSet.open(driver, graph, scratch)` takes, per GPU, one arena of `memgraph.budget` bytes and one
 workspace (`scratch` bytes per compute lane), makes one numba stream per lane of runtime/graph.py
 (compute lanes, H2D, D2H and peer-in per GPU) and enables peer access between GPUs. A later memgraph runs
-on the same set when `fits` says so: same GPUs and lanes, a budget within the arena, scratch within the
-workspace. The sizing rules live here too: `scratch_per_lane` (what one compute lane's workspace slice
+on the same set when `misfit` finds nothing against it: same GPUs and lanes, a budget within the arena;
+one that needs more scratch grows the workspaces (`grow_scratch`: the caller keeps the arena plus the
+workspace within its per-GPU budget, as `turnip.Session` does by planning every graph under one arena). The sizing rules live here too: `scratch_per_lane` (what one compute lane's workspace slice
 needs) and `reserve_bytes` (what the planner must leave out of a per-GPU budget).
 """
 
@@ -35,7 +36,7 @@ class DeviceSet:
         self.lane_kinds = [(lane.device, lane.kind) for lane in lanes]
         self.lane_device = [lane.device for lane in lanes]
         self.slot_of = [lane.slot if lane.kind == "compute" else -1 for lane in lanes]
-        compute = sum(1 for lane in lanes if lane.device == 0 and lane.kind == "compute")
+        self.compute = compute = sum(1 for lane in lanes if lane.device == 0 and lane.kind == "compute")
         self.contexts, self.arenas, self.workspaces, self.free_at_start = [], [], [], []
         self.streams: list = [None] * len(lanes)
         for device in range(devices):
@@ -61,7 +62,7 @@ class DeviceSet:
     def devices(self) -> int:
         return len(self.contexts)
 
-    def misfit(self, graph: ExecGraph, scratch: int) -> str | None:
+    def misfit(self, graph: ExecGraph) -> str | None:
         """Why `graph` cannot run on this set (a phrase), or None when it can."""
         memgraph = graph.memgraph
         if memgraph.devices != self.devices:
@@ -70,9 +71,18 @@ class DeviceSet:
             return "its lanes differ from the prepared backend's (another --streams)"
         if memgraph.budget > self.budget:
             return f"its budget of {memgraph.budget} bytes exceeds the prepared arena of {self.budget}"
-        if scratch > self.scratch_bytes:
-            return f"its kernels need {scratch} bytes of scratch per lane, the prepared workspace has {self.scratch_bytes}"
         return None
+
+    def grow_scratch(self, scratch: int) -> None:
+        """Make every workspace hold `scratch` bytes per compute lane when it holds less (the streams must
+        be idle: the old workspace is dropped first)."""
+        if scratch <= self.scratch_bytes:
+            return
+        self.workspaces = []
+        for device in range(self.devices):
+            with self.driver.on(device):
+                self.workspaces.append(Workspace(self.compute, scratch))
+        self.scratch_bytes = scratch
 
     def scratch(self, lane: int):
         return self.workspaces[self.lane_device[lane]].slice(self.slot_of[lane])

@@ -69,14 +69,24 @@ def device_view(buffer, offset: int, shape: tuple[int, ...], dtype: str):
 class PinnedStorage:
     """CPU storage in pinned chunks; `view(region, shape, dtype)` is a numpy view into the chunk holding it."""
 
-    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES, allocate=None):
-        """`allocate(count)` takes one chunk (default `pinned_bytes`; the simulator's driver passes its own)."""
+    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES, allocate=None, reuse=()):
+        """`allocate(count)` takes one chunk (default `pinned_bytes`; the simulator's driver passes its own).
+        `reuse`: chunks of an earlier memgraph's storage (idle now) to take before allocating: pinning
+        many GB costs seconds, and a prepared backend loads memgraph after memgraph (each span gets the
+        smallest free chunk that holds it; chunks left over are kept in `spare` for the next load)."""
         allocate = allocate or pinned_bytes
+        spare = sorted(reuse, key=len)
         self.starts: list[int] = []
         self.chunks: list[np.ndarray] = []
         for start, end in _chunk_spans(regions, chunk_bytes):
+            fit = next((i for i, chunk in enumerate(spare) if len(chunk) >= end - start), None)
             self.starts.append(start)
-            self.chunks.append(allocate(end - start))
+            self.chunks.append(spare.pop(fit) if fit is not None else allocate(end - start))
+        self.spare = spare
+
+    def all_chunks(self) -> list[np.ndarray]:
+        """Every chunk this storage holds, used or spare (what the next load may reuse)."""
+        return [*self.chunks, *self.spare]
 
     @property
     def nbytes(self) -> int:

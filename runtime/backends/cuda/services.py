@@ -3,7 +3,7 @@
 A builder (runtime/backends/cuda/builders.py, attention.py) turns one vertex into `work(lane)` when the
 backend prepares a memgraph. Everything it needs beside its operands comes through the `env` it is given,
 and nothing else: the attention provider chosen, whether vector loads are allowed, how to prepare a launch
-and on which stream to launch it, GEMMs and einsums (cuBLAS and CuPy on a GPU, numpy under the simulator),
+and on which stream to launch it, device-to-device copies, GEMMs and einsums (cuBLAS and CuPy on a GPU, numpy under the simulator),
 the lane's scratch, torch's view of the lane's stream, and the GPU a node is on. `KernelServices` answers
 from the driver (runtime/backends/cuda/driver.py), the device set-up (devices.py) and the libraries'
 per-lane state (libraries.py).
@@ -45,6 +45,9 @@ class KernelEnv(Protocol):
     def einsum(self, equation: str, inputs: list, out) -> Work:
         """An einsum that is no GEMM, its temporaries in the lane's scratch."""
 
+    def copy(self, source, target) -> Work:
+        """A device-to-device copy of `source` into `target` (contiguous views of one GPU's arena) on the lane's stream."""
+
     def scratch(self, lane: int):
         """The lane's slice of its GPU's workspace (uint8 device array), free for one vertex at a time."""
 
@@ -74,6 +77,9 @@ class KernelServices:
 
     def einsum(self, equation: str, inputs: list, out) -> Work:
         return self.driver.einsum(equation, inputs, out, self)
+
+    def copy(self, source, target) -> Work:
+        return self.driver.copy("peer", source, target, self.devices.streams)
 
     def scratch(self, lane: int):
         return self.devices.scratch(lane)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS, accepts
-from turnip_ir.limits import MAX_RANK, int_in_range, shorten
+from turnip_ir.limits import MAX_RANK, int_in_range, ints_in_range, shorten
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
 
@@ -34,6 +34,15 @@ def topo_order(deps: dict[str, list[str]]) -> list[str]:
 
     Raises `InputError` naming a node on a cycle.
     """
+    seen: set[str] = set()
+    for node_id, srcs in deps.items():  # the writers' order: one set test per node, no search
+        if not seen.issuperset(srcs):
+            return _depth_first_order(deps)
+        seen.add(node_id)
+    return list(deps)
+
+
+def _depth_first_order(deps: dict[str, list[str]]) -> list[str]:
     order: list[str] = []
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     for root in deps:
@@ -101,7 +110,7 @@ def _add_node(graph: TaskGraph, node: dict, inputs: list[str], where: str) -> No
     shape = _field(node, "shape", list, where, required=op == "input")
     dtype = _field(node, "dtype", str, where, required=op == "input")
     attrs = _field(node, "attrs", dict, where, required=False) or {}
-    if shape is not None and not all(int_in_range(d) for d in shape):
+    if shape is not None and not ints_in_range(shape):
         raise InputError(f"{where}: field 'shape' must be a list of integers, got {shorten(repr(shape))}")
     if shape is not None and len(shape) > MAX_RANK:
         raise InputError(f"{where}: field 'shape' has {len(shape)} dimensions, more than the {MAX_RANK} a tensor may have")

@@ -3,7 +3,7 @@
 A `TaskGraph` keeps its nodes in a topological order (every node after its inputs). The builder methods
 (`input`, `matmul`, `move`, ...) infer shapes through the kernel table, so a graph that builds is
 well-typed. A kernel's attribute conversion and shape inference are pure, so a graph keeps their result
-per signature (kernel, operand shapes and dtypes, attributes with their types): a 128k-token LLaMA has
+per signature (kernel, operand shapes and dtypes, attributes with their types: `attr_key`): a 128k-token LLaMA has
 31k kernel calls but a few hundred signatures, and JSON reading goes through these same checks. `to_json` writes the `turnip.taskgraph/1` document from the graph's own fields. Reading and
 the other formats sit above this module and import it, never the reverse: `turnip_ir.json_taskgraph`
 (JSON), `turnip_ir.convert` (IR), `turnip_ir.io` (files).
@@ -248,12 +248,8 @@ class TaskGraph:
         (only successes are kept, so every error is raised as if there were no memo)."""
         operands = [self.nodes[i] for i in ids]
         try:
-            signature = (
-                spec.name,
-                tuple(node.shape for node in operands),
-                tuple(node.dtype for node in operands),
-                tuple(_attr_key(name, value) for name, value in attrs.items()),
-            )
+            types = tuple([(node.shape, node.dtype) for node in operands])
+            signature = (spec.name, types, tuple([attr_key(name, value) for name, value in attrs.items()]))
             known = self._signatures.get(signature)
         except TypeError:  # an unhashable attribute: no memo, the checks below refuse or take it
             signature, known = None, None
@@ -283,7 +279,7 @@ class TaskGraph:
             raise type(err)(f"node '{node_id}': {err}") from None
 
 
-def _attr_key(name: str, value) -> tuple:
+def attr_key(name: str, value) -> tuple:
     """An attribute as part of a signature: its type too (True == 1 == 1.0), and a float by its bits
     (-0.0 == 0.0 but is kept as written)."""
     if type(value) is float:

@@ -87,7 +87,7 @@ class TaskGraph:
         """A call of kernel `name` on `inputs`; its shape and dtype are inferred."""
         spec = kernel(name)
         node_id = self._fresh(id, name)
-        ids = tuple(self._ref(x, node_id) for x in inputs)
+        ids = tuple([self._ref(x, node_id) for x in inputs])
         attrs, shape, dtype = self._typed(spec, ids, attrs, node_id)
         dev = None if device is None else self._check_device(device, node_id)
         return self._add(TaskNode(node_id, name, ids, shape, dtype, dev, attrs))

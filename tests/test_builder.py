@@ -200,6 +200,32 @@ def test_bad_shapes_and_attributes() -> None:
         g.einsum(3, z, id="e")
 
 
+def test_a_repeated_signature_is_checked_and_kept_as_written() -> None:
+    """The builder keeps each signature's inference: a later call that differs only in an attribute's
+    type or a zero's sign, or in a shape, is still checked on its own and keeps its own value."""
+    g = TaskGraph()
+    q, k, v = (g.input((8, 64), id=name) for name in "qkv")
+    first = g.attention(q, k, v, heads=2, kv_heads=2, causal=True, id="a1")
+    with pytest.raises(InputError, match=r"^node 'a2': attribute 'causal' must be True or False, got 1$"):
+        g.attention(q, k, v, heads=2, kv_heads=2, causal=1, id="a2")
+    with pytest.raises(ShapeError, match=r"^node 'a3': attention has no attribute 'stride'$"):
+        g.attention(q, k, v, heads=2, kv_heads=2, causal=True, stride=4, id="a3")
+    short = g.input((4, 64), id="short")
+    with pytest.raises(ShapeError, match=r"^node 'a4': attention: a causal block needs as many queries as keys"):
+        g.attention(q, short, short, heads=2, kv_heads=2, causal=True, id="a4")
+    again = g.attention(q, k, v, heads=2, kv_heads=2, causal=True, id="a5")
+    assert (again.shape, again.dtype) == (first.shape, first.dtype)
+    g["a5"].attrs["heads"] = 99  # each node owns its attributes
+    assert g.attention(q, k, v, heads=2, kv_heads=2, causal=True, id="a6") == g.tensor("a6")
+    assert g["a6"].attrs == {"heads": 2, "kv_heads": 2, "causal": True}
+    assert g["a1"].attrs["heads"] == 2
+    g.scale(q, 0.0, id="s1")
+    g.scale(q, -0.0, id="s2")
+    g.scale(q, 1, id="s3")
+    assert [str(g[s].attrs["factor"]) for s in ("s1", "s2", "s3")] == ["0.0", "-0.0", "1.0"]
+    assert type(g["s3"].attrs["factor"]) is float
+
+
 def test_undefined_inputs_and_unknown_kernels() -> None:
     g = TaskGraph()
     with pytest.raises(InputError, match=r"^node 'r': input 'nope' is not defined$"):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 
 import pytest
 
 from turnip_ir.errors import InputError
 from turnip_ir.io import parse_json
+from turnip_ir.limits import MAX_NESTING
 
 from test_ir_roundtrip import ISSUE_MEMGRAPH, ISSUE_TASKGRAPH
 
@@ -181,6 +183,43 @@ def test_json_nested_too_deep_is_one_line(depth) -> None:
     with pytest.raises(InputError) as caught:
         parse_json(text, "deep.json")
     assert str(caught.value) == "deep.json: arrays and objects nest too deep (at most 200 levels)"
+
+
+def _depth(value) -> int:
+    """Containers on the longest path from `value` down (a scalar has 0): the definition, on the parsed value."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(child) for child in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(child) for child in value), default=0)
+    return 0
+
+
+def _nested(rng: random.Random, depth: int):
+    """A value exactly `depth` containers deep, with siblings and strings full of brackets, quotes and escapes."""
+    noise = ["[", "]]", "{", '"', "\\", "\\[", '\\"[', "\u005b", "", "[\"]"]
+    if depth == 0:
+        return rng.choice([1, 2.5, None, True, "".join(rng.choices(noise, k=3))])
+    children = [_nested(rng, depth - 1)] + [_nested(rng, rng.randrange(min(depth, 3))) for _ in range(rng.randrange(3))]
+    rng.shuffle(children)
+    if rng.random() < 0.5:
+        return children
+    return {"".join(rng.choices(noise, k=2)) + str(i): child for i, child in enumerate(children)}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_json_nesting_is_refused_exactly_past_the_limit(seed) -> None:
+    """The text-level depth check agrees with the depth of the parsed value, at the limit and one past it,
+    whatever brackets and escapes the strings hold."""
+    rng = random.Random(seed)
+    for depth in (rng.randrange(1, 8), MAX_NESTING - 1, MAX_NESTING):
+        wrapped = {"format": "turnip.taskgraph/1", "extra": _nested(rng, depth)}
+        assert _depth(wrapped) == depth + 1
+        text = json.dumps(wrapped, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1]))
+        with pytest.raises(InputError, match="field 'devices'"):  # past the depth check
+            parse_json(text, "ok.json")
+    too_deep = json.dumps({"format": "turnip.taskgraph/1", "extra": _nested(rng, MAX_NESTING + 1)})
+    with pytest.raises(InputError, match="nest too deep"):
+        parse_json(too_deep, "deep.json")
 
 
 def test_shape_rank_is_bounded_in_both_formats() -> None:

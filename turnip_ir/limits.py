@@ -23,6 +23,17 @@ def int_in_range(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) < INT_LIMIT
 
 
+def ints_in_range(values: list) -> bool:
+    """Every item an int (not a bool, nor another subclass: this is for values parsed from JSON) of
+    magnitude below `INT_LIMIT`: a shape's check in C, not a Python call per dimension."""
+    if not _ONLY_INT.issuperset(map(type, values)):
+        return False
+    return not values or (-INT_LIMIT < min(values) and max(values) < INT_LIMIT)
+
+
+_ONLY_INT = frozenset([int])
+
+
 def out_of_range(value: int) -> str:
     """The one-line reason an integer is refused (the number itself shortened)."""
     return f"integer {shorten(str(value))} is out of range (magnitude must stay below 2**62)"

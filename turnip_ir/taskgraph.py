@@ -2,7 +2,9 @@
 
 A `TaskGraph` keeps its nodes in a topological order (every node after its inputs). The builder methods
 (`input`, `matmul`, `move`, ...) infer shapes through the kernel table, so a graph that builds is
-well-typed. `to_json` writes the `turnip.taskgraph/1` document from the graph's own fields. Reading and
+well-typed. A kernel's attribute conversion and shape inference are pure, so a graph keeps their result
+per signature (kernel, operand shapes and dtypes, attributes with their types: `attr_key`): a 128k-token LLaMA has
+31k kernel calls but a few hundred signatures, and JSON reading goes through these same checks. `to_json` writes the `turnip.taskgraph/1` document from the graph's own fields. Reading and
 the other formats sit above this module and import it, never the reverse: `turnip_ir.json_taskgraph`
 (JSON), `turnip_ir.convert` (IR), `turnip_ir.io` (files).
 """
@@ -67,6 +69,7 @@ class TaskGraph:
         self.nodes: dict[str, TaskNode] = {}
         self.outputs: list[str] = []
         self._counter = 0
+        self._signatures: dict[tuple, tuple[dict, Shape, str]] = {}
 
     # ----- building -------------------------------------------------------------------------------
     def input(self, shape: Sequence[int], dtype: str = "float32", device: int = 0, id: str | None = None) -> Tensor:
@@ -84,9 +87,8 @@ class TaskGraph:
         """A call of kernel `name` on `inputs`; its shape and dtype are inferred."""
         spec = kernel(name)
         node_id = self._fresh(id, name)
-        ids = tuple(self._ref(x, node_id) for x in inputs)
-        attrs = {k: self._attr(spec.attrs.get(k), k, v, node_id) for k, v in attrs.items()}
-        shape, dtype = self._infer(spec.name, ids, attrs, node_id)
+        ids = tuple([self._ref(x, node_id) for x in inputs])
+        attrs, shape, dtype = self._typed(spec, ids, attrs, node_id)
         dev = None if device is None else self._check_device(device, node_id)
         return self._add(TaskNode(node_id, name, ids, shape, dtype, dev, attrs))
 
@@ -241,6 +243,24 @@ class TaskGraph:
             raise InputError(f"node '{node_id}': attribute '{name}' must be {what}, got {value!r}")
         return kind(value)
 
+    def _typed(self, spec, ids: tuple[str, ...], attrs: dict, node_id: str) -> tuple[dict, Shape, str]:
+        """The converted attributes, shape and dtype of a call, from the signature's earlier call if any
+        (only successes are kept, so every error is raised as if there were no memo)."""
+        operands = [self.nodes[i] for i in ids]
+        try:
+            types = tuple([(node.shape, node.dtype) for node in operands])
+            signature = (spec.name, types, tuple([attr_key(name, value) for name, value in attrs.items()]))
+            known = self._signatures.get(signature)
+        except TypeError:  # an unhashable attribute: no memo, the checks below refuse or take it
+            signature, known = None, None
+        if known is not None:
+            return dict(known[0]), known[1], known[2]
+        attrs = {k: self._attr(spec.attrs.get(k), k, v, node_id) for k, v in attrs.items()}
+        shape, dtype = self._infer(spec.name, ids, attrs, node_id)
+        if signature is not None:
+            self._signatures[signature] = (dict(attrs), shape, dtype)
+        return attrs, shape, dtype
+
     def _check_device(self, device: int, node_id: str) -> int:
         if not isinstance(device, int) or isinstance(device, bool) or not 0 <= device < self.devices:
             raise InputError(f"node '{node_id}': device {device!r} is not in [0, {self.devices})")
@@ -257,3 +277,11 @@ class TaskGraph:
             return KERNELS[name].infer(shapes, dtypes, attrs)
         except TurnipError as err:
             raise type(err)(f"node '{node_id}': {err}") from None
+
+
+def attr_key(name: str, value) -> tuple:
+    """An attribute as part of a signature: its type too (True == 1 == 1.0), and a float by its bits
+    (-0.0 == 0.0 but is kept as written)."""
+    if type(value) is float:
+        return name, float, value.hex()
+    return name, type(value), value

@@ -207,24 +207,29 @@ def _fail_swiglu(monkeypatch, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
-def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypatch, backend):
+def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypatch, tmp_path, backend):
     """The second generate builds no backend and compiles nothing; a run that fails on the device closes
     the backend, and the next call makes a new one and gives the same tokens (cuda: numba-cuda's simulator)."""
-    prompts = [np.array([1, 2, 3]), np.array([4]), np.arange(5, 22)]  # prefill blocks of 1 and 4 tokens: two workspaces on cuda
+    prompts = [np.array([1, 2, 3]), np.array([4]), np.arange(5, 11)]  # prefill blocks of 1 and 2 tokens: two workspaces on cuda
     memory = (1 << 20) + (80 << 20 if backend == "cuda" else 0)  # the cuda workspace: cuBLAS's 32 MiB per lane
-    with Session(config="tiny", memory=memory, backend=backend) as session:
-        first = session.generate(prompts, 2)
-        assert session.backends_built == 1 and first.compiles == 4  # two prefills, two decode steps
+    new, config = 2, "tiny"
+    if backend == "cuda":  # the simulator runs every kernel thread in Python: one layer of two heads, one decode step
+        new, config = 1, str(tmp_path / "config.json")
+        (tmp_path / "config.json").write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
+                                                          "num_attention_heads": 2, "intermediate_size": 64}))
+    with Session(config=config, memory=memory, backend=backend) as session:
+        first = session.generate(prompts, new)
+        assert session.backends_built == 1 and first.compiles == 2 + new  # two prefills, then the decode steps
         machine = session._machine
-        second = session.generate(prompts, 2)
+        second = session.generate(prompts, new)
         assert second.compiles == 0 and session.backends_built == 1 and session._machine is machine
         assert (second.tokens == first.tokens).all()
         with monkeypatch.context() as patch:
             _fail_swiglu(patch, backend)
             with pytest.raises(KernelError, match="failed: RuntimeError: injected"):
-                session.generate(prompts, 2)
+                session.generate(prompts, new)
         assert session._machine is None
-        third = session.generate(prompts, 2)
+        third = session.generate(prompts, new)
         assert third.compiles == 0 and session.backends_built == 2
         assert (third.tokens == first.tokens).all()
     assert session._machine is None

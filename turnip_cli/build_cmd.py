@@ -10,7 +10,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from turnip_cli.planning import block_argument, choose_block_printing, parse_size
+from turnip_cli.planning import block_argument, check_positive_options, choose_block_printing, parse_size
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, check_outputs
@@ -35,14 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
     add_progress_argument(parser)
-
-
-def check_positive_options(args: argparse.Namespace, *names: str) -> None:
-    """One line for an option given as 0 or less, which would otherwise read as "the default"."""
-    for name in names:
-        value = getattr(args, name)
-        if isinstance(value, int) and value < 1:  # `--block auto` is checked where it is read
-            raise InputError(f"--{name} must be a positive integer, got {value}")
 
 
 def run(args: argparse.Namespace) -> int:

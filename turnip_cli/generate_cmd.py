@@ -19,9 +19,8 @@ from runtime.backends import BACKENDS, resolve_backend
 from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip import Session
-from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.llama_cmd import model_input_files
-from turnip_cli.planning import parse_size
+from turnip_cli.planning import check_positive_options, parse_size
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs, write_all

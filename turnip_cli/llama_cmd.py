@@ -22,9 +22,15 @@ from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
 from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
-from turnip_cli.build_cmd import check_positive_options
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_schedule_argument, block_argument, choose_block_printing, compile_printing_choice, parse_size
+from turnip_cli.planning import (
+    add_schedule_argument,
+    block_argument,
+    check_positive_options,
+    choose_block_printing,
+    compile_printing_choice,
+    parse_size,
+)
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError

@@ -10,6 +10,9 @@ docs/passes.md, on what the choice buys).
 graph at each of `block_candidates`, compiles each under one schedule (the named one, or `given` when
 `--schedule auto`), leaves out those that do not fit and keeps the sim's fastest. With `--schedule auto`
 too, the schedules are ranked for the chosen block only: blocks + schedules compiles, not their product.
+
+The commands' shared option readers live here too: `parse_size` for `--memory`, `block_argument` and
+`check_positive_options` (a count of 0 or less is refused, never read as the default).
 """
 
 from __future__ import annotations
@@ -33,6 +36,14 @@ SCHEDULE_CHOICES = (*SCHEDULES, "auto")
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d{1,3})?)\s*([a-zA-Z]*)\s*$")
+
+
+def check_positive_options(args: argparse.Namespace, *names: str) -> None:
+    """One line for an option given as 0 or less, which would otherwise read as "the default"."""
+    for name in names:
+        value = getattr(args, name)
+        if isinstance(value, int) and value < 1:  # `--block auto` is checked where it is read
+            raise InputError(f"--{name} must be a positive integer, got {value}")
 
 
 def parse_size(text: str) -> int:

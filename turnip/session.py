@@ -37,6 +37,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
+from runtime.cost import CostModel
 from turnip.kv_cache import KvCache
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
@@ -56,11 +57,20 @@ class GenerateResult:
     """False on the sim backend: no values, `tokens` is -1."""
     prefill_seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
+    """Per decode step, what it took but its compile: loading the plan, copying what is not in place
+    yet, the run and reading the outputs (on the sim: the predicted makespan plus the copies before
+    the run at the cost model's host-to-device rate)."""
+    step_run_seconds: list[float] = field(default_factory=list)
+    """Per decode step, the executor's run alone (the sim's makespan)."""
     compile_seconds: float = 0.0
     compiles: int = 0
     cache_hits: int = 0
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
+    bytes_placed: int = 0
+    """Input bytes copied onto the GPU before runs (what was not kept from the run before)."""
+    step_bytes_placed: list[int] = field(default_factory=list)
+    """Per decode step, the input bytes copied onto the GPU before its run."""
     peak_arena: int = 0
     recorder: Recorder | None = None
     """The last decode step's recorder (its Chrome trace)."""
@@ -94,12 +104,16 @@ class Session:
         self.compiles = 0
         self.cache_hits = 0
         self.backends_built = 0
-        """Backends made for runs (sim excluded): 1 for a session whose runs all succeed."""
+        """Backends made for runs: 1 for a session whose runs all succeed."""
         self.arena = memory
         """The arena bytes every plan of the session is compiled under (module docstring)."""
         self.closed = False
         self._runs = 0
+        self._calls = 0
         self._machine: Backend | None = None
+        self._last_step = 0.0
+        self._placed: dict[str, tuple] = {}
+        """What the backend was given in its last run: input id -> the value's identity (`_identities`)."""
 
     def __enter__(self) -> Session:
         return self
@@ -149,6 +163,7 @@ class Session:
             caches = _given_caches(caches, prompts, self.config)
         if stats.computed:
             caches = [KvCache(cache, int(max_new_tokens)) for cache in caches]
+        self._calls += 1  # the caches' rows are new: no cache block of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
@@ -185,8 +200,11 @@ class Session:
         """One decode step of the batch; appends the new k and v rows to `caches`; the float64 logits."""
         step = build_decode_step(self.config, lengths, self.gpus, self.kv_block)
         inputs = self._decode_inputs(step, tokens, caches) if stats.computed else None
-        result, seconds = self._run(("decode", tuple(lengths), self.kv_block), step.graph, inputs, stats)
-        stats.step_seconds.append(seconds)
+        identities = {block: ("kv", self._calls, rows) for block, rows in step.cache_rows().items()}
+        result, seconds = self._run(("decode", tuple(lengths), self.kv_block), step.graph, inputs, stats, recur=True, identities=identities)
+        stats.step_run_seconds.append(seconds)
+        stats.step_bytes_placed.append(result.summary.bytes_placed)
+        stats.step_seconds.append(self._last_step)
         stats.recorder = result.recorder
         if not stats.computed:
             return None
@@ -199,25 +217,55 @@ class Session:
         hidden = llama.embed(self.weights, tokens, self.config)
         return step.feed(self.weights, hidden, caches)
 
-    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult):
+    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
-        the result and the run's seconds (the sim's predicted makespan, else the wall time)."""
-        memgraph = self._compiled(key, graph, stats)
+        the result and the run's seconds (the sim's predicted makespan, else the wall time of the loop).
+        `self._last_step` is the whole call but the compile (the sim: makespan plus the copies before the run).
+
+        `recur`: the graph runs again and again (a decode step): it is planned with inputs="recur", so
+        the inputs that survive a run stay on the GPU for the next. Inputs whose value is the one the
+        backend had in its last run are not copied again (`unchanged`): the weights always, a cache
+        block when `identities` (input id -> what identifies its rows) names the same rows of the same call."""
+        memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
         self._runs += 1
+        current = self._identities(graph, identities or {})
+        unchanged = [name for name, identity in current.items() if self._placed.get(name) == identity]
+        self._placed = {}  # until the run succeeds, what the backend holds is unknown
+        began = time.perf_counter()
         try:
             # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
             result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
-                             close=False, verify=False)
+                             close=False, verify=False, unchanged=unchanged)
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise
         summary = result.summary
+        self._placed = current
         stats.bytes_offloaded += summary.bytes_offloaded
         stats.bytes_reloaded += summary.bytes_reloaded
+        stats.bytes_placed += summary.bytes_placed
         stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
-        return result, summary.makespan if self.backend == "sim" else summary.wall_time
+        if self.backend == "sim":
+            self._last_step = summary.makespan + summary.bytes_placed / CostModel().h2d_bw
+            return result, summary.makespan
+        self._last_step = time.perf_counter() - began
+        return result, summary.wall_time
 
-    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult) -> MemGraph:
+    def _identities(self, graph: TaskGraph, identities: Mapping[str, tuple]) -> dict[str, tuple]:
+        """What identifies each input's value across runs: a weight by its name (a session's weights never
+        change), a cache block by `identities`; the step's embeddings and RoPE rows have none (always new)."""
+        current = {}
+        for node in graph.nodes.values():
+            if node.op != "input":
+                continue
+            if node.id in identities:
+                current[node.id] = identities[node.id]
+            elif node.id in self.weights:
+                current[node.id] = ("weight",)
+        return current
+
+    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu") -> MemGraph:
+        key = (*key, inputs)
         if key in self.cache:
             self.cache.move_to_end(key)
             self.cache_hits += 1
@@ -225,7 +273,7 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph)
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule)
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs)
         stats.compile_seconds += time.perf_counter() - began
         self.compiles += 1
         stats.compiles += 1
@@ -251,10 +299,9 @@ class Session:
             self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
 
     def _backend(self) -> Backend | str:
-        """The session's prepared backend (made at the first run, and after a failed one); "sim" anew per run."""
-        if self.backend == "sim":
-            return "sim"
+        """The session's prepared backend (made at the first run, and after a failed one)."""
         if self._machine is None:
+            self._placed = {}
             self._machine = make_backend(self.backend, seed=self.seed)
             self.backends_built += 1
         return self._machine

@@ -63,6 +63,17 @@ class DecodeStep:
                         arrays[block_id] = cache[start:stop]
         return {name: np.ascontiguousarray(value, dtype=dtype) for name, value in arrays.items()}
 
+    def cache_rows(self) -> dict[str, tuple[int, int, int]]:
+        """Each cache block input's id -> (sequence, first row, end row) of its sequence's cache: the
+        rows it holds (a session keeps a block on the GPU between steps while these stay the same)."""
+        rows = {}
+        for b, length in enumerate(self.cache_lengths):
+            for layer in range(self.config.num_hidden_layers):
+                for which in "kv":
+                    for block_id, (start, stop) in cache_blocks(f"kv.{layer}.{b}.{which}", length, self.kv_block, self.config.sliding_window):
+                        rows[block_id] = (b, start, stop)
+        return rows
+
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """[B, vocab] in float64."""
         return np.asarray(outputs["logits"], dtype=np.float64)

@@ -9,7 +9,6 @@ inputs it claims unchanged kept, computes the float64 reference every time, and 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interp import input_values

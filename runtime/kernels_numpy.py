@@ -213,7 +213,7 @@ def _decode_attention(xs, out, attrs):
     own = attrs.get("own", False)
     width = q.shape[1]
     for b in range(q.shape[0]):
-        keys, values = (k[b : b + 1], v[b : b + 1]) if own else (k[b], v[b])
+        keys, values = (k[b : b + 1], v[b : b + 1]) if own else (k[:, b], v[:, b])
         lo, hi = visible_rows(int(lengths[b]), keys.shape[0], attrs)
         output, lse = _block_attention(q[b : b + 1], keys[lo:hi], values[lo:hi], plain, work)
         if len(xs) == 5:

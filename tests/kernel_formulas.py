@@ -107,7 +107,7 @@ def _decode_attention(xs, attrs):
     prev = xs[4] if len(xs) > 4 else None
     rows = []
     for b in range(q.shape[0]):
-        keys, values = (k[b : b + 1], v[b : b + 1]) if attrs.get("own", False) else (k[b], v[b])
+        keys, values = (k[b : b + 1], v[b : b + 1]) if attrs.get("own", False) else (k[:, b], v[:, b])
         position = lengths[b]
         key_positions = np.full(len(keys), position) if attrs.get("own", False) else attrs.get("start", 0) + np.arange(len(keys))
         seen = (key_positions <= position) & ((key_positions < position) | attrs.get("own", False))

@@ -24,7 +24,7 @@ def _graph(dtype: str, with_prev: bool, final: bool, **attrs) -> TaskGraph:
     g = TaskGraph(1)
     q = g.input((B, H * D), dtype, device=0, id="q")
     own = attrs.get("own", False)
-    kv_shape = (B, KV * D) if own else (B, R, KV * D)
+    kv_shape = (B, KV * D) if own else (R, B, KV * D)
     k, v = (g.input(kv_shape, dtype, device=0, id=name) for name in "kv")
     lengths = g.input((B,), "float32", device=0, id="lengths")
     operands = [q, k, v, lengths]
@@ -102,13 +102,13 @@ def test_cuda_kernel_takes_blocks_longer_than_a_chunk():
 
 @pytest.mark.parametrize("change,message", [
     (lambda shapes: shapes.update(lengths=(B + 1,)), "lengths"),
-    (lambda shapes: shapes.update(k=(B, R, KV * D + 1)), "must both be"),
+    (lambda shapes: shapes.update(k=(R, B, KV * D + 1)), "must both be"),
     (lambda shapes: shapes.update(q=(B, H * D + 1)), "must be \\[batch, heads\\*D\\]"),
 ])
 def test_bad_shapes_are_one_line_errors(change, message):
-    shapes = {"q": (B, H * D), "k": (B, R, KV * D), "v": (B, R, KV * D), "lengths": (B,)}
+    shapes = {"q": (B, H * D), "k": (R, B, KV * D), "v": (R, B, KV * D), "lengths": (B,)}
     change(shapes)
-    if shapes["k"][2] != KV * D:
+    if shapes["k"][-1] != KV * D:
         shapes["v"] = shapes["k"]
     g = TaskGraph(1)
     xs = [g.input(shape, "float32" if name == "lengths" else "float16", device=0, id=name) for name, shape in shapes.items()]

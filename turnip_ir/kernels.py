@@ -270,8 +270,8 @@ def _decode_attention(shapes: list[Shape], attrs: dict) -> Shape:
         raise ShapeError(f"decode_attention: q {list(q)} must be [batch, heads*D] with kv_heads {kv_heads} dividing heads {heads}")
     batch, width = q[0], q[1] // heads * kv_heads
     block = (batch, width) if attrs.get("own", False) else None
-    if k != v or (k != block and (len(k) != 3 or k[0] != batch or k[2] != width)):
-        want = f"[{batch}, {width}] (own: each sequence's new key)" if block else f"[{batch}, rows, {width}]"
+    if k != v or (k != block and (len(k) != 3 or k[1] != batch or k[2] != width)):
+        want = f"[{batch}, {width}] (own: each sequence's new key)" if block else f"[rows, {batch}, {width}]"
         raise ShapeError(f"decode_attention: k {list(k)} and v {list(v)} must both be {want}")
     if lengths != (batch,):
         raise ShapeError(f"decode_attention: lengths {list(lengths)} must be [{batch}] (each sequence's cached tokens)")
@@ -295,7 +295,7 @@ def _decode_attention_dtype(dtypes: list[str], attrs: dict) -> str:
 
 def _decode_attention_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
     (batch, width), k = shapes[0], shapes[1]
-    rows = 1 if len(k) == 2 else k[1]
+    rows = 1 if len(k) == 2 else k[0]
     return 4 * batch * rows * width
 
 
@@ -422,7 +422,7 @@ KERNELS: dict[str, KernelSpec] = {
             defaults={"final": True, "start": 0, "own": False},
             infer_dtype=_decode_attention_dtype,
             summary="one key block of a batch's decode attention, each query row b one sequence's new token: "
-            "k, v [B, rows, kv_heads*D] hold positions start.. of each sequence's cache, of which row b sees those "
+            "k, v [rows, B, kv_heads*D] hold positions start.. of each sequence's cache, of which row b sees those "
             "below lengths[b] (float32 [B], the tokens cached before this step); own: k, v [B, kv_heads*D] are "
             "the sequences' own new keys, each row seeing its own; window: only keys with lengths[b] - position "
             "< window; merged into the packed partial prev, final as in attention",

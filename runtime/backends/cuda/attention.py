@@ -385,7 +385,7 @@ def build_decode(node, inputs, out, env: KernelEnv) -> Work | None:
     if d > kn.DECODE_MAX_D:
         raise KernelError(f"node {node.id}: decode_attention takes heads of at most {kn.DECODE_MAX_D} elements on cuda, got {d}")
     if own:  # each sequence's own new key: a one-row block
-        k, v = (x.reshape(int(x.shape[0]), 1, int(x.shape[1])) for x in (k, v))
+        k, v = (x.reshape(1, int(x.shape[0]), int(x.shape[1])) for x in (k, v))
     scale = float(softmax_scale(tuple(int(x) for x in q.shape), attrs))
     window = int(attrs.get("window", 0))
     kernel = kn.decode_attention(dtype_name(q), dtype_name(out), prev is not None, final, own, "window" in attrs)

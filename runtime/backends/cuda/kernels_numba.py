@@ -577,7 +577,7 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
     slice contiguously), rescaling the running sum online as flash attention does. The block's output
     and log-sum-exp are then merged with `prev` and written as the final output or the packed partial.
     No scratch, no library: what one decode step needs is one launch per key block instead of a fused
-    attention call and a merge per sequence. k and v are [B, rows, width] (own: [B, 1, width] views)."""
+    attention call and a merge per sequence. k and v are [rows, B, width] (own: [1, B, width] views)."""
     acc = acc_type(dtype)
     get = codec(dtype)[0]
     put = codec(out_dtype)[1]
@@ -601,7 +601,7 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
         length = int(lengths[b])
         lo, hi = 0, 1
         if not own:
-            hi = min(k.shape[1], max(0, length - start))
+            hi = min(k.shape[0], max(0, length - start))
             lo = 0
             if windowed:
                 lo = min(hi, max(0, length - window + 1 - start))
@@ -617,7 +617,7 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
             for j in range(tid, n, threads):
                 s = acc(0.0)
                 for i in range(d):
-                    s += qs[i] * get(k[b, c0 + j, base + i])
+                    s += qs[i] * get(k[c0 + j, b, base + i])
                 scores[j] = s
                 if s > local_top:
                     local_top = s
@@ -636,7 +636,7 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
                 if i < d:
                     a = sums[t] * rescale
                     for j in range(n):
-                        a += scores[j] * get(v[b, c0 + j, base + i])
+                        a += scores[j] * get(v[c0 + j, b, base + i])
                     sums[t] = a
             top = new_top
             cuda.syncthreads()  # every thread is done with this chunk's scores

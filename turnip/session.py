@@ -5,16 +5,19 @@ one prepared backend, and a cache of compiled memgraphs keyed by what the graph'
 kind of graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
 One backend for the session's lifetime: the cpu and cuda backends are made at the first run and every
 run loads its memgraph onto them (`execute(..., close=False)`: arenas, streams, workers and libraries are
-set up once); `close()` closes it. The sim backend is rebuilt per run (it holds no memory). Every plan
+set up once); `close()` closes it (the sim backend too: it keeps only what a run copies). Every plan
 gets the same arena, the budget less the largest cuda workspace any graph of the session has needed so
 far, so each fits the prepared arena; a graph that needs a larger workspace shrinks the arena once, which
 drops the plans and the backend (they were sized for the old split).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
-sequence: the last prompt token first, then each generated one) compiled under the budget and run once.
-Between steps the KV caches are host numpy arrays per layer and sequence (turnip/kv_cache.py, with room
-for the new tokens); the new rows each step returns are written in, and the next token is chosen on the
-host from float64 logits (turnip/sampling.py).
+sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
+cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each power of two of the last
+column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
+weights and cache columns that survive a step stay on the GPU for the next, and only what changed is
+copied (`execute(..., unchanged=)`, runtime/residency.py). Between steps the KV cache is host numpy
+columns shared by the batch (turnip/kv_cache.py, with room for the new tokens); the new rows each step
+returns are written in, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
@@ -162,13 +165,17 @@ class Session:
         else:
             caches = _given_caches(caches, prompts, self.config)
         if stats.computed:
-            caches = [KvCache(cache, int(max_new_tokens)) for cache in caches]
-        self._calls += 1  # the caches' rows are new: no cache block of an earlier call is kept
+            cache = KvCache.from_prefixes(caches, self.kv_block, int(max_new_tokens), self.config.dtype)
+        else:  # the sim: the lengths and the columns' versions, no rows
+            cache = KvCache(self.config.num_hidden_layers, len(prompts), 0, self.kv_block,
+                            max(len(p) for p in prompts) - 1 + int(max_new_tokens), self.config.dtype)
+            cache.lengths[:] = [len(p) - 1 for p in prompts]
+        self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
         for step in range(int(max_new_tokens)):
-            logits = self._decode(current, caches, [len(p) - 1 + step for p in prompts], stats)
+            logits = self._decode(current, cache, stats)
             if not stats.computed:
                 current[:] = 0
                 continue
@@ -196,26 +203,27 @@ class Session:
         stats.prefill_seconds += seconds
         return built.gather_kv(result.outputs) if stats.computed else []
 
-    def _decode(self, tokens: np.ndarray, caches: list, lengths: list[int], stats: GenerateResult) -> np.ndarray | None:
-        """One decode step of the batch; appends the new k and v rows to `caches`; the float64 logits."""
-        step = build_decode_step(self.config, lengths, self.gpus, self.kv_block)
-        inputs = self._decode_inputs(step, tokens, caches) if stats.computed else None
-        identities = {block: ("kv", self._calls, rows) for block, rows in step.cache_rows().items()}
-        result, seconds = self._run(("decode", tuple(lengths), self.kv_block), step.graph, inputs, stats, recur=True, identities=identities)
+    def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
+        """One decode step of the batch; appends the new k and v rows to `cache`; the float64 logits."""
+        step = build_decode_step(self.config, [int(n) for n in cache.lengths], self.gpus, self.kv_block)
+        inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
+        # a column is unchanged while nothing was written into it and the step reads as many of its rows
+        identities = {name: ("kv", self._calls, j, rows, cache.versions[j]) for name, (_, _, j, rows) in step.cache_inputs().items()}
+        result, seconds = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities)
         stats.step_run_seconds.append(seconds)
         stats.step_bytes_placed.append(result.summary.bytes_placed)
         stats.step_seconds.append(self._last_step)
         stats.recorder = result.recorder
         if not stats.computed:
+            empty = np.zeros((step.batch, 0), self.config.dtype)
+            cache.append([(empty, empty)] * self.config.num_hidden_layers)
             return None
-        new = step.new_kv(result.outputs)
-        for b, cache in enumerate(caches):
-            cache.append([(k_new[b], v_new[b]) for k_new, v_new in new])
+        cache.append(step.new_kv(result.outputs))
         return step.logits(result.outputs)
 
-    def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, caches: list) -> dict[str, np.ndarray]:
+    def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, cache: KvCache) -> dict[str, np.ndarray]:
         hidden = llama.embed(self.weights, tokens, self.config)
-        return step.feed(self.weights, hidden, caches)
+        return step.feed(self.weights, hidden, cache)
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;

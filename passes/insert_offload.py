@@ -25,9 +25,14 @@ from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.units import format_size
 
 
-INPUTS_START = ("gpu", "host")
-"""Where inputs start: `gpu` (on their GPU while they fit, the rest in CPU storage) or `host` (all in
-CPU storage, as weights loaded into host memory do; the plan reloads them)."""
+INPUTS_START = ("gpu", "host", "recur")
+"""Where inputs start: `gpu` (on their GPU while they fit, the rest in CPU storage), `host` (all in
+CPU storage, as weights loaded into host memory do; the plan reloads them) or `recur` (the plan runs
+again and again, as a decode step does: inputs stay on the GPU after their last read while their room
+is not needed, and only those that survive the run start there, so a prepared backend keeps them)."""
+
+RECUR_ROUNDS = 4
+"""At most this many plans for `inputs="recur"`: each round lets only the previous round's survivors start on the GPU."""
 
 
 def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu") -> MemGraph:
@@ -45,7 +50,27 @@ def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", place
     if placement not in PLACEMENTS:
         raise InputError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
     align = alignment(graph, view, budget)
-    return Planner(graph, view, budget, scheduled_tasks(view, schedule), placement, align, inputs_on_gpu=inputs == "gpu").run()
+    order = scheduled_tasks(view, schedule)
+    if inputs != "recur":
+        return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu").run()
+    return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed).run())
+
+
+def plan_recurring(plan) -> MemGraph:
+    """The plan of a recurring run: `plan(allowed)` plans with only the inputs in `allowed` (None: any)
+    starting on the GPU. An input that starts there but is overwritten during the run would be put back
+    before every run (a copy nothing overlaps), so the next round starts only the survivors there,
+    until every input that starts on the GPU survives (or `RECUR_ROUNDS`; the last plan is kept: what
+    does not survive is put back before each run, and counted)."""
+    allowed = None
+    for _ in range(RECUR_ROUNDS):
+        memgraph = plan(allowed)
+        started = {node.task for node in memgraph.nodes if node.op == "input" and node.loc is not None}
+        kept = set(memgraph.surviving_inputs())
+        if started <= kept:
+            break
+        allowed = started & kept
+    return memgraph
 
 
 def fine_alignment(graph: TaskGraph) -> int:
@@ -130,8 +155,10 @@ class InsertOffloadPass(GraphPass):
     """Which free region that fits takes a tensor: `loosest` (the one freed longest ago, for the
     loosest memory edges) or `first-fit` (the lowest offset, for ablations)."""
     inputs: str = "gpu"
-    """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit) or `host` (all in
-    CPU storage, as weights loaded into host memory; the plan reloads them where they are read)."""
+    """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit), `host` (all in
+    CPU storage, as weights loaded into host memory; the plan reloads them where they are read) or
+    `recur` (a plan run again and again: inputs stay on the GPU after their last read while their room
+    is not needed, and only the ones that survive the run start there; the runtime keeps them)."""
 
     def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)

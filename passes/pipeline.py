@@ -155,7 +155,7 @@ class MemgraphPipelinePass(GraphPass):
     placement: str = "loosest"
     """`loosest` or `first-fit` (as in turnip-insert-offload)."""
     inputs: str = "gpu"
-    """Where inputs start: `gpu` or `host` (as in turnip-insert-offload)."""
+    """Where inputs start: `gpu`, `host` or `recur` (as in turnip-insert-offload)."""
 
     def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)

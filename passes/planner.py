@@ -36,7 +36,7 @@ class Planner:
 
     def __init__(
         self, graph: TaskGraph, view: TaskView, budget: int, schedule: list[int], placement: str = "loosest", align: int = ALIGN,
-        inputs_on_gpu: bool = True,
+        inputs_on_gpu: bool = True, recur: bool = False, gpu_start: set[str] | None = None,
     ) -> None:
         self.graph, self.view, self.schedule, self.align = graph, view, schedule, align
         self.out = MemGraph(graph.devices, budget)
@@ -63,6 +63,15 @@ class Planner:
         """False: every input starts in CPU storage (weights in host memory), and is reloaded where read."""
         self.unread: set[int] = set()
         """Input nodes placed on a GPU that nobody has read yet."""
+        self.recur = recur
+        """Inputs recur: the next run reads them again in the same order (a decode step's weights and
+        caches). An input still in its starting place after its last read stays there while its room is
+        not needed (`_dormant`), and costs a reload at its first use in the next run when evicted."""
+        self.gpu_start = gpu_start
+        """The inputs that may start on a GPU (None: any that fits; `recur` plans pass the survivors of
+        the round before, passes/insert_offload.py)."""
+        self.started = [-1] * n
+        """Per input, the memgraph node that put it on its GPU at the start (-1: it started in storage)."""
 
     def run(self) -> MemGraph:
         self._place_inputs()
@@ -81,10 +90,12 @@ class Planner:
         for i in inputs:
             d, size = view.devices[i], self.size[i]
             wanted = self.inputs_on_gpu and (self.uses[i] or self.is_output[i])
+            if wanted and self.gpu_start is not None:
+                wanted = view.ids[i] in self.gpu_start
             start = self.memory[d].place_free(size) if wanted else None
             if start is not None:
                 self.memory[d].take(start, size, i)
-                self.gpu[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
+                self.gpu[i] = self.started[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
                 self.unread.add(self.gpu[i])
             else:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
@@ -169,9 +180,14 @@ class Planner:
         return starts
 
     def _drop_if_dead(self, t: int) -> None:
-        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0:
+        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0 and not self._dormant(t):
             self.memory[self.view.devices[t]].release(t, self.step)
             self.gpu[t] = -1
+
+    def _dormant(self, t: int) -> bool:
+        """A recurring input read for the last time in this run, still where it started: it stays, for
+        the next run, until its room is needed."""
+        return self.recur and self.gpu[t] >= 0 and self.gpu[t] == self.started[t] and self.next[t] == len(self.uses[t])
 
     def _next_use(self, t: int) -> int:
         return self.uses[t][self.next[t]] if self.next[t] < len(self.uses[t]) else NEVER
@@ -186,6 +202,8 @@ class Planner:
         """
         uses, k = self.uses[t], self.next[t]
         nbytes = self.nbytes[t]
+        if self._dormant(t):  # due at its first read in the next run; no offload: the host holds it
+            return (nbytes << 24) // (self.steps + (uses[0] if uses else 0) - self.step)
         if k < len(uses):
             use = uses[k]
             due, moved = (use if use < self.steps else self.steps), nbytes
@@ -203,6 +221,8 @@ class Planner:
         """
         if self.gpu[t] in self.unread:
             self._start_in_storage(t)
+        elif self._dormant(t):
+            pass  # read for the last time in this run; the runtime puts it back before the next run
         elif self.store[t] < 0:
             d = self.view.devices[t]
             self.store[t] = self._emit("offload", t, d, storage=self._storage(t), inputs=(self.gpu[t],))

@@ -13,7 +13,7 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +25,7 @@ from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
+from runtime.residency import placed_bytes
 from runtime.summary import RunSummary, summarize
 from turnip_ir.errors import BudgetError
 from turnip_ir.memgraph import MemGraph
@@ -70,6 +71,7 @@ def execute(
     cost: CostModel | None = None,
     verify: bool = True,
     close: bool = True,
+    unchanged: Collection[str] = (),
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -78,6 +80,9 @@ def execute(
     backend="sim", is the sim's clock. Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
     plan race-free first (`VerifyError` otherwise); pass False to skip that for a plan verified already.
     `close=False` keeps a Backend instance prepared after a successful run (module docstring).
+    `unchanged`: inputs (by taskgraph id) whose values are those the Backend instance had in its last
+    run; one still in place is not copied again (runtime/residency.py; `summary.bytes_placed` counts
+    what was). The caller vouches for the values: a changed array named here would go unnoticed.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
@@ -91,8 +96,11 @@ def execute(
     arrays = make_inputs(input_specs(memgraph), inputs, seed) if machine.needs_data else {}
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
+    held = machine.held()
+    kept = frozenset(held.kept(memgraph, unchanged)) if keep else frozenset()
+    held.forget()  # until this run has finished, what the memory holds is unknown
     try:
-        machine.prepare(graph, arrays)
+        machine.prepare(graph, arrays, kept) if kept else machine.prepare(graph, arrays)
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
         wall = time.perf_counter() - began
@@ -100,9 +108,12 @@ def execute(
     except BaseException:
         machine.close()
         raise
-    if not keep:
+    if keep:
+        held.ran(memgraph)
+    else:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
+    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, kept)
     summary.notes = machine.notes()
     return RunResult(outputs, summary, recorder)
 

@@ -34,6 +34,10 @@ class RunSummary:
     """Achieved bytes/s while the H2D engines were busy (reloads)."""
     d2h_bandwidth: float = 0.0
     peer_bandwidth: float = 0.0
+    bytes_placed: int = 0
+    """Bytes of inputs copied onto the GPUs before the run (not those kept from the run before)."""
+    bytes_staged: int = 0
+    """Bytes of inputs copied into host storage before the run (not those kept from the run before)."""
     arena_high_water: list[int] = field(default_factory=list)
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
     notes: list[str] = field(default_factory=list)

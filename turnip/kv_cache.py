@@ -1,39 +1,70 @@
-"""One sequence's KV cache on the host during a generation: per layer, k and v rows in buffers with room
-for every new token, so a step appends its row by writing it, not by copying the cache (a 7b batch of
-16 at 2k tokens holds 17 GB of caches). `cache[layer]` is (k, v) [length, kv_width], views of the rows
-filled so far, what `DecodeStep.feed` reads.
+"""The batch's KV cache on the host during a generation, in the layout decode steps read
+(frontend/workloads/llama/decode.py): per layer, k and v in columns of `block` token rows shared by the
+batch, column j = positions j * block .. (j + 1) * block - 1 of every sequence, [block, B, kv_width]
+(token-major: a step's last column, `tail` rows long, is a contiguous prefix of its buffer, a view).
+Buffers start zeroed and have room for every new token from the start, so a step appends its rows by
+writing them, never by copying the cache (a 7b batch of 16 at 2k tokens holds 17 GB of caches).
+Rows past a sequence's length are padding the kernels never read.
+
+`versions[j]` counts the writes into column j: a session keeps a column on the GPU between steps while
+its version (and the rows a step reads of it) stay the same (turnip/session.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 
 class KvCache:
-    """The rows of one sequence so far, per layer, with `room` rows free for the steps to come."""
+    """Every sequence's cached k and v rows so far, per layer, in columns of `block` rows."""
 
-    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], room: int):
-        self.length = len(layers[0][0]) if layers else 0
-        self.buffers = [tuple(_with_room(t, room) for t in pair) for pair in layers]
+    def __init__(self, layers: int, batch: int, kv_width: int, block: int, capacity: int, dtype):
+        columns = max(1, -(-capacity // block))
+        self.block, self.kv_width = block, kv_width
+        self.lengths = np.zeros(batch, dtype=np.int64)
+        self.buffers = [tuple([np.zeros((block, batch, kv_width), dtype=dtype) for _ in range(columns)] for _ in "kv")
+                        for _ in range(layers)]
+        self.versions = [0] * columns
+
+    @classmethod
+    def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype) -> KvCache:
+        """A cache holding prefixes[b][layer] = (k, v) [P_b, kv_width] with `room` more rows per sequence."""
+        layers = len(prefixes[0])
+        kv_width = next((k.shape[1] for seq in prefixes for k, _ in seq), 0)
+        longest = max(len(seq[0][0]) for seq in prefixes)
+        cache = cls(layers, len(prefixes), kv_width, block, longest + room, dtype)
+        for b, seq in enumerate(prefixes):
+            for layer, pair in enumerate(seq):
+                for buffers, rows in zip(cache.buffers[layer], pair):
+                    for j, start in enumerate(range(0, len(rows), block)):
+                        part = rows[start : start + block]
+                        buffers[j][: len(part), b] = part
+            cache.lengths[b] = len(seq[0][0])
+        return cache
 
     def __len__(self) -> int:
         return len(self.buffers)
 
-    def __getitem__(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        k, v = self.buffers[layer]
-        return k[: self.length], v[: self.length]
+    def column(self, layer: int, which: str, j: int, rows: int) -> np.ndarray:
+        """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view."""
+        return self.buffers[layer]["kv".index(which)][j][:rows]
+
+    def rows(self, layer: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sequence b's (k, v) rows so far in `layer`, [length, kv_width] each (a copy: for checks)."""
+        n = int(self.lengths[b])
+        return tuple(np.concatenate([column[:, b] for column in columns])[:n] for columns in self.buffers[layer])
 
     def append(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        """One new (k, v) row [kv_width] per layer."""
-        for (k, v), (k_row, v_row) in zip(self.buffers, rows, strict=True):
-            if self.length == len(k):
-                raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
-            k[self.length] = k_row
-            v[self.length] = v_row
-        self.length += 1
-
-
-def _with_room(rows: np.ndarray, room: int) -> np.ndarray:
-    buffer = np.empty((rows.shape[0] + room, rows.shape[1]), dtype=rows.dtype)
-    buffer[: rows.shape[0]] = rows
-    return buffer
+        """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width])."""
+        where = [divmod(int(n), self.block) for n in self.lengths]
+        if any(j >= len(self.versions) for j, _ in where):
+            raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
+        for buffers, new in zip(self.buffers, rows, strict=True):
+            for columns, values in zip(buffers, new):
+                for b, (j, r) in enumerate(where):
+                    columns[j][r, b] = values[b]
+        for j in {j for j, _ in where}:
+            self.versions[j] += 1
+        self.lengths += 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime.graph import ExecGraph, Lane
+from runtime.residency import Residency
 
 ATTENTION_PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas")
 """The cuda backend's attention providers (runtime/backends/cuda/attention.py), named here where the CLI
@@ -45,11 +46,20 @@ class Backend:
         """`queue_depth` for `lane`; a backend may queue deeper on some lanes (the cuda copy engines)."""
         return self.queue_depth
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
         """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run.
         A later `prepare` (after `read_outputs`) loads another memgraph onto what is there, allocating
-        only what the new one needs beyond it (`execute(..., close=False)`)."""
+        only what the new one needs beyond it (`execute(..., close=False)`). `keep`: inputs (by task)
+        already in place from the last run (runtime/residency.py), which it need not copy again; a
+        backend that reallocates the memory holding one must copy it all the same."""
         raise NotImplementedError
+
+    def held(self) -> Residency:
+        """What this backend's memory still holds from its last run (runtime/residency.py)."""
+        held = self.__dict__.get("_held")
+        if held is None:
+            held = self.__dict__["_held"] = Residency()
+        return held
 
     def now(self) -> float:
         """The backend clock, in seconds since `prepare`."""

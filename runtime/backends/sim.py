@@ -47,7 +47,7 @@ class SimBackend(Backend):
         self.clock = 0.0
         self.active: dict[int, Active] = {}
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.clock = 0.0
         self.active = {}

@@ -103,7 +103,7 @@ class CudaBackend(Backend):
         return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
     # ----- prepare: set the GPUs up once, then load a memgraph -------------------------------------------
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
         if self.closed:
             raise InputError("this cuda backend is closed; make a new one")
         memgraph = graph.memgraph
@@ -116,7 +116,7 @@ class CudaBackend(Backend):
                 raise InputError(f"memgraph does not fit the prepared cuda backend: {misfit}")
             self.devices.grow_scratch(scratch_per_lane(memgraph.nodes, self.attention))
             self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
-        self._load(graph, inputs)
+        self._load(graph, inputs, keep)
         self.stats["prepare_s"] = time.perf_counter() - began
 
     def _set_up(self, graph: ExecGraph) -> None:
@@ -136,15 +136,19 @@ class CudaBackend(Backend):
         self.stats["arena_bytes"] = devices.budget
         self.stats["workspace_bytes"] = devices.workspaces[0].nbytes if devices.workspaces else 0
 
-    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
-        """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock."""
+    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+        """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock.
+        The memgraph loaded last keeps its views (and so its pinned storage, where inputs in `keep` are)."""
         devices = self.devices
         self.graph = graph
-        reuse = self.views.storage.all_chunks() if self.views is not None else ()
-        self.views = None
-        self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
+        if self.views is not None and self.views.graph.memgraph is graph.memgraph:
+            self.views.graph = graph  # the same plan again: its views and storage stay
+        else:
+            reuse = self.views.storage.all_chunks() if self.views is not None else ()
+            self.views = None
+            self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
-        self.views.place(inputs)
+        self.views.place(inputs, keep)
         self.work = [self._build(graph, v) for v in range(len(graph))]
         if attention.uses_torch(self.attention):
             attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more

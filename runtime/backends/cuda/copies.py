@@ -56,10 +56,11 @@ class TensorViews:
             return None
         return self.driver.copy(kind, src, dst, streams)
 
-    def place(self, inputs: dict[str, np.ndarray]) -> None:
-        """Put every input at its planned location (an arena) or storage region (pinned host memory)."""
+    def place(self, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+        """Put every input at its planned location (an arena) or storage region (pinned host memory),
+        but those in `keep`, in place already (runtime/residency.py)."""
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op != "input" or node.nbytes == 0:
+            if node.op != "input" or node.nbytes == 0 or node.task in keep:
                 continue
             value = inputs[node.task]
             if node.loc is not None:

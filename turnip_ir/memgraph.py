@@ -86,6 +86,18 @@ class MemGraph:
     def count(self, op: str) -> int:
         return sum(1 for node in self.nodes if node.op == op)
 
+    def recomputes(self) -> list[MemNode]:
+        """The kernel nodes that compute a task again (rematerialization): every kernel node of a task
+        after its first, in node order. The compiler's `remat` writes them; a plan without it has none."""
+        seen: set[str] = set()
+        again = []
+        for node in self.nodes:
+            if node.op == "kernel":
+                if node.task in seen:
+                    again.append(node)
+                seen.add(node.task)
+        return again
+
     # ----- formats ------------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {

@@ -149,6 +149,7 @@ class MemgraphPipelinePass(GraphPass):
     """
 
     name = "turnip-memgraph"
+    reads = ("graph", "cost")
     adds = ("graph", "source", "arrays")
     budget: int
     """Bytes per GPU, a positive number."""

@@ -75,6 +75,7 @@ class OffloadReport:
         for d in range(self.graph.devices) if device is None else [device]:
             offloads = [n for n in self.graph.nodes if n.op == "offload" and n.device == d]
             mine = [r for r in self.reloads if r.device == d]
+            again = [n for n in self.graph.recomputes() if n.device == d]
             if not offloads and not mine and not again:
                 lines.append(f"GPU {d}: nothing offloaded or reloaded (budget {format_size(self.graph.budget)})")
                 continue
@@ -82,7 +83,6 @@ class OffloadReport:
             evicted = [r for r in mine if r.cause == "evicted"]
             saved = sum(1 for r in evicted if r.offload is not None)
             kept = [nodes[k] for k in self.kept_in_host if nodes[k].device == d]
-            again = [n for n in self.graph.recomputes() if n.device == d]
             lines.append(f"GPU {d}: budget {format_size(self.graph.budget)}; {_count(len(offloads), 'offload')} "
                          f"({_bytes(offloads)}), {_count(len(mine), 'reload')} ({format_size(sum(r.nbytes for r in mine))})")
             if hosted:

@@ -199,3 +199,26 @@ def test_the_cuda_backend_writes_the_recompute_into_its_own_location():
     result = execute(memgraph, backend=CudaBackend(), order="random", seed=2, inputs={"x": x})
     a, b = np.maximum(x, 0), 0.5 * x
     np.testing.assert_allclose(result.outputs["f"], (a + b) * x + a + b, rtol=1e-5)
+
+
+def test_the_commands_pass_remat_to_the_compiler(monkeypatch, tmp_path, capsys):
+    from turnip_cli import main, opt, planning
+
+    seen = []
+    compile_real = planning.compile_taskgraph
+
+    def spy(graph, budget, schedule="given", **options):
+        seen.append(options.get("remat", False))
+        return compile_real(graph, budget, schedule, **options)
+
+    monkeypatch.setattr(planning, "compile_taskgraph", spy)
+    assert main.main(["run", "examples/ffn.json", "--memory", "300000", "--backend", "sim", "--remat"]) == 0
+    assert main.main(["llama", "--config", "tiny", "--tokens", "32", "--memory", "100KiB", "--backend", "sim", "--remat",
+                      "--block", "auto"]) == 0
+    assert main.main(["explain", "examples/ffn.json", "--memory", "300000", "--backend", "cpu"]) == 0
+    assert seen and seen[0] is True and all(seen[:-1]) and seen[-1] is False
+    assert main.main(["build", "llama", "--remat", "-o", str(tmp_path / "g.json")]) == 1
+    assert "--remat applies to --block auto" in capsys.readouterr().err
+    out = tmp_path / "ffn.mem.json"
+    assert opt.main(["examples/ffn.json", "-p", "turnip-memgraph{budget=300000 remat=true}", "--emit", "json", "-o", str(out)]) == 0
+    assert out.exists()

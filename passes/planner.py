@@ -236,34 +236,38 @@ class Planner:
         self.gpu[t] = -1
 
     def _drop_for_recompute(self, t: int) -> bool:
-        """Drop `t` (leaving its GPU) to recompute it at its next use, when that costs less than moving it.
-
-        A candidate's producer is a kernel, it is not read by the op being placed (that one comes back
-        as a reload this step) nor by a pending recompute, and each operand is on the GPU or in storage
-        and not itself pending. Recomputing costs the kernel's time plus a reload of every operand not
-        on the GPU, or on it but not needed again by then (holding it costs memory, so it may leave);
-        moving costs the reload, plus the offload when storage holds no copy.
-        """
-        view, uses, k = self.view, self.uses[t], self.next[t]
-        if view.ops[t] in ("input", "move") or self.held[t] or k == len(uses) or uses[k] <= self.step:
+        """Drop `t` (leaving its GPU) to recompute it at its next use, when that costs less than moving it
+        (`_recompute_cost`). Each operand gets a use at that step and is held until the recompute."""
+        if self._recompute_cost(t) is None:
             return False
-        use, d = uses[k], view.devices[t]
-        operands = self.operands[t]
-        cost = self.remat
-        spent = self._kernel_seconds(t)
-        for o in operands:
-            if o in self.pending or view.devices[o] != d or (self.gpu[o] < 0 and self.store[o] < 0):
-                return False
-            if self.gpu[o] < 0 or self._next_use(o) > use:
-                spent += self.nbytes[o] / cost.h2d_bw + (self.nbytes[o] / cost.d2h_bw if self.store[o] < 0 else 0.0)
-        saved = self.nbytes[t] / cost.h2d_bw + (self.nbytes[t] / cost.d2h_bw if self.store[t] < 0 else 0.0)
-        if spent >= saved:
-            return False
+        use = self.uses[t][self.next[t]]
         self.pending.add(t)
-        for o in operands:
+        for o in self.operands[t]:
             insort(self.uses[o], use, lo=self.next[o])
             self.held[o] += 1
         return True
+
+    def _recompute_cost(self, t: int) -> float | None:
+        """Seconds that recomputing `t` at its next use costs, when it is a candidate and cheaper than moving.
+
+        A candidate's producer is a kernel, it is not read by the op being placed (that one comes back
+        as a reload this step) nor by a pending recompute, and each operand is on its GPU or in storage
+        and not itself pending. Recomputing costs the kernel's time plus a reload of every operand not
+        on the GPU, or on it but not needed again by then (holding it costs memory, so it may leave);
+        moving costs the reload, plus the offload when storage holds no copy. None: move it.
+        """
+        view, uses, k = self.view, self.uses[t], self.next[t]
+        if view.ops[t] in ("input", "move") or self.held[t] or k == len(uses) or uses[k] <= self.step:
+            return None
+        use, d, cost = uses[k], view.devices[t], self.remat
+        spent = self._kernel_seconds(t)
+        for o in self.operands[t]:
+            if o in self.pending or view.devices[o] != d or (self.gpu[o] < 0 and self.store[o] < 0):
+                return None
+            if self.gpu[o] < 0 or self._next_use(o) > use:
+                spent += self.nbytes[o] / cost.h2d_bw + (self.nbytes[o] / cost.d2h_bw if self.store[o] < 0 else 0.0)
+        saved = self.nbytes[t] / cost.h2d_bw + (self.nbytes[t] / cost.d2h_bw if self.store[t] < 0 else 0.0)
+        return spent if spent < saved else None
 
     def _recompute(self, t: int) -> None:
         """Compute pending `t` again on its GPU: reload its missing operands, make room, emit its kernel.

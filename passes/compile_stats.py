@@ -28,7 +28,7 @@ class CompileStats:
     recomputes: int = 0
     """Kernel nodes that compute a task again instead of reloading it (`remat`)."""
     recompute_seconds: float = 0.0
-    """Their time under the H200 cost model."""
+    """Their time under the cost model the plan was made with."""
     bytes_recomputed: int = 0
     """The bytes they hold: what a reload would have brought back instead."""
     edges_added: int = 0
@@ -38,8 +38,9 @@ class CompileStats:
     peak_memory: dict[int, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def record_graph(self, graph: MemGraph) -> None:
-        """Fill the op counts, copy bytes and per-GPU peaks from the final memgraph."""
+    def record_graph(self, graph: MemGraph, cost: CostModel | None = None) -> None:
+        """Fill the op counts, copy bytes, per-GPU peaks and recomputes from the final memgraph; `cost`
+        times the recomputes (None: the H200 defaults)."""
         self.ops = dict.fromkeys(("input", "kernel", "move", "offload", "reload"), 0)
         self.bytes_offloaded = self.bytes_reloaded = 0
         peaks: dict[int, int] = {}
@@ -54,7 +55,7 @@ class CompileStats:
         again = graph.recomputes()
         self.recomputes, self.bytes_recomputed = len(again), sum(node.nbytes for node in again)
         by_id = graph.by_id() if again else {}
-        cost = CostModel()
+        cost = cost or CostModel()
         self.recompute_seconds = sum(cost.kernel_time(node, [by_id[i] for i in node.inputs]) for node in again)
 
     @property

@@ -152,6 +152,6 @@ class InsertOffloadPass(GraphPass):
         with timed(state.stats, "simulate"):
             remat = state.cost if self.remat else None
             memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat)
-        state.stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
+        state.stats.record_graph(memgraph, state.cost)  # the later passes add and drop edges only: these counts stay
         state.replace_graph(memgraph)
         state.source = graph

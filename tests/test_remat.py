@@ -180,13 +180,13 @@ def test_plans_with_remat_verify_and_compute_the_reference(case):
 
 
 def test_random_graphs_at_tight_budgets_do_recompute():
-    """The property above is not vacuous: on a slow link, tight random plans hold recomputes."""
-    total = 0
+    """The property above is not vacuous: on a slow link, most tight random plans hold a recompute."""
+    with_recompute = 0
     for seed in range(20):
         graph = random_taskgraph(seed, tasks=40, devices=1, sizes=(8, 16), dtype="float64", mixed=True)
         budget = minimum_budget(place_devices(graph))
-        total += len(compile_taskgraph(graph, budget, "memory", remat=True, cost=SLOW_LINK).recomputes())
-    assert total >= 10
+        with_recompute += bool(compile_taskgraph(graph, budget, "memory", remat=True, cost=SLOW_LINK).recomputes())
+    assert with_recompute >= 10
 
 
 def test_the_cuda_backend_writes_the_recompute_into_its_own_location():

@@ -27,6 +27,7 @@ from passes.schedules import SCHEDULES
 from runtime import execute
 from tools.random_graphs import random_taskgraph
 from turnip_ir.cost import CostModel
+from turnip_ir.dot import memgraph_dot
 from turnip_ir.errors import VerifyError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.io import graph_text, module_to_graph, parse_ir, parse_json
@@ -118,9 +119,12 @@ def test_the_recompute_runs_and_is_counted(backend):
             np.testing.assert_allclose(result.outputs["f"], (a + b) * x + a + b, rtol=1e-5)
 
 
-def test_explain_and_the_ir_round_trip_keep_the_second_kernel_node():
+def test_explain_viz_and_the_ir_round_trip_keep_the_second_kernel_node():
     memgraph = compile_taskgraph(_b_needed_again(), 4 * TILE, remat=True, cost=SLOW_LINK)
     assert any("1 recompute instead of a reload" in line for line in explain_offloads(memgraph).summary_lines())
+    again = memgraph.recomputes()[0]
+    assert f'{again.id} [label="{again.id}: b\\nscale @' in memgraph_dot(memgraph).source
+    assert memgraph_dot(memgraph).source.count("(recompute)") == 1
     for back in (module_to_graph(parse_ir(graph_text(memgraph, "mlir"))), parse_json(graph_text(memgraph, "json"))):
         assert back.dumps() == memgraph.dumps()
         verify_memgraph(back, place_devices(_b_needed_again()))

@@ -34,16 +34,16 @@ class RunSummary:
     """Achieved bytes/s while the H2D engines were busy (reloads)."""
     d2h_bandwidth: float = 0.0
     peer_bandwidth: float = 0.0
+    arena_high_water: list[int] = field(default_factory=list)
+    """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
+    notes: list[str] = field(default_factory=list)
+    """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
     recomputes: int = 0
     """Kernel vertices that compute a task again instead of reloading it (the planner's `remat`)."""
     recompute_seconds: float = 0.0
     """Their summed durations on the backend clock."""
     bytes_recomputed: int = 0
     """The bytes they wrote: what reloads would have brought back instead."""
-    arena_high_water: list[int] = field(default_factory=list)
-    """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
-    notes: list[str] = field(default_factory=list)
-    """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
 
     def _makespan_text(self) -> str:
         """The sim's makespan is its cost model's prediction, not a time anything took."""
@@ -64,9 +64,9 @@ class RunSummary:
             f"reloaded {format_size(self.bytes_reloaded)} at {self.h2d_bandwidth / gb:.1f} GB/s, "
             f"moved {format_size(self.bytes_moved)} at {self.peer_bandwidth / gb:.1f} GB/s",
             f"stall waiting on transfers: {stall}",
-            *self._recompute_lines(),
             f"peak arena use: {arena}",
             *self.notes,
+            *self._recompute_lines(),
         ]
 
     def _recompute_lines(self) -> list[str]:
@@ -111,23 +111,12 @@ def summarize(graph: ExecGraph, completions: list[Completion], backend: str, ord
         summary.busy.append(busy / makespan if makespan > 0 else 0.0)
         summary.transfer_stall.append(union_length(compute[device] + transfers[device]) - busy)
     summary.bytes_reloaded, summary.bytes_offloaded, summary.bytes_moved = volume["h2d"], volume["d2h"], volume["peer"]
+    _count_recomputes(summary, graph, completions)
     summary.h2d_bandwidth = _rate(volume["h2d"], per_kind["h2d"])
     summary.d2h_bandwidth = _rate(volume["d2h"], per_kind["d2h"])
     summary.peer_bandwidth = _rate(volume["peer"], per_kind["peer"])
     summary.arena_high_water = _high_water(graph)
-    _count_recomputes(summary, graph, completions)
     return summary
-
-
-def _count_recomputes(summary: RunSummary, graph: ExecGraph, completions: list[Completion]) -> None:
-    again = {node.id for node in graph.memgraph.recomputes()}
-    if not again:
-        return
-    nodes = graph.memgraph.nodes
-    done = [c for c in completions if nodes[c.vertex].id in again]
-    summary.recomputes = len(again)
-    summary.recompute_seconds = sum(c.end - c.start for c in done)
-    summary.bytes_recomputed = sum(nodes[c.vertex].nbytes for c in done)
 
 
 def _rate(count: int, spans: list[tuple[float, float]]) -> float:
@@ -141,3 +130,14 @@ def _high_water(graph: ExecGraph) -> list[int]:
         if node.loc is not None and node.device is not None:
             top[node.device] = max(top[node.device], node.loc[0] + node.loc[1])
     return top
+
+
+def _count_recomputes(summary: RunSummary, graph: ExecGraph, completions: list[Completion]) -> None:
+    again = {node.id for node in graph.memgraph.recomputes()}
+    if not again:
+        return
+    nodes = graph.memgraph.nodes
+    done = [c for c in completions if nodes[c.vertex].id in again]
+    summary.recomputes = len(again)
+    summary.recompute_seconds = sum(c.end - c.start for c in done)
+    summary.bytes_recomputed = sum(nodes[c.vertex].nbytes for c in done)

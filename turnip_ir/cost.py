@@ -1,8 +1,6 @@
 """The cost model: how long a memgraph vertex takes on a GPU, from the H200 ceilings in docs/hardware.md.
 
-The sim backend uses it as its clock, the `nondet` policy for critical-path priorities, and the offload
-planner to weigh recomputing a tensor against reloading it (`remat`). It lives in `turnip_ir`, below
-the runtime and the passes, so that both read the same rates.
+The sim backend uses it as its clock, and the `nondet` policy uses it for critical-path priorities.
 A kernel costs max(FLOPs / GEMM rate, bytes read and written / HBM bandwidth) plus a launch overhead;
 a transfer costs its bytes over the link that carries it (H2D, D2H, or the peer link for a move).
 """

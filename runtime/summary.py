@@ -30,6 +30,12 @@ class RunSummary:
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
     bytes_moved: int = 0
+    recomputes: int = 0
+    """Kernel vertices that compute a task again instead of reloading it (the planner's `remat`)."""
+    recompute_seconds: float = 0.0
+    """Their summed durations on the backend clock."""
+    bytes_recomputed: int = 0
+    """The bytes they wrote: what reloads would have brought back instead."""
     h2d_bandwidth: float = 0.0
     """Achieved bytes/s while the H2D engines were busy (reloads)."""
     d2h_bandwidth: float = 0.0
@@ -38,12 +44,6 @@ class RunSummary:
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
     notes: list[str] = field(default_factory=list)
     """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
-    recomputes: int = 0
-    """Kernel vertices that compute a task again instead of reloading it (the planner's `remat`)."""
-    recompute_seconds: float = 0.0
-    """Their summed durations on the backend clock."""
-    bytes_recomputed: int = 0
-    """The bytes they wrote: what reloads would have brought back instead."""
 
     def _makespan_text(self) -> str:
         """The sim's makespan is its cost model's prediction, not a time anything took."""

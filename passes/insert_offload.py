@@ -18,6 +18,7 @@ from passes.allocator import ALIGN, PLACEMENTS, aligned
 from passes.compact import TaskView
 from passes.schedules import scheduled_tasks
 from passes.planner import Planner
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.memgraph import MemGraph
@@ -35,11 +36,16 @@ RECUR_ROUNDS = 4
 """At most this many plans for `inputs="recur"`: each round lets only the previous round's survivors start on the GPU."""
 
 
-def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu") -> MemGraph:
+def insert_offload(
+    graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu",
+    remat: CostModel | None = None,
+) -> MemGraph:
     """The memgraph of one simulated run of the placed `graph` in `schedule` under a per-GPU `budget`.
 
     `placement` chooses among free regions that fit: `loosest` (freed longest ago) or `first-fit`;
-    `inputs` says where inputs start (INPUTS_START).
+    `inputs` says where inputs start (INPUTS_START); `remat`, a cost model (turnip_ir/cost.py),
+    lets the planner recompute an evicted tensor at its next use instead of offloading and reloading
+    it, where that model says recomputing is cheaper; None never recomputes.
     """
     if inputs not in INPUTS_START:
         raise InputError(f"unknown inputs start '{inputs}' (known: {', '.join(INPUTS_START)})")
@@ -52,8 +58,8 @@ def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", place
     align = alignment(graph, view, budget)
     order = scheduled_tasks(view, schedule)
     if inputs != "recur":
-        return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu").run()
-    return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed).run())
+        return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu", remat=remat).run()
+    return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed, remat=remat).run())
 
 
 def plan_recurring(plan) -> MemGraph:
@@ -141,10 +147,13 @@ class InsertOffloadPass(GraphPass):
     location, and starts the inputs that do not fit in CPU storage. Offloads wait for nothing but
     their tensor. Offsets are 256-byte aligned while every op's working set fits the budget so
     padded, else element-aligned; a budget below an op's working set fails naming the op, its GPU
-    and the bytes it needs. It adds no reuse edges: run turnip-insert-memory-deps next.
+    and the bytes it needs. With `remat`, an evicted kernel output may be recomputed at its next use
+    (a second kernel node of its task) instead of offloaded and reloaded. It adds no reuse edges:
+    run turnip-insert-memory-deps next.
     """
 
     name = "turnip-insert-offload"
+    reads = ("graph", "cost")
     adds = ("graph", "source")
     budget: int
     """Bytes per GPU, a positive number."""
@@ -159,12 +168,17 @@ class InsertOffloadPass(GraphPass):
     CPU storage, as weights loaded into host memory; the plan reloads them where they are read) or
     `recur` (a plan run again and again: inputs stay on the GPU after their last read while their room
     is not needed, and only the ones that survive the run start there; the runtime keeps them)."""
+    remat: bool = False
+    """Recompute an evicted tensor at its next use instead of offloading and reloading it, where the
+    cost model's kernel time is below the transfer time and its operands are on the GPU or in
+    storage (docs/passes.md, "Rematerialization")."""
 
     def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)
         graph = taskgraph_of(state.graph, self.name)
         with timed(state.stats, "simulate"):
-            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs)
-        state.stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
+            remat = state.cost if self.remat else None
+            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat)
+        state.stats.record_graph(memgraph, state.cost)  # the later passes add and drop edges only: these counts stay
         state.replace_graph(memgraph)
         state.source = graph

@@ -20,7 +20,7 @@ import numpy as np
 
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Callback, Recorder
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs

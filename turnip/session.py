@@ -16,7 +16,7 @@ cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each 
 column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
 weights and cache columns that survive a step stay on the GPU for the next, and only what changed is
 copied (`execute(..., unchanged=)`, runtime/residency.py). Between steps the KV cache is host numpy
-columns shared by the batch (turnip/kv_cache.py, with room for the new tokens); the new rows each step
+columns shared by the batch (frontend/workloads/llama/kv_cache.py, with room for the new tokens); the new rows each step
 returns are written in, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
@@ -40,8 +40,8 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
-from runtime.cost import CostModel
-from turnip.kv_cache import KvCache
+from turnip_ir.cost import CostModel
+from frontend.workloads.llama.kv_cache import KvCache
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph

@@ -116,6 +116,17 @@ class MemGraph:
             if below == 0 or reach[below - 1] <= start:
                 kept[node.task] = (node.device, start, size)
         return kept
+    def recomputes(self) -> list[MemNode]:
+        """The kernel nodes that compute a task again (rematerialization): every kernel node of a task
+        after its first, in node order. The compiler's `remat` writes them; a plan without it has none."""
+        seen: set[str] = set()
+        again = []
+        for node in self.nodes:
+            if node.op == "kernel":
+                if node.task in seen:
+                    again.append(node)
+                seen.add(node.task)
+        return again
 
     # ----- formats ------------------------------------------------------------------------------------
     def to_json(self) -> dict:

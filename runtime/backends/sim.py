@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime.backends.base import Backend, Completion
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from runtime.graph import ExecGraph, Lane
 from turnip_ir.errors import InputError
 

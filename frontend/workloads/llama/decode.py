@@ -5,7 +5,7 @@ at sequence b's own position), `kv.lengths` [B] float32 (each sequence's cached 
 below 2^24), the weights by their Hugging Face names (the prefill graph's names, so one mapping feeds
 both), and per layer l the cache in columns of `kv_block` token rows shared by the batch:
 `kv.{l}.k[j]` / `kv.{l}.v[j]` [rows, B, kv_width] hold positions j * kv_block .. of every sequence
-(token-major, so the growing last column is a contiguous prefix of its host buffer, turnip/kv_cache.py).
+(token-major, so the growing last column is a contiguous prefix of its host buffer, frontend/workloads/llama/kv_cache.py).
 Every column but the last has kv_block rows; the last has a power-of-two `tail` of rows (16 at least)
 that covers the longest sequence, so the graph's shapes change once per bucket, not once per token:
 `DecodeStep.key` is what they depend on. A shorter sequence's rows past its length are padding, never
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from frontend.workloads.llama.config import LlamaConfig
+from frontend.workloads.llama.kv_cache import KvCache
 from frontend.workloads.llama.rope import inverse_frequencies
 from frontend.workloads.llama.weights import head_name
 from turnip_ir.errors import InputError
@@ -84,10 +85,8 @@ class DecodeStep:
         return (self.batch, self.kv_block, tuple(self.columns))
 
     def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache) -> dict[str, np.ndarray]:
-        """Inputs by taskgraph id: `hidden` [B, hidden] and the batch's `cache` (turnip.kv_cache.KvCache, or per
+        """Inputs by taskgraph id: `hidden` [B, hidden] and the batch's `cache` (kv_cache.KvCache, or per
         sequence per layer (k, v) [cache_len, kv_width] arrays). Cache columns are views, not copies."""
-        from turnip.kv_cache import KvCache  # the host cache sits above the frontend
-
         if not isinstance(cache, KvCache):
             cache = KvCache.from_prefixes(cache, self.kv_block, room=0, dtype=self.config.dtype)
         if tuple(int(n) for n in cache.lengths) != self.cache_lengths:

@@ -13,7 +13,7 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +72,7 @@ def execute(
     verify: bool = True,
     close: bool = True,
     unchanged: Collection[str] = (),
+    refresh: Mapping[str, tuple[int, int]] | None = None,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -82,7 +83,9 @@ def execute(
     `close=False` keeps a Backend instance prepared after a successful run (module docstring).
     `unchanged`: inputs (by taskgraph id) whose values are those the Backend instance had in its last
     run; one still in place is not copied again (runtime/residency.py; `summary.bytes_placed` counts
-    what was). The caller vouches for the values: a changed array named here would go unnoticed.
+    what was). `refresh`: inputs unchanged but for the rows [start, stop) along their first axis (a
+    cache column a step wrote into): when still in place, only those rows are copied. The caller
+    vouches for the values: a changed array named here would go unnoticed.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
@@ -97,7 +100,8 @@ def execute(
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
     held = machine.held()
-    kept = frozenset(held.kept(memgraph, unchanged)) if keep else frozenset()
+    refresh = refresh or {}
+    kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh])} if keep else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
         machine.prepare(graph, arrays, kept) if kept else machine.prepare(graph, arrays)

@@ -14,7 +14,7 @@ a run fails; `execute` records the survivors after each successful run.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from turnip_ir.memgraph import MemGraph
 
@@ -55,13 +55,19 @@ class Residency:
         self.storage_of = None
 
 
-def placed_bytes(memgraph: MemGraph, kept: Collection[str]) -> tuple[int, int]:
-    """Bytes a load of `memgraph` copies onto its GPUs and into host storage, leaving out `kept` inputs."""
+def placed_bytes(memgraph: MemGraph, kept: Mapping[str, tuple[int, int] | None]) -> tuple[int, int]:
+    """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
+    `kept` one nothing (None) or only the rows it names."""
     gpu = storage = 0
     for node in memgraph.nodes:
-        if node.op == "input" and node.task not in kept:
-            if node.loc is not None:
-                gpu += node.nbytes
-            elif node.storage is not None:
-                storage += node.nbytes
+        if node.op != "input":
+            continue
+        count = node.nbytes
+        if node.task in kept:
+            rows = kept[node.task]
+            count = 0 if rows is None or not node.shape else count // node.shape[0] * (rows[1] - rows[0])
+        if node.loc is not None:
+            gpu += count
+        elif node.storage is not None:
+            storage += count
     return gpu, storage

@@ -9,6 +9,7 @@ inputs it claims unchanged kept, computes the float64 reference every time, and 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interp import input_values
@@ -118,3 +119,36 @@ def test_a_recurring_plan_under_a_tight_budget_starts_only_survivors():
     assert started and started <= set(memgraph.surviving_inputs())
     ordinary = compile_taskgraph(graph, budget)
     assert not {n.task for n in ordinary.nodes if n.op == "input" and n.loc is not None} <= set(ordinary.surviving_inputs())
+
+
+@pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
+def test_refreshed_rows_are_copied_into_a_kept_input(backend_name):
+    """`refresh`: an input kept in place but for some rows (a cache column a decode step wrote into) gets
+    only those rows copied, and the run computes the new values; the same rows named `unchanged` instead
+    would leave the old ones (the test can tell)."""
+    from runtime.backends.cuda import simulated
+
+    if backend_name == "cuda" and not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    graph = random_taskgraph(7, tasks=12, devices=1, sizes=(8,), dtype="float64")
+    memgraph = compile_taskgraph(graph, 1 << 20, inputs="recur")
+    inputs = input_values(graph, 7)
+    name = next(n.task for n in memgraph.nodes if n.op == "input" and n.loc is not None and len(n.shape) == 2 and n.shape[0] >= 4)
+    changed = {**inputs, name: inputs[name].copy()}
+    changed[name][1:3] += 1.0
+    backend = make_backend(backend_name)
+    try:
+        execute(memgraph, backend, inputs=inputs, close=False, unchanged=list(inputs))
+        others = [n for n in inputs if n != name]
+        result = execute(memgraph, backend, inputs=changed, close=False, unchanged=others, refresh={name: (1, 3)})
+        row_bytes = inputs[name][0].nbytes
+        assert result.summary.bytes_placed == 2 * row_bytes
+        for task, value in evaluate(graph, changed).items():
+            np.testing.assert_allclose(result.outputs[task], value, rtol=1e-9, atol=1e-12)
+        again = {**changed, name: changed[name].copy()}
+        again[name][1:3] -= 3.0
+        stale = execute(memgraph, backend, inputs=again, close=False, unchanged=others, refresh={name: (1, 2)})
+        assert stale.summary.bytes_placed == row_bytes  # row 2 stays as it was: the results differ
+        assert any(not np.allclose(stale.outputs[t], v) for t, v in evaluate(graph, again).items())
+    finally:
+        backend.close()

@@ -207,9 +207,17 @@ class Session:
         """One decode step of the batch; appends the new k and v rows to `cache`; the float64 logits."""
         step = build_decode_step(self.config, [int(n) for n in cache.lengths], self.gpus, self.kv_block)
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
-        # a column is unchanged while nothing was written into it and the step reads as many of its rows
-        identities = {name: ("kv", self._calls, j, rows, cache.versions[j]) for name, (_, _, j, rows) in step.cache_inputs().items()}
-        result, seconds = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities)
+        # a column is the same input while the step reads as many of its rows; the rows written since the
+        # last run are copied again (refresh) where the column is still in place
+        columns = step.cache_inputs()
+        identities = {name: ("kv", self._calls, j, rows) for name, (_, _, j, rows) in columns.items()}
+        refresh = {}
+        for name, (_, _, j, rows) in columns.items():
+            lo, hi = cache.dirty.get(j, (rows, rows))
+            if lo < rows:
+                refresh[name] = (lo, min(hi, rows))
+        result, seconds = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities, refresh=refresh)
+        cache.settle()
         stats.step_run_seconds.append(seconds)
         stats.step_bytes_placed.append(result.summary.bytes_placed)
         stats.step_seconds.append(self._last_step)
@@ -225,7 +233,7 @@ class Session:
         hidden = llama.embed(self.weights, tokens, self.config)
         return step.feed(self.weights, hidden, cache)
 
-    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None):
+    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
         the result and the run's seconds (the sim's predicted makespan, else the wall time of the loop).
         `self._last_step` is the whole call but the compile (the sim: makespan plus the copies before the run).
@@ -233,17 +241,21 @@ class Session:
         `recur`: the graph runs again and again (a decode step): it is planned with inputs="recur", so
         the inputs that survive a run stay on the GPU for the next. Inputs whose value is the one the
         backend had in its last run are not copied again (`unchanged`): the weights always, a cache
-        block when `identities` (input id -> what identifies its rows) names the same rows of the same call."""
+        block when `identities` (input id -> what identifies its rows) names the same rows of the same call,
+        but for the rows `refresh` names (input id -> rows written since the last run), copied again."""
         memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
         self._runs += 1
         current = self._identities(graph, identities or {})
-        unchanged = [name for name, identity in current.items() if self._placed.get(name) == identity]
+        refresh = refresh or {}
+        same = [name for name, identity in current.items() if self._placed.get(name) == identity]
+        unchanged = [name for name in same if name not in refresh]
+        rows = {name: refresh[name] for name in same if name in refresh}
         self._placed = {}  # until the run succeeds, what the backend holds is unknown
         began = time.perf_counter()
         try:
             # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
             result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
-                             close=False, verify=False, unchanged=unchanged)
+                             close=False, verify=False, unchanged=unchanged, refresh=rows)
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise

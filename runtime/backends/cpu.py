@@ -14,6 +14,7 @@ restarting the workers only when the lanes differ. `close` stops the workers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import queue
 import random
 import threading
@@ -51,14 +52,14 @@ class CpuBackend(Backend):
         self.arenas: list[np.ndarray] = []
         self.storage = np.zeros(0, np.uint8)
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         memgraph = graph.memgraph
         self.graph = graph
         for node in memgraph.nodes:
             if node.dtype == "bfloat16":
                 raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
         if self._allocate(arena_peaks(memgraph), memgraph.storage_bytes):
-            keep = frozenset()  # new buffers hold nothing yet
+            keep = None  # new buffers hold nothing yet
         self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
         self.place_inputs(inputs, keep)
         if self.blas_limit is None:
@@ -88,12 +89,19 @@ class CpuBackend(Backend):
         self.storage = zeros(storage, "the CPU storage")
         return True
 
-    def place_inputs(self, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+    def place_inputs(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         """Put the inputs in place (again, for another run of the same prepared memgraph: a run may reuse
-        an input's location once nobody reads it), but those in `keep`, in place already."""
+        an input's location once nobody reads it), but those in `keep`, in place already (all of them,
+        or all but the rows it names, which are copied)."""
+        keep = keep or {}
         for node in self.graph.memgraph.nodes:
-            if node.op == "input" and node.task not in keep:
+            if node.op != "input":
+                continue
+            if node.task not in keep:
                 fill(self._home(node), inputs[node.task])
+            elif keep[node.task] is not None:
+                start, stop = keep[node.task]
+                fill(self._home(node)[start:stop], inputs[node.task][start:stop])
 
     def _stop_workers(self) -> None:
         for jobs in self.jobs:

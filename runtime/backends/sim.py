@@ -12,6 +12,7 @@ seed, not in submit order, so two policies run with one seed see the same durati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +48,7 @@ class SimBackend(Backend):
         self.clock = 0.0
         self.active: dict[int, Active] = {}
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         self.graph = graph
         self.clock = 0.0
         self.active = {}

@@ -6,8 +6,8 @@ Buffers start zeroed and have room for every new token from the start, so a step
 writing them, never by copying the cache (a 7b batch of 16 at 2k tokens holds 17 GB of caches).
 Rows past a sequence's length are padding the kernels never read.
 
-`versions[j]` counts the writes into column j: a session keeps a column on the GPU between steps while
-its version (and the rows a step reads of it) stay the same (turnip/session.py).
+`dirty[j]` is the rows [lo, hi) written into column j since `settle()`: a session keeps a column on the
+GPU between steps and copies only those rows (turnip/session.py, `execute(..., refresh=)`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class KvCache:
         self.lengths = np.zeros(batch, dtype=np.int64)
         self.buffers = [tuple([np.zeros((block, batch, kv_width), dtype=dtype) for _ in range(columns)] for _ in "kv")
                         for _ in range(layers)]
-        self.versions = [0] * columns
+        self.columns = columns
+        self.dirty: dict[int, tuple[int, int]] = {}
 
     @classmethod
     def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype) -> KvCache:
@@ -59,12 +60,17 @@ class KvCache:
     def append(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width])."""
         where = [divmod(int(n), self.block) for n in self.lengths]
-        if any(j >= len(self.versions) for j, _ in where):
+        if any(j >= self.columns for j, _ in where):
             raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
         for buffers, new in zip(self.buffers, rows, strict=True):
             for columns, values in zip(buffers, new):
                 for b, (j, r) in enumerate(where):
                     columns[j][r, b] = values[b]
-        for j in {j for j, _ in where}:
-            self.versions[j] += 1
+        for j, r in where:
+            lo, hi = self.dirty.get(j, (r, r + 1))
+            self.dirty[j] = (min(lo, r), max(hi, r + 1))
         self.lengths += 1
+
+    def settle(self) -> None:
+        """What was written is now where the next step reads it (a run used it): nothing is dirty."""
+        self.dirty = {}

@@ -29,6 +29,7 @@ vertices that were on the GPU. `close` synchronizes every stream before memory g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import contextlib
 import time
 from collections import deque
@@ -103,7 +104,7 @@ class CudaBackend(Backend):
         return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
     # ----- prepare: set the GPUs up once, then load a memgraph -------------------------------------------
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         if self.closed:
             raise InputError("this cuda backend is closed; make a new one")
         memgraph = graph.memgraph
@@ -136,7 +137,7 @@ class CudaBackend(Backend):
         self.stats["arena_bytes"] = devices.budget
         self.stats["workspace_bytes"] = devices.workspaces[0].nbytes if devices.workspaces else 0
 
-    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock.
         The memgraph loaded last keeps its views (and so its pinned storage, where inputs in `keep` are)."""
         devices = self.devices

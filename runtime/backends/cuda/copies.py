@@ -9,6 +9,8 @@ inputs where the plan wants them; `read` copies the outputs back to the host.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from runtime.backends.cuda.driver import GpuDriver
@@ -56,13 +58,24 @@ class TensorViews:
             return None
         return self.driver.copy(kind, src, dst, streams)
 
-    def place(self, inputs: dict[str, np.ndarray], keep: frozenset[str] = frozenset()) -> None:
+    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         """Put every input at its planned location (an arena) or storage region (pinned host memory),
-        but those in `keep`, in place already (runtime/residency.py)."""
+        but those in `keep`, in place already (runtime/residency.py): all of them, or all but the rows
+        [start, stop) it names, which are copied."""
+        keep = keep or {}
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op != "input" or node.nbytes == 0 or node.task in keep:
+            if node.op != "input" or node.nbytes == 0 or (node.task in keep and keep[node.task] is None):
                 continue
             value = inputs[node.task]
+            if node.task in keep:
+                start, stop = keep[node.task]
+                if node.loc is not None:
+                    rows = np.ascontiguousarray(value[start:stop])
+                    with self.driver.on(node.device):
+                        self.gpu[i][start:stop].copy_to_device(rows.view(self.gpu[i].dtype))
+                else:
+                    fill(self.host[i][start:stop], value[start:stop])
+                continue
             if node.loc is not None:
                 data = value.materialize() if isinstance(value, Tiled) else np.ascontiguousarray(value)
                 with self.driver.on(node.device):

@@ -88,9 +88,9 @@ def test_decode_step_kernels_and_inputs():
     assert not any(node.op in ("rows", "concat", "attention") for node in nodes.values())  # the batch in one link
     assert {"logits", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
     wide = llama.build_decode_step(config, [40, 1030], kv_block=1024)
-    assert wide.columns == [(0, 1024), (1024, 16)]  # the last column: a power of two of rows, 16 at least
-    assert llama.build_decode_step(config, [40, 1040], kv_block=1024).key == wide.key
-    assert llama.build_decode_step(config, [40, 1041], kv_block=1024).columns[-1] == (1024, 32)
+    assert wide.columns == [(0, 1024), (1024, 64)]  # the last column: a power of two of rows, 64 at least
+    assert llama.build_decode_step(config, [40, 1088], kv_block=1024).key == wide.key
+    assert llama.build_decode_step(config, [40, 1089], kv_block=1024).columns[-1] == (1024, 128)
     with pytest.raises(InputError, match="cache length 0 must be an integer >= 0, got -1"):
         llama.build_decode_step(config, [-1])
 
@@ -420,3 +420,28 @@ def test_turnip_llama_reads_ids_of_shape_1_by_t(tmp_path, capsys):
                 "--outputs", tmp_path / f"{name}.npz"]
         assert main([str(a) for a in args]) == 0, capsys.readouterr().err
     assert (np.load(tmp_path / "flat.npz")["hidden_states"] == np.load(tmp_path / "row.npz")["hidden_states"]).all()
+
+
+def test_a_session_decodes_in_place_in_the_callers_token_major_buffers():
+    """`generate(caches=KvCache.wrap(...))`: the steps read and write the caller's [capacity, B, kv_width]
+    buffers (no copy), and the tokens equal those of the same caches given per prompt."""
+    from frontend.workloads.llama.kv_cache import KvCache
+
+    config = llama.load_config("tiny-gqa")
+    rng = np.random.default_rng(2)
+    prompts = [np.array([5, 6, 7, 8]), np.array([9, 3])]
+    lengths = [len(p) - 1 for p in prompts]
+    width = config.num_key_value_heads * config.head_dim
+    per_prompt = [[tuple(rng.standard_normal((n, width)).astype("float32") for _ in "kv") for _ in range(config.num_hidden_layers)] for n in lengths]
+    buffers = [tuple(np.zeros((8, 2, width), "float32") for _ in "kv") for _ in range(config.num_hidden_layers)]
+    for b, seq in enumerate(per_prompt):
+        for layer, pair in enumerate(seq):
+            for buffer, rows in zip(buffers[layer], pair):
+                buffer[: len(rows), b] = rows
+    with Session(config="tiny-gqa", memory=GQA_BUDGET, backend="cpu", seed=3, kv_block=4) as session:
+        wrapped = session.generate(prompts, 3, caches=KvCache.wrap(buffers, lengths, 4))
+        listed = session.generate(prompts, 3, caches=per_prompt)
+        assert (wrapped.tokens == listed.tokens).all()
+        assert np.abs(buffers[0][0][lengths[1] : lengths[1] + 3, 1]).sum() > 0  # the new rows were written in place
+        with pytest.raises(InputError, match="room for 8 tokens, the call needs 9"):
+            session.generate(prompts, 6, caches=KvCache.wrap(buffers, lengths, 4))

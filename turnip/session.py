@@ -151,7 +151,8 @@ class Session:
         [B, N], is fed (and returned) instead of the chosen tokens, and each step's logits are kept in
         `GenerateResult.logits`, to compare two implementations step by step. `caches` skips the prefill:
         per prompt, per layer (k, v), each [P-1, kv_heads * head_dim] (what the prefill of all but the
-        prompt's last token would give; benchmarks pass random ones)."""
+        prompt's last token would give; benchmarks pass random ones), or a `KvCache` (`KvCache.wrap` over
+        the caller's token-major buffers, which the steps then read and write in place: no copy)."""
         self._check_open()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -159,17 +160,15 @@ class Session:
         prompts = _prompts(prompts, self.config)
         forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
-        if caches is None:
-            self._fit_longest_prefill(prompts)
-            caches = [self._prefill_kv(p, stats) for p in prompts]
+        if isinstance(caches, KvCache):  # the caller's buffers, written in place
+            cache = _given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
         else:
-            caches = _given_caches(caches, prompts, self.config)
-        if stats.computed:
-            cache = KvCache.from_prefixes(caches, self.kv_block, int(max_new_tokens), self.config.dtype)
-        else:  # the sim: the lengths and the columns' versions, no rows
-            cache = KvCache(self.config.num_hidden_layers, len(prompts), 0, self.kv_block,
-                            max(len(p) for p in prompts) - 1 + int(max_new_tokens), self.config.dtype)
-            cache.lengths[:] = [len(p) - 1 for p in prompts]
+            if caches is None:
+                self._fit_longest_prefill(prompts)
+                caches = [self._prefill_kv(p, stats) for p in prompts]
+            else:
+                caches = _given_caches(caches, prompts, self.config)
+            cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
         self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
@@ -202,6 +201,14 @@ class Session:
         result, seconds = self._run(("prefill-kv", len(head)), built.graph, inputs, stats)
         stats.prefill_seconds += seconds
         return built.gather_kv(result.outputs) if stats.computed else []
+
+    def _new_cache(self, caches: list, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
+        """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""
+        if computed:
+            return KvCache.from_prefixes(caches, self.kv_block, steps, self.config.dtype)
+        cache = KvCache(self.config.num_hidden_layers, len(prompts), 0, self.kv_block, max(len(p) for p in prompts) - 1 + steps, self.config.dtype)
+        cache.lengths[:] = [len(p) - 1 for p in prompts]
+        return cache
 
     def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
         """One decode step of the batch; appends the new k and v rows to `cache`; the float64 logits."""
@@ -394,6 +401,18 @@ def _given_caches(caches, prompts: list[np.ndarray], config: llama.LlamaConfig) 
             raise InputError(f"prompt {b}: its cache must hold {config.num_hidden_layers} layers of (k, v), each {list(want)}")
         checked.append([(np.asarray(k, config.dtype), np.asarray(v, config.dtype)) for k, v in cache])
     return checked
+
+
+def _given_cache(cache: KvCache, prompts: list[np.ndarray], steps: int, config: llama.LlamaConfig, kv_block: int) -> KvCache:
+    """A given KvCache, checked: one sequence per prompt holding its first P-1 tokens, room for `steps` more."""
+    want = [len(p) - 1 for p in prompts]
+    kv_width = config.num_key_value_heads * config.head_dim
+    if list(cache.lengths) != want or len(cache) != config.num_hidden_layers or cache.block != kv_block or cache.kv_width != kv_width:
+        raise InputError(f"the given cache must hold {want} tokens per sequence in {config.num_hidden_layers} layers of width "
+                         f"{kv_width}, in columns of {kv_block}")
+    if max(want) + steps > cache.columns * kv_block:
+        raise InputError(f"the given cache has room for {cache.columns * kv_block} tokens, the call needs {max(want) + steps}")
+    return cache
 
 
 def _forced(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> np.ndarray:

@@ -6,7 +6,7 @@ below 2^24), the weights by their Hugging Face names (the prefill graph's names,
 both), and per layer l the cache in columns of `kv_block` token rows shared by the batch:
 `kv.{l}.k[j]` / `kv.{l}.v[j]` [rows, B, kv_width] hold positions j * kv_block .. of every sequence
 (token-major, so the growing last column is a contiguous prefix of its host buffer, frontend/workloads/llama/kv_cache.py).
-Every column but the last has kv_block rows; the last has a power-of-two `tail` of rows (16 at least)
+Every column but the last has kv_block rows; the last has a power-of-two `tail` of rows (64 at least)
 that covers the longest sequence, so the graph's shapes change once per bucket, not once per token:
 `DecodeStep.key` is what they depend on. A shorter sequence's rows past its length are padding, never
 read: the kernel limits each row to the keys below lengths[b].
@@ -36,8 +36,9 @@ from turnip_ir.taskgraph import TaskGraph, Tensor
 
 KV_BLOCK = 1024
 """Default cache tokens per column: a long cache is streamed column by column."""
-TAIL_MIN = 16
-"""The fewest rows of the last column (a power of two): the step's shapes change at 16, 32, 64, ... rows."""
+TAIL_MIN = 64
+"""The fewest rows of the last column (a power of two): the step's shapes change at 64, 128, ... rows (a new
+plan 5 times per 1024 tokens; a smaller start would add plans for a few MB less padding per step)."""
 
 
 def tail_rows(rows: int, kv_block: int) -> int:

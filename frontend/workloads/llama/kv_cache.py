@@ -30,6 +30,20 @@ class KvCache:
         self.dirty: dict[int, tuple[int, int]] = {}
 
     @classmethod
+    def wrap(cls, layers: Sequence[tuple[np.ndarray, np.ndarray]], lengths: Sequence[int], block: int) -> KvCache:
+        """A cache over existing token-major buffers, per layer (k, v) [capacity, B, kv_width], capacity a
+        multiple of `block`: its columns are views of them (no copy; pinned buffers stay pinned), and the
+        rows the steps write land in them. Sequence b holds lengths[b] rows."""
+        capacity, batch, kv_width = layers[0][0].shape
+        if capacity % block or any(t.shape != (capacity, batch, kv_width) or not t.flags.c_contiguous for pair in layers for t in pair):
+            raise ValueError(f"cache buffers must be contiguous [capacity, B, kv_width] with capacity a multiple of {block}")
+        cache = cls.__new__(cls)
+        cache.block, cache.kv_width, cache.columns, cache.dirty = block, kv_width, capacity // block, {}
+        cache.lengths = np.asarray(lengths, dtype=np.int64).copy()
+        cache.buffers = [tuple([t[j * block : (j + 1) * block] for j in range(capacity // block)] for t in pair) for pair in layers]
+        return cache
+
+    @classmethod
     def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype) -> KvCache:
         """A cache holding prefixes[b][layer] = (k, v) [P_b, kv_width] with `room` more rows per sequence."""
         layers = len(prefixes[0])

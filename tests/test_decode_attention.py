@@ -114,3 +114,18 @@ def test_bad_shapes_are_one_line_errors(change, message):
     xs = [g.input(shape, "float32" if name == "lengths" else "float16", device=0, id=name) for name, shape in shapes.items()]
     with pytest.raises(ShapeError, match=message):
         g.kernel("decode_attention", *xs, device=0, id="out", heads=H, kv_heads=KV)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [("float16", 5e-3), ("bfloat16", 3e-2)])
+def test_decode_attention_on_the_gpu_at_7b_head_sizes(dtype, tol):
+    """On a real GPU (bench/gpu_bench.sh), 7b's heads (32 of 128) over a column of 1024 keys and ragged
+    lengths, in one launch per (sequence, head), against the formula in float64."""
+    global B, H, KV, D, R
+    saved = B, H, KV, D, R
+    B, H, KV, D, R = 4, 32, 8, 128, 1024
+    try:
+        _check("cuda", dtype, {"start": 1024}, [1500, 2048, 1024, 2100], True, False, tol)
+        _check("cuda", dtype, {"own": True}, [1500, 2048, 1024, 2100], True, True, tol)
+    finally:
+        B, H, KV, D, R = saved

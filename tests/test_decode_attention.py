@@ -68,7 +68,7 @@ def _check(backend: str, dtype: str, attrs: dict, lengths, with_prev: bool, fina
     graph = _graph(dtype, with_prev, final, **attrs)
     inputs = _inputs(graph, lengths, 3)
     want = evaluate(graph, {name: value.astype(np.float64) for name, value in inputs.items()})["out"]
-    memgraph = compile_taskgraph(graph, 1 << 20)
+    memgraph = compile_taskgraph(graph, 1 << 30)
     got = execute(memgraph, backend, inputs=inputs).outputs["out"].astype(np.float64)
     width = H * D
     np.testing.assert_allclose(got[:, :width], want[:, :width], rtol=tol, atol=tol)

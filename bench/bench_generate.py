@@ -311,17 +311,18 @@ def run_turnip(host: Host, device: str, budget: float, prompts: list, forced: np
         began = time.perf_counter()
         alone = session.generate([prompts[0]], 1) if prefill else None
         first_call = time.perf_counter() - began
-        llama_s = llama_prefill(host, device, budget, prompts[0][:-1]) if prefill else float("nan")
         cache = host.turnip_cache([len(p) - 1 for p in prompts])
         began = time.perf_counter()
         result = session.generate(prompts, steps, forced=forced[:, :steps], caches=cache)
         wall = time.perf_counter() - began
         moved = result.bytes_offloaded + result.bytes_reloaded
-        return {"prefill_s": alone.prefill_seconds if alone else float("nan"), "llama_prefill_s": llama_s, "first_call_s": first_call,
-                "step_s": result.step_seconds, "step_run_s": result.step_run_seconds, "step_bytes_placed": result.step_bytes_placed,
-                "decode_wall_s": wall, "compiles": result.compiles, "step_wall_s": wall / steps, "compile_s": result.compile_seconds,
-                "bytes_moved_per_step": moved / steps, "bytes_reloaded_per_step": result.bytes_reloaded / steps,
-                "peak_arena": result.peak_arena, "arena": session.arena, "logits": result.logits, "backends_built": session.backends_built}
+    # after the session is closed: two prepared cuda backends may not share a process's library hooks
+    llama_s = llama_prefill(host, device, budget, prompts[0][:-1]) if prefill else float("nan")
+    return {"prefill_s": alone.prefill_seconds if alone else float("nan"), "llama_prefill_s": llama_s, "first_call_s": first_call,
+            "step_s": result.step_seconds, "step_run_s": result.step_run_seconds, "step_bytes_placed": result.step_bytes_placed,
+            "decode_wall_s": wall, "compiles": result.compiles, "step_wall_s": wall / steps, "compile_s": result.compile_seconds,
+            "bytes_moved_per_step": moved / steps, "bytes_reloaded_per_step": result.bytes_reloaded / steps,
+            "peak_arena": result.peak_arena, "arena": session.arena, "logits": result.logits, "backends_built": session.backends_built}
 
 
 def llama_prefill(host: Host, device: str, budget: float, ids: np.ndarray) -> float:

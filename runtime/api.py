@@ -13,6 +13,7 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 from __future__ import annotations
 
 import time
+from weakref import WeakKeyDictionary
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -90,10 +91,13 @@ def execute(
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
         infer_types(memgraph, known)  # a hand-written memgraph without types: learn them from the inputs
-    check_types(memgraph)
+    if close:
+        check_types(memgraph)
+        graph = build_exec_graph(memgraph, streams, cost)
+    else:  # a prepared backend that runs plan after plan: a plan run again reuses its checks and ExecGraph
+        graph = _exec_graph(memgraph, streams, cost)
     if verify:
         verify_memgraph(memgraph)
-    graph = build_exec_graph(memgraph, streams, cost)
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed, cost=cost) if isinstance(backend, str) else backend
     arrays = make_inputs(input_specs(memgraph), inputs, seed) if machine.needs_data else {}
@@ -120,6 +124,23 @@ def execute(
     summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, kept)
     summary.notes = machine.notes()
     return RunResult(outputs, summary, recorder)
+
+
+_PREPARED: WeakKeyDictionary = WeakKeyDictionary()
+"""memgraph -> {(streams, cost): ExecGraph}: a plan run again on a prepared backend (a session's decode
+step) is checked and turned into its ExecGraph once (the ExecGraph is read-only to the executor and the
+backends; such plans are not edited between runs)."""
+
+
+def _exec_graph(memgraph: MemGraph, streams: int, cost: CostModel | None):
+    """`check_types` and `build_exec_graph`, once per memgraph, streams and cost model."""
+    graphs = _PREPARED.get(memgraph)
+    key = (streams, cost)
+    if graphs is None or key not in graphs:
+        check_types(memgraph)
+        graphs = _PREPARED.setdefault(memgraph, {})
+        graphs[key] = build_exec_graph(memgraph, streams, cost)
+    return graphs[key]
 
 
 def sim_makespan(memgraph: MemGraph, streams: int = 2, order: str = "nondet", cost: CostModel | None = None) -> float:

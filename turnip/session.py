@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from frontend.workloads import llama
-from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
+from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
@@ -115,6 +115,8 @@ class Session:
         self._calls = 0
         self._machine: Backend | None = None
         self._last_step = 0.0
+        self._steps: dict[tuple, DecodeStep] = {}
+        """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
         """What the backend was given in its last run: input id -> the value's identity (`_identities`)."""
 
@@ -129,6 +131,7 @@ class Session:
         self.closed = True
         self._drop_backend()
         self.cache.clear()
+        self._steps.clear()
         self.weights = _Materialized({}, self.config.dtype)
 
     # ----- calls ------------------------------------------------------------------------------------
@@ -212,7 +215,7 @@ class Session:
 
     def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
         """One decode step of the batch; appends the new k and v rows to `cache`; the float64 logits."""
-        step = build_decode_step(self.config, [int(n) for n in cache.lengths], self.gpus, self.kv_block)
+        step = self._step([int(n) for n in cache.lengths])
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
         # a column is the same input while the step reads as many of its rows; the rows written since the
         # last run are copied again (refresh) where the column is still in place
@@ -235,6 +238,17 @@ class Session:
             return None
         cache.append(step.new_kv(result.outputs))
         return step.logits(result.outputs)
+
+    def _step(self, lengths: list[int]) -> DecodeStep:
+        """The decode step for these cache lengths: the step built for their columns before, re-aimed at the
+        lengths (its graph depends only on the columns), or a new one."""
+        key = (len(lengths), self.kv_block, tuple(cache_columns(lengths, self.kv_block, self.config.sliding_window)))
+        built = self._steps.get(key)
+        if built is None:
+            built = self._steps[key] = build_decode_step(self.config, lengths, self.gpus, self.kv_block)
+            if len(self._steps) > CACHE_ENTRIES:
+                self._steps.pop(next(iter(self._steps)))
+        return replace(built, cache_lengths=tuple(lengths))
 
     def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, cache: KvCache) -> dict[str, np.ndarray]:
         hidden = llama.embed(self.weights, tokens, self.config)

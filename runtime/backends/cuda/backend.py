@@ -142,7 +142,8 @@ class CudaBackend(Backend):
         The memgraph loaded last keeps its views (and so its pinned storage, where inputs in `keep` are)."""
         devices = self.devices
         self.graph = graph
-        if self.views is not None and self.views.graph.memgraph is graph.memgraph:
+        same = self.views is not None and self.views.graph.memgraph is graph.memgraph
+        if same:
             self.views.graph = graph  # the same plan again: its views and storage stay
         else:
             reuse = self.views.storage.all_chunks() if self.views is not None else ()
@@ -150,10 +151,13 @@ class CudaBackend(Backend):
             self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
         self.views.place(inputs, keep)
-        self.work = [self._build(graph, v) for v in range(len(graph))]
-        if attention.uses_torch(self.attention):
-            attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
-            self.stats["torch_segments"] = attention.warm_up(self.work, graph)
+        if not (same and self.work is not None and len(self.work) == len(graph)):
+            # a new plan: every vertex's work (GEMM plans, launches), torch's attention warmed up; the
+            # same plan again keeps them (they hold its views)
+            self.work = [self._build(graph, v) for v in range(len(graph))]
+            if attention.uses_torch(self.attention):
+                attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
+                self.stats["torch_segments"] = attention.warm_up(self.work, graph)
         devices.synchronize()
         self.stats["library_bytes"] = devices.library_bytes()
         first_stream = [next(devices.streams[i] for i, d in enumerate(devices.lane_device) if d == device) for device in range(devices.devices)]

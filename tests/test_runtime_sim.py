@@ -9,6 +9,7 @@ import pytest
 from runtime import execute
 from runtime.backends.sim import SimBackend
 from runtime.cost import CostModel
+from runtime.summary import LinkIdle, link_idle
 from turnip_ir.memgraph import MemGraph, MemNode
 
 MB = 55_300_000  # bytes that take exactly 1 ms over a 55.3 GB/s host link
@@ -43,6 +44,20 @@ def test_reload_then_kernel():
     assert result.summary.makespan == pytest.approx(1e-3 + _relu_time(MB // 4), rel=1e-9)
     assert result.summary.h2d_bandwidth == pytest.approx(55.3e9, rel=1e-9)
     assert result.summary.transfer_stall == [pytest.approx(1e-3, rel=1e-9)]
+
+
+def test_the_summary_says_when_the_host_link_idled():
+    # r1 (1 ms) feeds k, and r2 waits for k (a memory edge): the link idles while k runs
+    rows = [("s1", "input", None, [], MB // 4, None), ("s2", "input", None, [], MB // 4, None),
+            ("r1", "reload", 0, [0], MB // 4, None), ("k", "kernel", 0, [2], MB // 4, "relu"), ("r2", "reload", 0, [1], MB // 4, None)]
+    graph = _memgraph(rows)
+    graph.nodes[4].mem_deps = (3,)
+    idle = execute(graph, backend="sim").summary
+    kernel = _relu_time(MB // 4)
+    assert idle.h2d_idle[0].before == 0.0 and idle.h2d_idle[0].gap_count == 1
+    assert idle.h2d_idle[0].gaps == pytest.approx(kernel, rel=1e-9) and idle.h2d_idle[0].after == 0.0
+    assert idle.lines()[-1].startswith("H2D idle: gpu0 0.000 ms before the first reload, ")
+    assert link_idle([(1.0, 2.0), (3.0, 4.0), (3.5, 5.0)], 0.0, 7.0) == LinkIdle(1.0, 1.0, 1, 2.0)
 
 
 def test_offload_and_reload_share_the_host_link():

@@ -10,6 +10,7 @@ from runtime import execute
 from runtime.backends.sim import SimBackend
 from runtime.cost import CostModel
 from runtime.summary import LinkIdle, link_idle
+from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph, MemNode
 
 MB = 55_300_000  # bytes that take exactly 1 ms over a 55.3 GB/s host link
@@ -58,6 +59,17 @@ def test_the_summary_says_when_the_host_link_idled():
     assert idle.h2d_idle[0].gaps == pytest.approx(kernel, rel=1e-9) and idle.h2d_idle[0].after == 0.0
     assert idle.lines()[-1].startswith("H2D idle: gpu0 0.000 ms before the first reload, ")
     assert link_idle([(1.0, 2.0), (3.0, 4.0), (3.5, 5.0)], 0.0, 7.0) == LinkIdle(1.0, 1.0, 1, 2.0)
+
+
+def test_an_interference_burst_slows_the_copies_in_flight_and_only_those():
+    rows = [("s", "input", None, [], MB // 2, None), ("r", "reload", 0, [0], MB // 2, None), ("k", "kernel", 0, [1], MB // 2, "relu")]
+    # 2 ms of reload: 0.5 ms at full rate, the burst's 1 ms at half (0.5 ms of work), then the last 1 ms alone
+    slowed = execute(_memgraph(rows), backend=SimBackend(interference=[(0.5e-3, 1.5e-3)], share=0.5)).summary
+    assert slowed.makespan == pytest.approx(2.5e-3 + _relu_time(MB // 2), rel=1e-9)
+    late = execute(_memgraph(rows), backend=SimBackend(interference=[(2.0e-3, 9.0)], share=0.5)).summary
+    assert late.makespan == pytest.approx(2e-3 + _relu_time(MB // 2), rel=1e-9)  # kernels do not share the host link
+    with pytest.raises(InputError, match="not overlapping"):
+        SimBackend(interference=[(0.0, 2.0), (1.0, 3.0)])
 
 
 def test_offload_and_reload_share_the_host_link():

@@ -50,14 +50,18 @@ class NondetPolicy(Policy):
     def __init__(self, graph: ExecGraph):
         super().__init__(graph)
         self.heaps: list[list[tuple[float, int]]] = [[] for _ in graph.lanes_of]
-        copies = {lane.resource for lane in graph.lanes if lane.kind != "compute"}
-        self.key = [-p for p in graph.priority]
-        for vertex, resource in enumerate(graph.resource):
-            if resource in copies:
-                self.key[vertex] = min(graph.dependents[vertex], default=len(graph))
+        self.copies = [False] * len(graph.lanes_of)
+        for lane in graph.lanes:
+            self.copies[lane.resource] = lane.kind != "compute"
 
     def ready(self, vertex: int) -> None:
-        heapq.heappush(self.heaps[self.graph.resource[vertex]], (self.key[vertex], vertex))
+        graph = self.graph
+        resource = graph.resource[vertex]
+        if self.copies[resource]:  # computed here, not for every vertex up front: a run's set-up stays O(resources)
+            key = min(graph.dependents[vertex], default=len(graph))
+        else:
+            key = -graph.priority[vertex]
+        heapq.heappush(self.heaps[resource], (key, vertex))
 
     def pick(self, resource: int) -> int | None:
         heap = self.heaps[resource]

@@ -68,6 +68,9 @@ def test_an_interference_burst_slows_the_copies_in_flight_and_only_those():
     assert slowed.makespan == pytest.approx(2.5e-3 + _relu_time(MB // 2), rel=1e-9)
     late = execute(_memgraph(rows), backend=SimBackend(interference=[(2.0e-3, 9.0)], share=0.5)).summary
     assert late.makespan == pytest.approx(2e-3 + _relu_time(MB // 2), rel=1e-9)  # kernels do not share the host link
+    out = [("x", "input", 0, [], MB // 4, None), ("o", "offload", 0, [0], MB // 4, None)]
+    offload = execute(_memgraph(out), backend=SimBackend(interference=[(0.0, 9.0)], share=0.5)).summary
+    assert offload.makespan == pytest.approx(1e-3, rel=1e-9)  # nor do offloads: the other direction
     with pytest.raises(InputError, match="not overlapping"):
         SimBackend(interference=[(0.0, 2.0), (1.0, 3.0)])
 

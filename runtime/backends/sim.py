@@ -9,9 +9,9 @@ figures). `wait` advances the clock to the next completion. `jitter` J scales ea
 a factor drawn uniformly from [1 - J, 1 + J]. The factors are drawn per vertex in `prepare` from the
 seed, not in submit order, so two policies run with one seed see the same durations.
 
-`interference` models another process copying over the same host links: a list of (start, end) bursts
-in seconds of the run's clock during which every GPU's reloads and offloads drain at `share` of their
-rate (the other process has the rest). The clock stops at each burst's edges, so rates change there as
+`interference` models another process copying host memory to the GPUs: a list of (start, end) bursts
+in seconds of the run's clock during which every GPU's reloads drain at `share` of their rate (the
+other process has the rest; offloads go the other way of the full-duplex link and keep theirs). The clock stops at each burst's edges, so rates change there as
 they do when a transfer starts or ends. Unlike jitter, which averages out over many vertices, a burst
 slows every copy in flight at once: what a fixed order cannot step around.
 """
@@ -94,7 +94,7 @@ class SimBackend(Backend):
             rate = self.cost.duplex_bw / 2
         else:
             rate = self.cost.h2d_bw if kind == "h2d" else self.cost.d2h_bw
-        return rate * self.share if bisect_right(self.edges, self.clock) % 2 else rate
+        return rate * self.share if kind == "h2d" and bisect_right(self.edges, self.clock) % 2 else rate
 
     def wait(self) -> list[Completion]:
         assert self.active, "sim wait with nothing in flight"

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
 
     h2d = CostModel().h2d_bw
     rows = []
-    print("| point | inputs | order | sim ms | x floor | H2D idle before ms | gaps ms (count) | after ms | reloaded GiB |")
+    print("| point | inputs | order | sim ms | x PCIe floor | H2D idle before ms | gaps ms (count) | after ms | reloaded GiB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for point in args.points:
         workload, tokens, gib = point.split("-")

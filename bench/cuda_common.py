@@ -49,30 +49,39 @@ def cuda_time(fn, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
-def loops(memgraph: MemGraph, backend, orders=("nondet",), repeats: int = 3, inputs=None, streams: int = 2) -> dict:
+def loops(memgraph: MemGraph, backend, orders=("nondet",), repeats: int = 3, inputs=None, streams: int = 2, alternate: bool = False,
+          on_prepared=None) -> dict:
     """Prepare once, run the loop `repeats` times per order (inputs are read-only, so reruns are valid).
 
-    Returns per order the median loop wall time, device makespan and the last run's summary."""
+    With `alternate`, the orders take turns run by run (a warm-up of each, then nondet, fixed, nondet, ...),
+    so a disturbance that changes over time (another process's copies) falls on every order alike;
+    `on_prepared()` is called once the backend is prepared, before the first run (to start one).
+    Returns per order the median loop wall time, device makespan, every makespan and the last run's summary."""
     graph = build_exec_graph(memgraph, streams)
     specs = input_specs(memgraph)
     arrays = inputs or {task: cheap_input(shape, dtype) for task, (shape, dtype) in specs.items()}
     backend.prepare(graph, arrays)
+    runs = [(order, repeat) for repeat in range(repeats + 1) for order in orders] if alternate else \
+        [(order, repeat) for order in orders for repeat in range(repeats + 1)]
+    walls, spans, last = {o: [] for o in orders}, {o: [] for o in orders}, {}
     out = {}
     try:
+        if on_prepared is not None:
+            on_prepared()
+        for k, (order, repeat) in enumerate(runs):
+            if k:
+                backend.place_inputs(arrays)  # the last run may have reused inputs' memory
+            recorder = Recorder()
+            began = time.perf_counter()
+            Executor(graph, backend, make_policy(order, graph, repeat), [recorder]).run()
+            wall = time.perf_counter() - began
+            last[order] = (summarize(graph, recorder.completions, "cuda", order, wall), recorder)
+            if repeat:  # the first run is the warm-up
+                walls[order].append(wall)
+                spans[order].append(last[order][0].makespan)
         for order in orders:
-            walls, spans, summary = [], [], None
-            for repeat in range(repeats + 1):
-                if repeat or order != orders[0]:
-                    backend.place_inputs(arrays)  # the last run may have reused inputs' memory
-                recorder = Recorder()
-                began = time.perf_counter()
-                Executor(graph, backend, make_policy(order, graph, repeat), [recorder]).run()
-                wall = time.perf_counter() - began
-                summary = summarize(graph, recorder.completions, "cuda", order, wall)
-                if repeat:  # the first run is the warm-up
-                    walls.append(wall)
-                    spans.append(summary.makespan)
-            out[order] = {"wall": statistics.median(walls), "makespan": statistics.median(spans), "summary": summary, "recorder": recorder}
+            out[order] = {"wall": statistics.median(walls[order]), "makespan": statistics.median(spans[order]), "makespans": spans[order],
+                          "summary": last[order][0], "recorder": last[order][1]}
         out["outputs"] = backend.read_outputs()
     finally:
         backend.close()

@@ -27,7 +27,9 @@
 # bench/bench_generate.py, 7b B=16 P=2048 N=32, turnip at 4, 16 and 40 GiB against the torch streaming
 # and resident decoders and the PCIe floor), generate64 (B=64 P=512), generateragged (16 ragged prompts
 # of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload
-# at 4 GiB beside the torch decoders and turnip, B=16 P=2048).
+# at 4 GiB beside the torch decoders and turnip, B=16 P=2048),
+# interference (issue 26: llama 7b at 8k / 2 GiB and 32k / 1 GiB, nondet and fixed taking turns, 5 runs
+# each, while a second process copies pinned memory to the same GPU in seeded bursts; its rate is reported).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -102,6 +104,8 @@ for s in "$@"; do
              --json "$OUT/generatehf.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
+    interference) stage interference 400 python3 bench/bench_interference.py --points 8192@2GiB 32768@1GiB --repeats 5 \
+             --json "$OUT/interference.json" ;;
     bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py
              stage bf16bench 105 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --dtype bfloat16 float16 \
              --systems turnip-nondet floor --json "$OUT/bf16.json" ;;

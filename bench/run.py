@@ -146,12 +146,18 @@ def _flops(node, graph) -> int:
 
 
 # ----- turnip ------------------------------------------------------------------------------------------
+def compile_turnip(graph, budget: int):
+    """Turnip's plan of `graph` at `budget` bytes per GPU as every turnip system here runs it: the cuda
+    backend's arena, weights starting in host memory, the --schedule choice; (memgraph, schedule, scores)."""
+    arena = arena_budget(graph, budget, "cuda", attention=ATTENTION)
+    return compile_choosing_schedule(graph, arena, SCHEDULE, inputs="host")
+
+
 def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     budget = int(budget_gib * GIB)
     try:
         began = time.perf_counter()
-        arena = arena_budget(work.graph, budget, "cuda", attention=ATTENTION)
-        memgraph, schedule, scores = compile_choosing_schedule(work.graph, arena, SCHEDULE, inputs="host")
+        memgraph, schedule, scores = compile_turnip(work.graph, budget)
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):

@@ -35,8 +35,9 @@ least RUNNING (device backends); a lane holds at most its depth; completions of 
 submission order and are for RUNNING vertices; if vertices remain, something is RUNNING (else the
 policy or the graph deadlocked).
 
-Selection policy (runtime/policies.py): `nondet` picks the ready vertex with the longest critical path;
-`random` a seeded random one; `fixed` only the earliest unstarted vertex of the resource in memgraph
+Selection policy (runtime/policies.py): `nondet` picks the ready kernel with the longest critical path,
+and on a copy engine the ready copy that the earliest vertex of the memgraph waits for; `random` a
+seeded random one; `fixed` only the earliest unstarted vertex of the resource in memgraph
 order. A vertex that raises stops the loop: nothing new is dispatched and a `KernelError` naming the
 vertex propagates; the caller closes the backend, which waits for or joins its workers.
 

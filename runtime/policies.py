@@ -1,8 +1,11 @@
 """Selection policies: which ready vertex a free lane of a resource class runs next.
 
 A policy sees two events, `ready(vertex)` (all its dependencies are done) and `pick(resource)` (a lane
-of that resource class is free), and nothing else. `nondet` takes the ready vertex with the longest
-critical path (ties: earliest in the memgraph); `random` takes a seeded uniformly random ready vertex;
+of that resource class is free), and nothing else. `nondet` takes, on a compute stream, the ready kernel
+with the longest critical path (ties: earliest in the memgraph), and on a copy engine (reloads, offloads,
+moves) the ready copy that the earliest vertex of the memgraph waits for: the memgraph is the order the
+compiler simulated, so the copy the next kernels need goes first, and a free engine never idles while a
+copy is ready; `random` takes a seeded uniformly random ready vertex;
 `fixed` replays the memgraph order per resource: only the earliest not-yet-started vertex of a resource
 class may start, so a late input stalls everything queued behind it, the deterministic baseline.
 The policy is the run-time order (`--order`); the order the compiler simulated is its schedule.
@@ -34,14 +37,31 @@ class Policy:
 
 
 class NondetPolicy(Policy):
-    """Whatever is ready, highest critical path first: a heap per resource class."""
+    """Whatever is ready, a heap per resource class: kernels by critical path, copies by the earliest
+    vertex that waits for them.
+
+    On a copy engine the critical path misleads: a reload of the next layer's weight and one of a late
+    layer's are both a long way from the end of the graph, and a wrong pick delays every kernel behind
+    the copy that was not made (issue 26: an FFN's input blocks queued behind 7 weight reloads held its
+    first kernel back 70 ms). The position of a copy's first dependent in the memgraph says when the
+    plan needs it.
+    """
 
     def __init__(self, graph: ExecGraph):
         super().__init__(graph)
         self.heaps: list[list[tuple[float, int]]] = [[] for _ in graph.lanes_of]
+        self.copies = [False] * len(graph.lanes_of)
+        for lane in graph.lanes:
+            self.copies[lane.resource] = lane.kind != "compute"
 
     def ready(self, vertex: int) -> None:
-        heapq.heappush(self.heaps[self.graph.resource[vertex]], (-self.graph.priority[vertex], vertex))
+        graph = self.graph
+        resource = graph.resource[vertex]
+        if self.copies[resource]:  # computed here, not for every vertex up front: a run's set-up stays O(resources)
+            key = min(graph.dependents[vertex], default=len(graph))
+        else:
+            key = -graph.priority[vertex]
+        heapq.heappush(self.heaps[resource], (key, vertex))
 
     def pick(self, resource: int) -> int | None:
         heap = self.heaps[resource]

@@ -12,6 +12,21 @@ from runtime.graph import ExecGraph
 from turnip_ir.units import format_size
 
 
+@dataclass(frozen=True)
+class LinkIdle:
+    """Idle time of one GPU's H2D engine: from the run's start to its first reload, in the gaps between
+    its first and last reload, and from its last reload to the run's end; seconds."""
+
+    before: float
+    gaps: float
+    gap_count: int
+    after: float
+
+    def text(self) -> str:
+        return (f"{self.before * 1e3:.3f} ms before the first reload, {self.gaps * 1e3:.3f} ms in {self.gap_count} gaps, "
+                f"{self.after * 1e3:.3f} ms after the last")
+
+
 @dataclass
 class RunSummary:
     """What `turnip run` prints. Times are on the backend clock (virtual for sim), in seconds."""
@@ -46,6 +61,8 @@ class RunSummary:
     """Bytes of inputs copied into host storage before the run (not those kept from the run before)."""
     arena_high_water: list[int] = field(default_factory=list)
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
+    h2d_idle: list[LinkIdle | None] = field(default_factory=list)
+    """Per GPU: when its H2D engine (the host link's reloads) sat idle; empty on a GPU without reloads."""
     notes: list[str] = field(default_factory=list)
     """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
 
@@ -69,6 +86,7 @@ class RunSummary:
             f"moved {format_size(self.bytes_moved)} at {self.peer_bandwidth / gb:.1f} GB/s",
             f"stall waiting on transfers: {stall}",
             f"peak arena use: {arena}",
+            *(f"H2D idle: gpu{d} {idle.text()}" for d, idle in enumerate(self.h2d_idle) if idle is not None),
             *self.notes,
             *self._recompute_lines(),
         ]
@@ -120,7 +138,27 @@ def summarize(graph: ExecGraph, completions: list[Completion], backend: str, ord
     summary.d2h_bandwidth = _rate(volume["d2h"], per_kind["d2h"])
     summary.peer_bandwidth = _rate(volume["peer"], per_kind["peer"])
     summary.arena_high_water = _high_water(graph)
+    begin, end = min(starts, default=0.0), max((c.end for c in completions), default=0.0)
+    reloads = [[] for _ in range(graph.memgraph.devices)]
+    for done in completions:
+        lane = graph.lanes[done.lane]
+        if lane.kind == "h2d":
+            reloads[lane.device].append((done.start, done.end))
+    summary.h2d_idle = [link_idle(spans, begin, end) if spans else None for spans in reloads]
     return summary
+
+
+def link_idle(spans: list[tuple[float, float]], begin: float, end: float) -> LinkIdle:
+    """How long an engine busy in `spans` idled in a run from `begin` to `end`: before its first span,
+    in the gaps between spans, after its last."""
+    spans = sorted(spans)
+    gaps, count, reach = 0.0, 0, spans[0][1]
+    for lo, hi in spans[1:]:
+        if lo > reach:
+            gaps += lo - reach
+            count += 1
+        reach = max(reach, hi)
+    return LinkIdle(spans[0][0] - begin, gaps, count, end - reach)
 
 
 def _rate(count: int, spans: list[tuple[float, float]]) -> float:

@@ -127,6 +127,38 @@ def test_fixed_waits_for_the_head_of_its_resource_and_nondet_does_not():
     assert (nondet.started("kb"), nondet.started("ka"), nondet.clock) == (0.0, 5.0, 6.0)
 
 
+# Two reloads ready at once: "ra" for the kernel the plan runs first, "rb" for one that heads a long
+# chain (the longer critical path). Issue 26: the critical path sent the chain's reload first and held
+# the plan's first kernel back behind it.
+FIRST_NEEDED = [
+    ("sa", "input", None, [], []),
+    ("sb", "input", None, [], []),
+    ("ra", "reload", 0, [0], []),
+    ("rb", "reload", 0, [1], []),
+    ("ka", "kernel", 0, [2], []),
+    ("kb", "kernel", 0, [3], []),
+    ("kc", "kernel", 0, [5], []),
+    ("kd", "kernel", 0, [6], []),
+]
+
+
+def test_nondet_sends_first_the_copy_the_earliest_kernel_needs():
+    graph = build_exec_graph(_graph(FIRST_NEEDED), streams=2)
+    assert graph.priority[3] > graph.priority[2]  # the chain's reload has the longer critical path
+    nondet = _run(_graph(FIRST_NEEDED), order="nondet", streams=2)
+    assert (nondet.started("ra"), nondet.started("rb"), nondet.started("ka"), nondet.started("kb")) == (0.0, 1.0, 1.0, 2.0)
+    assert nondet.clock == 5.0
+
+
+def test_nondet_keeps_a_free_copy_engine_busy_with_whatever_copy_is_ready():
+    spec = [FIRST_NEEDED[1], FIRST_NEEDED[0], ("ka", "kernel", 0, [], []), ("ra", "reload", 0, [1], [2]), ("rb", "reload", 0, [0], []),
+            ("kb", "kernel", 0, [3, 4], [])]
+    nondet = _run(_graph(spec), order="nondet", streams=1, durations={"ka": 3.0})
+    fixed = _run(_graph(spec), order="fixed", streams=1, durations={"ka": 3.0})
+    assert nondet.started("rb") == 0.0 and nondet.started("ra") == 3.0  # "ra" waits for "ka" (a memory edge); "rb" does not wait for "ra"
+    assert fixed.started("rb") == 4.0
+
+
 def test_random_order_depends_on_its_seed():
     spec = [("x", "input", 0, [], [])] + [(f"k{i}", "kernel", 0, [0], []) for i in range(8)]
     orders = {tuple(t for kind, t, _ in _run(_graph(spec), order="random", seed=s).log if kind == "submit") for s in range(6)}

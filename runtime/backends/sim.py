@@ -8,10 +8,17 @@ speed, so streams buy overlap with transfers, not extra FLOPs); for a GPU's host
 figures). `wait` advances the clock to the next completion. `jitter` J scales each vertex's work by
 a factor drawn uniformly from [1 - J, 1 + J]. The factors are drawn per vertex in `prepare` from the
 seed, not in submit order, so two policies run with one seed see the same durations.
+
+`interference` models another process copying host memory to the GPUs: a list of (start, end) bursts
+in seconds of the run's clock during which every GPU's reloads drain at `share` of their rate (the
+other process has the rest; offloads go the other way of the full-duplex link and keep theirs). The clock stops at each burst's edges, so rates change there as
+they do when a transfer starts or ends. Unlike jitter, which averages out over many vertices, a burst
+slows every copy in flight at once: what a fixed order cannot step around.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -39,12 +46,21 @@ class SimBackend(Backend):
     name = "sim"
     needs_data = False
 
-    def __init__(self, cost: CostModel | None = None, jitter: float = 0.0, seed: int = 0):
+    def __init__(self, cost: CostModel | None = None, jitter: float = 0.0, seed: int = 0,
+                 interference: list[tuple[float, float]] = (), share: float = 0.5):
         if not 0.0 <= jitter < 1.0:
             raise InputError(f"sim jitter is a relative spread in [0, 1), got {jitter}")
+        if not 0.0 < share <= 1.0:
+            raise InputError(f"sim interference share is the run's part of the host link in (0, 1], got {share}")
+        edges = [t for burst in sorted(interference) for t in burst]
+        if any(b < a for a, b in zip(edges, edges[1:])) or any(t < 0 for t in edges):
+            raise InputError("sim interference bursts are (start, end) pairs in seconds, start <= end, not overlapping")
         self.cost = cost or CostModel()
         self.jitter = jitter
         self.seed = seed
+        self.edges = edges
+        """Burst starts and ends in time order: the clock is inside a burst when an odd number lie at or before it."""
+        self.share = share
         self.clock = 0.0
         self.active: dict[int, Active] = {}
 
@@ -76,14 +92,23 @@ class SimBackend(Backend):
             return 1.0
         other = "d2h" if kind == "h2d" else "h2d"
         if any(a.lane.device == job.lane.device and a.lane.kind == other for a in self.active.values()):
-            return self.cost.duplex_bw / 2
-        return self.cost.h2d_bw if kind == "h2d" else self.cost.d2h_bw
+            rate = self.cost.duplex_bw / 2
+        else:
+            rate = self.cost.h2d_bw if kind == "h2d" else self.cost.d2h_bw
+        return rate * self.share if kind == "h2d" and bisect_right(self.edges, self.clock) % 2 else rate
 
     def wait(self) -> list[Completion]:
         assert self.active, "sim wait with nothing in flight"
-        rates = {index: self._rate(job) for index, job in self.active.items()}
-        first = min(self.active, key=lambda index: self.active[index].left / rates[index])
-        step = self.active[first].left / rates[first]
+        while True:
+            rates = {index: self._rate(job) for index, job in self.active.items()}
+            first = min(self.active, key=lambda index: self.active[index].left / rates[index])
+            step = self.active[first].left / rates[first]
+            edge = bisect_right(self.edges, self.clock)
+            if edge == len(self.edges) or self.clock + step <= self.edges[edge]:
+                break
+            for index, job in self.active.items():  # a burst starts or ends before anything completes
+                job.left -= (self.edges[edge] - self.clock) * rates[index]
+            self.clock = self.edges[edge]
         self.clock += step
         finished = []
         for index, job in list(self.active.items()):

@@ -1,0 +1,226 @@
+"""Nondet against fixed while another process copies over the same host link (issue 26).
+
+    python3 bench/bench_interference.py --json out/interference.json                 # on a GPU machine
+    python3 bench/bench_interference.py --backend sim --json /tmp/interference.json  # the same on the sim
+
+A second process (this script with `--interferer`) copies pinned host memory to the same GPU in bursts
+of random length and spacing, drawn from `--seed` (`bursts`): during a burst it queues `--chunk-mib`
+copies back to back on its own stream, between bursts it sleeps. It measures its own bytes and busy
+time and reports them when it stops. Meanwhile each point (`--points`, TOKENS@BUDGET) is compiled as
+bench/run.py compiles the turnip systems (`run.compile_turnip`: the cuda arena, weights in host memory)
+and run by the cuda backend through `cuda_common.loops`, nondet and fixed taking turns run by run
+(a warm-up of each, then `--repeats` of each), so the bursts fall on both orders alike. Inputs are
+cheap tiled arrays (timing does not depend on their values).
+
+`--backend sim` needs no GPU: the same bursts (one schedule per repeat, from the seed) become the sim
+backend's `interference` windows, in which this run's copies get `--share` of the link and the other
+process the rest; both orders of a repeat see the same bursts. It is the script's logic checked on a
+CPU (tests/test_bench_interference.py) and the sim's prediction beside the measurement.
+
+Prints one row per point: the interferer's achieved rate (bytes over the run's span, and while it was
+copying), the median makespan of each order and nondet's speed-up over fixed. `--json` keeps every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from turnip_cli.planning import parse_size  # noqa: E402
+from turnip_ir.errors import BudgetError, InputError  # noqa: E402
+from turnip_ir.files import atomic_write  # noqa: E402
+
+ORDERS = ("nondet", "fixed")
+MIB = 1 << 20
+
+
+def bursts(seed: int, burst_ms: tuple[float, float], gap_ms: tuple[float, float]):
+    """An endless seeded schedule of (start, end) seconds: each gap and each burst uniform in its range (ms)."""
+    rng = random.Random(seed)
+    clock = 0.0
+    while True:
+        clock += rng.uniform(*gap_ms) / 1e3
+        length = rng.uniform(*burst_ms) / 1e3
+        yield clock, clock + length
+        clock += length
+
+
+def bursts_until(seed: int, burst_ms, gap_ms, horizon: float) -> list[tuple[float, float]]:
+    out = []
+    for start, end in bursts(seed, burst_ms, gap_ms):
+        if start >= horizon:
+            return out
+        out.append((start, end))
+
+
+def point_of(text: str) -> tuple[int, int]:
+    """'8192@2GiB' -> (8192, 2 GiB in bytes)."""
+    tokens, _, budget = text.partition("@")
+    if not tokens.isdigit() or not budget:
+        raise InputError(f"point '{text}': expected TOKENS@BUDGET, e.g. 8192@2GiB")
+    return int(tokens), parse_size(budget)
+
+
+def graph_of(preset: str, tokens: int):
+    from frontend.workloads import llama
+
+    return llama.build_llama(llama.load_config(preset), tokens).graph
+
+
+# ----- the sim -------------------------------------------------------------------------------------------
+def sim_point(memgraph, args) -> dict:
+    from runtime import execute
+    from runtime.backends.sim import SimBackend
+    from turnip_ir.cost import CostModel
+
+    spans = {order: [] for order in ORDERS}
+    rates = []
+    link = CostModel().h2d_bw
+    quiet = max(execute(memgraph, backend="sim", order=order, verify=False).summary.makespan for order in ORDERS)
+    horizon = 2 * quiet / args.share  # bursts slow the copies at most to `share` of their rate
+    for repeat in range(args.repeats):
+        windows = bursts_until(args.seed * 1000 + repeat, args.burst_ms, args.gap_ms, horizon)
+        for order in ORDERS:
+            backend = SimBackend(interference=windows, share=args.share)
+            spans[order].append(execute(memgraph, backend=backend, order=order, verify=False).summary.makespan)
+        span = max(spans[order][-1] for order in ORDERS)
+        busy = sum(max(0.0, min(end, span) - start) for start, end in windows if start < span)
+        rates.append({"bytes": busy * link * (1 - args.share), "seconds": span, "busy_seconds": busy})
+    return {"makespans": spans, "interferer": rates}
+
+
+# ----- the GPU -------------------------------------------------------------------------------------------
+def gpu_point(memgraph, args) -> dict:
+    from cuda_common import loops
+    from runtime.backends.cuda import CudaBackend
+
+    stats = Path(args.scratch) / f"interferer-{time.time_ns()}.json"
+    stop = stats.with_suffix(".stop")
+    command = [sys.executable, __file__, "--interferer", "--seed", str(args.seed), "--stats", str(stats), "--stop", str(stop),
+               "--chunk-mib", str(args.chunk_mib), "--burst-ms", *map(str, args.burst_ms), "--gap-ms", *map(str, args.gap_ms)]
+    children = []
+
+    def start_interferer():  # once the plan is loaded: the interferer's figures cover the runs only
+        children.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        line = children[0].stdout.readline()
+        if line.strip() != "ready":
+            raise InputError(f"the interfering process did not start (it said {line.strip()!r}, exit {children[0].poll()})")
+
+    try:
+        runs = loops(memgraph, CudaBackend(), orders=ORDERS, repeats=args.repeats, alternate=True, on_prepared=start_interferer)
+    finally:
+        stop.touch()
+        for child in children:
+            child.wait(timeout=60)
+        stop.unlink()
+    if not stats.exists():
+        raise InputError(f"the interfering process left no figures (exit {children[0].returncode})")
+    own = json.loads(stats.read_text())
+    stats.unlink()
+    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "interferer": [own]}
+
+
+def interfere(args) -> int:
+    """The second process: pinned H2D copies on GPU 0 in seeded bursts until the stop file appears."""
+    import torch
+
+    chunk = args.chunk_mib * MIB
+    host = torch.empty(chunk, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(chunk, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        device.copy_(host, non_blocking=True)
+    stream.synchronize()
+    print("ready", flush=True)
+    stop = Path(args.stop)
+    copied, busy = 0, 0.0
+    origin = time.perf_counter()
+    for start, end in bursts(args.seed, tuple(args.burst_ms), tuple(args.gap_ms)):
+        while time.perf_counter() - origin < start and not stop.exists():
+            time.sleep(min(1e-3, max(0.0, start - (time.perf_counter() - origin))))
+        if stop.exists():
+            break
+        began = time.perf_counter()
+        while time.perf_counter() - origin < end:
+            with torch.cuda.stream(stream):
+                device.copy_(host, non_blocking=True)
+            stream.synchronize()
+            copied += chunk
+        busy += time.perf_counter() - began
+    atomic_write(args.stats, json.dumps({"bytes": copied, "busy_seconds": busy, "seconds": time.perf_counter() - origin}))
+    return 0
+
+
+# ----- the table -----------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--points", nargs="+", default=["8192@2GiB", "32768@1GiB"], help="TOKENS@BUDGET per GPU")
+    parser.add_argument("--config", default="7b", help="llama preset (tiny: a smoke test)")
+    parser.add_argument("--backend", choices=("cuda", "sim"), default="cuda")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs of each order per point (after one warm-up each on cuda)")
+    parser.add_argument("--seed", type=int, default=0, help="the bursts' schedule")
+    parser.add_argument("--burst-ms", type=float, nargs=2, default=[2.0, 20.0], metavar=("LO", "HI"), help="burst length, uniform (ms)")
+    parser.add_argument("--gap-ms", type=float, nargs=2, default=[2.0, 40.0], metavar=("LO", "HI"), help="gap between bursts, uniform (ms)")
+    parser.add_argument("--chunk-mib", type=int, default=16, help="the interferer's copy size")
+    parser.add_argument("--share", type=float, default=0.5, help="sim: this run's share of the link during a burst")
+    parser.add_argument("--scratch", default="/tmp", help="where the interferer writes its figures")
+    parser.add_argument("--json")
+    parser.add_argument("--interferer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stats", help=argparse.SUPPRESS)
+    parser.add_argument("--stop", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.interferer:
+        return interfere(args)
+    try:
+        points = [point_of(text) for text in args.points]
+        if args.repeats < 1 or not all(0 <= lo <= hi for lo, hi in (args.burst_ms, args.gap_ms)) or args.gap_ms[1] <= 0:
+            raise InputError("--repeats must be at least 1, and --burst-ms and --gap-ms ranges LO <= HI with some gap")
+        if not 0 < args.share <= 1 or args.chunk_mib < 1:
+            raise InputError("--share is this run's part of the link in (0, 1], --chunk-mib at least 1")
+    except InputError as err:
+        print(f"bench_interference: error: {err}", file=sys.stderr)
+        return 1
+    from run import compile_turnip
+
+    report = {"command": " ".join(sys.argv), "backend": args.backend, "date": time.strftime("%Y-%m-%d"), "burst_ms": args.burst_ms,
+              "gap_ms": args.gap_ms, "seed": args.seed, "points": []}
+    print("| point | interference GB/s (while copying) | nondet median s | fixed median s | fixed / nondet |")
+    print("| --- | --- | --- | --- | --- |")
+    for (tokens, budget), text in zip(points, args.points):
+        try:
+            memgraph = compile_turnip(graph_of(args.config, tokens), budget)[0]
+        except BudgetError as err:
+            report["points"].append({"point": text, "error": f"does not fit: {err}"})
+            print(f"| {text} | does not fit: {err} | | | |", flush=True)
+            continue
+        try:
+            measured = sim_point(memgraph, args) if args.backend == "sim" else gpu_point(memgraph, args)
+        except InputError as err:
+            report["points"].append({"point": text, "error": str(err)})
+            print(f"| {text} | {err} | | | |", flush=True)
+            continue
+        medians = {order: statistics.median(measured["makespans"][order]) for order in ORDERS}
+        moved = sum(r["bytes"] for r in measured["interferer"])
+        rate = moved / sum(r["seconds"] for r in measured["interferer"])
+        burst_rate = moved / max(1e-12, sum(r["busy_seconds"] for r in measured["interferer"]))
+        row = {"point": text, "tokens": tokens, "budget": budget, "medians": medians, "ratio": medians["fixed"] / medians["nondet"],
+               "interference_rate": rate, "interference_burst_rate": burst_rate, **measured}
+        report["points"].append(row)
+        print(f"| {text} | {rate / 1e9:.1f} ({burst_rate / 1e9:.1f}) | {medians['nondet']:.4f} | {medians['fixed']:.4f} | {row['ratio']:.3f} |", flush=True)
+        if args.json:
+            atomic_write(args.json, json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""bench/bench_interference.py's logic on the CPU (`--backend sim` on the tiny preset): the bursts are the
+seed's, the sim's copies slow down inside them, nondet and fixed are both timed per repeat, and the table
+and the JSON carry what the lead reads on the H200."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_interference  # noqa: E402
+
+ARGS = ["--backend", "sim", "--config", "tiny", "--points", "128@64.1MiB", "--repeats", "2", "--burst-ms", "0.01", "0.05", "--gap-ms", "0.01", "0.05"]
+
+
+def test_bursts_follow_the_seed_and_stay_in_their_ranges():
+    one = bench_interference.bursts_until(3, (1.0, 2.0), (4.0, 8.0), horizon=1.0)
+    assert one == bench_interference.bursts_until(3, (1.0, 2.0), (4.0, 8.0), horizon=1.0)
+    assert one != bench_interference.bursts_until(4, (1.0, 2.0), (4.0, 8.0), horizon=1.0)
+    ends = [0.0] + [end for _, end in one]
+    assert all(1e-3 <= end - start <= 2e-3 and 4e-3 <= start - before <= 8e-3 for (start, end), before in zip(one, ends))
+    assert one[-1][0] < 1.0 and len(one) > 60
+
+
+def test_the_sim_path_times_both_orders_under_the_bursts(tmp_path, capsys):
+    out = tmp_path / "interference.json"
+    assert bench_interference.main(ARGS + ["--json", str(out)]) == 0
+    row = json.loads(out.read_text())["points"][0]
+    assert {order: len(spans) for order, spans in row["makespans"].items()} == {"nondet": 2, "fixed": 2}
+    assert row["ratio"] == pytest.approx(row["medians"]["fixed"] / row["medians"]["nondet"])
+    assert 0 < row["interference_rate"] < row["interference_burst_rate"] == pytest.approx(55.3e9 / 2)
+    assert f"| 128@64.1MiB | {row['interference_rate'] / 1e9:.1f} ({row['interference_burst_rate'] / 1e9:.1f}) |" in capsys.readouterr().out
+    quiet = tmp_path / "quiet.json"
+    assert bench_interference.main(ARGS + ["--share", "1.0", "--json", str(quiet)]) == 0  # bursts that take nothing
+    calm = json.loads(quiet.read_text())["points"][0]["medians"]
+    assert row["medians"]["nondet"] > calm["nondet"] and row["medians"]["fixed"] > calm["fixed"]
+
+
+def test_a_bad_point_is_one_line(capsys):
+    assert bench_interference.main(["--backend", "sim", "--points", "8192-2GiB"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == ["bench_interference: error: point '8192-2GiB': expected TOKENS@BUDGET, e.g. 8192@2GiB"]

@@ -43,6 +43,11 @@ class CostModel:
     launch: float = 10e-6
     """Per-kernel overhead. A host-side numba launch costs 28 us (docs/hardware.md); an async launch queued
     on a busy stream hides most of it, so the default is smaller. Configurable."""
+    host_per_vertex: float = 0.0
+    """Seconds of the runtime's event loop per vertex (choosing it, launching it, handling its completion).
+    The loop is one thread, so these add up: the sim backend serializes them on a host clock."""
+    notify_latency: float = 0.0
+    """Seconds from a vertex's end on the GPU to the loop learning of it (the completion notifier)."""
 
     def flop_rate(self, dtype: str) -> float:
         if dtype in ("float16", "bfloat16"):

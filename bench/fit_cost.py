@@ -1,0 +1,272 @@
+"""Fit the sim's cost model to the H200: measured rates first, then the few figures only makespans show.
+
+    .venv/bin/python bench/fit_cost.py                  # the fit, and the table of every point before and after
+    .venv/bin/python bench/fit_cost.py --no-fit         # the table for the current defaults only
+    .venv/bin/python bench/fit_cost.py --json out.json  # every figure, for the log
+
+Points. Every turnip run of bench/run.py in docs/results/ on one GPU with the current runtime (the
+`hostfunc-side` notifier, torch-cudnn attention, the default copy depth) is a point: workload, dtype,
+tokens, budget, order and schedule. A point measured in several calls counts once, at the median of
+its calls. Runs of the earlier runtime (the in-stream notifier, before the merge rework) are tabled
+apart, with the new model's prediction, and not fitted: their time includes costs the code no longer has.
+Each point's memgraph is compiled here as bench/run.py compiled it (the arena is the budget less the cuda
+workspace for torch-cudnn, weights in host memory, the same schedule) and simulated with the same order
+and two streams.
+
+Physical figures, from measured rates (not from makespans):
+  h2d_bw, d2h_bw, duplex_bw  bench_cuda.py ceilings (pinned 1 GiB copies, one way and both ways)
+  hbm_bw                     bench_cuda.py ceilings (device copy, bytes read + written)
+  half_flops                 the FFN trace (trace-ffn-8192-8gib-h200.json): FLOPs of its GEMMs over the
+                             time some compute stream ran one
+  host_per_vertex            bench_cuda.py notifiers: the loop's seconds per vertex in the 100,000-vertex
+                             stress test (nondet, hostfunc-side)
+  notify_latency             the same section: a chain of tiny kernels, one at a time, less the loop's time
+                             per vertex and the launch gap
+Free parameters, fitted to the makespans (the worst relative error over the points, minimised by a
+pattern search in log space): `attention_flops` (attention blocks in a prefill share the GPU with the
+other stream's GEMMs, so no kernel benchmark gives their rate) and `launch` (a kernel's fixed cost, in
+place of the ~3 us gap the lookahead section measured between queued kernels plus what the 7B memory-
+bound kernels lose to their short length). Two parameters for about twenty points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runtime.cost import CostModel  # noqa: E402
+
+GIB = 1 << 30
+RESULTS = ROOT / "docs" / "results"
+FREE = ("attention_flops", "launch")
+"""The cost model's fields fitted to makespans; the others come from measured rates (`physical_rates`)."""
+
+
+# ----- the measured points --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """One benchmark point: what bench/run.py compiled and ran, and its measured makespan (median of calls)."""
+
+    workload: str
+    dtype: str
+    tokens: int
+    budget: float
+    order: str
+    schedule: str
+    measured: float
+    calls: tuple[float, ...]
+    sources: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        dtype = "" if self.dtype == "float16" else f" {self.dtype}"
+        schedule = "" if self.schedule == "given" else f", schedule {self.schedule}"
+        return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}"
+
+
+def current(run: dict) -> bool:
+    """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy depth, one GPU."""
+    return (run.get("notifier") == "hostfunc-side" and run.get("attention", "auto") in ("auto", "torch-cudnn")
+            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1)
+
+
+def measured_points(paths, keep=current) -> list[Point]:
+    """The turnip runs of bench/run.py in `paths` that `keep` accepts, one Point per benchmark point."""
+    calls: dict[tuple, list[tuple[float, str]]] = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        for run in doc.get("runs", []) if isinstance(doc, dict) else []:
+            if not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(run):
+                continue
+            workload, _, dtype = run["workload"].partition("-")
+            key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
+            calls.setdefault(key, []).append((run["seconds"], Path(path).name))
+    points = []
+    for key, found in sorted(calls.items()):
+        seconds = tuple(s for s, _ in found)
+        points.append(Point(*key, statistics.median(seconds), seconds, tuple(sorted({p for _, p in found}))))
+    return points
+
+
+# ----- the physical figures -------------------------------------------------------------------------------
+def physical_rates(results: Path = RESULTS) -> dict[str, float]:
+    """The cost model's figures that measured rates give directly (module docstring), by field name."""
+    ceilings = json.loads((results / "h200-2026-12-01c-notifier-latency.json").read_text())
+    notifiers = ceilings["notifiers"]["hostfunc-side"]
+    lookahead = json.loads((results / "h200-cuda-2026-11-30.json").read_text())["lookahead"]
+    gap = lookahead["queued ahead (default)"]["gap"]
+    top = ceilings["ceilings"]
+    return {
+        "h2d_bw": top["h2d"], "d2h_bw": top["d2h"], "duplex_bw": top["duplex"], "hbm_bw": top["hbm"],
+        "half_flops": trace_gemm_rate(results / "trace-ffn-8192-8gib-h200.json"),
+        "host_per_vertex": notifiers["nondet"],
+        "notify_latency": max(0.0, notifiers["latency"] - notifiers["nondet"] - gap),
+    }
+
+
+FFN_GEMM_FLOPS = 2 * 2048 * 8192 * 32768
+"""Every GEMM of the traced FFN (bench/run.py's 16 x 8192x32768, blocks of 2048 tokens) does this many."""
+
+
+def trace_gemm_rate(path: Path) -> float:
+    """FLOP/s of the traced FFN's GEMMs: their FLOPs over the union of the times a GEMM ran (two streams
+    share the GPU, so a kernel's own duration would halve the rate where two overlap)."""
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X" and e["name"].endswith(" einsum")]
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events)
+    busy, end = 0.0, -math.inf
+    for start, stop in spans:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return len(events) * FFN_GEMM_FLOPS / (busy * 1e-6)
+
+
+# ----- the sim of a point ---------------------------------------------------------------------------------
+class Simulator:
+    """Each point's memgraph, compiled once as bench/run.py compiled it; its sim makespan under a cost model."""
+
+    def __init__(self):
+        self.memgraphs: dict[tuple, object] = {}
+
+    def memgraph(self, point: Point):
+        key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule)
+        if key not in self.memgraphs:
+            self.memgraphs[key] = compile_point(point)
+        return self.memgraphs[key]
+
+    def __call__(self, point: Point, cost: CostModel) -> float:
+        from runtime import sim_makespan
+
+        return sim_makespan(self.memgraph(point), order=point.order, cost=cost)
+
+
+def compile_point(point: Point):
+    from passes.pipeline import compile_taskgraph
+    from runtime.backends.cuda.devices import reserve_bytes
+
+    graph = build_taskgraph(point.workload, point.dtype, point.tokens)
+    budget = int(point.budget * GIB)
+    arena = budget - reserve_bytes(list(graph.nodes.values()), 2, "torch-cudnn")
+    return compile_taskgraph(graph, arena, point.schedule, inputs="host")
+
+
+def build_taskgraph(workload: str, dtype: str, tokens: int):
+    """bench/run.py's taskgraph of a workload, without its weights."""
+    if workload == "ffn":
+        from frontend.workloads import ffn
+
+        config = ffn.FfnConfig(layers=16, tokens=tokens, hidden=8192, ffn=32768, block=min(tokens, 2048), dtype=dtype)
+        return ffn.build(config).taskgraph()
+    from frontend.workloads import llama
+
+    config = replace(llama.load_config("7b"), dtype=dtype)
+    return llama.build_llama(config, tokens, gpus=1, placement="sequence").graph
+
+
+# ----- the fit --------------------------------------------------------------------------------------------
+def worst_error(points, simulate, cost: CostModel) -> tuple[float, list[float]]:
+    """The largest |sim / measured - 1| over `points`, and every point's sim makespan."""
+    predicted = [simulate(p, cost) for p in points]
+    return max(abs(s / p.measured - 1) for s, p in zip(predicted, points)), predicted
+
+
+def fit(points, simulate, start: CostModel, free=FREE, step: float = 0.25, tolerance: float = 1e-3, log=None) -> CostModel:
+    """The cost model from `start` whose `free` fields minimise the worst relative error over `points`.
+
+    A pattern search in log space: try each field up and down by `step`, keep any move that lowers the
+    worst error, halve the step when none does, stop below `tolerance`. Deterministic; a field at zero
+    (a launch cost) starts from 1 us."""
+    values = {name: getattr(start, name) or 1e-6 for name in free}
+    best, _ = worst_error(points, simulate, replace(start, **values))
+    while step >= tolerance:
+        moved = False
+        for name in free:
+            for sign in (1, -1):
+                trial = dict(values, **{name: values[name] * math.exp(sign * step)})
+                error, _ = worst_error(points, simulate, replace(start, **trial))
+                if error < best - 1e-9:
+                    values, best, moved = trial, error, True
+                    if log:
+                        log(f"  worst {best:.4f} at " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
+                    break
+        if not moved:
+            step /= 2
+    return replace(start, **values)
+
+
+# ----- the table ------------------------------------------------------------------------------------------
+def table(points, before: list[float], after: list[float]) -> str:
+    lines = ["| point | measured s (calls) | sim before s | error before | sim after s | error after |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for p, b, a in zip(points, before, after):
+        calls = "" if len(p.calls) == 1 else " (" + ", ".join(f"{c:.3f}" for c in p.calls) + ")"
+        lines.append(f"| {p.label} | {p.measured:.3f}{calls} | {b:.3f} | {b / p.measured - 1:+.1%} | {a:.3f} | {a / p.measured - 1:+.1%} |")
+    return "\n".join(lines)
+
+
+def model_lines(cost: CostModel, old: CostModel) -> list[str]:
+    return [f"  {f.name}: {getattr(old, f.name):.4g} -> {getattr(cost, f.name):.4g}" for f in fields(CostModel)
+            if getattr(cost, f.name) != getattr(old, f.name)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-fit", action="store_true", help="only table the points under the current defaults")
+    parser.add_argument("--before", choices=("plain-loop", "defaults"), default="defaults",
+                        help="the 'before' column: today's defaults on this sim, or the sim before it modelled the host (plain-loop)")
+    parser.add_argument("--json", help="write the points, the models and every prediction here")
+    args = parser.parse_args(argv)
+    paths = sorted(RESULTS.glob("*.json"))
+    points = measured_points(paths)
+    earlier = measured_points(paths, keep=lambda r: not current(r) and r.get("gpus", 1) == 1 and r.get("attention", "auto") in ("auto", "torch-cudnn"))
+    simulate = Simulator()
+    began = time.perf_counter()
+    old = CostModel()
+    before_sim = plain_loop(simulate) if args.before == "plain-loop" else simulate
+    _, before = worst_error(points, before_sim, old)
+    print(f"{len(points)} points, compiled and simulated in {time.perf_counter() - began:.0f} s", flush=True)
+    cost = old
+    if not args.no_fit:
+        start = replace(old, **physical_rates())
+        print("physical:\n" + "\n".join(model_lines(start, old)), flush=True)
+        cost = fit(points, simulate, start, log=lambda line: print(line, flush=True))
+        print("fitted:\n" + "\n".join(model_lines(cost, old)), flush=True)
+    worst, after = worst_error(points, simulate, cost)
+    _, earlier_after = worst_error(earlier, simulate, cost) if earlier else (0, [])
+    earlier_before = [before_sim(p, old) for p in earlier]
+    print("\n" + table(points, before, after))
+    print(f"\nworst error after: {worst:.1%}; before: {max(abs(b / p.measured - 1) for b, p in zip(before, points)):.1%}")
+    if earlier:
+        print("\nEarlier runtime (in-stream notifier or before the merge rework; not fitted):\n")
+        print(table(earlier, earlier_before, earlier_after))
+    if args.json:
+        doc = {"points": [vars(p) | {"before": b, "after": a} for p, b, a in zip(points, before, after)],
+               "earlier": [vars(p) | {"before": b, "after": a} for p, b, a in zip(earlier, earlier_before, earlier_after)],
+               "before": vars(old), "after": vars(cost)}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+def plain_loop(simulate: Simulator):
+    """The sim before it modelled the host: no host time, no notice latency, one vertex per lane."""
+    from runtime import execute
+    from runtime.backends.sim import SimBackend
+
+    def run(point: Point, cost: CostModel) -> float:
+        cost = replace(cost, host_per_vertex=0.0, notify_latency=0.0)
+        backend = SimBackend(cost=cost, lookahead=False)
+        return execute(simulate.memgraph(point), backend=backend, order=point.order, cost=cost, verify=False).summary.makespan
+
+    return run
+
+
+if __name__ == "__main__":
+    sys.exit(main())

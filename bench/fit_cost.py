@@ -1,7 +1,11 @@
 """Fit the sim's cost model to the H200: measured rates first, then the few figures only makespans show.
 
     .venv/bin/python bench/fit_cost.py                  # the fit, and the table of every point before and after
-    .venv/bin/python bench/fit_cost.py --no-fit         # the table for the current defaults only
+    .venv/bin/python bench/fit_cost.py --no-fit         # the table for the current defaults, fitting nothing
+
+"Before" is the model of 2026-12-01 (`PREVIOUS`) on the sim as it was then, a plain event loop; "after"
+is the fitted model (or the defaults, with --no-fit) on today's sim, which queues ahead and charges the
+host (runtime/backends/sim.py).
     .venv/bin/python bench/fit_cost.py --json out.json  # every figure, for the log
 
 Points. Every turnip run of bench/run.py in docs/results/ on one GPU with the current runtime (the
@@ -47,6 +51,10 @@ from runtime.cost import CostModel  # noqa: E402
 
 GIB = 1 << 30
 RESULTS = ROOT / "docs" / "results"
+PREVIOUS = CostModel(h2d_bw=55.3e9, d2h_bw=55.3e9, duplex_bw=93.4e9, peer_bw=360e9, hbm_bw=4187e9, fp32_flops=50.5e12,
+                     half_flops=750e12, attention_flops=460e12, fp64_flops=0.8e12, launch=10e-6,
+                     host_per_vertex=0.0, notify_latency=0.0)
+"""The defaults before this fit (2026-12-01), which the sim ran as a plain event loop (`plain_loop`)."""
 FREE = ("attention_flops", "launch")
 """The cost model's fields fitted to makespans; the others come from measured rates (`physical_rates`)."""
 
@@ -79,13 +87,20 @@ def current(run: dict) -> bool:
             and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1)
 
 
+def earlier_runtime(run: dict) -> bool:
+    """A run of the second sitting of 2026-12-01 (h200-2026-12-01b-*), on one GPU with cuDNN attention:
+    the kernels and the attention merge of today (earlier sittings had slower ones), the in-stream notifier."""
+    return (not current(run) and "2026-12-01b-" in run["file"] and run.get("gpus", 1) == 1
+            and run.get("attention", "auto") in ("auto", "torch-cudnn") and run.get("copy_depth", 4) == 4)
+
+
 def measured_points(paths, keep=current) -> list[Point]:
     """The turnip runs of bench/run.py in `paths` that `keep` accepts, one Point per benchmark point."""
     calls: dict[tuple, list[tuple[float, str]]] = {}
     for path in paths:
         doc = json.loads(Path(path).read_text())
         for run in doc.get("runs", []) if isinstance(doc, dict) else []:
-            if not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(run):
+            if not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(dict(run, file=Path(path).name)):
                 continue
             workload, _, dtype = run["workload"].partition("-")
             key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
@@ -219,38 +234,35 @@ def model_lines(cost: CostModel, old: CostModel) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--no-fit", action="store_true", help="only table the points under the current defaults")
-    parser.add_argument("--before", choices=("plain-loop", "defaults"), default="defaults",
-                        help="the 'before' column: today's defaults on this sim, or the sim before it modelled the host (plain-loop)")
+    parser.add_argument("--no-fit", action="store_true", help="table the points under the current defaults, fitting nothing")
     parser.add_argument("--json", help="write the points, the models and every prediction here")
     args = parser.parse_args(argv)
     paths = sorted(RESULTS.glob("*.json"))
     points = measured_points(paths)
-    earlier = measured_points(paths, keep=lambda r: not current(r) and r.get("gpus", 1) == 1 and r.get("attention", "auto") in ("auto", "torch-cudnn"))
+    earlier = measured_points(paths, keep=earlier_runtime)
     simulate = Simulator()
+    before_sim = plain_loop(simulate)
     began = time.perf_counter()
-    old = CostModel()
-    before_sim = plain_loop(simulate) if args.before == "plain-loop" else simulate
-    _, before = worst_error(points, before_sim, old)
+    _, before = worst_error(points, before_sim, PREVIOUS)
     print(f"{len(points)} points, compiled and simulated in {time.perf_counter() - began:.0f} s", flush=True)
-    cost = old
+    cost = CostModel()
     if not args.no_fit:
-        start = replace(old, **physical_rates())
-        print("physical:\n" + "\n".join(model_lines(start, old)), flush=True)
+        start = replace(cost, **physical_rates())
+        print("physical:\n" + "\n".join(model_lines(start, PREVIOUS)), flush=True)
         cost = fit(points, simulate, start, log=lambda line: print(line, flush=True))
-        print("fitted:\n" + "\n".join(model_lines(cost, old)), flush=True)
+    print("the model against the previous one:\n" + "\n".join(model_lines(cost, PREVIOUS)), flush=True)
     worst, after = worst_error(points, simulate, cost)
     _, earlier_after = worst_error(earlier, simulate, cost) if earlier else (0, [])
-    earlier_before = [before_sim(p, old) for p in earlier]
+    earlier_before = [before_sim(p, PREVIOUS) for p in earlier]
     print("\n" + table(points, before, after))
     print(f"\nworst error after: {worst:.1%}; before: {max(abs(b / p.measured - 1) for b, p in zip(before, points)):.1%}")
     if earlier:
-        print("\nEarlier runtime (in-stream notifier or before the merge rework; not fitted):\n")
+        print("\nEarlier runtime (the in-stream notifier, 2026-12-01b; not fitted):\n")
         print(table(earlier, earlier_before, earlier_after))
     if args.json:
         doc = {"points": [vars(p) | {"before": b, "after": a} for p, b, a in zip(points, before, after)],
                "earlier": [vars(p) | {"before": b, "after": a} for p, b, a in zip(earlier, earlier_before, earlier_after)],
-               "before": vars(old), "after": vars(cost)}
+               "before": vars(PREVIOUS), "after": vars(cost)}
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0
 

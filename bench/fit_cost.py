@@ -28,9 +28,9 @@ Physical figures, from measured rates (not from makespans):
                              per vertex and the launch gap
 Free parameters, fitted to the makespans (the worst relative error over the points, minimised by a
 pattern search in log space): `attention_flops` (attention blocks in a prefill share the GPU with the
-other stream's GEMMs, so no kernel benchmark gives their rate) and `launch` (a kernel's fixed cost, in
-place of the ~3 us gap the lookahead section measured between queued kernels plus what the 7B memory-
-bound kernels lose to their short length). Two parameters for about twenty points.
+other stream's GEMMs, so no kernel benchmark gives their rate) and `launch` (a kernel's fixed cost,
+held at or above the 3 us gap the lookahead section measured between kernels queued ahead). Two
+parameters for nineteen points.
 """
 
 from __future__ import annotations
@@ -117,8 +117,7 @@ def physical_rates(results: Path = RESULTS) -> dict[str, float]:
     """The cost model's figures that measured rates give directly (module docstring), by field name."""
     ceilings = json.loads((results / "h200-2026-12-01c-notifier-latency.json").read_text())
     notifiers = ceilings["notifiers"]["hostfunc-side"]
-    lookahead = json.loads((results / "h200-cuda-2026-11-30.json").read_text())["lookahead"]
-    gap = lookahead["queued ahead (default)"]["gap"]
+    gap = launch_gap(results)
     top = ceilings["ceilings"]
     return {
         "h2d_bw": top["h2d"], "d2h_bw": top["d2h"], "duplex_bw": top["duplex"], "hbm_bw": top["hbm"],
@@ -126,6 +125,12 @@ def physical_rates(results: Path = RESULTS) -> dict[str, float]:
         "host_per_vertex": notifiers["nondet"],
         "notify_latency": max(0.0, notifiers["latency"] - notifiers["nondet"] - gap),
     }
+
+
+def launch_gap(results: Path = RESULTS) -> float:
+    """Seconds between two dependent GEMMs queued ahead on one stream (bench_cuda.py lookahead): the least
+    a kernel can cost beside its work, and so the floor of the fitted `launch`."""
+    return json.loads((results / "h200-cuda-2026-11-30.json").read_text())["lookahead"]["queued ahead (default)"]["gap"]
 
 
 FFN_GEMM_FLOPS = 2 * 2048 * 8192 * 32768
@@ -193,19 +198,23 @@ def worst_error(points, simulate, cost: CostModel) -> tuple[float, list[float]]:
     return max(abs(s / p.measured - 1) for s, p in zip(predicted, points)), predicted
 
 
-def fit(points, simulate, start: CostModel, free=FREE, step: float = 0.25, tolerance: float = 1e-3, log=None) -> CostModel:
+def fit(points, simulate, start: CostModel, free=FREE, step: float = 0.25, tolerance: float = 4e-3, log=None,
+        floors: dict[str, float] | None = None) -> CostModel:
     """The cost model from `start` whose `free` fields minimise the worst relative error over `points`.
 
     A pattern search in log space: try each field up and down by `step`, keep any move that lowers the
-    worst error, halve the step when none does, stop below `tolerance`. Deterministic; a field at zero
-    (a launch cost) starts from 1 us."""
+    worst error, halve the step when none does, stop below `tolerance`. A field never goes below its
+    `floors` value (a physical lower bound). Deterministic; a field at zero starts from 1 us."""
+    floors = floors or {}
     values = {name: getattr(start, name) or 1e-6 for name in free}
     best, _ = worst_error(points, simulate, replace(start, **values))
     while step >= tolerance:
         moved = False
         for name in free:
             for sign in (1, -1):
-                trial = dict(values, **{name: values[name] * math.exp(sign * step)})
+                trial = dict(values, **{name: max(values[name] * math.exp(sign * step), floors.get(name, 0.0))})
+                if trial == values:
+                    continue
                 error, _ = worst_error(points, simulate, replace(start, **trial))
                 if error < best - 1e-9:
                     values, best, moved = trial, error, True
@@ -247,9 +256,9 @@ def main(argv=None) -> int:
     print(f"{len(points)} points, compiled and simulated in {time.perf_counter() - began:.0f} s", flush=True)
     cost = CostModel()
     if not args.no_fit:
-        start = replace(cost, **physical_rates())
+        start = replace(cost, **physical_rates(), launch=launch_gap())  # launch from its floor: the first fit pushed it there
         print("physical:\n" + "\n".join(model_lines(start, PREVIOUS)), flush=True)
-        cost = fit(points, simulate, start, log=lambda line: print(line, flush=True))
+        cost = fit(points, simulate, start, floors={"launch": launch_gap()}, log=lambda line: print(line, flush=True))
     print("the model against the previous one:\n" + "\n".join(model_lines(cost, PREVIOUS)), flush=True)
     worst, after = worst_error(points, simulate, cost)
     _, earlier_after = worst_error(earlier, simulate, cost) if earlier else (0, [])

@@ -12,9 +12,9 @@ from runtime.cost import CostModel
 from turnip_ir.memgraph import MemGraph, MemNode
 
 MB = 55_300_000  # bytes that take exactly 1 ms over a 55.3 GB/s host link
-COST = CostModel(host_per_vertex=0.0, notify_latency=0.0)
-"""The H200 rates without the host's time, so that the makespans below are the GPU's alone (the host's
-time per vertex and the notice latency are tested in tests/test_fit_cost.py)."""
+COST = CostModel(h2d_bw=55.3e9, d2h_bw=55.3e9, host_per_vertex=0.0, notify_latency=0.0)
+"""The H200 rates with the host link at MB's 55.3 GB/s and without the host's time, so that the makespans
+below are the GPU's alone (the host's time per vertex and the notice latency: tests/test_fit_cost.py)."""
 
 
 def _memgraph(rows, devices=1, budget=1 << 40) -> MemGraph:

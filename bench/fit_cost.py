@@ -244,6 +244,7 @@ def model_lines(cost: CostModel, old: CostModel) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-fit", action="store_true", help="table the points under the current defaults, fitting nothing")
+    parser.add_argument("--ablate", action="store_true", help="also: the current defaults without the host's time, and as a plain loop")
     parser.add_argument("--json", help="write the points, the models and every prediction here")
     args = parser.parse_args(argv)
     paths = sorted(RESULTS.glob("*.json"))
@@ -265,6 +266,8 @@ def main(argv=None) -> int:
     earlier_before = [before_sim(p, PREVIOUS) for p in earlier]
     print("\n" + table(points, before, after))
     print(f"\nworst error after: {worst:.1%}; before: {max(abs(b / p.measured - 1) for b, p in zip(before, points)):.1%}")
+    if args.ablate:
+        print("\n" + ablation(points, simulate, cost, after))
     if earlier:
         print("\nEarlier runtime (the in-stream notifier, 2026-12-01b; not fitted):\n")
         print(table(earlier, earlier_before, earlier_after))
@@ -274,6 +277,18 @@ def main(argv=None) -> int:
                "before": vars(PREVIOUS), "after": vars(cost)}
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0
+
+
+def ablation(points, simulate: Simulator, cost: CostModel, full: list[float]) -> str:
+    """Each point's error under `cost` on the plain loop, queued ahead without the host's time, and in full."""
+    gpu_only = replace(cost, host_per_vertex=0.0, notify_latency=0.0)
+    plain = [plain_loop(simulate)(p, cost) for p in points]
+    ahead = [simulate(p, gpu_only) for p in points]
+    lines = ["| point | plain loop | queued ahead, no host time | queued ahead with host time |", "| --- | --- | --- | --- |"]
+    for p, *runs in zip(points, plain, ahead, full):
+        lines.append(f"| {p.label} | " + " | ".join(f"{r / p.measured - 1:+.1%}" for r in runs) + " |")
+    worst = [max(abs(r / p.measured - 1) for r, p in zip(runs, points)) for runs in (plain, ahead, full)]
+    return "\n".join(lines + ["| worst | " + " | ".join(f"{w:.1%}" for w in worst) + " |"])
 
 
 def plain_loop(simulate: Simulator):

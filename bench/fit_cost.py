@@ -305,4 +305,7 @@ def plain_loop(simulate: Simulator):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (OSError, KeyError, ValueError) as err:  # a results file missing or not as bench/run.py writes it
+        sys.exit(f"fit_cost: cannot read the results in {RESULTS}: {type(err).__name__}: {err}")

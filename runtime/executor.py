@@ -8,8 +8,9 @@ States. Every vertex is in exactly one state, and only moves forward:
 Input vertices need no resource: the backend put their data in place before the loop, so they go
 straight to DONE at the start (without vertex callbacks) and count down their dependents.
 
-When is a vertex READY? On a host backend (cpu, sim) when every data and memory dependency is DONE.
-A device backend (cuda) enforces dependencies itself, with stream order and event waits, so it may be
+When is a vertex READY? On a host backend (cpu; sim with lookahead=False) when every data and memory
+dependency is DONE. A device backend (cuda, and the sim, which models it) enforces dependencies itself,
+with stream order and event waits (the sim: a vertex starts when its dependencies end), so it may be
 handed a vertex whose dependencies are merely submitted (`Backend.device_deps`): the vertex is READY
 once every dependency is RUNNING or DONE, and the GPU starts it the moment the last one finishes,
 without a host round trip in between. Each lane then holds up to `Backend.lane_depth(lane)` vertices

@@ -1,8 +1,11 @@
-"""The cost model: how long a memgraph vertex takes on a GPU, from the H200 ceilings in docs/hardware.md.
+"""The cost model: how long a memgraph vertex takes on a GPU, fitted to the H200 (bench/fit_cost.py).
 
 The sim backend uses it as its clock, and the `nondet` policy uses it for critical-path priorities.
 A kernel costs max(FLOPs / GEMM rate, bytes read and written / HBM bandwidth) plus a launch overhead;
-a transfer costs its bytes over the link that carries it (H2D, D2H, or the peer link for a move).
+a transfer costs its bytes over the link that carries it (H2D, D2H, or the peer link for a move). The
+runtime's event loop costs host time per vertex, which the sim backend serializes. The defaults are
+measured rates where a benchmark gives one, and two figures fitted to the measured makespans of the
+benchmark matrix (attention_flops, launch): docs/runtime.md, "The cost model", says which is which.
 """
 
 from __future__ import annotations
@@ -15,34 +18,45 @@ from turnip_ir.memgraph import MemNode
 
 @dataclass(frozen=True)
 class CostModel:
-    """Rates in bytes/s and FLOP/s, times in seconds; defaults are the measured H200 ceilings."""
+    """Rates in bytes/s and FLOP/s, times in seconds; defaults are the H200's (bench/fit_cost.py)."""
 
-    h2d_bw: float = 55.3e9
+    h2d_bw: float = 55.4e9
+    """Pinned 1 GiB copies (bench_cuda.py ceilings); the FFN trace's 512 MiB reloads ran at 55.5."""
     d2h_bw: float = 55.3e9
-    duplex_bw: float = 93.4e9
-    """Total host-link bandwidth when H2D and D2H run at once; the sim backend shares it between them."""
+    duplex_bw: float = 100.5e9
+    """Total host-link bandwidth when H2D and D2H run at once (bench_cuda.py ceilings); the sim backend
+    shares it between them."""
     peer_bw: float = 360e9
     """Achieved by the cuda backend's peer copies on two H200s over NV18, on 64 MiB tiles, against a
     ceiling measured beside them; the rate on the larger tiles of the 49152^3 matmul and the sim's error
     there are in docs/benchmarks-log.md, "Two GPUs". Kept at the smaller tiles' rate, nearer the llama
     moves' sizes."""
-    hbm_bw: float = 4187e9
-    """Bytes read plus bytes written per second."""
+    hbm_bw: float = 4124e9
+    """Bytes read plus bytes written per second (bench_cuda.py ceilings: a device-to-device copy)."""
     fp32_flops: float = 50.5e12
-    half_flops: float = 750e12
-    """fp16 and bf16 GEMM rate."""
-    attention_flops: float = 460e12
+    half_flops: float = 701e12
+    """fp16 and bf16 GEMM rate as a pipeline gets it: the GEMMs of the H200 FFN trace, their FLOPs over
+    the time some stream ran one (bench/fit_cost.py, `trace_gemm_rate`); an 8192^3 GEMM alone runs 782."""
+    attention_flops: float = 478e12
     """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
-    partial), one rate for full and causal blocks, fitted on llama 7b at 32k and 128k, 4 GiB, on the H200:
-    the fit, its error per length and the rate it replaced are in docs/benchmarks-log.md, "The cost
-    model's attention rate, refitted" (under "The completion notifier off the lane's stream"). It is below
+    partial), one rate for full and causal blocks, fitted with `launch` to every measured llama and FFN
+    point by bench/fit_cost.py (docs/benchmarks-log.md, "The cost model fitted to the matrix"). It is below
     the rate of blocks queued alone (docs/benchmarks.md, "Attention providers on 7B blocks") because in a
     prefill the blocks share the GPU with the GEMMs of the other stream; with the GEMM rate instead, the
     sim predicted llama prefill faster than measured."""
     fp64_flops: float = 0.8e12
-    launch: float = 10e-6
-    """Per-kernel overhead. A host-side numba launch costs 28 us (docs/hardware.md); an async launch queued
-    on a busy stream hides most of it, so the default is smaller. Configurable."""
+    launch: float = 3.1e-6
+    """Per-kernel cost beside its work, on the GPU, fitted (3.07 us). The launch's host time is
+    `host_per_vertex`; queued ahead, dependent GEMMs start 3.0 us apart (bench_cuda.py lookahead), the
+    fit's floor. Without the floor a first fit (started at 10 us, attention at 460) drifted to 1 us, each
+    step lowering the worst error by 0.04-0.2 points: a launch that short would stand for other errors."""
+    host_per_vertex: float = 44.2e-6
+    """Seconds of the runtime's event loop per vertex (choosing it, launching it, handling its completion):
+    the 100,000-vertex stress test of bench_cuda.py notifiers, nondet, hostfunc-side. The loop is one
+    thread, so these add up: the sim backend serializes them on a host clock."""
+    notify_latency: float = 36.2e-6
+    """Seconds from a vertex's end on the GPU to the loop learning of it: the same section's chain of tiny
+    kernels run one at a time (83.3 us a vertex) less the loop's time and the launch gap."""
 
     def flop_rate(self, dtype: str) -> float:
         if dtype in ("float16", "bfloat16"):

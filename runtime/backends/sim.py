@@ -1,24 +1,40 @@
 """The sim backend: a virtual clock and the cost model, no real compute, any number of GPUs.
 
-Each submitted vertex gets an amount of work when it starts: seconds for kernels and moves, bytes for
-reloads and offloads. Work drains at a rate: 1 for moves; 1/k for each of the k kernels running on
-one GPU's compute streams at once (they share the SMs: two concurrent GEMMs do not each run at full
-speed, so streams buy overlap with transfers, not extra FLOPs); for a GPU's host link, `h2d_bw` or
-`d2h_bw` when one direction is busy and `duplex_bw / 2` each while both are (the measured H200
-figures). `wait` advances the clock to the next completion. `jitter` J scales each vertex's work by
-a factor drawn uniformly from [1 - J, 1 + J]. The factors are drawn per vertex in `prepare` from the
-seed, not in submit order, so two policies run with one seed see the same durations.
+It predicts what the cuda backend does, so it works the way that backend does. Two clocks: the GPUs'
+and the host's. Lanes queue ahead (`device_deps`): the executor may submit a vertex whose dependencies
+are only submitted, up to `queue_depth` vertices per compute lane and `copy_queue_depth` per copy
+engine (the cuda backend's defaults), and the vertex starts on its lane once the vertex before it there
+has ended and every dependency has ended on the device.
+
+The host is one serial loop. Each submit takes `cost.host_per_vertex` seconds of it (the Python loop's
+time per vertex: choosing it, launching it, and handling its completion), so a vertex cannot start
+before the host has finished submitting it, and many small vertices cost what the loop costs. The loop
+learns of a completion `cost.notify_latency` after the vertex ended on the GPU; `wait` returns it then.
+With both at zero and `lookahead=False` (one vertex per lane, submitted only when its dependencies are
+done) this is the host-backend model of a plain event loop.
+
+Each started vertex gets an amount of work: seconds for kernels and moves, bytes for reloads and
+offloads. Work drains at a rate: 1 for moves; 1/k for each of the k kernels running on one GPU's compute
+streams at once (they share the SMs: two concurrent GEMMs do not each run at full speed, so streams buy
+overlap with transfers, not extra FLOPs); for a GPU's host link, `h2d_bw` or `d2h_bw` when one
+direction is busy and `duplex_bw / 2` each while both are (the measured H200 figures). `wait` advances
+the clock event by event (a vertex ends, a submitted vertex becomes startable, a completion is noticed).
+`jitter` J scales each vertex's work by a factor drawn uniformly from [1 - J, 1 + J]. The factors are
+drawn per vertex in `prepare` from the seed, not in submit order, so two policies run with one seed see
+the same durations; nothing else is random, so a run is a function of the memgraph, policy and seed.
 
 `interference` models another process copying host memory to the GPUs: a list of (start, end) bursts
 in seconds of the run's clock during which every GPU's reloads drain at `share` of their rate (the
-other process has the rest; offloads go the other way of the full-duplex link and keep theirs). The clock stops at each burst's edges, so rates change there as
-they do when a transfer starts or ends. Unlike jitter, which averages out over many vertices, a burst
-slows every copy in flight at once: what a fixed order cannot step around.
+other process has the rest; offloads go the other way of the full-duplex link and keep theirs). The
+clock stops at each burst's edges, so rates change there as they do when a transfer starts or ends.
+Unlike jitter, which averages out over many vertices, a burst slows every copy in flight at once: what
+a fixed order cannot step around.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,6 +46,10 @@ from runtime.graph import ExecGraph, Lane
 from turnip_ir.errors import InputError
 
 EPSILON = 1e-12
+QUEUE_DEPTH = 2
+"""Vertices per compute lane: the cuda backend's `queue_depth` default."""
+COPY_QUEUE_DEPTH = 4
+"""Vertices per copy engine: the cuda backend's `copy_queue_depth` default."""
 
 
 @dataclass
@@ -42,11 +62,21 @@ class Active:
     left: float
 
 
+@dataclass
+class Submitted:
+    """A vertex queued on a lane, not started: when the host finished submitting it, and its work."""
+
+    vertex: int
+    issued: float
+    work: float
+
+
 class SimBackend(Backend):
     name = "sim"
     needs_data = False
 
-    def __init__(self, cost: CostModel | None = None, jitter: float = 0.0, seed: int = 0,
+    def __init__(self, cost: CostModel | None = None, jitter: float = 0.0, seed: int = 0, lookahead: bool = True,
+                 queue_depth: int = QUEUE_DEPTH, copy_queue_depth: int = COPY_QUEUE_DEPTH,
                  interference: list[tuple[float, float]] = (), share: float = 0.5):
         if not 0.0 <= jitter < 1.0:
             raise InputError(f"sim jitter is a relative spread in [0, 1), got {jitter}")
@@ -55,19 +85,36 @@ class SimBackend(Backend):
         edges = [t for burst in sorted(interference) for t in burst]
         if any(b < a for a, b in zip(edges, edges[1:])) or any(t < 0 for t in edges):
             raise InputError("sim interference bursts are (start, end) pairs in seconds, start <= end, not overlapping")
-        self.cost = cost or CostModel()
-        self.jitter = jitter
-        self.seed = seed
         self.edges = edges
         """Burst starts and ends in time order: the clock is inside a burst when an odd number lie at or before it."""
         self.share = share
+        if queue_depth < 1 or copy_queue_depth < 1:
+            raise InputError(f"sim queue depths must be at least 1, got {queue_depth} and {copy_queue_depth}")
+        self.cost = cost or CostModel()
+        self.jitter = jitter
+        self.seed = seed
+        self.device_deps = lookahead
+        self.queue_depth = queue_depth if lookahead else 1
+        self.copy_queue_depth = copy_queue_depth if lookahead else 1
         self.clock = 0.0
         self.active: dict[int, Active] = {}
+
+    def lane_depth(self, lane: Lane) -> int:
+        return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         self.graph = graph
         self.clock = 0.0
+        self.host = 0.0
         self.active = {}
+        self.queued: dict[int, deque[Submitted]] = {lane.index: deque() for lane in graph.lanes}
+        self.lanes = graph.lanes
+        self.unreported: deque[tuple[float, Completion]] = deque()
+        self.ended = [graph.resource[v] < 0 for v in range(len(graph))]  # inputs are in place before the run
+        self.deps: list[list[int]] = [[] for _ in range(len(graph))]
+        for vertex, users in enumerate(graph.dependents):
+            for user in users:
+                self.deps[user].append(vertex)
         rng = np.random.default_rng(self.seed)
         self.factor = rng.uniform(1.0 - self.jitter, 1.0 + self.jitter, size=len(graph)).tolist()
 
@@ -80,8 +127,8 @@ class SimBackend(Backend):
             work = float(node.nbytes)
         else:
             work = self.cost.duration(node, [self.graph.node(s) for s in self.graph.sources[vertex]])
-        work *= self.factor[vertex]
-        self.active[lane.index] = Active(vertex, lane, self.clock, work)
+        self.host = max(self.host, self.clock) + self.cost.host_per_vertex
+        self.queued[lane.index].append(Submitted(vertex, self.host, work * self.factor[vertex]))
 
     def _rate(self, job: Active) -> float:
         kind = job.lane.kind
@@ -97,26 +144,60 @@ class SimBackend(Backend):
             rate = self.cost.h2d_bw if kind == "h2d" else self.cost.d2h_bw
         return rate * self.share if kind == "h2d" and bisect_right(self.edges, self.clock) % 2 else rate
 
+    def _start_heads(self) -> float:
+        """Start every lane's first queued vertex that may start now; return the earliest time a head
+        waits for only because the host has not finished submitting it (inf if none)."""
+        later = float("inf")
+        for index, queue in self.queued.items():
+            if not queue or index in self.active:
+                continue
+            head = queue[0]
+            if not all(self.ended[d] for d in self.deps[head.vertex]):
+                continue
+            if head.issued > self.clock + EPSILON:
+                later = min(later, head.issued)
+                continue
+            queue.popleft()
+            self.active[index] = Active(head.vertex, self.lanes[index], self.clock, head.work)
+        return later
+
     def wait(self) -> list[Completion]:
-        assert self.active, "sim wait with nothing in flight"
+        assert self.active or self.unreported or any(self.queued.values()), "sim wait with nothing in flight"
         while True:
+            issued = self._start_heads()
+            if self.unreported and self.unreported[0][0] <= self.clock + EPSILON:
+                return self._noticed()
             rates = {index: self._rate(job) for index, job in self.active.items()}
-            first = min(self.active, key=lambda index: self.active[index].left / rates[index])
-            step = self.active[first].left / rates[first]
+            first, job_step = None, float("inf")
+            if self.active:
+                first = min(self.active, key=lambda index: self.active[index].left / rates[index])
+                job_step = self.active[first].left / rates[first]
+            step = min(job_step, issued - self.clock)
             edge = bisect_right(self.edges, self.clock)
-            if edge == len(self.edges) or self.clock + step <= self.edges[edge]:
-                break
-            for index, job in self.active.items():  # a burst starts or ends before anything completes
-                job.left -= (self.edges[edge] - self.clock) * rates[index]
-            self.clock = self.edges[edge]
+            if edge < len(self.edges):  # a burst starts or ends: the host link's rate changes there
+                step = min(step, self.edges[edge] - self.clock)
+            if self.unreported:
+                step = min(step, self.unreported[0][0] - self.clock)
+            assert step < float("inf"), "sim deadlock: queued vertices wait on dependencies that never run"
+            self._advance(max(step, 0.0), first if step == job_step else None, rates)
+
+    def _advance(self, step: float, first: int | None, rates: dict[int, float]) -> None:
+        """Move the clock by `step`, draining active work; vertices that run out of work end now."""
         self.clock += step
-        finished = []
         for index, job in list(self.active.items()):
             job.left -= step * rates[index]
             if index == first or job.left <= EPSILON * max(1.0, rates[index]):
                 del self.active[index]
-                finished.append(Completion(job.vertex, index, job.start, self.clock))
-        return finished
+                self.ended[job.vertex] = True
+                notice = self.clock + self.cost.notify_latency
+                self.unreported.append((notice, Completion(job.vertex, index, job.start, self.clock)))
+
+    def _noticed(self) -> list[Completion]:
+        """Every completion the host has learned of by now, in lane order."""
+        found = []
+        while self.unreported and self.unreported[0][0] <= self.clock + EPSILON:
+            found.append(self.unreported.popleft()[1])
+        return sorted(found, key=lambda c: (c.lane, c.end))
 
     def read_outputs(self) -> dict[str, np.ndarray]:
         return {}

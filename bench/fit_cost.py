@@ -1,0 +1,311 @@
+"""Fit the sim's cost model to the H200: measured rates first, then the few figures only makespans show.
+
+    .venv/bin/python bench/fit_cost.py                  # the fit, and the table of every point before and after
+    .venv/bin/python bench/fit_cost.py --no-fit         # the table for the current defaults, fitting nothing
+
+"Before" is the model of 2026-12-01 (`PREVIOUS`) on the sim as it was then, a plain event loop; "after"
+is the fitted model (or the defaults, with --no-fit) on today's sim, which queues ahead and charges the
+host (runtime/backends/sim.py).
+    .venv/bin/python bench/fit_cost.py --json out.json  # every figure, for the log
+
+Points. Every turnip run of bench/run.py in docs/results/ on one GPU with the current runtime (the
+`hostfunc-side` notifier, torch-cudnn attention, the default copy depth) is a point: workload, dtype,
+tokens, budget, order and schedule. A point measured in several calls counts once, at the median of
+its calls. Runs of the earlier runtime (the in-stream notifier, before the merge rework) are tabled
+apart, with the new model's prediction, and not fitted: their time includes costs the code no longer has.
+Each point's memgraph is compiled here as bench/run.py compiled it (the arena is the budget less the cuda
+workspace for torch-cudnn, weights in host memory, the same schedule) and simulated with the same order
+and two streams.
+
+Physical figures, from measured rates (not from makespans):
+  h2d_bw, d2h_bw, duplex_bw  bench_cuda.py ceilings (pinned 1 GiB copies, one way and both ways)
+  hbm_bw                     bench_cuda.py ceilings (device copy, bytes read + written)
+  half_flops                 the FFN trace (trace-ffn-8192-8gib-h200.json): FLOPs of its GEMMs over the
+                             time some compute stream ran one
+  host_per_vertex            bench_cuda.py notifiers: the loop's seconds per vertex in the 100,000-vertex
+                             stress test (nondet, hostfunc-side)
+  notify_latency             the same section: a chain of tiny kernels, one at a time, less the loop's time
+                             per vertex and the launch gap
+Free parameters, fitted to the makespans (the worst relative error over the points, minimised by a
+pattern search in log space): `attention_flops` (attention blocks in a prefill share the GPU with the
+other stream's GEMMs, so no kernel benchmark gives their rate) and `launch` (a kernel's fixed cost,
+held at or above the 3 us gap the lookahead section measured between kernels queued ahead). Two
+parameters for nineteen points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from turnip_ir.cost import CostModel  # noqa: E402
+
+GIB = 1 << 30
+RESULTS = ROOT / "docs" / "results"
+PREVIOUS = CostModel(h2d_bw=55.3e9, d2h_bw=55.3e9, duplex_bw=93.4e9, peer_bw=360e9, hbm_bw=4187e9, fp32_flops=50.5e12,
+                     half_flops=750e12, attention_flops=460e12, fp64_flops=0.8e12, launch=10e-6,
+                     host_per_vertex=0.0, notify_latency=0.0)
+"""The defaults before this fit (2026-12-01), which the sim ran as a plain event loop (`plain_loop`)."""
+FREE = ("attention_flops", "launch")
+"""The cost model's fields fitted to makespans; the others come from measured rates (`physical_rates`)."""
+
+
+# ----- the measured points --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """One benchmark point: what bench/run.py compiled and ran, and its measured makespan (median of calls)."""
+
+    workload: str
+    dtype: str
+    tokens: int
+    budget: float
+    order: str
+    schedule: str
+    measured: float
+    calls: tuple[float, ...]
+    sources: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        dtype = "" if self.dtype == "float16" else f" {self.dtype}"
+        schedule = "" if self.schedule == "given" else f", schedule {self.schedule}"
+        return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}"
+
+
+def current(run: dict) -> bool:
+    """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy depth, one GPU."""
+    return (run.get("notifier") == "hostfunc-side" and run.get("attention", "auto") in ("auto", "torch-cudnn")
+            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1)
+
+
+def earlier_runtime(run: dict) -> bool:
+    """A run of the second sitting of 2026-12-01 (h200-2026-12-01b-*), on one GPU with cuDNN attention:
+    the kernels and the attention merge of today (earlier sittings had slower ones), the in-stream notifier."""
+    return (not current(run) and "2026-12-01b-" in run["file"] and run.get("gpus", 1) == 1
+            and run.get("attention", "auto") in ("auto", "torch-cudnn") and run.get("copy_depth", 4) == 4)
+
+
+def measured_points(paths, keep=current) -> list[Point]:
+    """The turnip runs of bench/run.py in `paths` that `keep` accepts, one Point per benchmark point."""
+    calls: dict[tuple, list[tuple[float, str]]] = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        for run in doc.get("runs", []) if isinstance(doc, dict) else []:
+            if not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(dict(run, file=Path(path).name)):
+                continue
+            workload, _, dtype = run["workload"].partition("-")
+            key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
+            calls.setdefault(key, []).append((run["seconds"], Path(path).name))
+    points = []
+    for key, found in sorted(calls.items()):
+        seconds = tuple(s for s, _ in found)
+        points.append(Point(*key, statistics.median(seconds), seconds, tuple(sorted({p for _, p in found}))))
+    return points
+
+
+# ----- the physical figures -------------------------------------------------------------------------------
+def physical_rates(results: Path = RESULTS) -> dict[str, float]:
+    """The cost model's figures that measured rates give directly (module docstring), by field name."""
+    ceilings = json.loads((results / "h200-2026-12-01c-notifier-latency.json").read_text())
+    notifiers = ceilings["notifiers"]["hostfunc-side"]
+    gap = launch_gap(results)
+    top = ceilings["ceilings"]
+    return {
+        "h2d_bw": top["h2d"], "d2h_bw": top["d2h"], "duplex_bw": top["duplex"], "hbm_bw": top["hbm"],
+        "half_flops": trace_gemm_rate(results / "trace-ffn-8192-8gib-h200.json"),
+        "host_per_vertex": notifiers["nondet"],
+        "notify_latency": max(0.0, notifiers["latency"] - notifiers["nondet"] - gap),
+    }
+
+
+def launch_gap(results: Path = RESULTS) -> float:
+    """Seconds between two dependent GEMMs queued ahead on one stream (bench_cuda.py lookahead): the least
+    a kernel can cost beside its work, and so the floor of the fitted `launch`."""
+    return json.loads((results / "h200-cuda-2026-11-30.json").read_text())["lookahead"]["queued ahead (default)"]["gap"]
+
+
+FFN_GEMM_FLOPS = 2 * 2048 * 8192 * 32768
+"""Every GEMM of the traced FFN (bench/run.py's 16 x 8192x32768, blocks of 2048 tokens) does this many."""
+
+
+def trace_gemm_rate(path: Path) -> float:
+    """FLOP/s of the traced FFN's GEMMs: their FLOPs over the union of the times a GEMM ran (two streams
+    share the GPU, so a kernel's own duration would halve the rate where two overlap)."""
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X" and e["name"].endswith(" einsum")]
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events)
+    busy, end = 0.0, -math.inf
+    for start, stop in spans:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return len(events) * FFN_GEMM_FLOPS / (busy * 1e-6)
+
+
+# ----- the sim of a point ---------------------------------------------------------------------------------
+class Simulator:
+    """Each point's memgraph, compiled once as bench/run.py compiled it; its sim makespan under a cost model."""
+
+    def __init__(self):
+        self.memgraphs: dict[tuple, object] = {}
+
+    def memgraph(self, point: Point):
+        key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule)
+        if key not in self.memgraphs:
+            self.memgraphs[key] = compile_point(point)
+        return self.memgraphs[key]
+
+    def __call__(self, point: Point, cost: CostModel) -> float:
+        from runtime import sim_makespan
+
+        return sim_makespan(self.memgraph(point), order=point.order, cost=cost)
+
+
+def compile_point(point: Point):
+    from passes.pipeline import compile_taskgraph
+    from runtime.backends.cuda.devices import reserve_bytes
+
+    graph = build_taskgraph(point.workload, point.dtype, point.tokens)
+    budget = int(point.budget * GIB)
+    arena = budget - reserve_bytes(list(graph.nodes.values()), 2, "torch-cudnn")
+    return compile_taskgraph(graph, arena, point.schedule, inputs="host")
+
+
+def build_taskgraph(workload: str, dtype: str, tokens: int):
+    """bench/run.py's taskgraph of a workload, without its weights."""
+    if workload == "ffn":
+        from frontend.workloads import ffn
+
+        config = ffn.FfnConfig(layers=16, tokens=tokens, hidden=8192, ffn=32768, block=min(tokens, 2048), dtype=dtype)
+        return ffn.build(config).taskgraph()
+    from frontend.workloads import llama
+
+    config = replace(llama.load_config("7b"), dtype=dtype)
+    return llama.build_llama(config, tokens, gpus=1, placement="sequence").graph
+
+
+# ----- the fit --------------------------------------------------------------------------------------------
+def worst_error(points, simulate, cost: CostModel) -> tuple[float, list[float]]:
+    """The largest |sim / measured - 1| over `points`, and every point's sim makespan."""
+    predicted = [simulate(p, cost) for p in points]
+    return max(abs(s / p.measured - 1) for s, p in zip(predicted, points)), predicted
+
+
+def fit(points, simulate, start: CostModel, free=FREE, step: float = 0.25, tolerance: float = 4e-3, log=None,
+        floors: dict[str, float] | None = None) -> CostModel:
+    """The cost model from `start` whose `free` fields minimise the worst relative error over `points`.
+
+    A pattern search in log space: try each field up and down by `step`, keep any move that lowers the
+    worst error, halve the step when none does, stop below `tolerance`. A field never goes below its
+    `floors` value (a physical lower bound). Deterministic; a field at zero starts from 1 us."""
+    floors = floors or {}
+    values = {name: getattr(start, name) or 1e-6 for name in free}
+    best, _ = worst_error(points, simulate, replace(start, **values))
+    while step >= tolerance:
+        moved = False
+        for name in free:
+            for sign in (1, -1):
+                trial = dict(values, **{name: max(values[name] * math.exp(sign * step), floors.get(name, 0.0))})
+                if trial == values:
+                    continue
+                error, _ = worst_error(points, simulate, replace(start, **trial))
+                if error < best - 1e-9:
+                    values, best, moved = trial, error, True
+                    if log:
+                        log(f"  worst {best:.4f} at " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
+                    break
+        if not moved:
+            step /= 2
+    return replace(start, **values)
+
+
+# ----- the table ------------------------------------------------------------------------------------------
+def table(points, before: list[float], after: list[float]) -> str:
+    lines = ["| point | measured s (calls) | sim before s | error before | sim after s | error after |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for p, b, a in zip(points, before, after):
+        calls = "" if len(p.calls) == 1 else " (" + ", ".join(f"{c:.3f}" for c in p.calls) + ")"
+        lines.append(f"| {p.label} | {p.measured:.3f}{calls} | {b:.3f} | {b / p.measured - 1:+.1%} | {a:.3f} | {a / p.measured - 1:+.1%} |")
+    return "\n".join(lines)
+
+
+def model_lines(cost: CostModel, old: CostModel) -> list[str]:
+    return [f"  {f.name}: {getattr(old, f.name):.4g} -> {getattr(cost, f.name):.4g}" for f in fields(CostModel)
+            if getattr(cost, f.name) != getattr(old, f.name)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-fit", action="store_true", help="table the points under the current defaults, fitting nothing")
+    parser.add_argument("--ablate", action="store_true", help="also: the current defaults without the host's time, and as a plain loop")
+    parser.add_argument("--json", help="write the points, the models and every prediction here")
+    args = parser.parse_args(argv)
+    paths = sorted(RESULTS.glob("*.json"))
+    points = measured_points(paths)
+    earlier = measured_points(paths, keep=earlier_runtime)
+    simulate = Simulator()
+    before_sim = plain_loop(simulate)
+    began = time.perf_counter()
+    _, before = worst_error(points, before_sim, PREVIOUS)
+    print(f"{len(points)} points, compiled and simulated in {time.perf_counter() - began:.0f} s", flush=True)
+    cost = CostModel()
+    if not args.no_fit:
+        start = replace(cost, **physical_rates(), launch=launch_gap())  # launch from its floor: the first fit pushed it there
+        print("physical:\n" + "\n".join(model_lines(start, PREVIOUS)), flush=True)
+        cost = fit(points, simulate, start, floors={"launch": launch_gap()}, log=lambda line: print(line, flush=True))
+    print("the model against the previous one:\n" + "\n".join(model_lines(cost, PREVIOUS)), flush=True)
+    worst, after = worst_error(points, simulate, cost)
+    _, earlier_after = worst_error(earlier, simulate, cost) if earlier else (0, [])
+    earlier_before = [before_sim(p, PREVIOUS) for p in earlier]
+    print("\n" + table(points, before, after))
+    print(f"\nworst error after: {worst:.1%}; before: {max(abs(b / p.measured - 1) for b, p in zip(before, points)):.1%}")
+    if args.ablate:
+        print("\n" + ablation(points, simulate, cost, after))
+    if earlier:
+        print("\nEarlier runtime (the in-stream notifier, 2026-12-01b; not fitted):\n")
+        print(table(earlier, earlier_before, earlier_after))
+    if args.json:
+        doc = {"points": [vars(p) | {"before": b, "after": a} for p, b, a in zip(points, before, after)],
+               "earlier": [vars(p) | {"before": b, "after": a} for p, b, a in zip(earlier, earlier_before, earlier_after)],
+               "before": vars(PREVIOUS), "after": vars(cost)}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+def ablation(points, simulate: Simulator, cost: CostModel, full: list[float]) -> str:
+    """Each point's error under `cost` on the plain loop, queued ahead without the host's time, and in full."""
+    gpu_only = replace(cost, host_per_vertex=0.0, notify_latency=0.0)
+    plain = [plain_loop(simulate)(p, cost) for p in points]
+    ahead = [simulate(p, gpu_only) for p in points]
+    lines = ["| point | plain loop | queued ahead, no host time | queued ahead with host time |", "| --- | --- | --- | --- |"]
+    for p, *runs in zip(points, plain, ahead, full):
+        lines.append(f"| {p.label} | " + " | ".join(f"{r / p.measured - 1:+.1%}" for r in runs) + " |")
+    worst = [max(abs(r / p.measured - 1) for r, p in zip(runs, points)) for runs in (plain, ahead, full)]
+    return "\n".join(lines + ["| worst | " + " | ".join(f"{w:.1%}" for w in worst) + " |"])
+
+
+def plain_loop(simulate: Simulator):
+    """The sim before it modelled the host: no host time, no notice latency, one vertex per lane."""
+    from runtime import execute
+    from runtime.backends.sim import SimBackend
+
+    def run(point: Point, cost: CostModel) -> float:
+        cost = replace(cost, host_per_vertex=0.0, notify_latency=0.0)
+        backend = SimBackend(cost=cost, lookahead=False)
+        return execute(simulate.memgraph(point), backend=backend, order=point.order, cost=cost, verify=False).summary.makespan
+
+    return run
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (OSError, KeyError, ValueError) as err:  # a results file missing or not as bench/run.py writes it
+        sys.exit(f"fit_cost: cannot read the results in {RESULTS}: {type(err).__name__}: {err}")

@@ -92,7 +92,9 @@ def execute(
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
     try:
+        prepare_began = time.perf_counter()
         machine.prepare(graph, arrays)
+        prepare_time = time.perf_counter() - prepare_began
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
         wall = time.perf_counter() - began
@@ -104,6 +106,7 @@ def execute(
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
     summary.notes = machine.notes()
+    summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     return RunResult(outputs, summary, recorder)
 
 

@@ -1,5 +1,11 @@
 """Input tensors for a run: read from an .npz keyed by taskgraph input id, the rest drawn from a seed.
 
+An input's value is an array or a lazy input: anything with `shape`, `dtype` and `write_into(out)`,
+which writes its values into a buffer view of that shape and dtype (`Tiled` here; a block of a
+checkpoint or of random weights from the frontend). Backends put inputs in place with `fill_all`, which
+writes them on a pool of threads (numpy copies and file reads release the GIL), largest first, so a
+lazy input goes straight from its source to the backend's buffer with no host copy in between.
+
 A missing input is `np.random.default_rng(seed).standard_normal(shape).astype(dtype)` with one generator
 per input, seeded from (seed, input id), so an input's values do not depend on which others were given.
 """
@@ -7,9 +13,11 @@ per input, seeded from (seed, input id), so an input's values do not depend on w
 from __future__ import annotations
 
 import math
+import os
 import tokenize
 import zlib
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,12 +57,49 @@ class Tiled:
         return out
 
 
+def is_lazy(value) -> bool:
+    """Whether `value` is a lazy input (it writes itself into a buffer) rather than an array."""
+    return not isinstance(value, np.ndarray) and hasattr(value, "write_into")
+
+
 def fill(out: np.ndarray, value) -> None:
-    """Write an input (an array or a `Tiled`) into its buffer view."""
-    if isinstance(value, Tiled):
+    """Write an input (an array or a lazy input) into its buffer view."""
+    if is_lazy(value):
         value.write_into(out)
     else:
         np.copyto(out, value)
+
+
+def materialize(value) -> np.ndarray:
+    """An input as a C-contiguous array (a lazy input written into a new one)."""
+    if not is_lazy(value):
+        return np.ascontiguousarray(value)
+    out = np.empty(tuple(value.shape), value.dtype)
+    value.write_into(out)
+    return out
+
+
+FILL_THREADS = 8
+"""Threads that put inputs in place at most: past the memory bus's few streams more only contend."""
+
+
+def fill_all(pairs: list[tuple[np.ndarray, object]], threads: int | None = None) -> None:
+    """`fill(out, value)` for every pair, largest first, on up to `threads` threads (default: the CPUs,
+    at most FILL_THREADS); the first error (an unreadable or overflowing weight) is raised after the rest stop."""
+    pairs = sorted(pairs, key=lambda pair: -pair[0].nbytes)
+    threads = min(threads or min(FILL_THREADS, os.cpu_count() or 1), len(pairs))
+    if threads <= 1:
+        for out, value in pairs:
+            fill(out, value)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="turnip fill") as pool:
+        futures = [pool.submit(fill, out, value) for out, value in pairs]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile)
@@ -104,7 +149,7 @@ def random_input(task: str, shape: tuple[int, ...], dtype: str, seed: int) -> np
 
 
 def _checked(task: str, array, shape: tuple[int, ...], dtype: str):
-    if not isinstance(array, (np.ndarray, Tiled)):
+    if not isinstance(array, np.ndarray) and not is_lazy(array):
         array = np.asarray(array)
     if tuple(array.shape) != shape:
         raise InputError(f"input '{task}': shape {list(array.shape)} does not match the graph's {list(shape)}")

@@ -144,7 +144,9 @@ class CudaBackend(Backend):
         self.views = None
         self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
+        began = time.perf_counter()
         self.views.place(inputs)
+        self.inputs_time = time.perf_counter() - began
         self.work = [self._build(graph, v) for v in range(len(graph))]
         if attention.uses_torch(self.attention):
             attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more

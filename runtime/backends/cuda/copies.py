@@ -14,7 +14,7 @@ import numpy as np
 from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
-from runtime.inputs import Tiled, fill
+from runtime.inputs import fill_all, materialize
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph import MemNode
@@ -57,17 +57,21 @@ class TensorViews:
         return self.driver.copy(kind, src, dst, streams)
 
     def place(self, inputs: dict[str, np.ndarray]) -> None:
-        """Put every input at its planned location (an arena) or storage region (pinned host memory)."""
+        """Put every input at its planned location (an arena) or storage region (pinned host memory): those in
+        storage written in place by several threads at once (runtime/inputs.py, `fill_all`), a lazy input (a
+        checkpoint's tensor) straight from its source into the pinned chunk."""
+        stored = []
         for i, node in enumerate(self.graph.memgraph.nodes):
             if node.op != "input" or node.nbytes == 0:
                 continue
             value = inputs[node.task]
             if node.loc is not None:
-                data = value.materialize() if isinstance(value, Tiled) else np.ascontiguousarray(value)
+                data = materialize(value)
                 with self.driver.on(node.device):
                     self.gpu[i].copy_to_device(data.view(self.gpu[i].dtype))  # bfloat16: its uint16 words
             else:
-                fill(self.host[i], value)
+                stored.append((self.host[i], value))
+        fill_all(stored)
 
     def read(self) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized)."""

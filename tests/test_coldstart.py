@@ -1,0 +1,155 @@
+"""Cold start: weights go from a checkpoint (or a seed) into the backend's host storage once.
+
+A checkpoint of a few hundred MB is written with our own safetensors writer, then a fresh process
+compiles the prefill, resets its peak resident memory (/proc/self/clear_refs) and puts the weights in
+place: the cpu backend's whole run, and the cuda backend's `prepare` under the simulator (its kernels
+would take minutes there). Peak growth must stay within 1.2x the weight bytes: reading through numpy
+views of the map and copying would hold every weight twice (the mapped pages count as resident), and so
+would drawing a random tensor whole before copying it. The lazy blocks themselves are checked against
+the arrays they stand for, for every placement's cuts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from frontend.safetensors import save_file
+from frontend.workloads import llama
+from runtime.inputs import materialize
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 12,
+          "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 64, "rms_norm_eps": 1e-5,
+          "rope_theta": 10000.0, "torch_dtype": "float16"}
+"""About 300 MB of float16 weights in the 12 layers; few tokens, so the run itself is cheap."""
+
+MEASURE = r"""
+import json, sys, time
+from runtime import execute
+from runtime.backends.cuda import CudaBackend
+from runtime.graph import build_exec_graph
+from passes.pipeline import compile_taskgraph
+from frontend.workloads import llama
+
+folder, CASES = sys.argv[1], json.loads(sys.argv[2])
+config = llama.load_config(folder)
+ids = llama.random_ids(config, 16, 0)
+built = llama.build_llama(config, 16, 16)
+memgraph = compile_taskgraph(built.graph, 32 << 20)
+loaded = sum(node.nbytes for node in memgraph.nodes if node.op == "input")
+
+
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+
+measured = {}
+for backend, source in CASES:
+    weights = llama.CheckpointWeights(folder, config) if source == "checkpoint" else llama.RandomWeights(config, 0)
+    inputs = built.feed(weights, ids)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the resident memory now
+    before = status("VmRSS")
+    began = time.perf_counter()
+    if backend == "cpu":
+        execute(memgraph, backend="cpu", inputs=inputs, verify=False)
+    else:
+        machine = CudaBackend()
+        machine.prepare(build_exec_graph(memgraph), inputs)
+        machine.close()
+    measured[f"{backend}-{source}"] = {"growth": status("VmHWM") - before, "loaded": loaded, "seconds": time.perf_counter() - began}
+    del weights, inputs
+print(json.dumps(measured))
+"""
+CASES = [("cpu", "checkpoint"), ("cuda", "checkpoint"), ("cpu", "random")]
+
+
+@pytest.fixture(scope="module")
+def peaks(tmp_path_factory) -> dict:
+    """Per case, the peak growth of resident memory while the weights were put in place, in one fresh process."""
+    folder = tmp_path_factory.mktemp("coldstart")
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    weights = llama.RandomWeights(llama.load_config(str(folder)), seed=1)
+    save_file({name: weights[name] for name in llama.weight_shapes(weights.config)}, folder / "model.safetensors")
+    del weights
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(folder), json.dumps(CASES)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # one process of about 10 s for the three cases
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
+@pytest.mark.parametrize("backend, source", CASES)
+def test_weights_are_held_once_on_the_host(peaks, backend, source) -> None:
+    measured = peaks[f"{backend}-{source}"]
+    assert measured["loaded"] > 250e6  # the weights of the layers: the embedding table is read on the host only
+    assert measured["growth"] <= 1.2 * measured["loaded"], measured
+
+
+def _checkpoint(folder: Path, config: dict, stored_dtype: str = "float32") -> llama.LlamaConfig:
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": stored_dtype}))
+    weights = llama.RandomWeights(llama.load_config(str(folder)), seed=4)
+    save_file(dict(weights), folder / "model.safetensors")  # bfloat16 arrays are stored as BF16
+    return llama.load_config(str(folder))
+
+
+SMALL = {**CONFIG, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2}
+
+
+@pytest.mark.parametrize("placement", llama.PLACEMENTS)
+@pytest.mark.parametrize("stored, computed", [("float32", "float32"), ("float32", "float16"), ("bfloat16", "float32")])
+def test_lazy_blocks_hold_what_the_arrays_hold(tmp_path, placement, stored, computed) -> None:
+    """Every placement's cuts of a checkpoint and of random weights, converted or not: the lazy block
+    written into a buffer equals the block cut from the whole array."""
+    from dataclasses import replace
+
+    config = replace(_checkpoint(tmp_path / "m", SMALL, stored), dtype=computed)
+    built = llama.build_llama(config, 12, 4, gpus=2, placement=placement)
+    ids = llama.random_ids(config, 12, 0)
+    for weights in (llama.CheckpointWeights(tmp_path / "m", config), llama.RandomWeights(config, 7)):
+        lazy = built.feed(weights, ids)
+        eager = built.feed(dict(weights), ids)
+        assert lazy.keys() == eager.keys()
+        assert any(not isinstance(value, np.ndarray) for value in lazy.values())
+        for key, array in eager.items():
+            got = materialize(lazy[key])
+            assert got.dtype == array.dtype and got.shape == array.shape, key
+            np.testing.assert_array_equal(got, array, err_msg=key)
+
+
+def test_random_weights_repeat_no_row() -> None:
+    """The pool is a prime number of values, so rows of a 7B-wide matrix start at distinct offsets of it."""
+    config = llama.load_config("7b")
+    table = llama.RandomWeights(config, 0).source("model.embed_tokens.weight")[0:300]
+    rows = materialize(table)
+    assert len({row.tobytes() for row in rows}) == 300
+
+
+def test_a_bfloat16_weight_that_overflows_float16_is_one_line_naming_it(tmp_path) -> None:
+    """Read into float16 host storage as the run is prepared, a value past float16's range is an error
+    naming the tensor, not infinities in the weights (and never a traceback)."""
+    config = _checkpoint(tmp_path / "m", {**SMALL, "hidden_size": 32, "intermediate_size": 64}, "bfloat16")
+    weights = dict(llama.RandomWeights(config, seed=4))
+    big = "model.layers.1.mlp.up_proj.weight"
+    weights[big] = weights[big].copy()
+    weights[big][3, 5] = 1e5
+    save_file(weights, tmp_path / "m" / "model.safetensors")
+    done = subprocess.run([sys.executable, "-m", "turnip_cli.main", "llama", "--weights", str(tmp_path / "m"), "--tokens", "8",
+                           "--memory", "1MiB", "--backend", "cpu", "--dtype", "float16"],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"turnip llama: error: tensor '{big}' in '{tmp_path / 'm' / 'model.safetensors'}': values up to 9.984e+04 overflow "
+        "float16 (largest 65504); run it in bfloat16 or float32 (--dtype)"]

@@ -153,3 +153,30 @@ def test_a_bfloat16_weight_that_overflows_float16_is_one_line_naming_it(tmp_path
     assert done.stderr.strip().splitlines() == [
         f"turnip llama: error: tensor '{big}' in '{tmp_path / 'm' / 'model.safetensors'}': values up to 9.984e+04 overflow "
         "float16 (largest 65504); run it in bfloat16 or float32 (--dtype)"]
+
+
+def test_plans_are_built_once_per_shape_under_the_simulator() -> None:
+    """A prefill's attention vertices and GEMMs share plans by shape: the cuda backend (numba's simulator)
+    builds one attention plan per distinct block shape and one GEMM plan per distinct einsum shape."""
+    from passes.pipeline import compile_taskgraph
+    from runtime.backends.cuda import CudaBackend, simulated
+    from runtime.graph import build_exec_graph
+
+    if not simulated():
+        pytest.skip("counts builds under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")
+    config = llama.load_config("tiny")
+    built = llama.build_llama(config, 16, 4)
+    memgraph = compile_taskgraph(built.graph, 1 << 20)
+    machine = CudaBackend(attention_provider="cublas")
+    try:
+        machine.prepare(build_exec_graph(memgraph), built.feed(llama.RandomWeights(config, 0), llama.random_ids(config, 16, 0)))
+        builds = machine.services.cache.builds
+    finally:
+        machine.close()
+    nodes = memgraph.by_id()
+    attention = [n for n in memgraph.nodes if n.kernel == "attention"]
+    einsums = [n for n in memgraph.nodes if n.kernel == "einsum"]
+    by_shape = {(tuple(nodes[n.inputs[0]].shape), tuple(nodes[n.inputs[1]].shape), bool(n.attrs.get("causal"))) for n in attention}
+    gemm_shapes = {(n.attrs["equation"], *(tuple(nodes[i].shape) for i in n.inputs)) for n in einsums}
+    assert len(attention) == 2 * 10 and builds["attention"] == len(by_shape) == 2  # diagonal blocks and the rest
+    assert builds["gemm"] == len(gemm_shapes) < len(einsums)

@@ -25,6 +25,9 @@
 # generatetests (issue 28: teacher-forced fp16 logits of a small model on the GPU against float32, the
 # largest error per step printed), generate (issue 28: bench/bench_generate.py, 7b B=16 P=2048 N=32,
 # turnip at 4, 16 and 40 GiB against the torch streaming and resident decoders and the PCIe floor).
+# coldstart (issue 25: bench/bench_coldstart.py, a 7b fp16 safetensors folder written to /tmp, `cp` of it
+# to /dev/null, `turnip llama --weights` at 8k / 2 GiB in two fresh processes with their phases, and a torch
+# script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -90,6 +93,7 @@ for s in "$@"; do
     generatetests) stage generatetests 150 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 140 tests/test_generate_gpu.py ;;
     generate) stage generate 235 python3 bench/bench_generate.py --budgets 4 16 40 --turnip-steps 2 --prefills 1 --time-limit 175 \
              --json "$OUT/generate.json" ;;
+    coldstart) stage coldstart 300 python3 bench/bench_coldstart.py --tokens 8192 --memory 2GiB --timeout 100 --json "$OUT/coldstart.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
     bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py

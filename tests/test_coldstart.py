@@ -132,7 +132,7 @@ def test_lazy_blocks_hold_what_the_arrays_hold(tmp_path, placement, stored, comp
 def test_random_weights_repeat_no_row() -> None:
     """The pool is a prime number of values, so rows of a 7B-wide matrix start at distinct offsets of it."""
     config = llama.load_config("7b")
-    table = llama.RandomWeights(config, 0).source("model.embed_tokens.weight")[0:300]
+    table = llama.RandomWeights(config, 0).lazy("model.embed_tokens.weight")[0:300]
     rows = materialize(table)
     assert len({row.tobytes() for row in rows}) == 300
 

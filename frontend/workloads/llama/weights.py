@@ -4,7 +4,7 @@ Names are those of `LlamaForCausalLM` checkpoints (`model.layers.{i}.self_attn.q
 `model.norm.weight`, `model.embed_tokens.weight`; qwen2's `self_attn.{q,k,v}_proj.bias`); a checkpoint saved from a bare `LlamaModel` (no
 `model.` prefix) is read too. Both sources are read-only mappings that make a tensor only when asked,
 so a 13 GB checkpoint is mapped, not copied, and only the blocks the graph needs are cut from it.
-`source(name)` gives a tensor as a lazy input (runtime/inputs.py) instead: a checkpoint's is read, and
+`lazy(name)` gives a tensor as a lazy input (runtime/inputs.py) instead: a checkpoint's is read, and
 a random one drawn, straight into the buffer the backend writes it to (pinned host storage), so a
 model's weights are never held twice on the host; `LlamaGraph.feed` takes those.
 Token ids become hidden states on the host, through the embedding table.
@@ -82,9 +82,9 @@ class RandomWeights(Mapping):
             self.shapes[LM_HEAD] = (config.vocab_size, config.hidden_size)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.source(name).materialize()
+        return self.lazy(name).materialize()
 
-    def source(self, name: str) -> Cycled:
+    def lazy(self, name: str) -> Cycled:
         """Tensor `name` as a lazy input, drawn when written."""
         return Cycled(partial(self._pool, name), self.shapes[name], numpy_dtype(self.config.dtype))
 
@@ -147,7 +147,7 @@ class CheckpointWeights(Mapping):
     def __getitem__(self, name: str) -> np.ndarray:
         return self.file.get(self.stored[name], dtype=self.config.dtype)
 
-    def source(self, name: str):
+    def lazy(self, name: str):
         """Tensor `name` in the model dtype as a lazy input, read (and converted) when written."""
         return self.file.lazy(self.stored[name], numpy_dtype(self.config.dtype))
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from turnip_ir.errors import InputError
 from frontend import attention
+from frontend.lazy import LazyTensor
 from frontend.order import ordered
 from frontend.partition import Split, SplitSpec, as_split, block_slice
 from frontend.placement import Placement, Site, follow, round_robin
@@ -199,9 +200,9 @@ class Program:
 
     # ----- data ---------------------------------------------------------------------------------------
     def feed(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The run's input arrays by taskgraph id, cut from whole arrays by input name. A lazy value (one with
-        `write_into`, runtime/inputs.py: a checkpoint's tensor, random weights) is cut into lazy blocks, read
-        only when the backend writes them into its buffers."""
+        """The run's input arrays by taskgraph id, cut from whole arrays by input name. A `LazyTensor`
+        (frontend/lazy.py: a checkpoint's tensor, random weights) is cut into lazy blocks, read or drawn only
+        when the backend writes them into its buffers."""
         arrays = {}
         for name, x in self.inputs.items():
             created = [c for c, block in x.blocks.items() if isinstance(block, Tensor)]
@@ -319,7 +320,7 @@ def _trailing(operands: Sequence[Blocked]) -> tuple[list[str], str]:
 def _block(name: str, whole, index: tuple[slice, ...], dtype: str):
     """Block `index` of input `name`'s value: a C-contiguous array in `dtype`, or a lazy block of a lazy
     value, which must already be in `dtype` (a conversion is its reader's job, done as it writes)."""
-    if isinstance(whole, np.ndarray) or not hasattr(whole, "write_into"):
+    if not isinstance(whole, LazyTensor):
         return np.ascontiguousarray(whole[index], dtype=dtype)
     if whole.dtype.name != dtype:
         raise InputError(f"input '{name}': a lazy value of dtype {whole.dtype.name} cannot feed a {dtype} input")

@@ -34,6 +34,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from frontend.lazy import LazyTensor
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write
 
@@ -187,31 +188,16 @@ class SafeTensors:
         return self._maps[file]
 
 
-class StoredTensor:
-    """A tensor of a safetensors file, or a block of one (`tensor[rows, cols]`, slices), in `dtype`: a lazy
-    input (runtime/inputs.py) that reads itself into the buffer it is given (`SafeTensors.read_into`)."""
+class StoredTensor(LazyTensor):
+    """A tensor of a safetensors file, or a block of one, in `dtype` (frontend/lazy.py): it reads itself
+    into the buffer it is given (`SafeTensors.read_into`)."""
 
-    def __init__(self, file: SafeTensors, name: str, dtype: np.dtype, stored_shape: tuple[int, ...], index: tuple[slice, ...] = ()):
-        self.file, self.name, self.dtype, self.index = file, name, dtype, index
-        self.stored_shape = stored_shape
-        self.shape = tuple(len(range(*s.indices(n))) for s, n in zip(index, stored_shape)) + stored_shape[len(index):]
-
-    def __getitem__(self, index) -> StoredTensor:
-        index = index if isinstance(index, tuple) else (index,)
-        if self.index or not all(isinstance(s, slice) and s.step in (None, 1) for s in index):
-            raise TypeError("a stored tensor is cut once, by unit-step slices")
-        return StoredTensor(self.file, self.name, self.dtype, self.stored_shape, index)
+    def __init__(self, file: SafeTensors, name: str, dtype: np.dtype, stored_shape: tuple[int, ...]):
+        super().__init__(stored_shape, dtype)
+        self.file, self.name = file, name
 
     def write_into(self, out: np.ndarray) -> None:
         self.file.read_into(self.name, out, self.index)
-
-    def materialize(self) -> np.ndarray:
-        out = np.empty(self.shape, self.dtype)
-        self.write_into(out)
-        return out
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self.materialize() if dtype is None else self.materialize().astype(dtype)
 
 
 READ_CHUNK = 16 << 20

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from turnip_ir.errors import InputError
+from frontend.lazy import LazyTensor
 from frontend.safetensors import SafeTensors
 from frontend.workloads.common import rng
 from frontend.workloads.llama.config import LlamaConfig
@@ -161,46 +162,32 @@ class CheckpointWeights(Mapping):
         return len(self.shapes)
 
 
-class Cycled:
+class Cycled(LazyTensor):
     """A tensor of `shape` whose values, in row-major order, repeat a pool (`draw()` makes it when the tensor
-    is written), or the block `index` (unit-step slices) of one: a lazy input (runtime/inputs.py)."""
+    is written), or a block of one (frontend/lazy.py)."""
 
-    def __init__(self, draw: Callable[[], np.ndarray], shape: tuple[int, ...], dtype: np.dtype, index: tuple[slice, ...] = ()):
-        self.draw, self.whole, self.dtype, self.index = draw, tuple(shape), dtype, index
-        self.shape = tuple(len(range(*s.indices(n))) for s, n in zip(index, self.whole)) + self.whole[len(index):]
-
-    def __getitem__(self, index) -> Cycled:
-        index = index if isinstance(index, tuple) else (index,)
-        if self.index or not all(isinstance(s, slice) and s.step in (None, 1) for s in index):
-            raise TypeError("a cycled tensor is cut once, by unit-step slices")
-        return Cycled(self.draw, self.whole, self.dtype, index)
+    def __init__(self, draw: Callable[[], np.ndarray], shape: tuple[int, ...], dtype: np.dtype):
+        super().__init__(shape, dtype)
+        self.draw = draw
 
     def write_into(self, out: np.ndarray) -> None:
-        assert out.flags.c_contiguous and out.shape == self.shape, "a lazy input is written into its own contiguous buffer"
+        assert out.flags.c_contiguous and out.shape == self.shape, "a lazy tensor is written into its own contiguous buffer"
         pool = self.draw()
         if not self.whole:
             out[...] = pool[0]
             return
         first = self.index[0].indices(self.whole[0])[0] if self.index else 0
         row = int(np.prod(self.whole[1:], dtype=np.int64))
-        columns = (slice(None),) + self.index[1:]
         if out.shape[1:] == self.whole[1:]:  # whole rows: one run of the pool
             _cycle(out.reshape(-1), pool, first * row)
             return
+        columns = (slice(None),) + self.index[1:]
         step = max(1, (4 << 20) // max(1, row * pool.itemsize))  # partial rows: whole rows a few MB at a time, then cut
         rows = np.empty((min(step, out.shape[0]), *self.whole[1:]), pool.dtype)
         for start in range(0, out.shape[0], step):
             count = min(step, out.shape[0] - start)
             _cycle(rows[:count].reshape(-1), pool, (first + start) * row)
             out[start : start + count] = rows[:count][columns]
-
-    def materialize(self) -> np.ndarray:
-        out = np.empty(self.shape, self.dtype)
-        self.write_into(out)
-        return out
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self.materialize() if dtype is None else self.materialize().astype(dtype)
 
 
 def _cycle(flat: np.ndarray, pool: np.ndarray, offset: int) -> None:

@@ -34,6 +34,10 @@ class LazyTensor:
         """Fill `out` (C-contiguous, of `shape` and `dtype`) with the block's values."""
         raise NotImplementedError
 
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of the whole tensor (an embedding lookup); subclasses make only those rows."""
+        return np.ascontiguousarray(self.materialize()[ids])
+
     def materialize(self) -> np.ndarray:
         out = np.empty(self.shape, self.dtype)
         self.write_into(out)

@@ -166,6 +166,17 @@ class SafeTensors:
             _copy_checked(entry, chunk, out[start : start + rows])
             _release(handle, base, chunk)
 
+    def read_rows(self, name: str, ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """Rows `ids` of tensor `name` (an embedding lookup) in `dtype`, checked as `read_into` checks; the
+        table's mapped pages are released after, so only the rows are held."""
+        entry = self._entry(name)
+        table = self.raw(name)
+        out = np.empty((len(ids), *entry.shape[1:]), dtype)
+        _copy_checked(entry, table[ids], out)
+        handle, base = self._map(entry.file)
+        _release(handle, base, table)
+        return out
+
     def lazy(self, name: str, dtype: str | np.dtype | None = None) -> StoredTensor:
         """Tensor `name` in `dtype` (default: as stored), read only when written into a buffer."""
         entry = self._entry(name)
@@ -198,6 +209,10 @@ class StoredTensor(LazyTensor):
 
     def write_into(self, out: np.ndarray) -> None:
         self.file.read_into(self.name, out, self.index)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids`, gathered from the map in one step and converted; their pages released after."""
+        return self.file.read_rows(self.name, ids, self.dtype)
 
 
 READ_CHUNK = 16 << 20

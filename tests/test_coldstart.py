@@ -180,3 +180,15 @@ def test_plans_are_built_once_per_shape_under_the_simulator() -> None:
     gemm_shapes = {(n.attrs["equation"], *(tuple(nodes[i].shape) for i in n.inputs)) for n in einsums}
     assert len(attention) == 2 * 10 and builds["attention"] == len(by_shape) == 2  # diagonal blocks and the rest
     assert builds["gemm"] == len(gemm_shapes) < len(einsums)
+
+
+@pytest.mark.parametrize("source", ["checkpoint", "random"])
+def test_embedding_rows_are_the_table_rows(tmp_path, source) -> None:
+    """The embedding lookup reads only the rows of the ids, and they are the table's rows, converted."""
+    from dataclasses import replace
+
+    config = replace(_checkpoint(tmp_path / "m", SMALL, "float32"), dtype="float16")
+    weights = llama.CheckpointWeights(tmp_path / "m", config) if source == "checkpoint" else llama.RandomWeights(config, 3)
+    ids = np.array([5, 0, 63, 5, 17])
+    np.testing.assert_array_equal(llama.embed(weights, ids, config), weights["model.embed_tokens.weight"][ids])
+    assert llama.embed(weights, ids, config).dtype == np.float16

@@ -189,6 +189,15 @@ class Cycled(LazyTensor):
             _cycle(rows[:count].reshape(-1), pool, (first + start) * row)
             out[start : start + count] = rows[:count][columns]
 
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of the whole tensor, each cycled from the pool drawn once."""
+        pool = self.draw()
+        width = int(np.prod(self.whole[1:], dtype=np.int64))
+        out = np.empty((len(ids), *self.whole[1:]), self.dtype)
+        for i, row in enumerate(ids):
+            _cycle(out[i].reshape(-1), pool, int(row) * width)
+        return out
+
 
 def _cycle(flat: np.ndarray, pool: np.ndarray, offset: int) -> None:
     """flat[i] = pool[(offset + i) % len(pool)], in three numpy copies (head, whole periods, tail)."""
@@ -217,4 +226,6 @@ def embed(weights: Mapping[str, np.ndarray], ids: np.ndarray, config: LlamaConfi
     bad = ids[(ids < 0) | (ids >= config.vocab_size)]
     if bad.size:
         raise InputError(f"token id {int(bad[0])} is out of the vocabulary range [0, {config.vocab_size})")
+    if callable(getattr(weights, "lazy", None)):  # only the rows: never the whole table (1 GB for a 128k vocabulary)
+        return weights.lazy(EMBED).rows(ids)
     return np.ascontiguousarray(weights[EMBED][ids], dtype=config.dtype)

@@ -142,15 +142,21 @@ class CudaBackend(Backend):
         self.graph = graph
         reuse = self.views.storage.all_chunks() if self.views is not None else ()
         self.views = None
+        stamps = [time.perf_counter()]
         self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
-        began = time.perf_counter()
+        stamps.append(time.perf_counter())
         self.views.place(inputs)
-        self.inputs_time = time.perf_counter() - began
+        stamps.append(time.perf_counter())
         self.work = [self._build(graph, v) for v in range(len(graph))]
+        stamps.append(time.perf_counter())
         if attention.uses_torch(self.attention):
             attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
             self.stats["torch_segments"] = attention.warm_up(self.work, graph)
+        stamps.append(time.perf_counter())
+        self.inputs_time = stamps[2] - stamps[1]
+        self.stats["load_steps"] = {step: b - a for step, a, b in zip(("pinning", "inputs", "building", "warm-up"), stamps, stamps[1:])}
+        self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
         devices.synchronize()
         self.stats["library_bytes"] = devices.library_bytes()
         first_stream = [next(devices.streams[i] for i, d in enumerate(devices.lane_device) if d == device) for device in range(devices.devices)]
@@ -278,6 +284,10 @@ class CudaBackend(Backend):
                 f" + library memory {format_size(self.stats.get('library_bytes', 0))}, pinned storage {format_size(self.stats['pinned_bytes'])},"
                 f" attention {self.attention}, prepare {self.stats['prepare_s']:.2f} s"
             )
+            steps = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self.stats["load_steps"].items())
+            vertices, plans = self.stats["built"]
+            made = ", ".join(f"{kind} {count}" for kind, count in sorted(plans.items())) or "none"
+            lines.append(f"cuda: prepare: {steps}; {vertices} vertices built on plans made once per shape ({made})")
         if "peak_drop" in self.stats:
             lines.append(f"cuda: largest drop in free GPU memory while running {format_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
         return lines

@@ -192,3 +192,20 @@ def test_embedding_rows_are_the_table_rows(tmp_path, source) -> None:
     ids = np.array([5, 0, 63, 5, 17])
     np.testing.assert_array_equal(llama.embed(weights, ids, config), weights["model.embed_tokens.weight"][ids])
     assert llama.embed(weights, ids, config).dtype == np.float16
+
+
+def test_turnip_llama_prints_its_phases(capsys) -> None:
+    """The last summary line: each set-up phase in seconds, and the process's time since it started."""
+    import re
+
+    from turnip_cli.main import main
+
+    assert main(["llama", "--config", "tiny", "--tokens", "16", "--memory", "100KiB", "--backend", "cpu"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    found = re.fullmatch(r"phases: load ([\d.]+) s \(model ([\d.]+) s, weights into host memory ([\d.]+) s\), compile ([\d.]+) s, "
+                         r"prepare ([\d.]+) s, run ([\d.]+) s; ([\d.]+) s end to end", lines[-1])
+    assert found, lines[-1]
+    load, model, weights, compile_s, prepare, run, wall = (float(x) for x in found.groups())
+    assert abs(load - model - weights) <= 0.011 and run > 0
+    assert wall >= load + compile_s + prepare + run - 0.05  # the process's clock counts the imports too
+    assert lines[-2].startswith("peak arena use:")  # the run summary's lines come before, as they were

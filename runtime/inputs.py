@@ -80,7 +80,8 @@ def materialize(value) -> np.ndarray:
 
 
 FILL_THREADS = 8
-"""Threads that put inputs in place at most: past the memory bus's few streams more only contend."""
+"""Threads that put inputs in place at most: a bound, not a tuned figure (the copies are memory-bound,
+so a few threads reach the bus's rate; the H200 run of bench/bench_coldstart.py says how close)."""
 
 
 def fill_all(pairs: list[tuple[np.ndarray, object]], threads: int | None = None) -> None:

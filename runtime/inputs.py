@@ -2,8 +2,8 @@
 
 An input's value is an array or a lazy input: anything with `shape`, `dtype` and `write_into(out)`,
 which writes its values into a buffer view of that shape and dtype (`Tiled` here; a block of a
-checkpoint or of random weights from the frontend). Backends put inputs in place with `fill_all`, which
-writes them on a pool of threads (numpy copies and file reads release the GIL), largest first, so a
+checkpoint or of random weights from the frontend). Backends put inputs in place with `fill_all` (or a
+`Filler`, fed as their buffers become ready), which writes them on a pool of threads (numpy copies and file reads release the GIL), largest first, so a
 lazy input goes straight from its source to the backend's buffer with no host copy in between.
 
 A missing input is `np.random.default_rng(seed).standard_normal(shape).astype(dtype)` with one generator
@@ -84,23 +84,42 @@ FILL_THREADS = 8
 so a few threads reach the bus's rate; the H200 run of bench/bench_coldstart.py says how close)."""
 
 
+class Filler:
+    """`fill(out, value)` on a pool of up to `threads` threads (default: the CPUs, at most FILL_THREADS), fed
+    as buffers become ready (`add`: the cuda backend adds each pinned chunk's inputs as soon as the chunk
+    is pinned, so reading overlaps pinning) and drained by `finish`, which raises the first error (an
+    unreadable or overflowing weight) once the rest have stopped."""
+
+    def __init__(self, threads: int | None = None):
+        self.pool = ThreadPoolExecutor(threads or min(FILL_THREADS, os.cpu_count() or 1), thread_name_prefix="turnip fill")
+        self.futures: list = []
+
+    def add(self, pairs: list[tuple[np.ndarray, object]]) -> None:
+        """Queue these fills, largest first."""
+        for out, value in sorted(pairs, key=lambda pair: -pair[0].nbytes):
+            self.futures.append(self.pool.submit(fill, out, value))
+
+    def finish(self) -> None:
+        try:
+            for future in self.futures:
+                future.result()
+        finally:
+            for future in self.futures:
+                future.cancel()
+            self.pool.shutdown(wait=True)
+
+
 def fill_all(pairs: list[tuple[np.ndarray, object]], threads: int | None = None) -> None:
-    """`fill(out, value)` for every pair, largest first, on up to `threads` threads (default: the CPUs,
-    at most FILL_THREADS); the first error (an unreadable or overflowing weight) is raised after the rest stop."""
-    pairs = sorted(pairs, key=lambda pair: -pair[0].nbytes)
-    threads = min(threads or min(FILL_THREADS, os.cpu_count() or 1), len(pairs))
-    if threads <= 1:
+    """`fill(out, value)` for every pair, largest first, on a `Filler`'s threads (one pair: no thread)."""
+    if len(pairs) <= 1 or threads == 1:
         for out, value in pairs:
             fill(out, value)
         return
-    with ThreadPoolExecutor(threads, thread_name_prefix="turnip fill") as pool:
-        futures = [pool.submit(fill, out, value) for out, value in pairs]
-        try:
-            for future in futures:
-                future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+    filler = Filler(threads)
+    try:
+        filler.add(pairs)
+    finally:
+        filler.finish()
 
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile)

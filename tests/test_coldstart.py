@@ -209,3 +209,27 @@ def test_turnip_llama_prints_its_phases(capsys) -> None:
     assert abs(load - model - weights) <= 0.011 and run > 0
     assert wall >= load + compile_s + prepare + run - 0.05  # the process's clock counts the imports too
     assert lines[-2].startswith("peak arena use:")  # the run summary's lines come before, as they were
+
+
+def test_inputs_are_read_into_each_pinned_chunk_as_it_is_pinned() -> None:
+    """Under the simulator, with chunks of 16 KiB: every input held in storage is in its chunk after
+    `prepare`, equal to the value it was fed, though each was queued while later chunks were still taken."""
+    from passes.pipeline import compile_taskgraph
+    from runtime.backends.cuda import CudaBackend, simulated
+    from runtime.graph import build_exec_graph
+
+    if not simulated():
+        pytest.skip("runs the cuda backend under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")
+    config = llama.load_config("tiny")
+    built = llama.build_llama(config, 16, 4)
+    memgraph = compile_taskgraph(built.graph, 200 << 10)
+    inputs = built.feed(llama.RandomWeights(config, 2), llama.random_ids(config, 16, 2))
+    machine = CudaBackend(attention_provider="cublas", chunk_bytes=16 << 10)
+    try:
+        machine.prepare(build_exec_graph(memgraph), inputs)
+        stored = [(i, node) for i, node in enumerate(memgraph.nodes) if node.op == "input" and node.storage is not None]
+        assert len(machine.views.storage.chunks) > 3 and len(stored) > 10
+        for i, node in stored:
+            np.testing.assert_array_equal(machine.views.host[i], materialize(inputs[node.task]), err_msg=node.task)
+    finally:
+        machine.close()

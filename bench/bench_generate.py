@@ -15,11 +15,15 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
                    final norm stay on the GPU (0.26 GB);
   floor            the streaming traffic per step (layer weights + the KV prefix, at the mean context) over
                    the host-to-device rate measured in this run (a 1 GiB pinned copy);
-  turnip@G         `turnip.Session` at a budget of G GiB, started from the same KV caches
-                   (`generate(caches=...)`), fed torch-resident's greedy tokens (teacher forcing), so its
-                   logits are compared with torch-resident's per step; only `--turnip-steps` steps (each
-                   step is compiled and its inputs placed anew: docs/generation.md, "Not done yet"); one
-                   prefill of one prompt (P-1 tokens) is timed apart (at the first `--prefills` budgets);
+  turnip@G         `turnip.Session` at a budget of G GiB, decoding in the same pinned KV buffers
+                   (`generate(caches=KvCache.wrap(...))`: no copy), fed torch-resident's greedy tokens
+                   (teacher forcing), so its logits are compared with torch-resident's per step; all N
+                   steps (`--turnip-steps` fewer); a step's time is all of it but its compile (placing
+                   what changed, the run, the outputs); one prefill of one prompt (P-1 tokens) is timed
+                   apart, and `turnip llama` of the same prompt for comparison (at the first `--prefills` budgets);
+  turnip@G/fixed   (with --orders nondet fixed) the same with the fixed dispatch order;
+  ragged shapes    B x P:ragged draws prompt lengths uniformly in [P/2, P]: turnip only (the torch
+                   decoders assume one length), nondet against fixed;
   hf-offload       (with --hf) transformers' LlamaForCausalLM through accelerate, weights capped at the
                    smallest budget, `--hf-steps` new tokens (prefill included in its wall time: the
                    per-step figure is the time after the first token), default cache.
@@ -46,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from frontend.workloads import llama  # noqa: E402
+from frontend.workloads.llama.decode import KV_BLOCK  # noqa: E402
 from frontend.workloads.llama.rope import inverse_frequencies  # noqa: E402
 
 GIB = 1 << 30
@@ -59,17 +64,18 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--shapes", nargs="+", default=["16x2048"], help="B x P pairs (default 16x2048)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--budgets", type=float, nargs="+", default=[4, 16, 40], help="turnip budgets, GiB per GPU")
-    parser.add_argument("--turnip-steps", type=int, default=3)
+    parser.add_argument("--turnip-steps", type=int, default=0, help="decode steps for turnip (default 0: all --new-tokens)")
+    parser.add_argument("--orders", nargs="+", default=["nondet"], help="turnip dispatch orders (nondet, fixed, random)")
     parser.add_argument("--prefills", type=int, default=99, help="time one prompt's prefill at the first N budgets only (each compiles a 7b prefill)")
     parser.add_argument("--hf", action="store_true", help="also HF transformers + accelerate offload (slow)")
     parser.add_argument("--hf-steps", type=int, default=4)
-    parser.add_argument("--quick", action="store_true", help="2 layers, 4 new tokens, 2 turnip steps")
+    parser.add_argument("--quick", action="store_true", help="2 layers, 4 new tokens")
     parser.add_argument("--time-limit", type=float, default=210.0, help="seconds after which nothing new starts")
     parser.add_argument("--json", default=None, help="default: $OUT/generate.json")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.new_tokens, args.turnip_steps, args.hf_steps = min(args.new_tokens, 4), min(args.turnip_steps, 2), min(args.hf_steps, 2)
+        args.new_tokens, args.hf_steps = min(args.new_tokens, 4), min(args.hf_steps, 2)
     return args
 
 
@@ -100,25 +106,29 @@ class Host:
         self.kv: list = []
 
     def make_kv(self, batch: int, prefix: int, steps: int, seed: int) -> float:
-        """Per layer (k, v) pinned [prefix + steps, B, kv_width], the first `prefix` rows random; seconds."""
+        """Per layer (k, v) pinned [capacity, B, kv_width] (capacity: prefix + steps rounded up to turnip's
+        column of KV_BLOCK rows), the first `prefix` rows random; seconds."""
         torch, c = self.torch, self.config
         began = time.perf_counter()
         self.kv = []
         width = c.num_key_value_heads * c.head_dim
+        capacity = -(-(prefix + steps) // KV_BLOCK) * KV_BLOCK
         pool = torch.from_numpy(np.random.default_rng(seed).standard_normal((prefix, batch, width)).astype(c.dtype))
         for _ in range(c.num_hidden_layers):
             pair = []
             for _ in range(2):
-                cache = torch.empty((prefix + steps, batch, width), dtype=pool.dtype, pin_memory=self.pin)
+                cache = torch.zeros((capacity, batch, width), dtype=pool.dtype, pin_memory=self.pin)
                 cache[:prefix].copy_(pool)
                 pair.append(cache)
             self.kv.append(tuple(pair))
         return time.perf_counter() - began
 
-    def turnip_caches(self, prefix: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:
-        """The same KV prefixes as turnip's caches: per sequence, per layer (k, v) [prefix, kv_width] views."""
-        batch = self.kv[0][0].shape[1]
-        return [[(k[:prefix, b].numpy(), v[:prefix, b].numpy()) for k, v in self.kv] for b in range(batch)]
+    def turnip_cache(self, lengths: list[int]):
+        """turnip's KvCache over the same pinned buffers (views: the steps write their rows in place; torch's
+        decoders have run before, so their rows past the prefix are simply overwritten)."""
+        from frontend.workloads.llama.kv_cache import KvCache
+
+        return KvCache.wrap([(k.numpy(), v.numpy()) for k, v in self.kv], lengths, KV_BLOCK)
 
 
 def _pinned(torch, array: np.ndarray, pin: bool):
@@ -290,24 +300,39 @@ def sync(torch, device: str) -> None:
 
 
 # ----- turnip and HF ---------------------------------------------------------------------------------------
-def run_turnip(host: Host, device: str, budget: float, prompts: list, caches: list, forced: np.ndarray, steps: int,
-               prefill: bool) -> dict:
-    """One session at `budget` GiB: with `prefill`, a prefill of one prompt (timed apart); then `steps`
-    teacher-forced steps of the batch."""
+def run_turnip(host: Host, device: str, budget: float, prompts: list, forced: np.ndarray, steps: int,
+               prefill: bool, order: str = "nondet") -> dict:
+    """One session at `budget` GiB: with `prefill`, a prefill of one prompt (timed apart, and the same
+    prompt through `turnip llama`'s path: compile and run of the prefill graph); then `steps`
+    teacher-forced steps of the batch, in the host's pinned KV buffers."""
     from turnip import Session
 
-    with Session(config=host.config, weights=host.numpy, memory=int(budget * GIB), backend=device) as session:
+    with Session(config=host.config, weights=host.numpy, memory=int(budget * GIB), backend=device, order=order) as session:
         began = time.perf_counter()
         alone = session.generate([prompts[0]], 1) if prefill else None
         first_call = time.perf_counter() - began
+        llama_s = llama_prefill(host, device, budget, prompts[0][:-1]) if prefill else float("nan")
+        cache = host.turnip_cache([len(p) - 1 for p in prompts])
         began = time.perf_counter()
-        result = session.generate(prompts, steps, forced=forced[:, :steps], caches=caches)
+        result = session.generate(prompts, steps, forced=forced[:, :steps], caches=cache)
         wall = time.perf_counter() - began
         moved = result.bytes_offloaded + result.bytes_reloaded
-        return {"prefill_s": alone.prefill_seconds if alone else float("nan"), "first_call_s": first_call, "step_s": result.step_seconds,
-                "step_wall_s": wall / steps, "compile_s": result.compile_seconds, "bytes_moved_per_step": moved / steps,
-                "bytes_reloaded_per_step": result.bytes_reloaded / steps, "peak_arena": result.peak_arena,
-                "arena": session.arena, "logits": result.logits, "backends_built": session.backends_built}
+        return {"prefill_s": alone.prefill_seconds if alone else float("nan"), "llama_prefill_s": llama_s, "first_call_s": first_call,
+                "step_s": result.step_seconds, "step_run_s": result.step_run_seconds, "step_bytes_placed": result.step_bytes_placed,
+                "decode_wall_s": wall, "compiles": result.compiles, "step_wall_s": wall / steps, "compile_s": result.compile_seconds,
+                "bytes_moved_per_step": moved / steps, "bytes_reloaded_per_step": result.bytes_reloaded / steps,
+                "peak_arena": result.peak_arena, "arena": session.arena, "logits": result.logits, "backends_built": session.backends_built}
+
+
+def llama_prefill(host: Host, device: str, budget: float, ids: np.ndarray) -> float:
+    """The run time of `turnip llama`'s prefill of `ids` at `budget` (its graph, compiled, run once on a fresh
+    backend: what `turnip llama` reports), to hold the session's prefill against."""
+    from passes.pipeline import compile_taskgraph
+    from runtime import arena_budget, execute
+
+    built = llama.build_llama(host.config, len(ids), kv_outputs=True)
+    memgraph = compile_taskgraph(built.graph, arena_budget(built.graph, int(budget * GIB), device))
+    return execute(memgraph, backend=device, inputs=built.feed(host.numpy, ids), verify=False).summary.wall_time
 
 
 def run_hf(torch, host: Host, budget: float, prompts: list, steps: int) -> dict:
@@ -347,10 +372,21 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
     batch, prompt = shape["batch"], shape["prompt"]
     prefix = prompt - 1
     rng = np.random.default_rng(args.seed)
-    prompts = [rng.integers(0, c.vocab_size, prompt) for _ in range(batch)]
-    shape.update(new_tokens=steps, kv_pin_s=host.make_kv(batch, prefix, steps, args.seed), systems={})
+    lengths = rng.integers(prompt // 2, prompt + 1, batch) if shape.get("ragged") else np.full(batch, prompt)
+    prompts = [rng.integers(0, c.vocab_size, n) for n in lengths]
+    shape.update(new_tokens=steps, kv_pin_s=host.make_kv(batch, prefix, steps, args.seed), systems={}, lengths=lengths.tolist())
     systems = shape["systems"]
     attempt = functools.partial(attempt_system, save=save)
+    turnip_steps = args.turnip_steps or steps
+    if shape.get("ragged"):  # turnip only: nondet against fixed
+        for budget in args.budgets:
+            for order in args.orders:
+                name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}")
+                got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, np.zeros((batch, steps), np.int64),
+                                                                turnip_steps, False, order), limit)
+                if got:
+                    got.pop("logits")
+        return
     first = np.array([p[-1] for p in prompts])
     resident = attempt(systems, "torch-resident", lambda: run_torch(torch, host, device, False, prefix, steps, first), limit)
     streamed = attempt(systems, "torch-stream", lambda: run_torch(torch, host, device, True, prefix, steps, first), limit)
@@ -362,14 +398,15 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
     if device == "cuda":
         torch.cuda.empty_cache()
     forced = resident["tokens"] if resident else np.zeros((batch, steps), np.int64)
-    caches = host.turnip_caches(prefix)
     for i, budget in enumerate(args.budgets):
-        prefill = i < args.prefills
-        got = attempt(systems, f"turnip@{budget:g}", lambda: run_turnip(host, device, budget, prompts, caches, forced, args.turnip_steps, prefill), limit)
-        if got and resident:
-            got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
-        elif got:
-            got.pop("logits")
+        for order in args.orders:
+            prefill = i < args.prefills and order == args.orders[0]
+            name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}")
+            got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, forced, turnip_steps, prefill, order), limit)
+            if got and resident:
+                got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
+            elif got:
+                got.pop("logits")
     if args.hf and device == "cuda":
         attempt(systems, f"hf-offload@{min(args.budgets):g}", lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps), limit)
 
@@ -412,18 +449,22 @@ def median_ms(figures: dict) -> float:
 
 
 def table(shapes: list[dict]) -> str:
-    lines = ["| B x P | system | decode ms/step | tokens/s | GB moved/step | peak GiB | prefill s | max logit err |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| B x P | system | decode ms/step (median) | tokens/s | mean ms/step | compiles | GB moved/step | peak GiB "
+             "| prefill s (llama s) | max logit err |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for shape in shapes:
+        size = f"{shape['batch']} x {shape['prompt']}" + (" ragged" if shape.get("ragged") else "")
         for name, f in shape["systems"].items():
             if "step_s" not in f:
-                lines.append(f"| {shape['batch']} x {shape['prompt']} | {name} | {f.get('skipped') or f.get('error')} | | | | | |")
+                lines.append(f"| {size} | {name} | {f.get('skipped') or f.get('error')} | | | | | | | |")
                 continue
             ms = median_ms(f)
+            mean = 1e3 * statistics.mean(f["step_s"])
             peak = f.get("peak_bytes") or f.get("peak_arena") or 0
             err = f.get("logit_error_per_step")
-            lines.append(f"| {shape['batch']} x {shape['prompt']} | {name} | {ms:.1f} | {shape['batch'] * 1e3 / ms:.1f} "
-                         f"| {f.get('bytes_moved_per_step', 0) / 1e9:.2f} | {peak / GIB:.2f} | {f.get('prefill_s', float('nan')):.3f} "
+            prefill = f"{f.get('prefill_s', float('nan')):.3f} ({f.get('llama_prefill_s', float('nan')):.3f})"
+            lines.append(f"| {size} | {name} | {ms:.1f} | {shape['batch'] * 1e3 / ms:.1f} | {mean:.1f} | {f.get('compiles', '')} "
+                         f"| {f.get('bytes_moved_per_step', 0) / 1e9:.2f} | {peak / GIB:.2f} | {prefill} "
                          f"| {max(err) if err else float('nan'):.4f} |")
     return "\n".join(lines)
 
@@ -447,12 +488,13 @@ def main(argv=None) -> int:
         path.write_text(json.dumps(public(results), indent=1, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
 
     for text in args.shapes:
-        batch, prompt = (int(x) for x in text.lower().split("x"))
-        results["shapes"].append({"batch": batch, "prompt": prompt})
+        size, _, kind = text.lower().partition(":")
+        batch, prompt = (int(x) for x in size.split("x"))
+        results["shapes"].append({"batch": batch, "prompt": prompt, "ragged": kind == "ragged"})
         bench_shape(torch, host, args, results["shapes"][-1], save)
     save()
-    print(f"\nturnip: the median of {args.turnip_steps} teacher-forced steps (each compiled and placed anew; step wall in the JSON); "
-          f"logit error against torch-resident\n{table(results['shapes'])}\nwrote {path}  ({elapsed():.0f} s)")
+    print(f"\nturnip: the median of its teacher-forced steps after the first (a step: all but its compile); the mean and the "
+          f"compiles in the last columns; logit error against torch-resident\n{table(results['shapes'])}\nwrote {path}  ({elapsed():.0f} s)")
     return 0
 
 

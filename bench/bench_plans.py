@@ -25,7 +25,7 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from passes.compile_stats import CompileStats
 from runtime import execute
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError
 from seed_graphs import blocked_matmul, ffn_stack  # noqa: E402
 from tools.random_graphs import random_taskgraph

@@ -23,8 +23,11 @@
 # bf16 (issue 25: the bfloat16 GPU tests, then llama 7b at 8k / 2 GiB in bfloat16 and in float16, for the
 # target "bf16 within 1.05x of fp16"; 3 minutes at most).
 # generatetests (issue 28: teacher-forced fp16 logits of a small model on the GPU against float32, the
-# largest error per step printed), generate (issue 28: bench/bench_generate.py, 7b B=16 P=2048 N=32,
-# turnip at 4, 16 and 40 GiB against the torch streaming and resident decoders and the PCIe floor).
+# largest error per step printed; the decode_attention kernel at 7b's head sizes), generate (issue 28:
+# bench/bench_generate.py, 7b B=16 P=2048 N=32, turnip at 4, 16 and 40 GiB against the torch streaming
+# and resident decoders and the PCIe floor), generate64 (B=64 P=512), generateragged (16 ragged prompts
+# of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload
+# at 4 GiB beside the torch decoders and turnip, B=16 P=2048).
 # coldstart (issue 25: bench/bench_coldstart.py, a 7b fp16 safetensors folder written to /tmp, `cp` of it
 # to /dev/null, `turnip llama --weights` at 8k / 2 GiB in two fresh processes with their phases, and a torch
 # script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most).
@@ -90,9 +93,16 @@ for s in "$@"; do
              --schedule $sc --systems turnip-nondet turnip-fixed floor --json "$OUT/schedules-$sc.json"; done ;;
     quick128k) stage quick128k 150 python3 bench/run.py llama --tokens 131072 --budgets 4 --repeats 1 --systems turnip-nondet floor \
              --json "$OUT/quick128k.json" ;;
-    generatetests) stage generatetests 150 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 140 tests/test_generate_gpu.py ;;
-    generate) stage generate 235 python3 bench/bench_generate.py --budgets 4 16 40 --turnip-steps 2 --prefills 1 --time-limit 175 \
+    generatetests) stage generatetests 150 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 140 tests/test_generate_gpu.py \
+             tests/test_decode_attention.py ;;
+    generate) stage generate 330 python3 bench/bench_generate.py --budgets 4 16 40 --prefills 1 --time-limit 290 \
              --json "$OUT/generate.json" ;;
+    generate64) stage generate64 200 python3 bench/bench_generate.py --shapes 64x512 --budgets 4 16 --prefills 0 --time-limit 170 \
+             --json "$OUT/generate64.json" ;;
+    generateragged) stage generateragged 200 python3 bench/bench_generate.py --shapes 16x2048:ragged --budgets 4 --orders nondet fixed \
+             --time-limit 170 --json "$OUT/generateragged.json" ;;
+    generatehf) stage generatehf 300 python3 bench/bench_generate.py --budgets 4 --prefills 0 --hf --hf-steps 4 --time-limit 280 \
+             --json "$OUT/generatehf.json" ;;
     coldstart) stage coldstart 300 python3 bench/bench_coldstart.py --tokens 8192 --memory 2GiB --timeout 100 --json "$OUT/coldstart.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;

@@ -8,7 +8,9 @@ reads some fields and adds or replaces others, and says which in its `reads` and
 - `source`: the placed taskgraph the memgraph was compiled from, added by turnip-insert-offload and
   read by turnip-verify-memgraph to prove condition (a);
 - `arrays`: the memgraph as CSR arrays (turnip_ir/memarrays.py), added by the first memory pass that
-  needs them and kept in step by the others, so they are built once per memgraph.
+  needs them and kept in step by the others, so they are built once per memgraph;
+- `cost`: the cost model (turnip_ir/cost.py, the H200 defaults unless the caller gives another) that
+  turnip-insert-offload's `remat` weighs recomputing against moving with.
 
 A stage that replaces the graph calls `replace_graph`, which drops the arrays of the old one.
 `compile_taskgraph` (passes/pipeline.py) and `turnip-opt` run their stages on one `Compilation`, in
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from passes.compile_stats import CompileStats
+from turnip_ir.cost import CostModel
 from turnip_ir.memarrays import MemArrays
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
@@ -32,6 +35,7 @@ class Compilation:
     stats: CompileStats = field(default_factory=CompileStats)
     source: TaskGraph | None = None
     arrays: MemArrays | None = None
+    cost: CostModel = field(default_factory=CostModel)
 
     def replace_graph(self, graph: TaskGraph | MemGraph) -> None:
         """Make `graph` the graph so far; the arrays of the old one no longer describe it."""

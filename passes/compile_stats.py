@@ -14,6 +14,7 @@ import contextvars
 import time
 from dataclasses import dataclass, field
 
+from turnip_ir.cost import CostModel
 from turnip_ir.memgraph import MemGraph
 
 
@@ -24,6 +25,12 @@ class CompileStats:
     ops: dict[str, int] = field(default_factory=dict)
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
+    recomputes: int = 0
+    """Kernel nodes that compute a task again instead of reloading it (`remat`)."""
+    recompute_seconds: float = 0.0
+    """Their time under the cost model the plan was made with."""
+    bytes_recomputed: int = 0
+    """The bytes they hold: what a reload would have brought back instead."""
     edges_added: int = 0
     edges_redundant: int = 0
     edges_removed_minimize: int = 0
@@ -31,8 +38,9 @@ class CompileStats:
     peak_memory: dict[int, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def record_graph(self, graph: MemGraph) -> None:
-        """Fill the op counts, copy bytes and per-GPU peaks from the final memgraph."""
+    def record_graph(self, graph: MemGraph, cost: CostModel | None = None) -> None:
+        """Fill the op counts, copy bytes, per-GPU peaks and recomputes from the final memgraph; `cost`
+        times the recomputes (None: the H200 defaults)."""
         self.ops = dict.fromkeys(("input", "kernel", "move", "offload", "reload"), 0)
         self.bytes_offloaded = self.bytes_reloaded = 0
         peaks: dict[int, int] = {}
@@ -44,6 +52,11 @@ class CompileStats:
                 self.bytes_reloaded += node.loc[1] if node.op == "reload" else 0
                 peaks[node.device] = max(peaks.get(node.device, 0), node.loc[0] + node.loc[1])
         self.peak_memory = dict(sorted(peaks.items()))
+        again = graph.recomputes()
+        self.recomputes, self.bytes_recomputed = len(again), sum(node.nbytes for node in again)
+        by_id = graph.by_id() if again else {}
+        cost = cost or CostModel()
+        self.recompute_seconds = sum(cost.kernel_time(node, [by_id[i] for i in node.inputs]) for node in again)
 
     @property
     def memory_edges(self) -> int:
@@ -53,6 +66,9 @@ class CompileStats:
         """A plain-text table for `--stats`."""
         rows = [(f"ops {op}", str(count)) for op, count in self.ops.items()]
         rows += [("bytes offloaded", str(self.bytes_offloaded)), ("bytes reloaded", str(self.bytes_reloaded))]
+        if self.recomputes:
+            rows += [("recomputes", str(self.recomputes)), ("bytes recomputed", str(self.bytes_recomputed)),
+                     ("recompute time (cost model)", f"{self.recompute_seconds * 1000:.3f} ms")]
         rows += [
             ("memory edges added", str(self.edges_added)),
             ("memory edges redundant", str(self.edges_redundant)),

@@ -18,6 +18,7 @@ from passes.allocator import ALIGN, PLACEMENTS, aligned
 from passes.compact import TaskView
 from passes.schedules import scheduled_tasks
 from passes.planner import Planner
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.memgraph import MemGraph
@@ -25,16 +26,26 @@ from turnip_ir.taskgraph import TaskGraph
 from turnip_ir.units import format_size
 
 
-INPUTS_START = ("gpu", "host")
-"""Where inputs start: `gpu` (on their GPU while they fit, the rest in CPU storage) or `host` (all in
-CPU storage, as weights loaded into host memory do; the plan reloads them)."""
+INPUTS_START = ("gpu", "host", "recur")
+"""Where inputs start: `gpu` (on their GPU while they fit, the rest in CPU storage), `host` (all in
+CPU storage, as weights loaded into host memory do; the plan reloads them) or `recur` (the plan runs
+again and again, as a decode step does: inputs stay on the GPU after their last read while their room
+is not needed, and only those that survive the run start there, so a prepared backend keeps them)."""
+
+RECUR_ROUNDS = 4
+"""At most this many plans for `inputs="recur"`: each round lets only the previous round's survivors start on the GPU."""
 
 
-def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu") -> MemGraph:
+def insert_offload(
+    graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu",
+    remat: CostModel | None = None,
+) -> MemGraph:
     """The memgraph of one simulated run of the placed `graph` in `schedule` under a per-GPU `budget`.
 
     `placement` chooses among free regions that fit: `loosest` (freed longest ago) or `first-fit`;
-    `inputs` says where inputs start (INPUTS_START).
+    `inputs` says where inputs start (INPUTS_START); `remat`, a cost model (turnip_ir/cost.py),
+    lets the planner recompute an evicted tensor at its next use instead of offloading and reloading
+    it, where that model says recomputing is cheaper; None never recomputes.
     """
     if inputs not in INPUTS_START:
         raise InputError(f"unknown inputs start '{inputs}' (known: {', '.join(INPUTS_START)})")
@@ -45,7 +56,27 @@ def insert_offload(graph: TaskGraph, budget: int, schedule: str = "given", place
     if placement not in PLACEMENTS:
         raise InputError(f"unknown placement '{placement}' (known: {', '.join(PLACEMENTS)})")
     align = alignment(graph, view, budget)
-    return Planner(graph, view, budget, scheduled_tasks(view, schedule), placement, align, inputs_on_gpu=inputs == "gpu").run()
+    order = scheduled_tasks(view, schedule)
+    if inputs != "recur":
+        return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu", remat=remat).run()
+    return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed, remat=remat).run())
+
+
+def plan_recurring(plan) -> MemGraph:
+    """The plan of a recurring run: `plan(allowed)` plans with only the inputs in `allowed` (None: any)
+    starting on the GPU. An input that starts there but is overwritten during the run would be put back
+    before every run (a copy nothing overlaps), so the next round starts only the survivors there,
+    until every input that starts on the GPU survives (or `RECUR_ROUNDS`; the last plan is kept: what
+    does not survive is put back before each run, and counted)."""
+    allowed = None
+    for _ in range(RECUR_ROUNDS):
+        memgraph = plan(allowed)
+        started = {node.task for node in memgraph.nodes if node.op == "input" and node.loc is not None}
+        kept = set(memgraph.surviving_inputs())
+        if started <= kept:
+            break
+        allowed = started & kept
+    return memgraph
 
 
 def fine_alignment(graph: TaskGraph) -> int:
@@ -116,10 +147,13 @@ class InsertOffloadPass(GraphPass):
     location, and starts the inputs that do not fit in CPU storage. Offloads wait for nothing but
     their tensor. Offsets are 256-byte aligned while every op's working set fits the budget so
     padded, else element-aligned; a budget below an op's working set fails naming the op, its GPU
-    and the bytes it needs. It adds no reuse edges: run turnip-insert-memory-deps next.
+    and the bytes it needs. With `remat`, an evicted kernel output may be recomputed at its next use
+    (a second kernel node of its task) instead of offloaded and reloaded. It adds no reuse edges:
+    run turnip-insert-memory-deps next.
     """
 
     name = "turnip-insert-offload"
+    reads = ("graph", "cost")
     adds = ("graph", "source")
     budget: int
     """Bytes per GPU, a positive number."""
@@ -130,14 +164,21 @@ class InsertOffloadPass(GraphPass):
     """Which free region that fits takes a tensor: `loosest` (the one freed longest ago, for the
     loosest memory edges) or `first-fit` (the lowest offset, for ablations)."""
     inputs: str = "gpu"
-    """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit) or `host` (all in
-    CPU storage, as weights loaded into host memory; the plan reloads them where they are read)."""
+    """Where inputs start: `gpu` (on their GPU, in first-use order, while they fit), `host` (all in
+    CPU storage, as weights loaded into host memory; the plan reloads them where they are read) or
+    `recur` (a plan run again and again: inputs stay on the GPU after their last read while their room
+    is not needed, and only the ones that survive the run start there; the runtime keeps them)."""
+    remat: bool = False
+    """Recompute an evicted tensor at its next use instead of offloading and reloading it, where the
+    cost model's kernel time is below the transfer time and its operands are on the GPU or in
+    storage (docs/passes.md, "Rematerialization")."""
 
     def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)
         graph = taskgraph_of(state.graph, self.name)
         with timed(state.stats, "simulate"):
-            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs)
-        state.stats.record_graph(memgraph)  # the later passes add and drop edges only: these counts stay
+            remat = state.cost if self.remat else None
+            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat)
+        state.stats.record_graph(memgraph, state.cost)  # the later passes add and drop edges only: these counts stay
         state.replace_graph(memgraph)
         state.source = graph

@@ -27,6 +27,7 @@ from passes.place_devices import PlaceDevicesPass
 from passes.reduce_memory_deps import ReduceMemoryDepsPass
 from passes.schedules import SCHEDULES
 from passes.verify_memgraph import VerifyMemgraphPass
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
@@ -37,16 +38,18 @@ def compile_taskgraph(
     budget: int,
     schedule: str = "given",
     stats: CompileStats | None = None,
+    cost: CostModel | None = None,
     **options,
 ) -> MemGraph:
     """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
 
     `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `stats`, when given, receives the
-    counts and seconds; `options` are `memgraph_stages`'s.
+    counts and seconds; `cost` is the cost model `remat=True` weighs with (None: the H200 defaults);
+    `options` are `memgraph_stages`'s.
     """
     if budget <= 0:
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
-    state = Compilation(graph, stats if stats is not None else CompileStats())
+    state = Compilation(graph, stats if stats is not None else CompileStats(), cost=cost or CostModel())
     run_stages(state, memgraph_stages(budget, schedule, **options))
     return state.graph
 
@@ -58,6 +61,7 @@ def memgraph_stages(
     devices: int = 0,
     placement: str = "loosest",
     inputs: str = "gpu",
+    remat: bool = False,
     minimize: bool = True,
     reduce: bool = True,
     verify: bool = True,
@@ -66,12 +70,12 @@ def memgraph_stages(
 
     `devices` widens placement (0 keeps the taskgraph's count); `placement` picks among free regions
     (`loosest`, the default, or `first-fit`); `inputs` says where inputs start (`gpu` while they fit,
-    or `host`: all in CPU storage); `minimize`, `reduce` and `verify` leave those stages out (for
-    benchmarks).
+    or `host`: all in CPU storage); `remat` lets the planner recompute instead of reload where the cost
+    model says it is cheaper; `minimize`, `reduce` and `verify` leave those stages out (for benchmarks).
     """
     stages: list[GraphPass] = [
         PlaceDevicesPass(devices=devices),
-        InsertOffloadPass(budget=budget, schedule=schedule, placement=placement, inputs=inputs),
+        InsertOffloadPass(budget=budget, schedule=schedule, placement=placement, inputs=inputs, remat=remat),
         InsertMemoryDepsPass(),
     ]
     stages += [MinimizeMemoryDepsPass()] if minimize else []
@@ -145,6 +149,7 @@ class MemgraphPipelinePass(GraphPass):
     """
 
     name = "turnip-memgraph"
+    reads = ("graph", "cost")
     adds = ("graph", "source", "arrays")
     budget: int
     """Bytes per GPU, a positive number."""
@@ -155,10 +160,12 @@ class MemgraphPipelinePass(GraphPass):
     placement: str = "loosest"
     """`loosest` or `first-fit` (as in turnip-insert-offload)."""
     inputs: str = "gpu"
-    """Where inputs start: `gpu` or `host` (as in turnip-insert-offload)."""
+    """Where inputs start: `gpu`, `host` or `recur` (as in turnip-insert-offload)."""
+    remat: bool = False
+    """Recompute instead of reload where it is cheaper (as in turnip-insert-offload)."""
 
     def run(self, state: Compilation) -> None:
         check_budget_option(self.budget, self.name)
         taskgraph_of(state.graph, self.name)
-        options = {"devices": self.devices, "placement": self.placement, "inputs": self.inputs}
+        options = {"devices": self.devices, "placement": self.placement, "inputs": self.inputs, "remat": self.remat}
         run_stages(state, memgraph_stages(self.budget, self.schedule, **options))

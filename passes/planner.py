@@ -21,12 +21,24 @@ tensor's other readers, and the next writer of the location waits for it and for
 (turnip-insert-memory-deps adds those edges). Inputs start on their GPU in first-use order while
 they fit. Storage is a bump allocator, never reused, so storage needs no edges. `loc` and `storage`
 sizes are exact byte sizes; the allocator reserves them rounded up to the alignment.
+
+Rematerialization (`remat`, off by default): an evicted tensor whose producer is a kernel may be
+dropped instead of offloaded when recomputing it costs less than moving it (`_drop_for_recompute`),
+and is then recomputed at its next use: its kernel is emitted again, as a second kernel node of its
+task (`_recompute`). Its operands must be on the GPU or in storage when it is dropped and none of them
+may itself wait for a recompute; each gets a use at that step, so it stays on the GPU or is offloaded
+when evicted (a tensor a pending recompute reads is never dropped). So a recompute never cascades:
+its missing operands come back as reloads, and a tensor dropped for recompute never needs an
+offload that did not happen.
 """
 
 from __future__ import annotations
 
+from bisect import insort
+
 from passes.allocator import ALIGN, NEVER, DeviceMemory, aligned
 from passes.compact import TaskView
+from turnip_ir.cost import CostModel
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
@@ -36,7 +48,7 @@ class Planner:
 
     def __init__(
         self, graph: TaskGraph, view: TaskView, budget: int, schedule: list[int], placement: str = "loosest", align: int = ALIGN,
-        inputs_on_gpu: bool = True,
+        inputs_on_gpu: bool = True, recur: bool = False, gpu_start: set[str] | None = None, remat: CostModel | None = None,
     ) -> None:
         self.graph, self.view, self.schedule, self.align = graph, view, schedule, align
         self.out = MemGraph(graph.devices, budget)
@@ -63,12 +75,30 @@ class Planner:
         """False: every input starts in CPU storage (weights in host memory), and is reloaded where read."""
         self.unread: set[int] = set()
         """Input nodes placed on a GPU that nobody has read yet."""
+        self.recur = recur
+        """Inputs recur: the next run reads them again in the same order (a decode step's weights and
+        caches). An input still in its starting place after its last read stays there while its room is
+        not needed (`_dormant`), and costs a reload at its first use in the next run when evicted."""
+        self.gpu_start = gpu_start
+        """The inputs that may start on a GPU (None: any that fits; `recur` plans pass the survivors of
+        the round before, passes/insert_offload.py)."""
+        self.started = [-1] * n
+        """Per input, the memgraph node that put it on its GPU at the start (-1: it started in storage)."""
+        self.remat = remat
+        """The cost model that weighs recomputing against moving; None: never recompute."""
+        self.pending: set[int] = set()
+        """Tensors dropped from their GPU, to be recomputed at their next use."""
+        self.held = [0] * n
+        """Per tensor, the pending recomputes that read it: while any does, it is never dropped."""
+        self.seconds: dict[int, float] = {}
+        """Per tensor, the cost model's seconds to compute it (filled as remat asks)."""
 
     def run(self) -> MemGraph:
         self._place_inputs()
         for step, i in enumerate(self.schedule):
             self.step = step
             self._run_task(i)
+        assert not self.pending, "a tensor dropped for recompute was never recomputed"
         for o in self.view.outputs:
             holder = self.gpu[o] if self.gpu[o] >= 0 else self.store[o]
             self.out.outputs[self.view.ids[o]] = holder
@@ -81,10 +111,12 @@ class Planner:
         for i in inputs:
             d, size = view.devices[i], self.size[i]
             wanted = self.inputs_on_gpu and (self.uses[i] or self.is_output[i])
+            if wanted and self.gpu_start is not None:
+                wanted = view.ids[i] in self.gpu_start
             start = self.memory[d].place_free(size) if wanted else None
             if start is not None:
                 self.memory[d].take(start, size, i)
-                self.gpu[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
+                self.gpu[i] = self.started[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
                 self.unread.add(self.gpu[i])
             else:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
@@ -92,6 +124,10 @@ class Planner:
     def _run_task(self, i: int) -> None:
         view, gpu = self.view, self.gpu
         operands = self.operands[i]
+        if self.pending:
+            for t in operands:
+                if t in self.pending:
+                    self._recompute(t)
         missing = [o for o in operands if gpu[o] < 0]
         if missing or not self._room_for_one(self.memory[view.devices[i]], i, operands):
             wanted: dict[int, list[int]] = {}
@@ -169,9 +205,14 @@ class Planner:
         return starts
 
     def _drop_if_dead(self, t: int) -> None:
-        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0:
+        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0 and not self._dormant(t):
             self.memory[self.view.devices[t]].release(t, self.step)
             self.gpu[t] = -1
+
+    def _dormant(self, t: int) -> bool:
+        """A recurring input read for the last time in this run, still where it started: it stays, for
+        the next run, until its room is needed."""
+        return self.recur and self.gpu[t] >= 0 and self.gpu[t] == self.started[t] and self.next[t] == len(self.uses[t])
 
     def _next_use(self, t: int) -> int:
         return self.uses[t][self.next[t]] if self.next[t] < len(self.uses[t]) else NEVER
@@ -186,6 +227,8 @@ class Planner:
         """
         uses, k = self.uses[t], self.next[t]
         nbytes = self.nbytes[t]
+        if self._dormant(t):  # due at its first read in the next run; no offload: the host holds it
+            return (nbytes << 24) // (self.steps + (uses[0] if uses else 0) - self.step)
         if k < len(uses):
             use = uses[k]
             due, moved = (use if use < self.steps else self.steps), nbytes
@@ -193,7 +236,7 @@ class Planner:
             use, due, moved = NEVER, self.steps, 0
         if self.store[t] < 0 and (use < NEVER or self.is_output[t]) and self.gpu[t] not in self.unread:
             moved += nbytes
-        return (moved << 24) // (due - self.step)
+        return (moved << 24) // max(1, due - self.step)  # 0 only for an op's operand a recompute may evict
 
     def _write_back(self, t: int) -> None:
         """Take tensor `t` off its GPU (its memory is already freed), offloading it unless storage holds it.
@@ -203,10 +246,78 @@ class Planner:
         """
         if self.gpu[t] in self.unread:
             self._start_in_storage(t)
+        elif self._dormant(t):
+            pass  # read for the last time in this run; the runtime puts it back before the next run
+        elif self.remat is not None and self._drop_for_recompute(t):
+            pass
         elif self.store[t] < 0:
             d = self.view.devices[t]
             self.store[t] = self._emit("offload", t, d, storage=self._storage(t), inputs=(self.gpu[t],))
         self.gpu[t] = -1
+
+    def _drop_for_recompute(self, t: int) -> bool:
+        """Drop `t` (leaving its GPU) to recompute it at its next use, when that costs less than moving it
+        (`_recompute_cost`). Each operand gets a use at that step and is held until the recompute."""
+        if self._recompute_cost(t) is None:
+            return False
+        use = self.uses[t][self.next[t]]
+        self.pending.add(t)
+        for o in self.operands[t]:
+            insort(self.uses[o], use, lo=self.next[o])
+            self.held[o] += 1
+        return True
+
+    def _recompute_cost(self, t: int) -> float | None:
+        """Seconds that recomputing `t` at its next use costs, when it is a candidate and cheaper than moving.
+
+        A candidate's producer is a kernel, it is not read by the op being placed (that one comes back
+        as a reload this step) nor by a pending recompute, and each operand is on its GPU or in storage
+        and not itself pending. Recomputing costs the kernel's time plus a reload of every operand not
+        on the GPU, or on it but not needed again by then (holding it costs memory, so it may leave);
+        moving costs the reload, plus the offload when storage holds no copy. None: move it.
+        """
+        view, uses, k = self.view, self.uses[t], self.next[t]
+        if view.ops[t] in ("input", "move") or self.held[t] or k == len(uses) or uses[k] <= self.step:
+            return None
+        use, d, cost = uses[k], view.devices[t], self.remat
+        spent = self._kernel_seconds(t)
+        for o in self.operands[t]:
+            if o in self.pending or view.devices[o] != d or (self.gpu[o] < 0 and self.store[o] < 0):
+                return None
+            if self.gpu[o] < 0 or self._next_use(o) > use:
+                spent += self.nbytes[o] / cost.h2d_bw + (self.nbytes[o] / cost.d2h_bw if self.store[o] < 0 else 0.0)
+        saved = self.nbytes[t] / cost.h2d_bw + (self.nbytes[t] / cost.d2h_bw if self.store[t] < 0 else 0.0)
+        return spent if spent < saved else None
+
+    def _recompute(self, t: int) -> None:
+        """Compute pending `t` again on its GPU: reload its missing operands, make room, emit its kernel.
+
+        Its operands' uses at this step (added when it was dropped) are spent here, before the op that
+        reads `t` runs; the working set is `t`'s own, which fits the budget.
+        """
+        view, gpu = self.view, self.gpu
+        d, operands = view.devices[t], self.operands[t]
+        missing = [o for o in operands if gpu[o] < 0]
+        for o, start in self._make_room(d, missing + [t], operands).items():
+            if o != t:
+                gpu[o] = self._emit("reload", o, d, loc=(start, view.nbytes[o]), inputs=(self.store[o],))
+        start = self.memory[d].where[t]
+        gpu[t] = self._emit("kernel", t, d, loc=(start, view.nbytes[t]), inputs=tuple([gpu[o] for o in view.inputs[t]]))
+        self.pending.discard(t)
+        for o in operands:
+            self.held[o] -= 1
+            self.next[o] += 1
+            self._drop_if_dead(o)
+
+    def _kernel_seconds(self, t: int) -> float:
+        """The cost model's time for `t`'s kernel, computed once per tensor."""
+        if t not in self.seconds:
+            task, view = self.tasks[t], self.view
+            node = MemNode(t, "kernel", task.id, None, None, None, (), (), task.op, task.shape, task.dtype, task.attrs)
+            inputs = [MemNode(o, "kernel", view.ids[o], None, None, None, (), (), None, self.tasks[o].shape, self.tasks[o].dtype)
+                      for o in view.inputs[t]]
+            self.seconds[t] = self.remat.kernel_time(node, inputs)
+        return self.seconds[t]
 
     def _start_in_storage(self, t: int) -> None:
         """An input evicted before anyone read it never needed the GPU: it starts in CPU storage instead."""

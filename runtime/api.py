@@ -13,18 +13,19 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Callback, Recorder
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
+from runtime.residency import placed_bytes
 from runtime.summary import RunSummary, summarize
 from turnip_ir.errors import BudgetError
 from turnip_ir.memgraph import MemGraph
@@ -70,6 +71,8 @@ def execute(
     cost: CostModel | None = None,
     verify: bool = True,
     close: bool = True,
+    unchanged: Collection[str] = (),
+    refresh: Mapping[str, tuple[int, int]] | None = None,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -78,6 +81,11 @@ def execute(
     backend="sim", is the sim's clock. Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
     plan race-free first (`VerifyError` otherwise); pass False to skip that for a plan verified already.
     `close=False` keeps a Backend instance prepared after a successful run (module docstring).
+    `unchanged`: inputs (by taskgraph id) whose values are those the Backend instance had in its last
+    run; one still in place is not copied again (runtime/residency.py; `summary.bytes_placed` counts
+    what was). `refresh`: inputs unchanged but for the rows [start, stop) along their first axis (a
+    cache column a step wrote into): when still in place, only those rows are copied. The caller
+    vouches for the values: a changed array named here would go unnoticed.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
@@ -91,9 +99,13 @@ def execute(
     arrays = make_inputs(input_specs(memgraph), inputs, seed) if machine.needs_data else {}
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
+    held = machine.held()
+    refresh = refresh or {}
+    kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh])} if keep else {}
+    held.forget()  # until this run has finished, what the memory holds is unknown
     try:
         prepare_began = time.perf_counter()
-        machine.prepare(graph, arrays)
+        machine.prepare(graph, arrays, kept) if kept else machine.prepare(graph, arrays)
         prepare_time = time.perf_counter() - prepare_began
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
@@ -102,9 +114,12 @@ def execute(
     except BaseException:
         machine.close()
         raise
-    if not keep:
+    if keep:
+        held.ran(memgraph)
+    else:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
+    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, kept)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     return RunResult(outputs, summary, recorder)

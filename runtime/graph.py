@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.kernels import kernel
 from turnip_ir.memgraph import MemGraph, MemNode

@@ -191,6 +191,41 @@ def _attention(xs, out, attrs):
         out[:, q.shape[1] :] = lse.transpose(2, 0, 1).reshape(tokens, heads)
 
 
+def visible_rows(length: int, rows: int, attrs) -> tuple[int, int]:
+    """The rows [lo, hi) of a decode_attention key block that a sequence with `length` cached tokens sees."""
+    if attrs.get("own", False):
+        return 0, rows
+    start = attrs.get("start", 0)
+    hi = min(rows, max(0, length - start))
+    lo = min(hi, max(0, length - attrs["window"] + 1 - start)) if "window" in attrs else 0
+    return lo, hi
+
+
+def _decode_attention(xs, out, attrs):
+    """One key block of a batch's decode attention (see the kernel table): row b over its visible keys."""
+    q, k, v, lengths = xs[:4]
+    heads = attrs["heads"]
+    work = np.float64 if q.dtype == np.float64 else np.float32
+    plain = {"heads": heads, "kv_heads": attrs["kv_heads"]}
+    if "softmax_scale" in attrs:
+        plain["softmax_scale"] = attrs["softmax_scale"]
+    final = KERNELS["decode_attention"].attr(attrs, "final")
+    own = attrs.get("own", False)
+    width = q.shape[1]
+    for b in range(q.shape[0]):
+        keys, values = (k[b : b + 1], v[b : b + 1]) if own else (k[:, b], v[:, b])
+        lo, hi = visible_rows(int(lengths[b]), keys.shape[0], attrs)
+        output, lse = _block_attention(q[b : b + 1], keys[lo:hi], values[lo:hi], plain, work)
+        if len(xs) == 5:
+            output, lse = _merge(xs[4][b : b + 1], output, lse, heads, work)
+        flat = output.transpose(2, 0, 1, 3).reshape(1, width)
+        if final:
+            out[b : b + 1] = flat
+        else:
+            out[b : b + 1, :width] = flat
+            out[b : b + 1, width:] = lse.transpose(2, 0, 1).reshape(1, heads)
+
+
 def _rows(xs, out, attrs):
     out[...] = xs[0][attrs["start"] : attrs["stop"]]
 
@@ -222,6 +257,7 @@ NUMPY_KERNELS: dict[str, KernelImpl] = {
     "rope": _rope,
     "swiglu": _swiglu,
     "attention": _attention,
+    "decode_attention": _decode_attention,
     "rows": _rows,
     "concat": _concat,
 }

@@ -30,10 +30,20 @@ class RunSummary:
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
     bytes_moved: int = 0
+    recomputes: int = 0
+    """Kernel vertices that compute a task again instead of reloading it (the planner's `remat`)."""
+    recompute_seconds: float = 0.0
+    """Their summed durations on the backend clock."""
+    bytes_recomputed: int = 0
+    """The bytes they wrote: what reloads would have brought back instead."""
     h2d_bandwidth: float = 0.0
     """Achieved bytes/s while the H2D engines were busy (reloads)."""
     d2h_bandwidth: float = 0.0
     peer_bandwidth: float = 0.0
+    bytes_placed: int = 0
+    """Bytes of inputs copied onto the GPUs before the run (not those kept from the run before)."""
+    bytes_staged: int = 0
+    """Bytes of inputs copied into host storage before the run (not those kept from the run before)."""
     arena_high_water: list[int] = field(default_factory=list)
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
     notes: list[str] = field(default_factory=list)
@@ -64,7 +74,15 @@ class RunSummary:
             f"stall waiting on transfers: {stall}",
             f"peak arena use: {arena}",
             *self.notes,
+            *self._recompute_lines(),
         ]
+
+    def _recompute_lines(self) -> list[str]:
+        """One line when the plan recomputes (none otherwise, so plans without remat print as before)."""
+        if not self.recomputes:
+            return []
+        return [f"recomputed {self.recomputes} kernels in {self.recompute_seconds * 1e3:.3f} ms "
+                f"instead of reloading {format_size(self.bytes_recomputed)}"]
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
@@ -101,6 +119,7 @@ def summarize(graph: ExecGraph, completions: list[Completion], backend: str, ord
         summary.busy.append(busy / makespan if makespan > 0 else 0.0)
         summary.transfer_stall.append(union_length(compute[device] + transfers[device]) - busy)
     summary.bytes_reloaded, summary.bytes_offloaded, summary.bytes_moved = volume["h2d"], volume["d2h"], volume["peer"]
+    _count_recomputes(summary, graph, completions)
     summary.h2d_bandwidth = _rate(volume["h2d"], per_kind["h2d"])
     summary.d2h_bandwidth = _rate(volume["d2h"], per_kind["d2h"])
     summary.peer_bandwidth = _rate(volume["peer"], per_kind["peer"])
@@ -119,3 +138,14 @@ def _high_water(graph: ExecGraph) -> list[int]:
         if node.loc is not None and node.device is not None:
             top[node.device] = max(top[node.device], node.loc[0] + node.loc[1])
     return top
+
+
+def _count_recomputes(summary: RunSummary, graph: ExecGraph, completions: list[Completion]) -> None:
+    again = {node.id for node in graph.memgraph.recomputes()}
+    if not again:
+        return
+    nodes = graph.memgraph.nodes
+    done = [c for c in completions if nodes[c.vertex].id in again]
+    summary.recomputes = len(again)
+    summary.recompute_seconds = sum(c.end - c.start for c in done)
+    summary.bytes_recomputed = sum(nodes[c.vertex].nbytes for c in done)

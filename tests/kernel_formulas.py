@@ -99,6 +99,26 @@ def _attention(xs, attrs):
     return out if attrs.get("final", True) else np.concatenate([out, np.stack(lses, axis=1)], axis=1)
 
 
+def _decode_attention(xs, attrs):
+    """Row b is sequence b's new token, at position lengths[b]: the attention formula above over the key
+    rows it sees, by masking the others' scores (key row r sits at position start + r, or at the token's
+    own position when `own`; it is seen when before the token, or the token itself, and inside `window`)."""
+    q, k, v, lengths = xs[:4]
+    prev = xs[4] if len(xs) > 4 else None
+    rows = []
+    for b in range(q.shape[0]):
+        keys, values = (k[b : b + 1], v[b : b + 1]) if attrs.get("own", False) else (k[:, b], v[:, b])
+        position = lengths[b]
+        key_positions = np.full(len(keys), position) if attrs.get("own", False) else attrs.get("start", 0) + np.arange(len(keys))
+        seen = (key_positions <= position) & ((key_positions < position) | attrs.get("own", False))
+        if "window" in attrs:
+            seen &= position - key_positions < attrs["window"]
+        one = {name: value for name, value in attrs.items() if name in ("heads", "kv_heads", "softmax_scale", "final")}
+        part = _attention([q[b : b + 1], keys[seen], values[seen], *([] if prev is None else [prev[b : b + 1]])], one)
+        rows.append(part)
+    return np.concatenate(rows, axis=0)
+
+
 FORMULAS = {
     "matmul": _matmul,
     "einsum": _einsum,
@@ -115,6 +135,7 @@ FORMULAS = {
     "rope": lambda xs, attrs: llama.rope(*xs),
     "swiglu": lambda xs, attrs: llama.swiglu(*xs),
     "attention": _attention,
+    "decode_attention": _decode_attention,
     "rows": lambda xs, attrs: np.array([xs[0][i] for i in range(attrs["start"], attrs["stop"])]).reshape(
         (attrs["stop"] - attrs["start"], *xs[0].shape[1:])
     ),

@@ -385,3 +385,29 @@ def test_a_prepared_backend_refuses_a_memgraph_beyond_its_arena_in_one_line():
             backend.prepare(build_exec_graph(bigger, 2), make_inputs(input_specs(bigger), None, 0))
     finally:
         backend.close()
+
+
+def test_a_prepared_backend_keeps_unchanged_inputs_across_runs():
+    """Inputs kept across runs (runtime/residency.py) on cuda: a `recur` plan run again copies nothing
+    that survived, its pinned storage stays, and an ordinary plan in between (overwriting the arena)
+    makes the next run copy what it overwrote; every run computes the reference."""
+    graph = random_taskgraph(6, tasks=10, devices=1, sizes=(4, 8), dtype="float64")
+    budget = int(minimum_budget(place_devices(graph, 0)) * 2) // 256 * 256 + 256
+    recur, ordinary = (compile_taskgraph(graph, budget, inputs=inputs) for inputs in ("recur", "gpu"))
+    inputs = make_inputs(input_specs(recur), None, 3)
+    want = evaluate(graph, inputs)
+    backend = CudaBackend()
+    placed = []
+    try:
+        for memgraph in (recur, recur, ordinary, recur):
+            result = execute(memgraph, backend, order="random", seed=len(placed), inputs=inputs, close=False, unchanged=list(inputs))
+            placed.append((result.summary.bytes_placed, result.summary.bytes_staged))
+            for task, value in want.items():
+                np.testing.assert_allclose(result.outputs[task], value, rtol=1e-12, atol=1e-12)
+    finally:
+        backend.close()
+    started = sum(n.nbytes for n in recur.nodes if n.op == "input" and n.loc is not None)
+    stored = sum(n.nbytes for n in recur.nodes if n.op == "input" and n.storage is not None)
+    assert started > 0 and set(recur.surviving_inputs()) == {n.task for n in recur.nodes if n.op == "input" and n.loc is not None}
+    assert placed[0] == (started, stored) and placed[1] == (0, 0)
+    assert placed[3] == (started, stored)  # another plan in between overwrote the arena and has its own storage

@@ -124,10 +124,10 @@ def test_a_window_builds_only_the_key_blocks_it_reaches():
     assert "window" not in links["l0.attn[4,0]"]
     assert links["l0.attn[2,0].k0"]["offset"] == -10 and links["l0.attn[2,0].k1"]["offset"] == -5
     step = llama.build_decode_step(config, [23], kv_block=4).graph
-    cache = sorted(node.id for node in step.nodes.values() if node.op == "input" and node.id.startswith("kv.0.0.k"))
-    assert cache == ["kv.0.0.k[4]", "kv.0.0.k[5]"]
-    windowed = [node.attrs for node in step.nodes.values() if node.op == "attention" and "window" in node.attrs]
-    assert [(a["window"], a["offset"]) for a in windowed] == [(WINDOW, 16 - 23)] * config.num_hidden_layers
+    cache = sorted(node.id for node in step.nodes.values() if node.op == "input" and node.id.startswith("kv.0.k"))
+    assert cache == ["kv.0.k[4]", "kv.0.k[5]"]  # columns of 4 positions: 16-19 (seen in part), 20-23
+    links = [node.attrs for node in step.nodes.values() if node.op == "decode_attention" and node.id.startswith("l0.")]
+    assert [(a["window"], a.get("start"), a.get("own", False)) for a in links] == [(WINDOW, 16, False), (WINDOW, 20, False), (WINDOW, None, True)]
 
 
 @pytest.mark.parametrize("block", [3, 5, 7, 23])

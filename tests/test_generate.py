@@ -80,9 +80,17 @@ def test_decode_step_kernels_and_inputs():
     config = llama.load_config("tiny-gqa")
     step = llama.build_decode_step(config, [0, 5], kv_block=2)
     nodes = step.graph.nodes
-    assert nodes["kv.0.1.k[2]"].shape == (1, 32) and "kv.0.0.k" not in nodes  # an empty cache has no input
-    assert nodes["l0.attn"].op == "concat" and nodes["k_new.0.1"].op == "rows"
+    assert step.columns == [(0, 2), (2, 2), (4, 2)] and step.key == (2, 2, ((0, 2), (2, 2), (4, 2)))
+    assert nodes["kv.0.k[2]"].shape == (2, 2, 32) and nodes["kv.lengths"].shape == (2,)  # [rows, B, kv_width]
+    links = [node for node in nodes.values() if node.op == "decode_attention" and node.id.startswith("l0.")]
+    assert [(n.id, n.attrs.get("start"), n.attrs.get("own", False)) for n in links] == [
+        ("l0.attn.0", 0, False), ("l0.attn.1", 2, False), ("l0.attn.2", 4, False), ("l0.attn", None, True)]
+    assert not any(node.op in ("rows", "concat", "attention") for node in nodes.values())  # the batch in one link
     assert {"logits", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
+    wide = llama.build_decode_step(config, [40, 1030], kv_block=1024)
+    assert wide.columns == [(0, 1024), (1024, 64)]  # the last column: a power of two of rows, 64 at least
+    assert llama.build_decode_step(config, [40, 1088], kv_block=1024).key == wide.key
+    assert llama.build_decode_step(config, [40, 1089], kv_block=1024).columns[-1] == (1024, 128)
     with pytest.raises(InputError, match="cache length 0 must be an integer >= 0, got -1"):
         llama.build_decode_step(config, [-1])
 
@@ -175,7 +183,11 @@ def test_second_call_compiles_nothing_and_a_failed_call_leaves_the_session_usabl
     prompts = [np.array([1, 2, 3]), np.array([4])]
     with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
         first = session.generate(prompts, 3)
-        assert first.compiles == 4 and first.cache_hits == 0  # a prefill and three decode steps
+        # a prefill and one decode plan: the three steps' caches (2 and 0 tokens, then 3 and 1, 4 and 2) fit
+        # one last column of 16 rows, so steps two and three run the first one's plan
+        assert first.compiles == 2 and first.cache_hits == 2
+        # and they copy only what changed: the new tokens, their RoPE rows, the lengths and the column written
+        assert first.step_bytes_placed[1] == first.step_bytes_placed[2] < first.step_bytes_placed[0] / 5
         with pytest.raises(InputError, match=r"^prompt 1: token id 256 is out of the vocabulary range \[0, 256\)$"):
             session.generate([np.array([1]), np.array([2, 256])], 3)
         with pytest.raises(InputError, match="^prompt 0 is empty$"):
@@ -219,7 +231,7 @@ def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypat
                                                           "num_attention_heads": 2, "intermediate_size": 64}))
     with Session(config=config, memory=memory, backend=backend) as session:
         first = session.generate(prompts, new)
-        assert session.backends_built == 1 and first.compiles == 2 + new  # two prefills, then the decode steps
+        assert session.backends_built == 1 and first.compiles == 3  # two prefills, then one plan for the decode steps
         machine = session._machine
         second = session.generate(prompts, new)
         assert second.compiles == 0 and session.backends_built == 1 and session._machine is machine
@@ -408,3 +420,28 @@ def test_turnip_llama_reads_ids_of_shape_1_by_t(tmp_path, capsys):
                 "--outputs", tmp_path / f"{name}.npz"]
         assert main([str(a) for a in args]) == 0, capsys.readouterr().err
     assert (np.load(tmp_path / "flat.npz")["hidden_states"] == np.load(tmp_path / "row.npz")["hidden_states"]).all()
+
+
+def test_a_session_decodes_in_place_in_the_callers_token_major_buffers():
+    """`generate(caches=KvCache.wrap(...))`: the steps read and write the caller's [capacity, B, kv_width]
+    buffers (no copy), and the tokens equal those of the same caches given per prompt."""
+    from frontend.workloads.llama.kv_cache import KvCache
+
+    config = llama.load_config("tiny-gqa")
+    rng = np.random.default_rng(2)
+    prompts = [np.array([5, 6, 7, 8]), np.array([9, 3])]
+    lengths = [len(p) - 1 for p in prompts]
+    width = config.num_key_value_heads * config.head_dim
+    per_prompt = [[tuple(rng.standard_normal((n, width)).astype("float32") for _ in "kv") for _ in range(config.num_hidden_layers)] for n in lengths]
+    buffers = [tuple(np.zeros((8, 2, width), "float32") for _ in "kv") for _ in range(config.num_hidden_layers)]
+    for b, seq in enumerate(per_prompt):
+        for layer, pair in enumerate(seq):
+            for buffer, rows in zip(buffers[layer], pair):
+                buffer[: len(rows), b] = rows
+    with Session(config="tiny-gqa", memory=GQA_BUDGET, backend="cpu", seed=3, kv_block=4) as session:
+        wrapped = session.generate(prompts, 3, caches=KvCache.wrap(buffers, lengths, 4))
+        listed = session.generate(prompts, 3, caches=per_prompt)
+        assert (wrapped.tokens == listed.tokens).all()
+        assert np.abs(buffers[0][0][lengths[1] : lengths[1] + 3, 1]).sum() > 0  # the new rows were written in place
+        with pytest.raises(InputError, match="room for 8 tokens, the call needs 9"):
+            session.generate(prompts, 6, caches=KvCache.wrap(buffers, lengths, 4))

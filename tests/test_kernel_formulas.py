@@ -33,6 +33,7 @@ CASES = {
     "rows": [((5, 4),), ((3,),), ((3, 0),), ((2, 3, 4),)],
     "concat": [((3, 4), (2, 4)), ((0, 4), (2, 4), (1, 4)), ((3,),), ((1, 2, 3), (2, 2, 3))],
     "attention": [],  # its own test below: a float32 partial beside float64 blocks
+    "decode_attention": [],  # its own tests: tests/test_decode_attention.py
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 import formulas_llama as formulas
 from passes.pipeline import compile_taskgraph
 from runtime import execute
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import ShapeError
 from turnip_ir.kernels import KERNELS

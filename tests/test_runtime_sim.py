@@ -8,7 +8,7 @@ import pytest
 
 from runtime import execute
 from runtime.backends.sim import SimBackend
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from turnip_ir.memgraph import MemGraph, MemNode
 
 MB = 55_300_000  # bytes that take exactly 1 ms over a 55.3 GB/s host link

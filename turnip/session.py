@@ -5,16 +5,19 @@ one prepared backend, and a cache of compiled memgraphs keyed by what the graph'
 kind of graph and its token counts; the config, dtype, budget, GPUs and schedule are fixed per session).
 One backend for the session's lifetime: the cpu and cuda backends are made at the first run and every
 run loads its memgraph onto them (`execute(..., close=False)`: arenas, streams, workers and libraries are
-set up once); `close()` closes it. The sim backend is rebuilt per run (it holds no memory). Every plan
+set up once); `close()` closes it (the sim backend too: it keeps only what a run copies). Every plan
 gets the same arena, the budget less the largest cuda workspace any graph of the session has needed so
 far, so each fits the prepared arena; a graph that needs a larger workspace shrinks the arena once, which
 drops the plans and the backend (they were sized for the old split).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
-sequence: the last prompt token first, then each generated one) compiled under the budget and run once.
-Between steps the KV caches are host numpy arrays per layer and sequence (turnip/kv_cache.py, with room
-for the new tokens); the new rows each step returns are written in, and the next token is chosen on the
-host from float64 logits (turnip/sampling.py).
+sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
+cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each power of two of the last
+column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
+weights and cache columns that survive a step stay on the GPU for the next, and only what changed is
+copied (`execute(..., unchanged=)`, runtime/residency.py). Between steps the KV cache is host numpy
+columns shared by the batch (frontend/workloads/llama/kv_cache.py, with room for the new tokens); the new rows each step
+returns are written in, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
@@ -37,7 +40,8 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
-from turnip.kv_cache import KvCache
+from turnip_ir.cost import CostModel
+from frontend.workloads.llama.kv_cache import KvCache
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
@@ -56,11 +60,20 @@ class GenerateResult:
     """False on the sim backend: no values, `tokens` is -1."""
     prefill_seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
+    """Per decode step, what it took but its compile: loading the plan, copying what is not in place
+    yet, the run and reading the outputs (on the sim: the predicted makespan plus the copies before
+    the run at the cost model's host-to-device rate)."""
+    step_run_seconds: list[float] = field(default_factory=list)
+    """Per decode step, the executor's run alone (the sim's makespan)."""
     compile_seconds: float = 0.0
     compiles: int = 0
     cache_hits: int = 0
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
+    bytes_placed: int = 0
+    """Input bytes copied onto the GPU before runs (what was not kept from the run before)."""
+    step_bytes_placed: list[int] = field(default_factory=list)
+    """Per decode step, the input bytes copied onto the GPU before its run."""
     peak_arena: int = 0
     recorder: Recorder | None = None
     """The last decode step's recorder (its Chrome trace)."""
@@ -94,12 +107,16 @@ class Session:
         self.compiles = 0
         self.cache_hits = 0
         self.backends_built = 0
-        """Backends made for runs (sim excluded): 1 for a session whose runs all succeed."""
+        """Backends made for runs: 1 for a session whose runs all succeed."""
         self.arena = memory
         """The arena bytes every plan of the session is compiled under (module docstring)."""
         self.closed = False
         self._runs = 0
+        self._calls = 0
         self._machine: Backend | None = None
+        self._last_step = 0.0
+        self._placed: dict[str, tuple] = {}
+        """What the backend was given in its last run: input id -> the value's identity (`_identities`)."""
 
     def __enter__(self) -> Session:
         return self
@@ -134,7 +151,8 @@ class Session:
         [B, N], is fed (and returned) instead of the chosen tokens, and each step's logits are kept in
         `GenerateResult.logits`, to compare two implementations step by step. `caches` skips the prefill:
         per prompt, per layer (k, v), each [P-1, kv_heads * head_dim] (what the prefill of all but the
-        prompt's last token would give; benchmarks pass random ones)."""
+        prompt's last token would give; benchmarks pass random ones), or a `KvCache` (`KvCache.wrap` over
+        the caller's token-major buffers, which the steps then read and write in place: no copy)."""
         self._check_open()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -142,18 +160,21 @@ class Session:
         prompts = _prompts(prompts, self.config)
         forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
-        if caches is None:
-            self._fit_longest_prefill(prompts)
-            caches = [self._prefill_kv(p, stats) for p in prompts]
+        if isinstance(caches, KvCache):  # the caller's buffers, written in place
+            cache = _given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
         else:
-            caches = _given_caches(caches, prompts, self.config)
-        if stats.computed:
-            caches = [KvCache(cache, int(max_new_tokens)) for cache in caches]
+            if caches is None:
+                self._fit_longest_prefill(prompts)
+                caches = [self._prefill_kv(p, stats) for p in prompts]
+            else:
+                caches = _given_caches(caches, prompts, self.config)
+            cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
+        self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
         for step in range(int(max_new_tokens)):
-            logits = self._decode(current, caches, [len(p) - 1 + step for p in prompts], stats)
+            logits = self._decode(current, cache, stats)
             if not stats.computed:
                 current[:] = 0
                 continue
@@ -181,43 +202,97 @@ class Session:
         stats.prefill_seconds += seconds
         return built.gather_kv(result.outputs) if stats.computed else []
 
-    def _decode(self, tokens: np.ndarray, caches: list, lengths: list[int], stats: GenerateResult) -> np.ndarray | None:
-        """One decode step of the batch; appends the new k and v rows to `caches`; the float64 logits."""
-        step = build_decode_step(self.config, lengths, self.gpus, self.kv_block)
-        inputs = self._decode_inputs(step, tokens, caches) if stats.computed else None
-        result, seconds = self._run(("decode", tuple(lengths), self.kv_block), step.graph, inputs, stats)
-        stats.step_seconds.append(seconds)
+    def _new_cache(self, caches: list, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
+        """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""
+        if computed:
+            return KvCache.from_prefixes(caches, self.kv_block, steps, self.config.dtype)
+        cache = KvCache(self.config.num_hidden_layers, len(prompts), 0, self.kv_block, max(len(p) for p in prompts) - 1 + steps, self.config.dtype)
+        cache.lengths[:] = [len(p) - 1 for p in prompts]
+        return cache
+
+    def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
+        """One decode step of the batch; appends the new k and v rows to `cache`; the float64 logits."""
+        step = build_decode_step(self.config, [int(n) for n in cache.lengths], self.gpus, self.kv_block)
+        inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
+        # a column is the same input while the step reads as many of its rows; the rows written since the
+        # last run are copied again (refresh) where the column is still in place
+        columns = step.cache_inputs()
+        identities = {name: ("kv", self._calls, j, rows) for name, (_, _, j, rows) in columns.items()}
+        refresh = {}
+        for name, (_, _, j, rows) in columns.items():
+            lo, hi = cache.dirty.get(j, (rows, rows))
+            if lo < rows:
+                refresh[name] = (lo, min(hi, rows))
+        result, seconds = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities, refresh=refresh)
+        cache.settle()
+        stats.step_run_seconds.append(seconds)
+        stats.step_bytes_placed.append(result.summary.bytes_placed)
+        stats.step_seconds.append(self._last_step)
         stats.recorder = result.recorder
         if not stats.computed:
+            empty = np.zeros((step.batch, 0), self.config.dtype)
+            cache.append([(empty, empty)] * self.config.num_hidden_layers)
             return None
-        new = step.new_kv(result.outputs)
-        for b, cache in enumerate(caches):
-            cache.append([(k_new[b], v_new[b]) for k_new, v_new in new])
+        cache.append(step.new_kv(result.outputs))
         return step.logits(result.outputs)
 
-    def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, caches: list) -> dict[str, np.ndarray]:
+    def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, cache: KvCache) -> dict[str, np.ndarray]:
         hidden = llama.embed(self.weights, tokens, self.config)
-        return step.feed(self.weights, hidden, caches)
+        return step.feed(self.weights, hidden, cache)
 
-    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult):
+    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
-        the result and the run's seconds (the sim's predicted makespan, else the wall time)."""
-        memgraph = self._compiled(key, graph, stats)
+        the result and the run's seconds (the sim's predicted makespan, else the wall time of the loop).
+        `self._last_step` is the whole call but the compile (the sim: makespan plus the copies before the run).
+
+        `recur`: the graph runs again and again (a decode step): it is planned with inputs="recur", so
+        the inputs that survive a run stay on the GPU for the next. Inputs whose value is the one the
+        backend had in its last run are not copied again (`unchanged`): the weights always, a cache
+        block when `identities` (input id -> what identifies its rows) names the same rows of the same call,
+        but for the rows `refresh` names (input id -> rows written since the last run), copied again."""
+        memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
         self._runs += 1
+        current = self._identities(graph, identities or {})
+        refresh = refresh or {}
+        same = [name for name, identity in current.items() if self._placed.get(name) == identity]
+        unchanged = [name for name in same if name not in refresh]
+        rows = {name: refresh[name] for name in same if name in refresh}
+        self._placed = {}  # until the run succeeds, what the backend holds is unknown
+        began = time.perf_counter()
         try:
             # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
             result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
-                             close=False, verify=False)
+                             close=False, verify=False, unchanged=unchanged, refresh=rows)
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise
         summary = result.summary
+        self._placed = current
         stats.bytes_offloaded += summary.bytes_offloaded
         stats.bytes_reloaded += summary.bytes_reloaded
+        stats.bytes_placed += summary.bytes_placed
         stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
-        return result, summary.makespan if self.backend == "sim" else summary.wall_time
+        if self.backend == "sim":
+            self._last_step = summary.makespan + summary.bytes_placed / CostModel().h2d_bw
+            return result, summary.makespan
+        self._last_step = time.perf_counter() - began
+        return result, summary.wall_time
 
-    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult) -> MemGraph:
+    def _identities(self, graph: TaskGraph, identities: Mapping[str, tuple]) -> dict[str, tuple]:
+        """What identifies each input's value across runs: a weight by its name (a session's weights never
+        change), a cache block by `identities`; the step's embeddings and RoPE rows have none (always new)."""
+        current = {}
+        for node in graph.nodes.values():
+            if node.op != "input":
+                continue
+            if node.id in identities:
+                current[node.id] = identities[node.id]
+            elif node.id in self.weights:
+                current[node.id] = ("weight",)
+        return current
+
+    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu") -> MemGraph:
+        key = (*key, inputs)
         if key in self.cache:
             self.cache.move_to_end(key)
             self.cache_hits += 1
@@ -225,7 +300,7 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph)
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule)
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs)
         stats.compile_seconds += time.perf_counter() - began
         self.compiles += 1
         stats.compiles += 1
@@ -251,10 +326,9 @@ class Session:
             self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
 
     def _backend(self) -> Backend | str:
-        """The session's prepared backend (made at the first run, and after a failed one); "sim" anew per run."""
-        if self.backend == "sim":
-            return "sim"
+        """The session's prepared backend (made at the first run, and after a failed one)."""
         if self._machine is None:
+            self._placed = {}
             self._machine = make_backend(self.backend, seed=self.seed)
             self.backends_built += 1
         return self._machine
@@ -327,6 +401,18 @@ def _given_caches(caches, prompts: list[np.ndarray], config: llama.LlamaConfig) 
             raise InputError(f"prompt {b}: its cache must hold {config.num_hidden_layers} layers of (k, v), each {list(want)}")
         checked.append([(np.asarray(k, config.dtype), np.asarray(v, config.dtype)) for k, v in cache])
     return checked
+
+
+def _given_cache(cache: KvCache, prompts: list[np.ndarray], steps: int, config: llama.LlamaConfig, kv_block: int) -> KvCache:
+    """A given KvCache, checked: one sequence per prompt holding its first P-1 tokens, room for `steps` more."""
+    want = [len(p) - 1 for p in prompts]
+    kv_width = config.num_key_value_heads * config.head_dim
+    if list(cache.lengths) != want or len(cache) != config.num_hidden_layers or cache.block != kv_block or cache.kv_width != kv_width:
+        raise InputError(f"the given cache must hold {want} tokens per sequence in {config.num_hidden_layers} layers of width "
+                         f"{kv_width}, in columns of {kv_block}")
+    if max(want) + steps > cache.columns * kv_block:
+        raise InputError(f"the given cache has room for {cache.columns * kv_block} tokens, the call needs {max(want) + steps}")
+    return cache
 
 
 def _forced(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> np.ndarray:

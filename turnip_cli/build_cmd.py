@@ -10,7 +10,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from turnip_cli.planning import block_argument, check_positive_options, choose_block_printing, parse_size
+from turnip_cli.planning import add_remat_argument, block_argument, check_positive_options, choose_block_printing, parse_size
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, check_outputs
@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     placements = "; ".join(f"{name}: {', '.join(module.PLACEMENTS)}" for name, (module, _) in WORKLOADS.items())
     parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
+    add_remat_argument(parser)
     add_progress_argument(parser)
 
 
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     check_positive_options(args, "gpus", "block", "tokens")
     if (args.block == "auto") != (args.memory is not None):
         raise InputError("--block auto and --memory go together: the block is chosen by compiling at the budget")
+    if args.remat and args.block != "auto":
+        raise InputError("--remat applies to --block auto (the plans that choose the block); turnip build writes no plan")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     check_outputs({"-o": args.output}, {"--config": config})
     progress = Progress.for_args(args)
@@ -68,7 +71,7 @@ def build_graph(args: argparse.Namespace) -> TaskGraph:
         if args.block != "auto":
             return build(args.block).graph
         budget = parse_size(args.memory)
-        return choose_block_printing(build, tokens, lambda graph: budget)[0].graph
+        return choose_block_printing(build, tokens, lambda graph: budget, remat=args.remat)[0].graph
     if args.block == "auto":
         raise InputError(f"--block auto applies to llama, not {args.workload}")
     if args.memory is not None:

@@ -26,6 +26,7 @@ from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import (
+    add_remat_argument,
     add_schedule_argument,
     block_argument,
     check_positive_options,
@@ -65,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "predicts fastest")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
     add_schedule_argument(parser)
+    add_remat_argument(parser)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
                         "config's); bfloat16 is computed in float32 on the cpu backend, and the cpu backend computes "
                         "float16 matmuls in float32 and rounds them to float16 (numpy has no half-precision BLAS); "
@@ -105,14 +107,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.block == "auto":
         with progress.phase("choosing the block"):
-            built, memgraph = choose_block_printing(build, len(ids), budget_of, args.schedule)
+            built, memgraph = choose_block_printing(build, len(ids), budget_of, args.schedule, remat=args.remat)
         _print_summary(args, config, built, backend, stored_dtype)
     else:
         with progress.phase("building the taskgraph"):
             built = build(args.block)
         _print_summary(args, config, built, backend, stored_dtype)
         with progress.phase("compiling"):
-            memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule)
+            memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
     compiled = time.perf_counter()
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))

@@ -11,6 +11,9 @@ graph at each of `block_candidates`, compiles each under one schedule (the named
 `--schedule auto`), leaves out those that do not fit and keeps the sim's fastest. With `--schedule auto`
 too, the schedules are ranked for the chosen block only: blocks + schedules compiles, not their product.
 
+`--remat` (turnip run, llama, explain, and build with `--block auto`) passes `remat=True` to every compile
+here, so the schedules and blocks are ranked by plans that may recompute.
+
 The commands' shared option readers live here too: `parse_size` for `--memory`, `block_argument` and
 `check_positive_options` (a count of 0 or less is refused, never read as the default).
 """
@@ -64,6 +67,12 @@ def add_schedule_argument(parser: argparse.ArgumentParser) -> None:
                         help="the compiler's simulated schedule; auto: each one, keeping the plan the sim predicts fastest")
 
 
+def add_remat_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--remat", action="store_true",
+                        help="let the planner recompute an evicted tensor at its next use instead of offloading and "
+                        "reloading it, where the cost model says that is cheaper (docs/passes.md, Rematerialization)")
+
+
 BLOCKS = (1024, 2048, 4096, 8192)
 """The token blocks `--block auto` tries, each clamped to the token count."""
 
@@ -85,15 +94,16 @@ def block_candidates(tokens: int) -> list[int]:
 
 
 def choose_block(build: Callable[[int], Any], candidates: list[int], budget_of: Callable[[TaskGraph], int],
-                 schedule: str = "given", streams: int = 2) -> tuple[Any, MemGraph, dict[int, float | None]]:
+                 schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph, dict[int, float | None]]:
     """Build (`build(block)`, an object with a `.graph`) and compile at each candidate block and keep the
     sim-fastest: returns that build, its plan and each block's prediction (None: it did not fit). Ties
-    go to the smaller block; when no block fits, the first one's `BudgetError` is raised."""
+    go to the smaller block; when no block fits, the first one's `BudgetError` is raised. `options` are
+    `compile_taskgraph`'s (`remat`)."""
     best, scores, first_error = None, {}, None
     for block in candidates:
         built = build(block)
         try:
-            memgraph = compile_taskgraph(built.graph, budget_of(built.graph), schedule)
+            memgraph = compile_taskgraph(built.graph, budget_of(built.graph), schedule, **options)
         except BudgetError as err:
             scores[block], first_error = None, first_error or err
             continue
@@ -106,16 +116,16 @@ def choose_block(build: Callable[[int], Any], candidates: list[int], budget_of: 
 
 
 def choose_block_printing(build: Callable[[int], Any], tokens: int, budget_of: Callable[[TaskGraph], int],
-                          schedule: str = "given", streams: int = 2) -> tuple[Any, MemGraph]:
+                          schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph]:
     """`choose_block` over `block_candidates(tokens)`, printing the choice and every prediction on one
     line; with `schedule` auto, the blocks are ranked under `given` and then the schedules for the chosen
     block alone (`compile_printing_choice`)."""
     built, memgraph, scores = choose_block(build, block_candidates(tokens), budget_of,
-                                           "given" if schedule == "auto" else schedule, streams)
+                                           "given" if schedule == "auto" else schedule, streams, **options)
     predicted = ", ".join(f"{block} {'does not fit' if s is None else _seconds(s)}" for block, s in scores.items())
     print(f"block auto: {built.block} (sim predictions: {predicted})")
     if schedule == "auto":
-        memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams)
+        memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams, **options)
     return built, memgraph
 
 
@@ -142,10 +152,12 @@ def _seconds(value: float) -> str:
     return f"{value:.3f} s" if value >= 0.1 else f"{value * 1e3:.3f} ms"
 
 
-def load_plan(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto", schedule: str = "given") -> tuple[MemGraph, bool]:
+def load_plan(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto", schedule: str = "given",
+              remat: bool = False) -> tuple[MemGraph, bool]:
     """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
 
-    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first."""
+    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first.
+    `remat` applies to a taskgraph compiled here; a memgraph file is run as it was planned."""
     graph = load_graph(path)
     budget = parse_size(memory) if memory is not None else None
     if isinstance(graph, MemGraph):
@@ -154,4 +166,5 @@ def load_plan(path: str, memory: str | None, backend: str, streams: int, attenti
         return graph, False
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    return compile_printing_choice(graph, arena_budget(graph, budget, backend, streams, attention), schedule, streams), True
+    budget = arena_budget(graph, budget, backend, streams, attention)
+    return compile_printing_choice(graph, budget, schedule, streams, remat=remat), True

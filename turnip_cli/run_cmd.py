@@ -16,7 +16,7 @@ from runtime.callbacks import ProgressBar, Recorder
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_schedule_argument, load_plan
+from turnip_cli.planning import add_remat_argument, add_schedule_argument, load_plan
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import Contents, check_outputs, write_all
@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=2, help="compute streams per GPU")
     parser.add_argument("--no-verify", action="store_true", help="run a given memgraph without proving it race-free first")
     add_schedule_argument(parser)
+    add_remat_argument(parser)
     add_progress_argument(parser)
 
 
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
     progress = Progress.for_args(args)
     with progress.phase(f"reading {args.file}" + (" and compiling" if args.memory else "")):
-        memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule)
+        memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule, args.remat)
     inputs = None
     if args.inputs:
         with progress.phase(f"reading {args.inputs}"):

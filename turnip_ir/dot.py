@@ -67,11 +67,15 @@ def memgraph_dot(graph: MemGraph, limit: int | None = None) -> graphviz.Digraph:
     outputs = set(graph.outputs.values())
     report = explain_offloads(graph)
     why = {reload.node: report.line(reload) for reload in report.reloads}  # the tooltip of each reload in an SVG
+    again = {node.id for node in graph.recomputes()}
     for node in nodes:
         extra = {"peripheries": "2"} if node.id in outputs else {}
         if node.id in why:
             extra["tooltip"] = why[node.id]
-        clusters[node.device].node(str(node.id), _mem_label(node), **_STYLE[node.op], **extra)
+        label = _mem_label(node)
+        if node.id in again:
+            label, extra["tooltip"], extra["style"] = label + "\\n(recompute)", "computed again instead of reloaded (remat)", "rounded,filled,dashed"
+        clusters[node.device].node(str(node.id), label, **{**_STYLE[node.op], **extra})
     for node in nodes:
         for src in node.inputs:
             if src in drawn:

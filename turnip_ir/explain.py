@@ -75,7 +75,8 @@ class OffloadReport:
         for d in range(self.graph.devices) if device is None else [device]:
             offloads = [n for n in self.graph.nodes if n.op == "offload" and n.device == d]
             mine = [r for r in self.reloads if r.device == d]
-            if not offloads and not mine:
+            again = [n for n in self.graph.recomputes() if n.device == d]
+            if not offloads and not mine and not again:
                 lines.append(f"GPU {d}: nothing offloaded or reloaded (budget {format_size(self.graph.budget)})")
                 continue
             hosted = [r for r in mine if r.cause == "host input"]
@@ -93,6 +94,9 @@ class OffloadReport:
                              + (f"; used again after {_spread(away, 'other kernels')}" if away else ""))
             if kept:
                 lines.append(f"  {_count(len(kept), 'offload')} never reloaded ({_bytes(kept)}): outputs left in host memory")
+            if again:
+                lines.append(f"  {_count(len(again), 'recompute')} instead of a reload ({_bytes(again)}): dropped when evicted, "
+                             f"computed again where used (remat)")
             totals: dict[str, list[int]] = {}
             for r in mine:
                 entry = totals.setdefault(r.task, [0, 0])

@@ -263,6 +263,42 @@ def _attention_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
     return flops // 2 if attrs.get("causal", False) else flops
 
 
+def _decode_attention(shapes: list[Shape], attrs: dict) -> Shape:
+    heads, kv_heads = attrs["heads"], attrs["kv_heads"]
+    q, k, v, lengths = shapes[:4]
+    if len(q) != 2 or q[1] == 0 or heads < 1 or kv_heads < 1 or heads % kv_heads or q[1] % heads:
+        raise ShapeError(f"decode_attention: q {list(q)} must be [batch, heads*D] with kv_heads {kv_heads} dividing heads {heads}")
+    batch, width = q[0], q[1] // heads * kv_heads
+    block = (batch, width) if attrs.get("own", False) else None
+    if k != v or (k != block and (len(k) != 3 or k[1] != batch or k[2] != width)):
+        want = f"[{batch}, {width}] (own: each sequence's new key)" if block else f"[rows, {batch}, {width}]"
+        raise ShapeError(f"decode_attention: k {list(k)} and v {list(v)} must both be {want}")
+    if lengths != (batch,):
+        raise ShapeError(f"decode_attention: lengths {list(lengths)} must be [{batch}] (each sequence's cached tokens)")
+    if attrs.get("start", 0) < 0:
+        raise ShapeError(f"decode_attention: start {attrs['start']} must be a position, >= 0")
+    if "window" in attrs and attrs["window"] < 1:
+        raise ShapeError(f"decode_attention: window {attrs['window']} must be at least 1")
+    packed = (batch, q[1] + heads)
+    if len(shapes) == 5 and shapes[4] != packed:
+        raise ShapeError(f"decode_attention: prev {list(shapes[4])} must be the packed partial {list(packed)}")
+    return q if attrs.get("final", True) else packed
+
+
+def _decode_attention_dtype(dtypes: list[str], attrs: dict) -> str:
+    if len(set(dtypes[:3])) > 1:
+        raise ShapeError(f"decode_attention: q, k and v have mixed dtypes {sorted(set(dtypes[:3]))}")
+    if dtypes[3] != "float32" or (len(dtypes) == 5 and dtypes[4] != "float32"):
+        raise ShapeError(f"decode_attention: lengths and prev must be float32, got {dtypes[3:]}")
+    return dtypes[0] if attrs.get("final", True) else "float32"
+
+
+def _decode_attention_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
+    (batch, width), k = shapes[0], shapes[1]
+    rows = 1 if len(k) == 2 else k[0]
+    return 4 * batch * rows * width
+
+
 def _rows(shapes: list[Shape], attrs: dict) -> Shape:
     x = shapes[0]
     start, stop = attrs["start"], attrs["stop"]
@@ -374,6 +410,22 @@ KERNELS: dict[str, KernelSpec] = {
             summary="one key block of grouped-query attention, merged into the packed partial prev; "
             "final: the output, else the next packed partial (float32, [tq, heads*D + heads]); window: query i "
             "sees key j only when i - (offset + j) < window (a sliding window; offset = k's first position - q's)",
+        ),
+        KernelSpec(
+            "decode_attention",
+            (4, 5),
+            _decode_attention,
+            _decode_attention_flops,
+            attrs={"heads": int, "kv_heads": int, "final": bool, "softmax_scale": float, "start": int, "own": bool,
+                   "window": int},
+            required=("heads", "kv_heads"),
+            defaults={"final": True, "start": 0, "own": False},
+            infer_dtype=_decode_attention_dtype,
+            summary="one key block of a batch's decode attention, each query row b one sequence's new token: "
+            "k, v [rows, B, kv_heads*D] hold positions start.. of each sequence's cache, of which row b sees those "
+            "below lengths[b] (float32 [B], the tokens cached before this step); own: k, v [B, kv_heads*D] are "
+            "the sequences' own new keys, each row seeing its own; window: only keys with lengths[b] - position "
+            "< window; merged into the packed partial prev, final as in attention",
         ),
         KernelSpec(
             "rows",

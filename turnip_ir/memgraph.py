@@ -10,6 +10,8 @@ the reverse: `turnip_ir.json_memgraph` (JSON), `turnip_ir.convert` (IR), `turnip
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import json
 import json.encoder
 from dataclasses import dataclass, field
@@ -85,6 +87,46 @@ class MemGraph:
 
     def count(self, op: str) -> int:
         return sum(1 for node in self.nodes if node.op == op)
+
+    def surviving_inputs(self) -> dict[str, tuple[int, int, int]]:
+        """The inputs that start on a GPU and are still there, untouched, when a run ends: task ->
+        (device, offset, bytes). An input survives when no other node's location overlaps its own, so
+        nothing the run writes can reach it; a prepared backend may keep it for the next run (docs/runtime.md,
+        "Inputs kept across runs")."""
+        placed = [[] for _ in range(self.devices)]
+        for node in self.nodes:
+            if node.loc is not None and node.device is not None and node.op != "input" and node.loc[1] > 0:
+                placed[node.device].append(node.loc)
+        ends_by_device = []
+        for regions in placed:
+            regions.sort()
+            starts, reach, top = [], [], 0
+            for start, size in regions:
+                top = max(top, start + size)
+                starts.append(start)
+                reach.append(top)  # the furthest end of any region starting at or before this one
+            ends_by_device.append((starts, reach))
+        kept = {}
+        for node in self.nodes:
+            if node.op != "input" or node.loc is None or node.device is None:
+                continue
+            start, size = node.loc
+            starts, reach = ends_by_device[node.device]
+            below = bisect_left(starts, start + size)  # regions starting before this input ends
+            if below == 0 or reach[below - 1] <= start:
+                kept[node.task] = (node.device, start, size)
+        return kept
+    def recomputes(self) -> list[MemNode]:
+        """The kernel nodes that compute a task again (rematerialization): every kernel node of a task
+        after its first, in node order. The compiler's `remat` writes them; a plan without it has none."""
+        seen: set[str] = set()
+        again = []
+        for node in self.nodes:
+            if node.op == "kernel":
+                if node.task in seen:
+                    again.append(node)
+                seen.add(node.task)
+        return again
 
     # ----- formats ------------------------------------------------------------------------------------
     def to_json(self) -> dict:

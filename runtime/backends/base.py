@@ -7,11 +7,13 @@ virtual clock). The executor never looks inside: the cuda, cpu and sim backends 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from runtime.graph import ExecGraph, Lane
+from runtime.residency import Residency
 
 ATTENTION_PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas")
 """The cuda backend's attention providers (runtime/backends/cuda/attention.py), named here where the CLI
@@ -47,11 +49,21 @@ class Backend:
         """`queue_depth` for `lane`; a backend may queue deeper on some lanes (the cuda copy engines)."""
         return self.queue_depth
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run.
         A later `prepare` (after `read_outputs`) loads another memgraph onto what is there, allocating
-        only what the new one needs beyond it (`execute(..., close=False)`)."""
+        only what the new one needs beyond it (`execute(..., close=False)`). `keep`: inputs (by task)
+        already in place from the last run (runtime/residency.py), mapped to None (copy nothing) or to
+        the rows [start, stop) along axis 0 that changed (copy only those); a backend that reallocates
+        the memory holding one must copy it all the same."""
         raise NotImplementedError
+
+    def held(self) -> Residency:
+        """What this backend's memory still holds from its last run (runtime/residency.py)."""
+        held = self.__dict__.get("_held")
+        if held is None:
+            held = self.__dict__["_held"] = Residency()
+        return held
 
     def now(self) -> float:
         """The backend clock, in seconds since `prepare`."""

@@ -14,6 +14,7 @@ restarting the workers only when the lanes differ. `close` stops the workers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import queue
 import random
 import threading
@@ -51,15 +52,16 @@ class CpuBackend(Backend):
         self.arenas: list[np.ndarray] = []
         self.storage = np.zeros(0, np.uint8)
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         memgraph = graph.memgraph
         self.graph = graph
         for node in memgraph.nodes:
             if node.dtype == "bfloat16":
                 raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
-        self._allocate(arena_peaks(memgraph), memgraph.storage_bytes)
+        if self._allocate(arena_peaks(memgraph), memgraph.storage_bytes):
+            keep = None  # new buffers hold nothing yet
         self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
-        self.place_inputs(inputs)
+        self.place_inputs(inputs, keep)
         if self.blas_limit is None:
             # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads
             # oversubscribe the cores (a 64x256x128 matmul took 16 ms instead of 0.05 ms on 2 cores).
@@ -73,10 +75,11 @@ class CpuBackend(Backend):
 
     def _allocate(self, peaks: list[int], storage: int) -> None:
         """Arenas of at least `peaks` bytes and storage of at least `storage`: those of an earlier memgraph
-        when they are large enough, else new ones (never smaller than before), the old dropped first."""
+        when they are large enough, else new ones (never smaller than before), the old dropped first.
+        True when it allocated."""
         held = [len(arena) for arena in self.arenas]
         if len(held) == len(peaks) and all(h >= p for h, p in zip(held, peaks)) and len(self.storage) >= storage:
-            return
+            return False
         sizes = [max(peak, held[d] if d < len(held) else 0) for d, peak in enumerate(peaks)]
         storage = max(storage, len(self.storage))
         self.arenas, self.storage = [], np.zeros(0, np.uint8)
@@ -84,12 +87,24 @@ class CpuBackend(Backend):
                           "check the plan's locations and storage regions, or run it on the sim backend")
         self.arenas = [zeros(size, f"GPU {device}'s arena") for device, size in enumerate(sizes)]
         self.storage = zeros(storage, "the CPU storage")
+        return True
 
-    def place_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+    def place_inputs(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         """Put the inputs in place (again, for another run of the same prepared memgraph: a run may reuse
-        an input's location once nobody reads it); several at a time (runtime/inputs.py, `fill_all`)."""
+        an input's location once nobody reads it), but those in `keep`, in place already (all of them,
+        or all but the rows it names, which are copied); several at a time (runtime/inputs.py, `fill_all`)."""
+        keep = keep or {}
         began = time.perf_counter()
-        fill_all([(self._home(node), inputs[node.task]) for node in self.graph.memgraph.nodes if node.op == "input"])
+        pairs = []
+        for node in self.graph.memgraph.nodes:
+            if node.op != "input":
+                continue
+            if node.task not in keep:
+                pairs.append((self._home(node), inputs[node.task]))
+            elif keep[node.task] is not None:
+                start, stop = keep[node.task]
+                pairs.append((self._home(node)[start:stop], inputs[node.task][start:stop]))
+        fill_all(pairs)
         self.inputs_time = time.perf_counter() - began
 
     def _stop_workers(self) -> None:

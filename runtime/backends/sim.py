@@ -12,12 +12,13 @@ seed, not in submit order, so two policies run with one seed see the same durati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from runtime.backends.base import Backend, Completion
-from runtime.cost import CostModel
+from turnip_ir.cost import CostModel
 from runtime.graph import ExecGraph, Lane
 from turnip_ir.errors import InputError
 
@@ -47,7 +48,7 @@ class SimBackend(Backend):
         self.clock = 0.0
         self.active: dict[int, Active] = {}
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         self.graph = graph
         self.clock = 0.0
         self.active = {}

@@ -1,18 +1,23 @@
-"""One LLaMA decode step as a taskgraph: B sequences, one new token each, against their KV caches.
+"""One LLaMA decode step as a taskgraph: B sequences, one new token each, against the batch's KV cache.
 
 Inputs: `hidden` [B, hidden] (the new tokens' embeddings), `rope.cos` / `rope.sin` [B, head_dim] (row b
-at sequence b's own position), the weights by their Hugging Face names (the prefill graph's names, so
-one mapping feeds both), and per layer l and sequence b the cache `kv.{l}.{b}.k` / `.v` [cache_len,
-kv_width], cut into blocks of at most `kv_block` tokens (`kv.{l}.{b}.k[j]` when there are several).
-Per layer: RMSNorm, q/k/v as one einsum each over the B rows (plus the bias, qwen2), RoPE; then per
-sequence the rows of q, k and v (`rows`), an attention chain over the cache blocks (non-final links)
-closed by the new token's own key (the final link; no causal mask: the one query sees every key; with
-mistral's sliding window, cache blocks wholly behind it are neither inputs nor links, and a block it
-covers in part is masked exactly by the kernel's `window` and `offset`), the B results stacked (`concat`),
-the o projection, the residual, the MLP. Then the final RMSNorm and the LM head.
+at sequence b's own position), `kv.lengths` [B] float32 (each sequence's cached tokens: exact integers
+below 2^24), the weights by their Hugging Face names (the prefill graph's names, so one mapping feeds
+both), and per layer l the cache in columns of `kv_block` token rows shared by the batch:
+`kv.{l}.k[j]` / `kv.{l}.v[j]` [rows, B, kv_width] hold positions j * kv_block .. of every sequence
+(token-major, so the growing last column is a contiguous prefix of its host buffer, frontend/workloads/llama/kv_cache.py).
+Every column but the last has kv_block rows; the last has a power-of-two `tail` of rows (64 at least)
+that covers the longest sequence, so the graph's shapes change once per bucket, not once per token:
+`DecodeStep.key` is what they depend on. A shorter sequence's rows past its length are padding, never
+read: the kernel limits each row to the keys below lengths[b].
+Per layer: RMSNorm, q/k/v as one einsum each over the B rows (plus the bias, qwen2), RoPE; then one
+`decode_attention` link per cache column (the whole batch, each row over its own sequence's keys),
+closed by the link over each sequence's own new key (the final one); the o projection, the residual,
+the MLP. With mistral's sliding window each row sees only keys inside it, and columns wholly behind
+every sequence's window are neither inputs nor links. Then the final RMSNorm and the LM head.
 Outputs: `logits` [B, vocab] in the model dtype, and per layer `k_new.{l}` / `v_new.{l}` [B, kv_width],
-the rows the host appends to the caches. Over `gpus`, layer l runs on GPU l * gpus // L (a pipeline,
-as the prefill's `layers` placement) and the head on the last; the stream and RoPE rows are moved.
+the rows the host appends to the cache. Over `gpus`, layer l runs on GPU l * gpus // L (a pipeline,
+as the prefill's `layers` placement) and the head on the last; the stream, RoPE rows and lengths are moved.
 """
 
 from __future__ import annotations
@@ -23,13 +28,41 @@ from dataclasses import dataclass
 import numpy as np
 
 from frontend.workloads.llama.config import LlamaConfig
+from frontend.workloads.llama.kv_cache import KvCache
 from frontend.workloads.llama.rope import inverse_frequencies
 from frontend.workloads.llama.weights import head_name
 from turnip_ir.errors import InputError
 from turnip_ir.taskgraph import TaskGraph, Tensor
 
 KV_BLOCK = 1024
-"""Default cache tokens per attention link: a long cache is streamed block by block."""
+"""Default cache tokens per column: a long cache is streamed column by column."""
+TAIL_MIN = 64
+"""The fewest rows of the last column (a power of two): the step's shapes change at 64, 128, ... rows (a new
+plan 5 times per 1024 tokens; a smaller start would add plans for a few MB less padding per step)."""
+
+
+def tail_rows(rows: int, kv_block: int) -> int:
+    """The rows of a last column that must hold `rows` tokens: the power of two at or above, within [TAIL_MIN, kv_block]."""
+    bucket = TAIL_MIN
+    while bucket < rows:
+        bucket *= 2
+    return min(bucket, kv_block)
+
+
+def cache_columns(lengths: Sequence[int], kv_block: int, window: int | None = None) -> list[tuple[int, int]]:
+    """(first position, rows) of each cache column a step of sequences with `lengths` cached tokens reads:
+    columns of kv_block rows, the last one `tail_rows` long; with a sliding `window`, only from the first
+    column some sequence's new token (at position lengths[b]) sees a key of."""
+    longest = max(lengths, default=0)
+    count = -(-longest // kv_block)
+    first = 0
+    if window is not None and count:
+        first = min(max(0, n - window + 1) for n in lengths) // kv_block
+    columns = []
+    for j in range(first, count):
+        rows = kv_block if j < count - 1 else tail_rows(longest - j * kv_block, kv_block)
+        columns.append((j * kv_block, rows))
+    return columns
 
 
 @dataclass
@@ -40,28 +73,40 @@ class DecodeStep:
     cache_lengths: tuple[int, ...]
     kv_block: int
     graph: TaskGraph
+    columns: list[tuple[int, int]]
+    """(first position, rows) of each cache column it reads."""
 
     @property
     def batch(self) -> int:
         return len(self.cache_lengths)
 
-    def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray,
-             caches: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]) -> dict[str, np.ndarray]:
-        """Inputs by taskgraph id: `hidden` [B, hidden], caches[b][l] = (k, v) [cache_len, kv_width]."""
+    @property
+    def key(self) -> tuple:
+        """What the graph's shapes depend on (besides the config and GPUs): steps of one key share a plan."""
+        return (self.batch, self.kv_block, tuple(self.columns))
+
+    def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache) -> dict[str, np.ndarray]:
+        """Inputs by taskgraph id: `hidden` [B, hidden] and the batch's `cache` (kv_cache.KvCache, or per
+        sequence per layer (k, v) [cache_len, kv_width] arrays). Cache columns are views, not copies."""
+        if not isinstance(cache, KvCache):
+            cache = KvCache.from_prefixes(cache, self.kv_block, room=0, dtype=self.config.dtype)
+        if tuple(int(n) for n in cache.lengths) != self.cache_lengths:
+            raise InputError(f"the cache holds {list(cache.lengths)} tokens per sequence, the step expects {list(self.cache_lengths)}")
         dtype = self.config.dtype
         cos, sin = rope_rows(self.config, self.cache_lengths)
-        arrays = {"hidden": hidden, "rope.cos": cos, "rope.sin": sin}
+        arrays = {"hidden": hidden, "rope.cos": cos, "rope.sin": sin, "kv.lengths": np.asarray(self.cache_lengths, np.float32)}
         for node in self.graph.nodes.values():
             if node.op == "input" and node.id not in arrays and not node.id.startswith("kv."):
                 arrays[node.id] = weights[node.id]
-        for b, length in enumerate(self.cache_lengths):
-            for layer in range(self.config.num_hidden_layers):
-                for which, cache in zip("kv", caches[b][layer]):
-                    if cache.shape[0] != length:
-                        raise InputError(f"sequence {b}: layer {layer} {which} cache has {cache.shape[0]} rows, the step expects {length}")
-                    for block_id, (start, stop) in cache_blocks(f"kv.{layer}.{b}.{which}", length, self.kv_block, self.config.sliding_window):
-                        arrays[block_id] = cache[start:stop]
-        return {name: np.ascontiguousarray(value, dtype=dtype) for name, value in arrays.items()}
+        arrays = {name: np.ascontiguousarray(value, dtype=np.float32 if name == "kv.lengths" else dtype) for name, value in arrays.items()}
+        for name, (layer, which, j, rows) in self.cache_inputs().items():
+            arrays[name] = cache.column(layer, which, j, rows)
+        return arrays
+
+    def cache_inputs(self) -> dict[str, tuple[int, str, int, int]]:
+        """Each cache column input's id -> (layer, "k" or "v", column index, rows)."""
+        return {f"kv.{layer}.{which}[{start // self.kv_block}]": (layer, which, start // self.kv_block, rows)
+                for layer in range(self.config.num_hidden_layers) for which in "kv" for start, rows in self.columns}
 
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """[B, vocab] in float64."""
@@ -83,19 +128,6 @@ def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray
     return np.cos(both), np.sin(both)
 
 
-def cache_blocks(name: str, length: int, kv_block: int, window: int | None = None) -> list[tuple[str, tuple[int, int]]]:
-    """The block ids and row ranges of a cache of `length` rows cut into blocks of at most `kv_block`;
-    with a sliding `window`, only the blocks the new token (at position `length`) sees some key of."""
-    starts = list(range(0, length, kv_block))
-    if len(starts) == 1:
-        blocks = [(name, (0, length))]
-    else:
-        blocks = [(f"{name}[{j}]", (start, min(start + kv_block, length))) for j, start in enumerate(starts)]
-    if window is None:
-        return blocks
-    return [(block_id, (start, stop)) for block_id, (start, stop) in blocks if stop - 1 > length - window]
-
-
 def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: int = 1, kv_block: int = KV_BLOCK) -> DecodeStep:
     """The decode step of len(cache_lengths) sequences, sequence b having cache_lengths[b] tokens cached."""
     lengths = tuple(cache_lengths)
@@ -105,22 +137,24 @@ def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: i
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise InputError(f"decode step: {what} must be an integer >= {least}, got {value!r}")
     graph = TaskGraph(gpus)
-    builder = _Builder(config, graph, lengths, int(kv_block))
+    columns = cache_columns(lengths, int(kv_block), config.sliding_window)
+    builder = _Builder(config, graph, lengths, int(kv_block), columns)
     x = builder.graph.input((len(lengths), config.hidden_size), config.dtype, device=0, id="hidden")
     for layer in range(config.num_hidden_layers):
         x = builder.layer(x, layer)
     builder.head(x)
-    return DecodeStep(config, lengths, int(kv_block), graph)
+    return DecodeStep(config, lengths, int(kv_block), graph, columns)
 
 
 class _Builder:
     """Builds one step's tasks, each layer on its pipeline GPU, moving tensors to it once."""
 
-    def __init__(self, config: LlamaConfig, graph: TaskGraph, lengths: tuple[int, ...], kv_block: int):
-        self.config, self.graph, self.lengths, self.kv_block = config, graph, lengths, kv_block
+    def __init__(self, config: LlamaConfig, graph: TaskGraph, lengths: tuple[int, ...], kv_block: int, columns: list[tuple[int, int]]):
+        self.config, self.graph, self.lengths, self.kv_block, self.columns = config, graph, lengths, kv_block, columns
         self.moves: dict[tuple[str, int], Tensor] = {}
         shape = (len(lengths), config.head_dim)
         self.rope = [graph.input(shape, config.dtype, device=0, id=f"rope.{f}") for f in ("cos", "sin")]
+        self.lengths_input = graph.input((len(lengths),), "float32", device=0, id="kv.lengths")
         self.gpu = 0
 
     def on(self, t: Tensor) -> Tensor:
@@ -173,27 +207,21 @@ class _Builder:
         return self.kernel("add", x, down, id=n + "mlp_res")
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, layer: int) -> Tensor:
-        """Per sequence: its rows, a chain over its cache blocks closed by its own new key; stacked back."""
-        c, n, batch = self.config, f"l{layer}.", len(self.lengths)
-        heads = {"heads": c.num_attention_heads, "kv_heads": c.num_key_value_heads}
+        """One decode_attention link per cache column for the whole batch, closed by the sequences' own keys."""
+        c, n = self.config, f"l{layer}."
+        attrs = {"heads": c.num_attention_heads, "kv_heads": c.num_key_value_heads}
+        if c.sliding_window is not None:
+            attrs["window"] = c.sliding_window
         kv_width = c.num_key_value_heads * c.head_dim
-        rows = []
-        for b, length in enumerate(self.lengths):
-            q_b, k_b, v_b = (t if batch == 1 else self.kernel("rows", t, id=f"{t.id}.{b}", start=b, stop=b + 1) for t in (q, k, v))
-            prev = None
-            window = c.sliding_window
-            blocks = zip(cache_blocks(f"kv.{layer}.{b}.k", length, self.kv_block, window),
-                         cache_blocks(f"kv.{layer}.{b}.v", length, self.kv_block, window))
-            for j, ((k_id, (start, stop)), (v_id, _)) in enumerate(blocks):
-                kc = self.graph.input((stop - start, kv_width), c.dtype, device=self.gpu, id=k_id)
-                vc = self.graph.input((stop - start, kv_width), c.dtype, device=self.gpu, id=v_id)
-                operands = (q_b, kc, vc) if prev is None else (q_b, kc, vc, prev)
-                hidden = window is not None and start <= length - window  # some row of the block is behind the window
-                masked = {"window": window, "offset": start - length} if hidden else {}
-                prev = self.kernel("attention", *operands, id=f"{n}attn.{b}.{j}", final=False, **heads, **masked)
-            operands = (q_b, k_b, v_b) if prev is None else (q_b, k_b, v_b, prev)
-            rows.append(self.kernel("attention", *operands, id=f"{n}attn.{b}", **heads))
-        return rows[0] if batch == 1 else self.kernel("concat", *rows, id=n + "attn")
+        lengths = self.on(self.lengths_input)
+        prev = None
+        for start, rows in self.columns:
+            j = start // self.kv_block
+            kc, vc = (self.graph.input((rows, len(self.lengths), kv_width), c.dtype, device=self.gpu, id=f"kv.{layer}.{which}[{j}]") for which in "kv")
+            operands = (q, kc, vc, lengths) if prev is None else (q, kc, vc, lengths, prev)
+            prev = self.kernel("decode_attention", *operands, id=f"{n}attn.{j}", final=False, start=start, **attrs)
+        operands = (q, k, v, lengths) if prev is None else (q, k, v, lengths, prev)
+        return self.kernel("decode_attention", *operands, id=n + "attn", own=True, **attrs)
 
     def head(self, x: Tensor) -> None:
         """The final RMSNorm and the LM head on the last GPU: `logits` [B, vocab]."""

@@ -381,6 +381,29 @@ def build(node, inputs, out, env: KernelEnv) -> Work | None:
     return build_torch(node, inputs, out, env, provider)
 
 
+def build_decode(node, inputs, out, env: KernelEnv) -> Work | None:
+    """`decode_attention`: one numba launch for the whole batch (kernels_numba.decode_attention); every
+    provider takes it, since the fused ops are built for query blocks, not single rows."""
+    if any(x is None for x in inputs[:3]) or out is None:
+        return None  # an empty block
+    q, k, v, lengths = inputs[:4]
+    prev = inputs[4] if len(inputs) > 4 else None
+    attrs = node.attrs
+    heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
+    own, final = bool(attrs.get("own", False)), bool(attrs.get("final", True))
+    d = int(q.shape[1]) // heads
+    if d > kn.DECODE_MAX_D:
+        raise KernelError(f"node {node.id}: decode_attention takes heads of at most {kn.DECODE_MAX_D} elements on cuda, got {d}")
+    if own:  # each sequence's own new key: a one-row block
+        k, v = (x.reshape(1, int(x.shape[0]), int(x.shape[1])) for x in (k, v))
+    scale = float(softmax_scale(tuple(int(x) for x in q.shape), attrs))
+    window = int(attrs.get("window", 0))
+    kernel = kn.decode_attention(dtype_name(q), dtype_name(out), prev is not None, final, own, "window" in attrs)
+    args = (q, k, v, lengths, prev if prev is not None else q, out, heads, kv_heads, d, scale, int(attrs.get("start", 0)), window)
+    go = env.launch(kernel, (int(q.shape[0]) * heads,), (kn.DECODE_THREADS,), args)
+    return lambda lane: go(env.launch_streams[lane])
+
+
 def triton_takes(node, q) -> bool:
     """Whether the triton provider's kernel takes this vertex (else it runs on cublas); `q` is its first
     operand, an array or a taskgraph node (anything with a shape and a dtype)."""

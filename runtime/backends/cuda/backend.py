@@ -29,6 +29,7 @@ vertices that were on the GPU. `close` synchronizes every stream before memory g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import contextlib
 import time
 from collections import deque
@@ -104,7 +105,7 @@ class CudaBackend(Backend):
         return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
     # ----- prepare: set the GPUs up once, then load a memgraph -------------------------------------------
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         if self.closed:
             raise InputError("this cuda backend is closed; make a new one")
         memgraph = graph.memgraph
@@ -117,7 +118,7 @@ class CudaBackend(Backend):
                 raise InputError(f"memgraph does not fit the prepared cuda backend: {misfit}")
             self.devices.grow_scratch(scratch_per_lane(memgraph.nodes, self.attention))
             self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
-        self._load(graph, inputs)
+        self._load(graph, inputs, keep)
         self.stats["prepare_s"] = time.perf_counter() - began
 
     def _set_up(self, graph: ExecGraph) -> None:
@@ -137,20 +138,26 @@ class CudaBackend(Backend):
         self.stats["arena_bytes"] = devices.budget
         self.stats["workspace_bytes"] = devices.workspaces[0].nbytes if devices.workspaces else 0
 
-    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray]) -> None:
-        """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock."""
+    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+        """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock.
+        The memgraph loaded last keeps its views (and so its pinned storage, where inputs in `keep` are)."""
         devices = self.devices
         self.graph = graph
-        reuse = self.views.storage.all_chunks() if self.views is not None else ()
-        self.views = None
         stamps = [time.perf_counter()]
-        filler = Filler()
-        try:  # each pinned chunk's inputs are read into it while the next chunk is pinned
-            self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs)
+        if self.views is not None and self.views.graph.memgraph is graph.memgraph:
+            self.views.graph = graph  # the same plan again: its views and storage stay
             stamps.append(time.perf_counter())
-        finally:
-            filler.finish()
-        self.views.place_on_gpus(inputs)
+            self.views.place(inputs, keep)
+        else:
+            reuse = self.views.storage.all_chunks() if self.views is not None else ()
+            self.views = None
+            filler = Filler()
+            try:  # each pinned chunk's inputs are read into it while the next chunk is pinned
+                self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs)
+                stamps.append(time.perf_counter())
+            finally:
+                filler.finish()
+            self.views.place_on_gpus(inputs, keep)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
         stamps.append(time.perf_counter())
         self.work = [self._build(graph, v) for v in range(len(graph))]

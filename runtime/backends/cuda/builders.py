@@ -165,6 +165,7 @@ BUILDERS: dict[str, Callable] = {
     "rows": build_rows,
     "concat": build_concat,
     "attention": attention.build,
+    "decode_attention": attention.build_decode,
 }
 """Kernel name -> builder. Names not (yet) in the kernel table are harmless."""
 

@@ -9,6 +9,8 @@ inputs where the plan wants them; `read` copies the outputs back to the host.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from runtime.backends.cuda.driver import GpuDriver
@@ -74,22 +76,41 @@ class TensorViews:
             return None
         return self.driver.copy(kind, src, dst, streams)
 
-    def place_on_gpus(self, inputs: dict[str, np.ndarray]) -> None:
-        """Copy every input whose plan starts it on a GPU to its location (the storage ones are a `Filler`'s)."""
+    def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+        """Copy every input whose plan starts it on a GPU to its location, but those in `keep`, in place
+        already: all of them, or all but the rows [start, stop) it names, which are copied."""
+        keep = keep or {}
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op == "input" and node.nbytes and node.loc is not None:
-                data = materialize(inputs[node.task])
+            if node.op != "input" or node.nbytes == 0 or node.loc is None or (node.task in keep and keep[node.task] is None):
+                continue
+            value = inputs[node.task]
+            if node.task in keep:
+                start, stop = keep[node.task]
+                rows = np.ascontiguousarray(value[start:stop])
+                with self.driver.on(node.device):
+                    self.gpu[i][start:stop].copy_to_device(rows.view(self.gpu[i].dtype))
+            else:
+                data = materialize(value)
                 with self.driver.on(node.device):
                     self.gpu[i].copy_to_device(data.view(self.gpu[i].dtype))  # bfloat16: its uint16 words
 
-    def place(self, inputs: dict[str, np.ndarray]) -> None:
-        """Put every input at its planned location (an arena) or storage region (pinned host memory): those in
-        storage written in place by several threads at once (runtime/inputs.py, `fill_all`), a lazy input (a
-        checkpoint's tensor) straight from its source into the pinned chunk."""
-        nodes = self.graph.memgraph.nodes
-        fill_all([(self.host[i], inputs[node.task]) for i, node in enumerate(nodes)
-                  if node.op == "input" and node.nbytes and node.loc is None])
-        self.place_on_gpus(inputs)
+    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+        """Put every input at its planned location (an arena) or storage region (pinned host memory), but
+        those in `keep`, in place already (runtime/residency.py): all of them, or all but the rows
+        [start, stop) it names, which are copied. Those in storage are written by several threads at once
+        (runtime/inputs.py, `fill_all`), a lazy input (a checkpoint's tensor) straight from its source."""
+        keep = keep or {}
+        stored = []
+        for i, node in enumerate(self.graph.memgraph.nodes):
+            if node.op != "input" or node.nbytes == 0 or node.loc is not None or (node.task in keep and keep[node.task] is None):
+                continue
+            if node.task in keep:
+                start, stop = keep[node.task]
+                stored.append((self.host[i][start:stop], inputs[node.task][start:stop]))
+            else:
+                stored.append((self.host[i], inputs[node.task]))
+        fill_all(stored)
+        self.place_on_gpus(inputs, keep)
 
     def read(self) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized)."""

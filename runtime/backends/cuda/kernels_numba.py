@@ -543,3 +543,130 @@ def attention_scores_softmax(dtype: str, causal: bool):
             lse[h, t] = top + math.log(total)
 
     return kernel
+
+
+DECODE_THREADS, DECODE_CHUNK = (8, 16) if simulated() else (128, 1024)
+"""Threads per block of `decode_attention`, and the keys it scores per pass (their scores sit in shared memory)."""
+DECODE_MAX_D = 256
+"""The widest head `decode_attention` takes (each thread keeps DECODE_MAX_D / DECODE_THREADS output elements)."""
+
+
+@device()
+def _block_max(shared, tid, value, threads):
+    """The maximum of `value` over the block's `threads` threads (a power of two), through `shared`."""
+    shared[tid] = value
+    cuda.syncthreads()
+    width = threads // 2
+    while width > 0:
+        if tid < width and shared[tid + width] > shared[tid]:
+            shared[tid] = shared[tid + width]
+        cuda.syncthreads()
+        width //= 2
+    top = shared[0]
+    cuda.syncthreads()
+    return top
+
+
+@lru_cache(maxsize=None)
+def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, own: bool, windowed: bool):
+    """One key block of a batch's decode attention (the `decode_attention` kernel), in one launch: one
+    block per (sequence, head). The block loads its query row (scaled) into shared memory, then takes
+    the sequence's visible keys in chunks of DECODE_CHUNK: each thread scores whole key rows (a dot
+    product over the head width), the block finds the chunk's maximum and the exponentials, and each
+    thread accumulates its output elements over the chunk's value rows (a warp reads a value row's head
+    slice contiguously), rescaling the running sum online as flash attention does. The block's output
+    and log-sum-exp are then merged with `prev` and written as the final output or the packed partial.
+    No scratch, no library: what one decode step needs is one launch per key block instead of a fused
+    attention call and a merge per sequence. k and v are [rows, B, width] (own: [1, B, width] views)."""
+    acc = acc_type(dtype)
+    get = codec(dtype)[0]
+    put = codec(out_dtype)[1]
+    threads = DECODE_THREADS
+    per_thread = DECODE_MAX_D // threads
+    chunk_max = DECODE_CHUNK
+    minus_inf = -math.inf
+
+    @cuda.jit
+    def kernel(q, k, v, lengths, prev, out, heads, kv_heads, d, scale, start, window):
+        b = cuda.blockIdx.x // heads
+        h = cuda.blockIdx.x - b * heads
+        base = (h // (heads // kv_heads)) * d
+        tid = cuda.threadIdx.x
+        qs = cuda.shared.array(DECODE_MAX_D, acc)
+        scores = cuda.shared.array(DECODE_CHUNK, acc)
+        shared = cuda.shared.array(DECODE_THREADS, acc)
+        for i in range(tid, d, threads):
+            qs[i] = get(q[b, h * d + i]) * acc(scale)
+        cuda.syncthreads()
+        length = int(lengths[b])
+        lo, hi = 0, 1
+        if not own:
+            hi = min(k.shape[0], max(0, length - start))
+            lo = 0
+            if windowed:
+                lo = min(hi, max(0, length - window + 1 - start))
+        sums = cuda.local.array(per_thread, acc)
+        for t in range(per_thread):
+            sums[t] = acc(0.0)
+        top = acc(minus_inf)
+        total = acc(0.0)
+        c0 = lo
+        while c0 < hi:
+            n = min(chunk_max, hi - c0)
+            local_top = acc(minus_inf)
+            for j in range(tid, n, threads):
+                s = acc(0.0)
+                for i in range(d):
+                    s += qs[i] * get(k[c0 + j, b, base + i])
+                scores[j] = s
+                if s > local_top:
+                    local_top = s
+            chunk_top = _block_max(shared, tid, local_top, threads)
+            new_top = max(top, chunk_top)
+            part = acc(0.0)
+            for j in range(tid, n, threads):
+                p = math.exp(scores[j] - new_top)
+                scores[j] = p
+                part += p
+            part = _block_sum(shared, tid, part, threads)  # its barriers publish the exponentials
+            rescale = math.exp(top - new_top) if total > 0 else acc(0.0)
+            total = total * rescale + part
+            for t in range(per_thread):
+                i = tid + t * threads
+                if i < d:
+                    a = sums[t] * rescale
+                    for j in range(n):
+                        a += scores[j] * get(v[c0 + j, b, base + i])
+                    sums[t] = a
+            top = new_top
+            cuda.syncthreads()  # every thread is done with this chunk's scores
+            c0 += n
+        lse = top + math.log(total) if total > 0 else acc(minus_inf)
+        inv = acc(1.0) / total if total > 0 else acc(0.0)
+        wp = acc(0.0)
+        wb = acc(1.0)
+        merged = lse
+        width = heads * d
+        if has_prev:
+            lp = acc(prev[b, width + h])
+            both = max(lp, lse)
+            if both == minus_inf:
+                wb = acc(0.0)
+            else:
+                wp = math.exp(lp - both)
+                wb = math.exp(lse - both)
+                merged = both + math.log(wp + wb)
+                scale_both = acc(1.0) / (wp + wb)
+                wp = wp * scale_both
+                wb = wb * scale_both
+        for t in range(per_thread):
+            i = tid + t * threads
+            if i < d:
+                value = sums[t] * inv * wb
+                if has_prev:
+                    value += acc(prev[b, h * d + i]) * wp
+                out[b, h * d + i] = put(value)
+        if not final and tid == 0:
+            out[b, width + h] = merged
+
+    return kernel

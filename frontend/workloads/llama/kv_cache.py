@@ -1,0 +1,90 @@
+"""The batch's KV cache on the host during a generation, in the layout decode steps read
+(frontend/workloads/llama/decode.py): per layer, k and v in columns of `block` token rows shared by the
+batch, column j = positions j * block .. (j + 1) * block - 1 of every sequence, [block, B, kv_width]
+(token-major: a step's last column, `tail` rows long, is a contiguous prefix of its buffer, a view).
+Buffers start zeroed and have room for every new token from the start, so a step appends its rows by
+writing them, never by copying the cache (a 7b batch of 16 at 2k tokens holds 17 GB of caches).
+Rows past a sequence's length are padding the kernels never read.
+
+`dirty[j]` is the rows [lo, hi) written into column j since `settle()`: a session keeps a column on the
+GPU between steps and copies only those rows (turnip/session.py, `execute(..., refresh=)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class KvCache:
+    """Every sequence's cached k and v rows so far, per layer, in columns of `block` rows."""
+
+    def __init__(self, layers: int, batch: int, kv_width: int, block: int, capacity: int, dtype):
+        columns = max(1, -(-capacity // block))
+        self.block, self.kv_width = block, kv_width
+        self.lengths = np.zeros(batch, dtype=np.int64)
+        self.buffers = [tuple([np.zeros((block, batch, kv_width), dtype=dtype) for _ in range(columns)] for _ in "kv")
+                        for _ in range(layers)]
+        self.columns = columns
+        self.dirty: dict[int, tuple[int, int]] = {}
+
+    @classmethod
+    def wrap(cls, layers: Sequence[tuple[np.ndarray, np.ndarray]], lengths: Sequence[int], block: int) -> KvCache:
+        """A cache over existing token-major buffers, per layer (k, v) [capacity, B, kv_width], capacity a
+        multiple of `block`: its columns are views of them (no copy; pinned buffers stay pinned), and the
+        rows the steps write land in them. Sequence b holds lengths[b] rows."""
+        capacity, batch, kv_width = layers[0][0].shape
+        if capacity % block or any(t.shape != (capacity, batch, kv_width) or not t.flags.c_contiguous for pair in layers for t in pair):
+            raise ValueError(f"cache buffers must be contiguous [capacity, B, kv_width] with capacity a multiple of {block}")
+        cache = cls.__new__(cls)
+        cache.block, cache.kv_width, cache.columns, cache.dirty = block, kv_width, capacity // block, {}
+        cache.lengths = np.asarray(lengths, dtype=np.int64).copy()
+        cache.buffers = [tuple([t[j * block : (j + 1) * block] for j in range(capacity // block)] for t in pair) for pair in layers]
+        return cache
+
+    @classmethod
+    def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype) -> KvCache:
+        """A cache holding prefixes[b][layer] = (k, v) [P_b, kv_width] with `room` more rows per sequence."""
+        layers = len(prefixes[0])
+        kv_width = next((k.shape[1] for seq in prefixes for k, _ in seq), 0)
+        longest = max(len(seq[0][0]) for seq in prefixes)
+        cache = cls(layers, len(prefixes), kv_width, block, longest + room, dtype)
+        for b, seq in enumerate(prefixes):
+            for layer, pair in enumerate(seq):
+                for buffers, rows in zip(cache.buffers[layer], pair):
+                    for j, start in enumerate(range(0, len(rows), block)):
+                        part = rows[start : start + block]
+                        buffers[j][: len(part), b] = part
+            cache.lengths[b] = len(seq[0][0])
+        return cache
+
+    def __len__(self) -> int:
+        return len(self.buffers)
+
+    def column(self, layer: int, which: str, j: int, rows: int) -> np.ndarray:
+        """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view."""
+        return self.buffers[layer]["kv".index(which)][j][:rows]
+
+    def rows(self, layer: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sequence b's (k, v) rows so far in `layer`, [length, kv_width] each (a copy: for checks)."""
+        n = int(self.lengths[b])
+        return tuple(np.concatenate([column[:, b] for column in columns])[:n] for columns in self.buffers[layer])
+
+    def append(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width])."""
+        where = [divmod(int(n), self.block) for n in self.lengths]
+        if any(j >= self.columns for j, _ in where):
+            raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
+        for buffers, new in zip(self.buffers, rows, strict=True):
+            for columns, values in zip(buffers, new):
+                for b, (j, r) in enumerate(where):
+                    columns[j][r, b] = values[b]
+        for j, r in where:
+            lo, hi = self.dirty.get(j, (r, r + 1))
+            self.dirty[j] = (min(lo, r), max(hi, r + 1))
+        self.lengths += 1
+
+    def settle(self) -> None:
+        """What was written is now where the next step reads it (a run used it): nothing is dirty."""
+        self.dirty = {}

@@ -1,0 +1,73 @@
+"""Inputs a prepared backend still holds from its last run, so the next run need not copy them again.
+
+A session runs plan after plan on one prepared backend (`execute(..., close=False)`). When the caller
+says an input's value is unchanged since the backend last had it (`execute(..., unchanged=names)`), the
+backend skips copying it if it is still in place:
+- on a GPU: the input starts at the same (GPU, offset, bytes) in the new plan as where the last run's
+  plan left it untouched (`MemGraph.surviving_inputs`: no other node's location overlaps it, so nothing
+  the run wrote reached it);
+- in host storage: the new plan is the very memgraph the backend ran last (same storage regions, and a
+  run never writes an input's region: storage is never reused within a plan).
+Anything else is put in place as usual. A backend forgets everything when its memory is reallocated or
+a run fails; `execute` records the survivors after each successful run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from turnip_ir.memgraph import MemGraph
+
+
+class Residency:
+    """What the backend's arenas and storage hold from its last run."""
+
+    def __init__(self) -> None:
+        self.gpu: dict[str, tuple[int, int, int]] = {}
+        """Input task -> (GPU, offset, bytes) of its value, untouched since it was placed."""
+        self.storage_of: MemGraph | None = None
+        """The memgraph whose storage-start inputs are in place (the last one run)."""
+
+    def kept(self, memgraph: MemGraph, unchanged: Collection[str]) -> set[str]:
+        """The inputs of `memgraph` (by task) that are already in place with an unchanged value."""
+        if not unchanged:
+            return set()
+        unchanged = set(unchanged)
+        same_plan = memgraph is self.storage_of
+        kept = set()
+        for node in memgraph.nodes:
+            if node.op != "input" or node.task not in unchanged:
+                continue
+            if node.loc is not None:
+                if self.gpu.get(node.task) == (node.device, node.loc[0], node.loc[1]):
+                    kept.add(node.task)
+            elif same_plan and node.storage is not None:
+                kept.add(node.task)
+        return kept
+
+    def ran(self, memgraph: MemGraph) -> None:
+        """`memgraph` ran to completion: its surviving GPU inputs and its storage inputs are in place."""
+        self.gpu = memgraph.surviving_inputs()
+        self.storage_of = memgraph
+
+    def forget(self) -> None:
+        self.gpu = {}
+        self.storage_of = None
+
+
+def placed_bytes(memgraph: MemGraph, kept: Mapping[str, tuple[int, int] | None]) -> tuple[int, int]:
+    """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
+    `kept` one nothing (None) or only the rows it names."""
+    gpu = storage = 0
+    for node in memgraph.nodes:
+        if node.op != "input":
+            continue
+        count = node.nbytes
+        if node.task in kept:
+            rows = kept[node.task]
+            count = 0 if rows is None or not node.shape else count // node.shape[0] * (rows[1] - rows[0])
+        if node.loc is not None:
+            gpu += count
+        elif node.storage is not None:
+            storage += count
+    return gpu, storage

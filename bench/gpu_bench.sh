@@ -29,7 +29,10 @@
 # of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload
 # at 4 GiB beside the torch decoders and turnip, B=16 P=2048),
 # interference (issue 26: llama 7b at 8k / 2 GiB and 32k / 1 GiB, nondet and fixed taking turns, 5 runs
-# each, while a second process copies pinned memory to the same GPU in seeded bursts; its rate is reported).
+# each, while a second process copies pinned memory to the same GPU in seeded bursts; its rate is reported),
+# coldstart (issue 25: bench/bench_coldstart.py, a 7b fp16 safetensors folder written to /tmp, `cp` of it
+# to /dev/null, `turnip llama --weights` at 8k / 2 GiB in two fresh processes with their phases, and a torch
+# script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -102,6 +105,7 @@ for s in "$@"; do
              --time-limit 170 --json "$OUT/generateragged.json" ;;
     generatehf) stage generatehf 300 python3 bench/bench_generate.py --budgets 4 --prefills 0 --hf --hf-steps 4 --time-limit 280 \
              --json "$OUT/generatehf.json" ;;
+    coldstart) stage coldstart 300 python3 bench/bench_coldstart.py --tokens 8192 --memory 2GiB --timeout 100 --json "$OUT/coldstart.json" ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
     interference) stage interference 400 python3 bench/bench_interference.py --points 8192@2GiB 32768@1GiB --repeats 5 \

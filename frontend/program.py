@@ -24,6 +24,7 @@ import numpy as np
 
 from turnip_ir.errors import InputError
 from frontend import attention
+from frontend.lazy import LazyTensor
 from frontend.order import ordered
 from frontend.partition import Split, SplitSpec, as_split, block_slice
 from frontend.placement import Placement, Site, follow, round_robin
@@ -199,7 +200,9 @@ class Program:
 
     # ----- data ---------------------------------------------------------------------------------------
     def feed(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The run's input arrays by taskgraph id, cut from whole arrays by input name."""
+        """The run's input arrays by taskgraph id, cut from whole arrays by input name. A `LazyTensor`
+        (frontend/lazy.py: a checkpoint's tensor, random weights) is cut into lazy blocks, read or drawn only
+        when the backend writes them into its buffers."""
         arrays = {}
         for name, x in self.inputs.items():
             created = [c for c, block in x.blocks.items() if isinstance(block, Tensor)]
@@ -211,7 +214,7 @@ class Program:
             if tuple(whole.shape) != x.shape:
                 raise InputError(f"input '{name}': shape {list(whole.shape)} is not the graph's {list(x.shape)}")
             for coords in created:
-                arrays[x.block_id(coords)] = np.ascontiguousarray(whole[x.slices(coords)], dtype=x.dtype)
+                arrays[x.block_id(coords)] = _block(name, whole, x.slices(coords), x.dtype)
         return arrays
 
     def gather(self, x: Blocked, results: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -312,3 +315,14 @@ def _trailing(operands: Sequence[Blocked]) -> tuple[list[str], str]:
         if len(letters) != len(x.shape):
             raise InputError(f"operand '{x.name}' has more dimensions than '{operands[0].name}'")
     return ins, out
+
+
+def _block(name: str, whole, index: tuple[slice, ...], dtype: str):
+    """Block `index` of input `name`'s value: a C-contiguous array in `dtype`, or a lazy block of a lazy
+    value, which must already be in `dtype` (a conversion is its reader's job, done as it writes)."""
+    if not isinstance(whole, LazyTensor):
+        return np.ascontiguousarray(whole[index], dtype=dtype)
+    if whole.dtype.name != dtype:
+        raise InputError(f"input '{name}': a lazy value of dtype {whole.dtype.name} cannot feed a {dtype} input")
+    cut = tuple(len(range(*s.indices(n))) for s, n in zip(index, whole.shape))
+    return whole if cut == tuple(whole.shape[: len(cut)]) else whole[index]

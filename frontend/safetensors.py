@@ -5,8 +5,13 @@ data. The header maps each tensor name to `{"dtype", "shape", "data_offsets": [b
 into the data that follows the header) and may hold `"__metadata__"`, a str -> str map. A sharded
 checkpoint is a `model.safetensors.index.json` whose `weight_map` names each tensor's file.
 
-`SafeTensors.open(path)` reads the headers only; each file is mapped once with `np.memmap`, and a tensor
-is a read-only view into that map, so weights are never copied unless a conversion is asked for. BF16
+`SafeTensors.open(path)` reads the headers only; each file is mapped once (`np.memmap`), and a tensor is a
+read-only view into that map, so weights are never copied unless a conversion is asked for.
+`read_into(name, out)` is the loading path: one pass over the map that copies (and converts, where
+`out`'s dtype differs) a tensor or a block of it straight into a caller's buffer (pinned host storage),
+chunk by chunk, each chunk's pages released from this process once copied (they stay in the page
+cache), so a loaded checkpoint is held once, in the buffers, and not a second time as mapped pages.
+Threads may read tensors in parallel: numpy's copies release the GIL. BF16
 is `ml_dtypes.bfloat16` (the top 16 bits of a float32; the numpy bfloat16 JAX uses): asked for as
 bfloat16 it is a view like any other, with no dtype it comes back as float32 (exactly), or in a requested
 dtype; ml_dtypes rounds float32 to bfloat16 to nearest even, as torch does. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +34,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from frontend.lazy import LazyTensor
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write
 
@@ -68,7 +75,7 @@ class SafeTensors:
         self.source = source
         self.metadata = metadata
         self._entries = entries
-        self._maps: dict[Path, np.memmap] = {}
+        self._maps: dict[Path, tuple[mmap.mmap, np.ndarray]] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> SafeTensors:
@@ -115,7 +122,7 @@ class SafeTensors:
     def raw(self, name: str) -> np.ndarray:
         """The stored tensor as a read-only view of the mapped file (BF16 as ml_dtypes.bfloat16), no copy."""
         entry = self._entry(name)
-        data = self._map(entry.file)[entry.begin : entry.end]
+        data = self._map(entry.file)[1][entry.begin : entry.end]
         return data.view(FORMATS[entry.code][1]).reshape(entry.shape)
 
     def get(self, name: str, dtype: str | np.dtype | None = None, shape=None) -> np.ndarray:
@@ -139,19 +146,101 @@ class SafeTensors:
             return converted
         return array
 
+    def read_into(self, name: str, out: np.ndarray, index: tuple[slice, ...] = ()) -> None:
+        """Copy tensor `name` (or its block `index`, slices of its leading axes) into `out`, converting to
+        `out`'s dtype in the same pass where it differs; a narrowing that overflows float16 is an
+        `InputError` naming the tensor (as `get`). Copies rows in chunks of about `READ_CHUNK` bytes
+        and releases each chunk's mapped pages once copied."""
+        entry = self._entry(name)
+        source = self.raw(name)[index]
+        if source.shape != out.shape:
+            raise InputError(f"tensor '{name}' in '{entry.file}': a block of shape {list(source.shape)} cannot fill "
+                             f"a buffer of shape {list(out.shape)}")
+        if source.ndim == 0 or source.size == 0:
+            _copy_checked(entry, source, out)
+            return
+        handle, base = self._map(entry.file)
+        rows = max(1, READ_CHUNK // max(1, source[0].nbytes))
+        for start in range(0, source.shape[0], rows):
+            chunk = source[start : start + rows]
+            _copy_checked(entry, chunk, out[start : start + rows])
+            _release(handle, base, chunk)
+
+    def read_rows(self, name: str, ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """Rows `ids` of tensor `name` (an embedding lookup) in `dtype`, checked as `read_into` checks; the
+        table's mapped pages are released after, so only the rows are held."""
+        entry = self._entry(name)
+        table = self.raw(name)
+        out = np.empty((len(ids), *entry.shape[1:]), dtype)
+        _copy_checked(entry, table[ids], out)
+        handle, base = self._map(entry.file)
+        _release(handle, base, table)
+        return out
+
+    def lazy(self, name: str, dtype: str | np.dtype | None = None) -> StoredTensor:
+        """Tensor `name` in `dtype` (default: as stored), read only when written into a buffer."""
+        entry = self._entry(name)
+        return StoredTensor(self, name, np.dtype(dtype or FORMATS[entry.code][1]), entry.shape)
+
     def _entry(self, name: str) -> TensorEntry:
         entry = self._entries.get(name)
         if entry is None:
             raise InputError(f"tensor '{name}' is not in '{self.source}'")
         return entry
 
-    def _map(self, file: Path) -> np.memmap:
+    def _map(self, file: Path) -> tuple[mmap.mmap, np.memmap]:
+        """The file's map and a read-only uint8 `np.memmap` of all of it (made once; threads share them)."""
         if file not in self._maps:
             try:
-                self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
+                data = np.memmap(file, dtype=np.uint8, mode="r")
             except (OSError, ValueError) as err:
                 raise InputError(f"cannot map safetensors file '{file}': {err}") from None
+            self._maps.setdefault(file, (data.base, data))  # a memmap's base is its mmap.mmap
         return self._maps[file]
+
+
+class StoredTensor(LazyTensor):
+    """A tensor of a safetensors file, or a block of one, in `dtype` (frontend/lazy.py): it reads itself
+    into the buffer it is given (`SafeTensors.read_into`)."""
+
+    def __init__(self, file: SafeTensors, name: str, dtype: np.dtype, stored_shape: tuple[int, ...]):
+        super().__init__(stored_shape, dtype)
+        self.file, self.name = file, name
+
+    def write_into(self, out: np.ndarray) -> None:
+        self.file.read_into(self.name, out, self.index)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids`, gathered from the map in one step and converted; their pages released after."""
+        return self.file.read_rows(self.name, ids, self.dtype)
+
+
+READ_CHUNK = 16 << 20
+"""Bytes `read_into` copies between two releases of mapped pages: small enough that a load never holds
+much of the file mapped, large enough that the calls cost nothing beside the copy."""
+
+
+def _copy_checked(entry: TensorEntry, source: np.ndarray, out: np.ndarray) -> None:
+    """`out[...] = source`, converted; a float16 overflow names the tensor (as `SafeTensors.get`)."""
+    with np.errstate(over="ignore"):
+        np.copyto(out, source, casting="unsafe")
+    if out.dtype != source.dtype:
+        _check_range(entry, source, out)
+
+
+def _release(handle: mmap.mmap, base: np.ndarray, chunk: np.ndarray) -> None:
+    """Drop the mapped pages under `chunk` (a view of `base`, the map's uint8 view) from this process:
+    MADV_DONTNEED on a read-only file map leaves them in the page cache and a later read maps them again,
+    so they do not count in the process's resident memory. Whole pages: a neighbour's pages dropped too
+    are read back in where needed, never lost."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    low = chunk.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    high = low + sum((n - 1) * s for n, s in zip(chunk.shape, chunk.strides)) + chunk.itemsize
+    first = low // mmap.PAGESIZE * mmap.PAGESIZE
+    end = min(len(handle), high)
+    if end > first:
+        handle.madvise(mmap.MADV_DONTNEED, first, end - first)
 
 
 def _check_range(entry: TensorEntry, stored: np.ndarray, converted: np.ndarray) -> None:

@@ -108,7 +108,9 @@ def execute(
     kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh])} if keep else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
+        prepare_began = time.perf_counter()
         machine.prepare(graph, arrays, kept) if kept else machine.prepare(graph, arrays)
+        prepare_time = time.perf_counter() - prepare_began
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
         wall = time.perf_counter() - began
@@ -123,6 +125,7 @@ def execute(
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
     summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, kept)
     summary.notes = machine.notes()
+    summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     return RunResult(outputs, summary, recorder)
 
 

@@ -1,5 +1,11 @@
 """Input tensors for a run: read from an .npz keyed by taskgraph input id, the rest drawn from a seed.
 
+An input's value is an array or a lazy input: anything with `shape`, `dtype` and `write_into(out)`,
+which writes its values into a buffer view of that shape and dtype (`Tiled` here; a block of a
+checkpoint or of random weights from the frontend). Backends put inputs in place with `fill_all` (or a
+`Filler`, fed as their buffers become ready), which writes them on a pool of threads (numpy copies and file reads release the GIL), largest first, so a
+lazy input goes straight from its source to the backend's buffer with no host copy in between.
+
 A missing input is `np.random.default_rng(seed).standard_normal(shape).astype(dtype)` with one generator
 per input, seeded from (seed, input id), so an input's values do not depend on which others were given.
 """
@@ -7,9 +13,11 @@ per input, seeded from (seed, input id), so an input's values do not depend on w
 from __future__ import annotations
 
 import math
+import os
 import tokenize
 import zlib
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,12 +57,69 @@ class Tiled:
         return out
 
 
+def is_lazy(value) -> bool:
+    """Whether `value` is a lazy input (it writes itself into a buffer) rather than an array."""
+    return not isinstance(value, np.ndarray) and hasattr(value, "write_into")
+
+
 def fill(out: np.ndarray, value) -> None:
-    """Write an input (an array or a `Tiled`) into its buffer view."""
-    if isinstance(value, Tiled):
+    """Write an input (an array or a lazy input) into its buffer view."""
+    if is_lazy(value):
         value.write_into(out)
     else:
         np.copyto(out, value)
+
+
+def materialize(value) -> np.ndarray:
+    """An input as a C-contiguous array (a lazy input written into a new one)."""
+    if not is_lazy(value):
+        return np.ascontiguousarray(value)
+    out = np.empty(tuple(value.shape), value.dtype)
+    value.write_into(out)
+    return out
+
+
+FILL_THREADS = 8
+"""Threads that put inputs in place at most: a bound, not a tuned figure (the copies are memory-bound,
+so a few threads reach the bus's rate; the H200 run of bench/bench_coldstart.py says how close)."""
+
+
+class Filler:
+    """`fill(out, value)` on a pool of up to `threads` threads (default: the CPUs, at most FILL_THREADS), fed
+    as buffers become ready (`add`: the cuda backend adds each pinned chunk's inputs as soon as the chunk
+    is pinned, so reading overlaps pinning) and drained by `finish`, which raises the first error (an
+    unreadable or overflowing weight) once the rest have stopped."""
+
+    def __init__(self, threads: int | None = None):
+        self.pool = ThreadPoolExecutor(threads or min(FILL_THREADS, os.cpu_count() or 1), thread_name_prefix="turnip fill")
+        self.futures: list = []
+
+    def add(self, pairs: list[tuple[np.ndarray, object]]) -> None:
+        """Queue these fills, largest first."""
+        for out, value in sorted(pairs, key=lambda pair: -pair[0].nbytes):
+            self.futures.append(self.pool.submit(fill, out, value))
+
+    def finish(self) -> None:
+        try:
+            for future in self.futures:
+                future.result()
+        finally:
+            for future in self.futures:
+                future.cancel()
+            self.pool.shutdown(wait=True)
+
+
+def fill_all(pairs: list[tuple[np.ndarray, object]], threads: int | None = None) -> None:
+    """`fill(out, value)` for every pair, largest first, on a `Filler`'s threads (one pair: no thread)."""
+    if len(pairs) <= 1 or threads == 1:
+        for out, value in pairs:
+            fill(out, value)
+        return
+    filler = Filler(threads)
+    try:
+        filler.add(pairs)
+    finally:
+        filler.finish()
 
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile)
@@ -104,7 +169,7 @@ def random_input(task: str, shape: tuple[int, ...], dtype: str, seed: int) -> np
 
 
 def _checked(task: str, array, shape: tuple[int, ...], dtype: str):
-    if not isinstance(array, (np.ndarray, Tiled)):
+    if not isinstance(array, np.ndarray) and not is_lazy(array):
         array = np.asarray(array)
     if tuple(array.shape) != shape:
         raise InputError(f"input '{task}': shape {list(array.shape)} does not match the graph's {list(shape)}")

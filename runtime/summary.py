@@ -65,6 +65,10 @@ class RunSummary:
     """Per GPU: when its H2D engine (the host link's reloads) sat idle; empty on a GPU without reloads."""
     notes: list[str] = field(default_factory=list)
     """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
+    prepare_time: float = 0.0
+    """Real seconds the backend's `prepare` took (allocation, inputs in place, kernels built)."""
+    inputs_time: float = 0.0
+    """Real seconds of `prepare_time` spent putting the inputs in place (weights into host storage)."""
 
     def _makespan_text(self) -> str:
         """The sim's makespan is its cost model's prediction, not a time anything took."""

@@ -10,7 +10,9 @@ and prompt activations cannot fit in host memory is refused before any weight or
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     budget = parse_size(args.memory)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     progress = Progress.for_args(args)
+    began = time.perf_counter()
     with progress.phase("reading the model"):
         stored_dtype, config, weights = _model(args, backend)
         ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
@@ -94,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
         if ids is None:
             ids = llama.random_ids(config, tokens, args.seed)
+    read = time.perf_counter() - began
 
     def build(block):
         return llama.build_llama(config, len(ids), block, args.gpus, args.placement)
@@ -111,22 +115,50 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(args, config, built, backend, stored_dtype)
         with progress.phase("compiling"):
             memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
+    compiled = time.perf_counter()
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))
     with progress.phase("reading the weights"):
-        inputs = built.feed(weights, ids) if backend != "sim" else None
+        inputs = built.feed(weights, ids) if backend != "sim" else None  # lazy: read in `prepare`, into host storage
+    fed = time.perf_counter()
     callbacks = [progress.until_run_starts(), ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()]
     with progress.phase("preparing"):  # ends when the run starts
         result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=callbacks,
                          verify=False)  # the compiler verified its own plan
+    executed = time.perf_counter()
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
     hidden_states = {"hidden_states": _savable(built.gather(result.outputs))} if args.outputs else {}
     written = write_all(run_files(args.outputs, lambda: hidden_states, args.trace, result.recorder))
     print(f"{memgraph.count('offload')} offloads, {memgraph.count('reload')} reloads planned")
     print("\n".join(result.summary.lines()))
+    print(_phases_line(result.summary, read + fed - compiled, compiled - began - read, executed - fed))
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _phases_line(summary, read: float, compile_time: float, execute_time: float) -> str:
+    """The set-up phases in seconds: load (the model read, then the weights put into host memory, which
+    the backend does in its `prepare`), compile (taskgraph and memgraph), prepare (the rest of the
+    backend's `prepare`), run (the event loop, outputs read back); and the whole process's wall time."""
+    weights = summary.inputs_time
+    prepare = summary.prepare_time - weights
+    run = execute_time - summary.prepare_time
+    wall = process_seconds()
+    total = f"{wall:.2f} s end to end" if wall is not None else "end to end not known on this system"
+    return (f"phases: load {read + weights:.2f} s (model {read:.2f} s, weights into host memory {weights:.2f} s), "
+            f"compile {compile_time:.2f} s, prepare {prepare:.2f} s, run {run:.2f} s; {total}")
+
+
+def process_seconds() -> float | None:
+    """Seconds since this process started, its imports included (Linux's /proc), or None elsewhere."""
+    try:
+        with open("/proc/self/stat") as stat:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as uptime:
+            return float(uptime.read().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _print_summary(args: argparse.Namespace, config: llama.LlamaConfig, built: llama.LlamaGraph, backend: str,

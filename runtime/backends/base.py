@@ -42,6 +42,8 @@ class Backend:
     then submit a vertex whose dependencies are submitted but not finished."""
     queue_depth = 1
     """How many submitted, unfinished vertices one lane may hold (more than 1 only with device_deps)."""
+    inputs_time = 0.0
+    """Seconds the last `prepare` spent putting the inputs in place (reading a checkpoint into host storage)."""
 
     def lane_depth(self, lane: Lane) -> int:
         """`queue_depth` for `lane`; a backend may queue deeper on some lanes (the cuda copy engines)."""

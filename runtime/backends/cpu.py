@@ -26,7 +26,7 @@ from threadpoolctl import threadpool_limits
 from runtime.backends.base import Backend, Completion
 from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
-from runtime.inputs import fill
+from runtime.inputs import fill_all
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemNode
@@ -92,16 +92,20 @@ class CpuBackend(Backend):
     def place_inputs(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         """Put the inputs in place (again, for another run of the same prepared memgraph: a run may reuse
         an input's location once nobody reads it), but those in `keep`, in place already (all of them,
-        or all but the rows it names, which are copied)."""
+        or all but the rows it names, which are copied); several at a time (runtime/inputs.py, `fill_all`)."""
         keep = keep or {}
+        began = time.perf_counter()
+        pairs = []
         for node in self.graph.memgraph.nodes:
             if node.op != "input":
                 continue
             if node.task not in keep:
-                fill(self._home(node), inputs[node.task])
+                pairs.append((self._home(node), inputs[node.task]))
             elif keep[node.task] is not None:
                 start, stop = keep[node.task]
-                fill(self._home(node)[start:stop], inputs[node.task][start:stop])
+                pairs.append((self._home(node)[start:stop], inputs[node.task][start:stop]))
+        fill_all(pairs)
+        self.inputs_time = time.perf_counter() - began
 
     def _stop_workers(self) -> None:
         for jobs in self.jobs:

@@ -103,12 +103,15 @@ class LlamaGraph:
         return self.program.graph
 
     def feed(self, weights: Mapping[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
-        """The run's inputs by taskgraph id: embedded tokens, RoPE tables and weight blocks."""
+        """The run's inputs by taskgraph id: embedded tokens, RoPE tables and weight blocks. Weights that
+        offer `lazy(name)` (weights.py: a checkpoint, random ones) are fed as lazy inputs, read or drawn
+        only when the backend writes them into its buffers."""
         if len(ids) != self.tokens:
             raise InputError(f"{len(ids)} token ids given, the graph was built for {self.tokens}")
         cos, sin = rope_tables(self.config, self.tokens)
         extra = {"hidden": embed(weights, ids, self.config), "rope.cos": cos, "rope.sin": sin}
-        return self.program.feed(ChainMap(extra, weights))
+        lazy = {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
+        return self.program.feed(ChainMap(extra, lazy))
 
     def gather(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The final hidden states [T, hidden] from a run's outputs."""

@@ -176,6 +176,15 @@ def _merge_quads(d: int, *arrays) -> bool:
     return kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in arrays if a is not None))
 
 
+def cublas_plan(tq: int, tk: int, d: int, heads: int, kv_heads: int, dtype: str, causal: bool):
+    """What the unfused provider's block needs beside its operands: the scores GEMM (S = Q·Kᵀ per head of
+    a group), the values GEMM (O = P·V) and the masked softmax kernel; one per block shape."""
+    group = heads // kv_heads
+    scores = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
+    values = GemmPlan(tq, d, tk, group, Matrix(tq, tk, tk, tq * tk), Matrix(tk, d, kv_heads * d, 0), Matrix(tq, d, d, tq * d))
+    return scores, values, kn.attention_scores_softmax(dtype, causal)
+
+
 def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
     """The unfused provider: GEMMs through cuBLAS (numpy under the simulator) and numba kernels."""
     b = block_of(node, inputs)
@@ -185,9 +194,8 @@ def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
     group = heads // kv_heads
     dtype = dtype_name(q)
     item = DTYPE_BYTES[dtype]
-    scores_plan = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
-    values_plan = GemmPlan(tq, d, tk, group, Matrix(tq, tk, tk, tq * tk), Matrix(tk, d, kv_heads * d, 0), Matrix(tq, d, d, tq * d))
-    softmax = kn.attention_scores_softmax(dtype, causal)
+    scores_plan, values_plan, softmax = env.cache.get("attention", ("cublas", tq, tk, d, heads, kv_heads, dtype, causal),
+                                                      lambda: cublas_plan(tq, tk, d, heads, kv_heads, dtype, causal))
 
     def buffers(lane):
         scratch = env.scratch(lane)
@@ -256,8 +264,10 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
     op = TORCH_OPS[provider]
     grid, block = kn.merge_grid(tq, heads, d)
     arena_quads = _merge_quads(d, out, prev)  # and o, which torch returns at run time, is checked per call
-    merges = {vector: compiled_launch(*_merge_kernel(dtype_name(out), prev is not None, final, dtype_name(q), vector), grid, block)
-              for vector in ({False, True} if arena_quads else {False})}
+    key = (dtype_name(out), prev is not None, final, dtype_name(q), arena_quads, grid, block)
+    merges = env.cache.get("merge", key, lambda: {
+        vector: compiled_launch(*_merge_kernel(dtype_name(out), prev is not None, final, dtype_name(q), vector), grid, block)
+        for vector in ({False, True} if arena_quads else {False})})
     out_params = array_args(device_pointer(out), out.shape, out.strides, out.dtype.itemsize)
     prev_params = None if prev is None else array_args(device_pointer(prev), prev.shape, prev.strides, 4)
     tail = [ctypes.c_int64(0), ctypes.c_int64(heads)]

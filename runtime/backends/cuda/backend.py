@@ -41,6 +41,7 @@ from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
 from runtime.backends.cuda.copies import COPY_KINDS, TensorViews
+from runtime.inputs import Filler
 from runtime.backends.cuda.devices import DeviceSet, reserve_bytes, scratch_per_lane
 from runtime.backends.cuda.driver import make_driver
 from runtime.backends.cuda.libraries import Libraries
@@ -142,22 +143,39 @@ class CudaBackend(Backend):
         The memgraph loaded last keeps its views (and so its pinned storage, where inputs in `keep` are)."""
         devices = self.devices
         self.graph = graph
+        stamps = [time.perf_counter()]
         same = self.views is not None and self.views.graph.memgraph is graph.memgraph
         if same:
             self.views.graph = graph  # the same plan again: its views and storage stay
+            stamps.append(time.perf_counter())
+            self.views.place(inputs, keep)
         else:
             reuse = self.views.storage.all_chunks() if self.views is not None else ()
             self.views = None
-            self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse)
+            filler = Filler()
+            try:  # each pinned chunk's inputs are read into it while the next chunk is pinned
+                self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs)
+                stamps.append(time.perf_counter())
+            finally:
+                filler.finish()
+            self.views.place_on_gpus(inputs, keep)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
-        self.views.place(inputs, keep)
+        stamps.append(time.perf_counter())
         if not (same and self.work is not None and len(self.work) == len(graph)):
             # a new plan: every vertex's work (GEMM plans, launches), torch's attention warmed up; the
             # same plan again keeps them (they hold its views)
             self.work = [self._build(graph, v) for v in range(len(graph))]
+            stamps.append(time.perf_counter())
             if attention.uses_torch(self.attention):
                 attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
                 self.stats["torch_segments"] = attention.warm_up(self.work, graph)
+        else:
+            stamps.append(time.perf_counter())
+        stamps.append(time.perf_counter())
+        self.inputs_time = stamps[2] - stamps[0]  # pinning and reading overlap: the whole span until both are done
+        steps = ("pinning (inputs read meanwhile)", "the rest of the inputs", "building", "warm-up")
+        self.stats["load_steps"] = {step: b - a for step, a, b in zip(steps, stamps, stamps[1:])}
+        self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
         devices.synchronize()
         self.stats["library_bytes"] = devices.library_bytes()
         first_stream = [next(devices.streams[i] for i, d in enumerate(devices.lane_device) if d == device) for device in range(devices.devices)]
@@ -285,6 +303,10 @@ class CudaBackend(Backend):
                 f" + library memory {format_size(self.stats.get('library_bytes', 0))}, pinned storage {format_size(self.stats['pinned_bytes'])},"
                 f" attention {self.attention}, prepare {self.stats['prepare_s']:.2f} s"
             )
+            steps = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self.stats["load_steps"].items())
+            vertices, plans = self.stats["built"]
+            made = ", ".join(f"{kind} {count}" for kind, count in sorted(plans.items())) or "none"
+            lines.append(f"cuda: prepare: {steps}; {vertices} vertices built on plans made once per shape ({made})")
         if "peak_drop" in self.stats:
             lines.append(f"cuda: largest drop in free GPU memory while running {format_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
         return lines

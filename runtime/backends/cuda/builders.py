@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
-from runtime.backends.cuda.gemm import plan_einsum
+from runtime.backends.cuda.gemm import GemmPlan, plan_einsum
 from runtime.backends.cuda.vector import aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
@@ -39,15 +39,21 @@ def _vector(env: KernelEnv, *arrays, cols: int = 4) -> bool:
     return env.vector_loads and cols % 4 == 0 and aligned(*arrays)
 
 
+def gemm_plan(env: KernelEnv, equation: str, inputs) -> GemmPlan | None:
+    """`plan_einsum` of the operands' shapes, made once per (equation, shapes) (`env.cache`)."""
+    shapes = tuple(tuple(x.shape) for x in inputs)
+    return env.cache.get("gemm", (equation, shapes), lambda: plan_einsum(equation, list(shapes)))
+
+
 def build_matmul(node, inputs, out, env: KernelEnv) -> Work:
-    plan = plan_einsum("ij,jk->ik", [tuple(x.shape) for x in inputs])
+    plan = gemm_plan(env, "ij,jk->ik", inputs)
     return env.gemm(plan, inputs[0], inputs[1], out)
 
 
 def build_einsum(node, inputs, out, env: KernelEnv) -> Work:
     """A GEMM when the einsum is a (batched) matrix product, else `env.einsum` in the lane's scratch."""
     equation = node.attrs["equation"]
-    plan = plan_einsum(equation, [tuple(x.shape) for x in inputs]) if len(inputs) == 2 else None
+    plan = gemm_plan(env, equation, inputs) if len(inputs) == 2 else None
     if plan is not None:
         return env.gemm(plan, inputs[0], inputs[1], out)
     return env.einsum(equation, inputs, out)

@@ -16,7 +16,7 @@ import numpy as np
 from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
-from runtime.inputs import Tiled, fill
+from runtime.inputs import Filler, fill_all, materialize
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph import MemNode
@@ -28,20 +28,38 @@ COPY_KINDS = {"reload": "h2d", "offload": "d2h", "move": "peer"}
 class TensorViews:
     """Every node of a memgraph as a view of an arena (`gpu`) or of pinned storage (`host`)."""
 
-    def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int, reuse=()):
-        """`reuse`: pinned chunks of the previous memgraph's storage, idle now (memory.PinnedStorage)."""
+    def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int, reuse=(), filler: Filler | None = None,
+                 inputs: dict | None = None):
+        """`reuse`: pinned chunks of the previous memgraph's storage, idle now (memory.PinnedStorage).
+        With a `filler` and the `inputs`, each input held in storage is queued on the filler as soon as its
+        pinned chunk exists, so reading the weights overlaps pinning the rest (the caller finishes it)."""
         nodes = graph.memgraph.nodes
         self.driver = driver
         self.graph = graph
-        regions = [node.storage for node in nodes if node.storage is not None]
-        self.storage = PinnedStorage(regions, chunk_bytes, driver.pinned, reuse)
         self.gpu: list = [None] * len(nodes)
         self.host: list = [None] * len(nodes)
         for i, node in enumerate(nodes):
             if node.loc is not None:
                 self.gpu[i] = _checked(node, arenas[node.device], node.loc, "location")
-            if node.storage is not None:
-                self.host[i] = self.storage.view(node.storage, tuple(node.shape), node.dtype)
+        stored = sorted((node.storage[0], i) for i, node in enumerate(nodes) if node.storage is not None)
+        waiting = iter(stored)
+        following = [next(waiting, None)]
+
+        def ready(storage: PinnedStorage, end: int) -> None:
+            """Views of the regions the chunk below `end` holds; the inputs among them queued on the filler."""
+            queued = []
+            while following[0] is not None and following[0][0] < end:
+                i = following[0][1]
+                node = nodes[i]
+                self.host[i] = storage.view(node.storage, tuple(node.shape), node.dtype)
+                if filler is not None and node.op == "input" and node.nbytes:
+                    queued.append((self.host[i], inputs[node.task]))
+                following[0] = next(waiting, None)
+            if queued:
+                filler.add(queued)
+
+        regions = [node.storage for node in nodes if node.storage is not None]
+        self.storage = PinnedStorage(regions, chunk_bytes, driver.pinned, reuse, ready)
 
     def copy_work(self, vertex: int, streams: list):
         """`work(lane)` of a reload, offload or move vertex; None for an empty tensor."""
@@ -58,30 +76,41 @@ class TensorViews:
             return None
         return self.driver.copy(kind, src, dst, streams)
 
-    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
-        """Put every input at its planned location (an arena) or storage region (pinned host memory),
-        but those in `keep`, in place already (runtime/residency.py): all of them, or all but the rows
-        [start, stop) it names, which are copied."""
+    def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+        """Copy every input whose plan starts it on a GPU to its location, but those in `keep`, in place
+        already: all of them, or all but the rows [start, stop) it names, which are copied."""
         keep = keep or {}
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op != "input" or node.nbytes == 0 or (node.task in keep and keep[node.task] is None):
+            if node.op != "input" or node.nbytes == 0 or node.loc is None or (node.task in keep and keep[node.task] is None):
                 continue
             value = inputs[node.task]
             if node.task in keep:
                 start, stop = keep[node.task]
-                if node.loc is not None:
-                    rows = np.ascontiguousarray(value[start:stop])
-                    with self.driver.on(node.device):
-                        self.gpu[i][start:stop].copy_to_device(rows.view(self.gpu[i].dtype))
-                else:
-                    fill(self.host[i][start:stop], value[start:stop])
-                continue
-            if node.loc is not None:
-                data = value.materialize() if isinstance(value, Tiled) else np.ascontiguousarray(value)
+                rows = np.ascontiguousarray(value[start:stop])
+                with self.driver.on(node.device):
+                    self.gpu[i][start:stop].copy_to_device(rows.view(self.gpu[i].dtype))
+            else:
+                data = materialize(value)
                 with self.driver.on(node.device):
                     self.gpu[i].copy_to_device(data.view(self.gpu[i].dtype))  # bfloat16: its uint16 words
+
+    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+        """Put every input at its planned location (an arena) or storage region (pinned host memory), but
+        those in `keep`, in place already (runtime/residency.py): all of them, or all but the rows
+        [start, stop) it names, which are copied. Those in storage are written by several threads at once
+        (runtime/inputs.py, `fill_all`), a lazy input (a checkpoint's tensor) straight from its source."""
+        keep = keep or {}
+        stored = []
+        for i, node in enumerate(self.graph.memgraph.nodes):
+            if node.op != "input" or node.nbytes == 0 or node.loc is not None or (node.task in keep and keep[node.task] is None):
+                continue
+            if node.task in keep:
+                start, stop = keep[node.task]
+                stored.append((self.host[i][start:stop], inputs[node.task][start:stop]))
             else:
-                fill(self.host[i], value)
+                stored.append((self.host[i], inputs[node.task]))
+        fill_all(stored)
+        self.place_on_gpus(inputs, keep)
 
     def read(self) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized)."""

@@ -69,11 +69,13 @@ def device_view(buffer, offset: int, shape: tuple[int, ...], dtype: str):
 class PinnedStorage:
     """CPU storage in pinned chunks; `view(region, shape, dtype)` is a numpy view into the chunk holding it."""
 
-    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES, allocate=None, reuse=()):
+    def __init__(self, regions: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES, allocate=None, reuse=(), ready=None):
         """`allocate(count)` takes one chunk (default `pinned_bytes`; the simulator's driver passes its own).
         `reuse`: chunks of an earlier memgraph's storage (idle now) to take before allocating: pinning
         many GB costs seconds, and a prepared backend loads memgraph after memgraph (each span gets the
-        smallest free chunk that holds it; chunks left over are kept in `spare` for the next load)."""
+        smallest free chunk that holds it; chunks left over are kept in `spare` for the next load).
+        `ready(storage, end)`, if given, is called after each chunk is taken, chunks in offset order:
+        every region below `end` can be viewed (and written) from then on, while later chunks are pinned."""
         allocate = allocate or pinned_bytes
         spare = sorted(reuse, key=len)
         self.starts: list[int] = []
@@ -82,6 +84,8 @@ class PinnedStorage:
             fit = next((i for i, chunk in enumerate(spare) if len(chunk) >= end - start), None)
             self.starts.append(start)
             self.chunks.append(spare.pop(fit) if fit is not None else allocate(end - start))
+            if ready is not None:
+                ready(self, end)
         self.spare = spare
 
     def all_chunks(self) -> list[np.ndarray]:

@@ -4,7 +4,10 @@ A builder (runtime/backends/cuda/builders.py, attention.py) turns one vertex int
 backend prepares a memgraph. Everything it needs beside its operands comes through the `env` it is given,
 and nothing else: the attention provider chosen, whether vector loads are allowed, how to prepare a launch
 and on which stream to launch it, device-to-device copies, GEMMs and einsums (cuBLAS and CuPy on a GPU, numpy under the simulator),
-the lane's scratch, torch's view of the lane's stream, and the GPU a node is on. `KernelServices` answers
+the lane's scratch, torch's view of the lane's stream, the GPU a node is on, and a `BuildCache` of what
+depends only on a vertex's shape and dtype (GEMM plans, attention plans, compiled launches), made once
+per distinct shape rather than once per vertex (a 7B prefill has 96 attention vertices of a few
+shapes, thousands of GEMMs of a dozen). `KernelServices` answers
 from the driver (runtime/backends/cuda/driver.py), the device set-up (devices.py) and the libraries'
 per-lane state (libraries.py).
 """
@@ -12,7 +15,8 @@ per-lane state (libraries.py).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
 from typing import Protocol
 
 from runtime.backends.cuda.devices import DeviceSet
@@ -26,6 +30,23 @@ Launch = Callable[[object], None]
 """A prepared kernel launch: `go(stream)`, taking one of `KernelEnv.launch_streams`."""
 
 
+class BuildCache:
+    """What builders make once per distinct key (shape, dtype, flags), kept for the backend's life (across
+    loads); `builds` counts what was made, per kind: the test of "once per shape" reads it."""
+
+    def __init__(self):
+        self.entries: dict = {}
+        self.builds: Counter = Counter()
+
+    def get(self, kind: str, key: Hashable, make: Callable[[], object]):
+        """The `kind` entry for `key`, made by `make()` the first time it is asked for."""
+        full = (kind, key)
+        if full not in self.entries:
+            self.entries[full] = make()
+            self.builds[kind] += 1
+        return self.entries[full]
+
+
 class KernelEnv(Protocol):
     """The services the kernel builders rely on; `lane` is a lane index of runtime/graph.py."""
 
@@ -35,6 +56,8 @@ class KernelEnv(Protocol):
     """Whether kernels may read and write by quads with vector instructions (`vector.load4`)."""
     launch_streams: list
     """Per lane, the stream a prepared launch takes."""
+    cache: BuildCache
+    """Plans and compiled launches by shape and dtype, shared by every vertex that has them."""
 
     def launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0) -> Launch:
         """`go(stream)` launching `kernel` with `args`; compiled now, not at the first launch."""
@@ -68,6 +91,7 @@ class KernelServices:
         self.attention = attention
         self.vector_loads = driver.vector_loads
         self.launch_streams = devices.launch_streams
+        self.cache = BuildCache()
 
     def launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0) -> Launch:
         return self.driver.prepare_launch(kernel, griddim, blockdim, args, shared)

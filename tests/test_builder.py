@@ -76,6 +76,7 @@ INFERRED = [
     ("swiglu", [(4, 9), (4, 9)], {}, (4, 9)),
     ("attention", [(6, 16), (5, 8), (5, 8)], {"heads": 4, "kv_heads": 2}, (6, 16)),
     ("attention", [(5, 16), (5, 16), (5, 16)], {"heads": 4, "kv_heads": 4, "causal": True, "softmax_scale": 1}, (5, 16)),
+    ("decode_attention", [(3, 16), (5, 3, 8), (5, 3, 8), (3,)], {"heads": 4, "kv_heads": 2, "start": 5, "final": True}, (3, 16)),
     ("rows", [(6, 16)], {"start": 2, "stop": 5}, (3, 16)),
     ("concat", [(1, 16), (3, 16), (2, 16)], {}, (6, 16)),
 ]
@@ -88,7 +89,8 @@ def test_the_cases_cover_every_kernel() -> None:
 @pytest.mark.parametrize("name,shapes,attrs,want", INFERRED, ids=lambda v: v if isinstance(v, str) else None)
 def test_inferred_shape(name, shapes, attrs, want) -> None:
     g = TaskGraph()
-    operands = [g.input(s, "bfloat16") for s in shapes]
+    lengths = 3 if name == "decode_attention" else -1  # its lengths operand is float32 token counts
+    operands = [g.input(s, "float32" if i == lengths else "bfloat16") for i, s in enumerate(shapes)]
     out = g.kernel(name, *operands, id="out", **attrs)
     assert (out.shape, out.dtype) == (want, "bfloat16")
     assert g["out"].attrs == {k: KERNELS[name].attrs[k](v) for k, v in attrs.items()}

@@ -73,7 +73,7 @@ def execute(
     verify: bool = True,
     close: bool = True,
     unchanged: Collection[str] = (),
-    refresh: Mapping[str, tuple[int, int]] | None = None,
+    refresh: Mapping[str, list[tuple[int, int]]] | None = None,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -84,8 +84,9 @@ def execute(
     `close=False` keeps a Backend instance prepared after a successful run (module docstring).
     `unchanged`: inputs (by taskgraph id) whose values are those the Backend instance had in its last
     run; one still in place is not copied again (runtime/residency.py; `summary.bytes_placed` counts
-    what was). `refresh`: inputs unchanged but for the rows [start, stop) along their first axis (a
-    cache column a step wrote into): when still in place, only those rows are copied. The caller
+    what was). `refresh`: inputs unchanged but for some rows, (start, stop) ranges of the input seen as
+    rows of its last axis ([-1, last]; a cache column a step wrote into): when still in place, only
+    those are copied. The caller
     vouches for the values: a changed array named here would go unnoticed.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):

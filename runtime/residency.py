@@ -14,6 +14,7 @@ a run fails; `execute` records the survivors after each successful run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 
 from turnip_ir.memgraph import MemGraph
@@ -55,17 +56,31 @@ class Residency:
         self.storage_of = None
 
 
+def flat_rows(array):
+    """`array` as rows of its last axis, [-1, last] (a view): what a refresh's ranges count in."""
+    shape = tuple(int(n) for n in array.shape)  # numba's simulated arrays index shapes with no negative index, reshape with no -1
+    last = shape[len(shape) - 1] if len(shape) > 1 else 1
+    return array.reshape(math.prod(shape) // max(last, 1), last)
+
+
+def refreshed(target, value, ranges) -> list:
+    """(destination, source) view pairs of the flat rows `ranges` ((start, stop) pairs) of an input."""
+    target, value = flat_rows(target), flat_rows(value)
+    return [(target[start:stop], value[start:stop]) for start, stop in ranges]
+
+
 def placed_bytes(memgraph: MemGraph, kept: Mapping[str, tuple[int, int] | None]) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
-    `kept` one nothing (None) or only the rows it names."""
+    `kept` one nothing (None) or only the flat rows it names (`refreshed`)."""
     gpu = storage = 0
     for node in memgraph.nodes:
         if node.op != "input":
             continue
         count = node.nbytes
         if node.task in kept:
-            rows = kept[node.task]
-            count = 0 if rows is None or not node.shape else count // node.shape[0] * (rows[1] - rows[0])
+            ranges = kept[node.task]
+            row = node.shape[-1] if len(node.shape) > 1 else 1
+            count = 0 if ranges is None or not node.shape else count // (math.prod(node.shape) or 1) * row * sum(b - a for a, b in ranges)
         if node.loc is not None:
             gpu += count
         elif node.storage is not None:

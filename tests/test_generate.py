@@ -445,3 +445,20 @@ def test_a_session_decodes_in_place_in_the_callers_token_major_buffers():
         assert np.abs(buffers[0][0][lengths[1] : lengths[1] + 3, 1]).sum() > 0  # the new rows were written in place
         with pytest.raises(InputError, match="room for 8 tokens, the call needs 9"):
             session.generate(prompts, 6, caches=KvCache.wrap(buffers, lengths, 4))
+
+
+def test_the_cache_names_each_written_row_so_a_ragged_step_copies_only_those():
+    """A ragged batch writes rows far apart in a column: `written` gives each sequence's row its own range
+    (flat rows r * B + b of the column seen as [rows * B, kv_width]), merged only where they touch."""
+    from frontend.workloads.llama.kv_cache import KvCache
+
+    cache = KvCache(1, 3, 2, 8, 16, "float32")
+    cache.lengths[:] = [1, 6, 2]
+    cache.append([(np.ones((3, 2)), np.ones((3, 2)))])
+    assert cache.written(0, 8) == [(3, 4), (7, 8), (19, 20)]  # rows 1, 2 and 6 of sequences 0, 2 and 1
+    assert cache.written(0, 4) == [(3, 4), (7, 8)]  # a step that reads 4 rows of the column
+    cache.settle()
+    assert cache.written(0, 8) == []
+    cache.lengths[:] = [4, 4, 4]
+    cache.append([(np.ones((3, 2)), np.ones((3, 2)))])
+    assert cache.written(0, 8) == [(12, 15)]  # one row of every sequence: one range

@@ -140,14 +140,14 @@ def test_refreshed_rows_are_copied_into_a_kept_input(backend_name):
     try:
         execute(memgraph, backend, inputs=inputs, close=False, unchanged=list(inputs))
         others = [n for n in inputs if n != name]
-        result = execute(memgraph, backend, inputs=changed, close=False, unchanged=others, refresh={name: (1, 3)})
+        result = execute(memgraph, backend, inputs=changed, close=False, unchanged=others, refresh={name: [(1, 3)]})
         row_bytes = inputs[name][0].nbytes
         assert result.summary.bytes_placed == 2 * row_bytes
         for task, value in evaluate(graph, changed).items():
             np.testing.assert_allclose(result.outputs[task], value, rtol=1e-9, atol=1e-12)
         again = {**changed, name: changed[name].copy()}
         again[name][1:3] -= 3.0
-        stale = execute(memgraph, backend, inputs=again, close=False, unchanged=others, refresh={name: (1, 2)})
+        stale = execute(memgraph, backend, inputs=again, close=False, unchanged=others, refresh={name: [(1, 2)]})
         assert stale.summary.bytes_placed == row_bytes  # row 2 stays as it was: the results differ
         assert any(not np.allclose(stale.outputs[t], v) for t, v in evaluate(graph, again).items())
     finally:

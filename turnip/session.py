@@ -223,9 +223,9 @@ class Session:
         identities = {name: ("kv", self._calls, j, rows) for name, (_, _, j, rows) in columns.items()}
         refresh = {}
         for name, (_, _, j, rows) in columns.items():
-            lo, hi = cache.dirty.get(j, (rows, rows))
-            if lo < rows:
-                refresh[name] = (lo, min(hi, rows))
+            written = cache.written(j, rows)
+            if written:
+                refresh[name] = written
         result, seconds = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities, refresh=refresh)
         cache.settle()
         stats.step_run_seconds.append(seconds)

@@ -49,12 +49,12 @@ class Backend:
         """`queue_depth` for `lane`; a backend may queue deeper on some lanes (the cuda copy engines)."""
         return self.queue_depth
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """Allocate arenas and storage, place the inputs, start workers. The only allocation of a run.
         A later `prepare` (after `read_outputs`) loads another memgraph onto what is there, allocating
         only what the new one needs beyond it (`execute(..., close=False)`). `keep`: inputs (by task)
         already in place from the last run (runtime/residency.py), mapped to None (copy nothing) or to
-        the rows [start, stop) along axis 0 that changed (copy only those); a backend that reallocates
+        the (start, stop) ranges of flat rows that changed (copy only those, residency.refreshed); a backend that reallocates
         the memory holding one must copy it all the same."""
         raise NotImplementedError
 

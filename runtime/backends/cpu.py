@@ -27,6 +27,7 @@ from runtime.backends.base import Backend, Completion
 from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill_all
+from runtime.residency import refreshed
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemNode
@@ -52,7 +53,7 @@ class CpuBackend(Backend):
         self.arenas: list[np.ndarray] = []
         self.storage = np.zeros(0, np.uint8)
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         memgraph = graph.memgraph
         self.graph = graph
         for node in memgraph.nodes:
@@ -89,7 +90,7 @@ class CpuBackend(Backend):
         self.storage = zeros(storage, "the CPU storage")
         return True
 
-    def place_inputs(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def place_inputs(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """Put the inputs in place (again, for another run of the same prepared memgraph: a run may reuse
         an input's location once nobody reads it), but those in `keep`, in place already (all of them,
         or all but the rows it names, which are copied); several at a time (runtime/inputs.py, `fill_all`)."""
@@ -102,8 +103,7 @@ class CpuBackend(Backend):
             if node.task not in keep:
                 pairs.append((self._home(node), inputs[node.task]))
             elif keep[node.task] is not None:
-                start, stop = keep[node.task]
-                pairs.append((self._home(node)[start:stop], inputs[node.task][start:stop]))
+                pairs += refreshed(self._home(node), inputs[node.task], keep[node.task])
         fill_all(pairs)
         self.inputs_time = time.perf_counter() - began
 

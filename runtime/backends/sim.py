@@ -102,7 +102,7 @@ class SimBackend(Backend):
     def lane_depth(self, lane: Lane) -> int:
         return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         self.graph = graph
         self.clock = 0.0
         self.host = 0.0

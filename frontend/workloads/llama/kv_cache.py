@@ -6,8 +6,10 @@ Buffers start zeroed and have room for every new token from the start, so a step
 writing them, never by copying the cache (a 7b batch of 16 at 2k tokens holds 17 GB of caches).
 Rows past a sequence's length are padding the kernels never read.
 
-`dirty[j]` is the rows [lo, hi) written into column j since `settle()`: a session keeps a column on the
-GPU between steps and copies only those rows (turnip/session.py, `execute(..., refresh=)`).
+`dirty[j]` is the set of flat rows (row r of sequence b: r * B + b, in the column seen as [rows * B,
+kv_width]) written into column j since `settle()`: a session keeps a column on the GPU between steps
+and copies only those (turnip/session.py, `execute(..., refresh=)`; a ragged batch writes rows far
+apart, so they are ranges of their own, not one span).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class KvCache:
         self.buffers = [tuple([np.zeros((block, batch, kv_width), dtype=dtype) for _ in range(columns)] for _ in "kv")
                         for _ in range(layers)]
         self.columns = columns
-        self.dirty: dict[int, tuple[int, int]] = {}
+        self.dirty: dict[int, set[int]] = {}
 
     @classmethod
     def wrap(cls, layers: Sequence[tuple[np.ndarray, np.ndarray]], lengths: Sequence[int], block: int) -> KvCache:
@@ -80,10 +82,21 @@ class KvCache:
             for columns, values in zip(buffers, new):
                 for b, (j, r) in enumerate(where):
                     columns[j][r, b] = values[b]
-        for j, r in where:
-            lo, hi = self.dirty.get(j, (r, r + 1))
-            self.dirty[j] = (min(lo, r), max(hi, r + 1))
+        batch = len(self.lengths)
+        for b, (j, r) in enumerate(where):
+            self.dirty.setdefault(j, set()).add(r * batch + b)
         self.lengths += 1
+
+    def written(self, j: int, rows: int) -> list[tuple[int, int]]:
+        """The flat rows of column j's first `rows` rows written since `settle()`, as (start, stop) ranges."""
+        limit = rows * len(self.lengths)
+        ranges: list[tuple[int, int]] = []
+        for flat in sorted(i for i in self.dirty.get(j, ()) if i < limit):
+            if ranges and ranges[-1][1] == flat:
+                ranges[-1] = (ranges[-1][0], flat + 1)
+            else:
+                ranges.append((flat, flat + 1))
+        return ranges
 
     def settle(self) -> None:
         """What was written is now where the next step reads it (a run used it): nothing is dirty."""

@@ -105,7 +105,7 @@ class CudaBackend(Backend):
         return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
 
     # ----- prepare: set the GPUs up once, then load a memgraph -------------------------------------------
-    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         if self.closed:
             raise InputError("this cuda backend is closed; make a new one")
         memgraph = graph.memgraph
@@ -138,7 +138,7 @@ class CudaBackend(Backend):
         self.stats["arena_bytes"] = devices.budget
         self.stats["workspace_bytes"] = devices.workspaces[0].nbytes if devices.workspaces else 0
 
-    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def _load(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """One memgraph onto the set: views, inputs, every vertex's work, attention warm-up, the clock.
         The memgraph loaded last keeps its views (and so its pinned storage, where inputs in `keep` are)."""
         devices = self.devices

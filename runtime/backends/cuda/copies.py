@@ -17,6 +17,7 @@ from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
 from runtime.inputs import Filler, fill_all, materialize
+from runtime.residency import refreshed
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph import MemNode
@@ -76,28 +77,27 @@ class TensorViews:
             return None
         return self.driver.copy(kind, src, dst, streams)
 
-    def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """Copy every input whose plan starts it on a GPU to its location, but those in `keep`, in place
-        already: all of them, or all but the rows [start, stop) it names, which are copied."""
+        already: all of them, or all but the flat rows it names (residency.refreshed), which are copied."""
         keep = keep or {}
         for i, node in enumerate(self.graph.memgraph.nodes):
             if node.op != "input" or node.nbytes == 0 or node.loc is None or (node.task in keep and keep[node.task] is None):
                 continue
             value = inputs[node.task]
             if node.task in keep:
-                start, stop = keep[node.task]
-                rows = np.ascontiguousarray(value[start:stop])
                 with self.driver.on(node.device):
-                    self.gpu[i][start:stop].copy_to_device(rows.view(self.gpu[i].dtype))
+                    for target, rows in refreshed(self.gpu[i], value, keep[node.task]):
+                        target.copy_to_device(np.ascontiguousarray(rows).view(target.dtype))
             else:
                 data = materialize(value)
                 with self.driver.on(node.device):
                     self.gpu[i].copy_to_device(data.view(self.gpu[i].dtype))  # bfloat16: its uint16 words
 
-    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """Put every input at its planned location (an arena) or storage region (pinned host memory), but
-        those in `keep`, in place already (runtime/residency.py): all of them, or all but the rows
-        [start, stop) it names, which are copied. Those in storage are written by several threads at once
+        those in `keep`, in place already (runtime/residency.py): all of them, or all but the flat rows
+        it names, which are copied. Those in storage are written by several threads at once
         (runtime/inputs.py, `fill_all`), a lazy input (a checkpoint's tensor) straight from its source."""
         keep = keep or {}
         stored = []
@@ -105,8 +105,7 @@ class TensorViews:
             if node.op != "input" or node.nbytes == 0 or node.loc is not None or (node.task in keep and keep[node.task] is None):
                 continue
             if node.task in keep:
-                start, stop = keep[node.task]
-                stored.append((self.host[i][start:stop], inputs[node.task][start:stop]))
+                stored += refreshed(self.host[i], inputs[node.task], keep[node.task])
             else:
                 stored.append((self.host[i], inputs[node.task]))
         fill_all(stored)

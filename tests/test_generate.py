@@ -455,8 +455,8 @@ def test_the_cache_names_each_written_row_so_a_ragged_step_copies_only_those():
     cache = KvCache(1, 3, 2, 8, 16, "float32")
     cache.lengths[:] = [1, 6, 2]
     cache.append([(np.ones((3, 2)), np.ones((3, 2)))])
-    assert cache.written(0, 8) == [(3, 4), (7, 8), (19, 20)]  # rows 1, 2 and 6 of sequences 0, 2 and 1
-    assert cache.written(0, 4) == [(3, 4), (7, 8)]  # a step that reads 4 rows of the column
+    assert cache.written(0, 8) == [(3, 4), (8, 9), (19, 20)]  # row 1 of sequence 0, row 2 of 2, row 6 of 1
+    assert cache.written(0, 4) == [(3, 4), (8, 9)]  # a step that reads 4 rows of the column
     cache.settle()
     assert cache.written(0, 8) == []
     cache.lengths[:] = [4, 4, 4]

@@ -88,9 +88,10 @@ def test_decode_step_kernels_and_inputs():
     assert not any(node.op in ("rows", "concat", "attention") for node in nodes.values())  # the batch in one link
     assert {"logits", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
     wide = llama.build_decode_step(config, [40, 1030], kv_block=1024)
-    assert wide.columns == [(0, 1024), (1024, 64)]  # the last column: a power of two of rows, 64 at least
+    assert wide.columns == [(0, 1024), (1024, 64)]  # the last column: 64 rows at least, then 128, then multiples of 128
     assert llama.build_decode_step(config, [40, 1088], kv_block=1024).key == wide.key
     assert llama.build_decode_step(config, [40, 1089], kv_block=1024).columns[-1] == (1024, 128)
+    assert [llama.build_decode_step(config, [n], kv_block=1024).columns[-1][1] for n in (129, 256, 257, 513, 1000)] == [256, 256, 384, 640, 1024]
     with pytest.raises(InputError, match="cache length 0 must be an integer >= 0, got -1"):
         llama.build_decode_step(config, [-1])
 

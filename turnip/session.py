@@ -12,7 +12,7 @@ drops the plans and the backend (they were sized for the old split).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
-cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each power of two of the last
+cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each size step of the last
 column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
 weights and cache columns that survive a step stay on the GPU for the next, and only what changed is
 copied (`execute(..., unchanged=)`, runtime/residency.py). Between steps the KV cache is host numpy

@@ -41,8 +41,8 @@ def load(paths):
     runs = []
     for path in paths:
         doc = json.load(open(path))
-        if "runs" not in doc:
-            continue
+        if not isinstance(doc.get("runs"), list):
+            continue  # not bench/run.py's (bench_coldstart.py keeps its runs by name)
         known = doc.get("workloads", {})
         words = doc.get("command", "").split()
         placement = words[words.index("--placement") + 1] if "--placement" in words else "sequence"

@@ -116,9 +116,10 @@ def run_tables(runs: list[dict]) -> list[str]:
     """One table per workload and length on one GPU, then one of every several-GPU run."""
     report = _report()
     groups: dict[str, list[dict]] = {}
-    for run in sorted(runs, key=lambda r: (r.get("gpus", 1) > 1, r["workload"] != "llama", r["tokens"])):
+    for run in sorted(runs, key=lambda r: (r.get("gpus", 1) > 1, not r["workload"].startswith("llama"), r["tokens"])):
         one = run.get("gpus", 1) == 1
-        title = f"{'LLaMA 7b prefill' if run['workload'] == 'llama' else 'FFN'}, T = {run['tokens']}" if one else "Several GPUs (llama)"
+        llama = run["workload"].startswith("llama")  # llama, or llama-bfloat16 / llama-float16 of a --dtype comparison
+        title = f"{'LLaMA 7b prefill' if llama else 'FFN'}, T = {run['tokens']}" if one else "Several GPUs (llama)"
         groups.setdefault(title, []).append(run)
     parts = []
     for title, group in groups.items():

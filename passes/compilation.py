@@ -10,7 +10,10 @@ reads some fields and adds or replaces others, and says which in its `reads` and
 - `arrays`: the memgraph as CSR arrays (turnip_ir/memarrays.py), added by the first memory pass that
   needs them and kept in step by the others, so they are built once per memgraph;
 - `cost`: the cost model (turnip_ir/cost.py, the H200 defaults unless the caller gives another) that
-  turnip-insert-offload's `remat` weighs recomputing against moving with.
+  turnip-insert-offload's `remat` weighs recomputing against moving with;
+- `kept`: where a prepared backend still holds inputs from its last run (task -> (GPU, offset, bytes),
+  runtime/residency.py); a plan with inputs=recur starts those inputs there again when the room is free,
+  so a session's new plan finds them in place instead of copying them.
 
 A stage that replaces the graph calls `replace_graph`, which drops the arrays of the old one.
 `compile_taskgraph` (passes/pipeline.py) and `turnip-opt` run their stages on one `Compilation`, in
@@ -36,6 +39,7 @@ class Compilation:
     source: TaskGraph | None = None
     arrays: MemArrays | None = None
     cost: CostModel = field(default_factory=CostModel)
+    kept: dict = field(default_factory=dict)
 
     def replace_graph(self, graph: TaskGraph | MemGraph) -> None:
         """Make `graph` the graph so far; the arrays of the old one no longer describe it."""

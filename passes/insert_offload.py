@@ -39,6 +39,7 @@ RECUR_ROUNDS = 4
 def insert_offload(
     graph: TaskGraph, budget: int, schedule: str = "given", placement: str = "loosest", inputs: str = "gpu",
     remat: CostModel | None = None,
+    kept: dict | None = None,
 ) -> MemGraph:
     """The memgraph of one simulated run of the placed `graph` in `schedule` under a per-GPU `budget`.
 
@@ -59,7 +60,8 @@ def insert_offload(
     order = scheduled_tasks(view, schedule)
     if inputs != "recur":
         return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu", remat=remat).run()
-    return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed, remat=remat).run())
+    return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed,
+                                                  remat=remat, preferred=kept).run())
 
 
 def plan_recurring(plan) -> MemGraph:
@@ -178,7 +180,7 @@ class InsertOffloadPass(GraphPass):
         graph = taskgraph_of(state.graph, self.name)
         with timed(state.stats, "simulate"):
             remat = state.cost if self.remat else None
-            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat)
+            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat, state.kept)
         state.stats.record_graph(memgraph, state.cost)  # the later passes add and drop edges only: these counts stay
         state.replace_graph(memgraph)
         state.source = graph

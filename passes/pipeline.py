@@ -39,17 +39,19 @@ def compile_taskgraph(
     schedule: str = "given",
     stats: CompileStats | None = None,
     cost: CostModel | None = None,
+    kept: dict | None = None,
     **options,
 ) -> MemGraph:
     """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
 
     `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `stats`, when given, receives the
     counts and seconds; `cost` is the cost model `remat=True` weighs with (None: the H200 defaults);
-    `options` are `memgraph_stages`'s.
+    `kept` is where a prepared backend holds inputs now (`Compilation.kept`: inputs=recur starts them
+    there again where it can); `options` are `memgraph_stages`'s.
     """
     if budget <= 0:
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
-    state = Compilation(graph, stats if stats is not None else CompileStats(), cost=cost or CostModel())
+    state = Compilation(graph, stats if stats is not None else CompileStats(), cost=cost or CostModel(), kept=dict(kept or {}))
     run_stages(state, memgraph_stages(budget, schedule, **options))
     return state.graph
 

@@ -49,6 +49,7 @@ class Planner:
     def __init__(
         self, graph: TaskGraph, view: TaskView, budget: int, schedule: list[int], placement: str = "loosest", align: int = ALIGN,
         inputs_on_gpu: bool = True, recur: bool = False, gpu_start: set[str] | None = None, remat: CostModel | None = None,
+        preferred: dict | None = None,
     ) -> None:
         self.graph, self.view, self.schedule, self.align = graph, view, schedule, align
         self.out = MemGraph(graph.devices, budget)
@@ -82,6 +83,9 @@ class Planner:
         self.gpu_start = gpu_start
         """The inputs that may start on a GPU (None: any that fits; `recur` plans pass the survivors of
         the round before, passes/insert_offload.py)."""
+        self.preferred = preferred or {}
+        """Input task -> (GPU, offset, bytes) where it is now (a prepared backend's `Residency`): it starts
+        there again when it starts on the GPU and that room is free, so the backend need not copy it."""
         self.started = [-1] * n
         """Per input, the memgraph node that put it on its GPU at the start (-1: it started in storage)."""
         self.remat = remat
@@ -108,18 +112,32 @@ class Planner:
         view = self.view
         inputs = [i for i, op in enumerate(view.ops) if op == "input"]
         inputs.sort(key=lambda i: self.uses[i][0] if self.uses[i] else NEVER)
+        wanted = {i for i in inputs if self.inputs_on_gpu and (self.uses[i] or self.is_output[i])
+                  and (self.gpu_start is None or view.ids[i] in self.gpu_start)}
+        where = {i: self._kept_place(i) for i in inputs if i in wanted and view.ids[i] in self.preferred}
+        for i, start in where.items():  # where a prepared backend holds them now, first
+            if start is not None:
+                self.memory[view.devices[i]].take(start, self.size[i], i)
         for i in inputs:
             d, size = view.devices[i], self.size[i]
-            wanted = self.inputs_on_gpu and (self.uses[i] or self.is_output[i])
-            if wanted and self.gpu_start is not None:
-                wanted = view.ids[i] in self.gpu_start
-            start = self.memory[d].place_free(size) if wanted else None
+            start = where.get(i)
+            if start is None:
+                start = self.memory[d].place_free(size) if i in wanted else None
+                if start is not None:
+                    self.memory[d].take(start, size, i)
             if start is not None:
-                self.memory[d].take(start, size, i)
                 self.gpu[i] = self.started[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
                 self.unread.add(self.gpu[i])
             else:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
+
+    def _kept_place(self, i: int) -> int | None:
+        """The offset where input `i` is held now, if this plan can start it there (same GPU, aligned, free)."""
+        device, start, nbytes = self.preferred[self.view.ids[i]]
+        memory, size = self.memory[self.view.devices[i]], self.size[i]
+        if device != self.view.devices[i] or nbytes != self.view.nbytes[i] or start % self.align or start + size > memory.capacity:
+            return None
+        return start if not memory.holders(start, size) else None
 
     def _run_task(self, i: int) -> None:
         view, gpu = self.view, self.gpu

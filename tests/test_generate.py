@@ -463,3 +463,21 @@ def test_the_cache_names_each_written_row_so_a_ragged_step_copies_only_those():
     cache.lengths[:] = [4, 4, 4]
     cache.append([(np.ones((3, 2)), np.ones((3, 2)))])
     assert cache.written(0, 8) == [(12, 15)]  # one row of every sequence: one range
+
+
+def test_a_new_decode_plan_starts_the_kept_inputs_where_the_backend_holds_them():
+    """Crossing a column size (64 -> 128 rows) compiles a new decode plan; with inputs=recur and the
+    backend's residency (`compile_taskgraph(kept=...)`) it starts the weights where the last plan left
+    them, so its first step copies a fraction of what the first plan's first step did, and the tokens
+    still equal the float64 reference."""
+    config = llama.load_config("tiny-gqa")
+    prompt = np.arange(62) % config.vocab_size
+    with Session(config="tiny-gqa", memory=1 << 20, backend="cpu", seed=3) as session:
+        result = session.generate([prompt], 6)
+    assert result.compiles == 3  # the prefill, then the plans for 64 and 128 rows (61 + 4 > 64)
+    placed = result.step_bytes_placed
+    width = config.num_key_value_heads * config.head_dim
+    columns = 2 * config.num_hidden_layers * 128 * width * 4  # the new plan's last column (128 rows, float32)
+    steps_own = 4 * (config.hidden_size + 2 * config.head_dim + 1)  # the token's embedding, RoPE rows, length
+    assert placed[4] <= columns + steps_own < placed[0], placed  # its first step copies no weight
+    assert result.tokens[0].tolist() == reference_greedy(config, llama.RandomWeights(config, 3), prompt, 6)

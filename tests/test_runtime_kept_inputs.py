@@ -152,3 +152,32 @@ def test_refreshed_rows_are_copied_into_a_kept_input(backend_name):
         assert any(not np.allclose(stale.outputs[t], v) for t, v in evaluate(graph, again).items())
     finally:
         backend.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_a_plan_compiled_with_kept_starts_inputs_where_they_are_and_computes_the_reference(case):
+    """`compile_taskgraph(..., inputs="recur", kept=backend.held().gpu)`: the new plan (another budget here)
+    starts a held input where it is held when it starts on the GPU and that room is free and aligned; it
+    verifies, and run after the first plan with everything unchanged it computes the reference, copying
+    exactly the inputs it starts on the GPU elsewhere."""
+    graph, factor, runs, seed = case
+    floor = minimum_budget(place_devices(graph))
+    first = compile_taskgraph(graph, int(floor * factor), inputs="recur")
+    inputs = input_values(graph, seed)
+    expected = evaluate(graph, inputs)
+    backend = make_backend("cpu", seed=seed)
+    try:
+        execute(first, backend, inputs=inputs, close=False, verify=False, unchanged=list(inputs))
+        held = backend.held().gpu
+        second = compile_taskgraph(graph, int(floor * (factor + 0.5)), inputs="recur", kept=held)
+        verify_memgraph(second)
+        result = execute(second, backend, inputs=inputs, close=False, verify=False, unchanged=list(inputs))
+        for task, value in expected.items():
+            np.testing.assert_allclose(result.outputs[task], value, rtol=1e-9, atol=1e-12, err_msg=task)
+        kept_bytes = sum(n.nbytes for n in second.nodes if n.op == "input" and n.loc is not None
+                         and held.get(n.task) == (n.device, n.loc[0], n.loc[1]))
+        started = sum(n.nbytes for n in second.nodes if n.op == "input" and n.loc is not None)
+        assert result.summary.bytes_placed == started - kept_bytes
+    finally:
+        backend.close()

@@ -314,7 +314,9 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph)
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs)
+        # a recurring plan starts the inputs the backend holds now where they are, when it can
+        kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
         stats.compile_seconds += time.perf_counter() - began
         self.compiles += 1
         stats.compiles += 1

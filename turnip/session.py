@@ -36,13 +36,13 @@ import numpy as np
 
 from frontend.workloads import llama
 from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns
+from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
-from turnip_ir.cost import CostModel
-from frontend.workloads.llama.kv_cache import KvCache
 from turnip.sampling import check_sampling, next_tokens
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph

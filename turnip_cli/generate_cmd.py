@@ -86,6 +86,11 @@ def summary_lines(result) -> list[str]:
         f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
         f"peak arena use {format_size(result.peak_arena)}",
     ]
+    if len(steps) > 1:  # what stayed on the GPU between steps shows in what later steps copy before they run
+        later = sorted(result.step_bytes_placed[1:])
+        spread = format_size(later[0]) if later[0] == later[-1] else f"{format_size(later[0])} to {format_size(later[-1])}"
+        lines.append(f"inputs copied onto the GPU before a step: {format_size(result.step_bytes_placed[0])} at the first, "
+                     f"then {spread} (what a step kept from the one before is not copied again)")
     return lines
 
 

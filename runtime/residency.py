@@ -69,7 +69,15 @@ def refreshed(target, value, ranges) -> list:
     return [(target[start:stop], value[start:stop]) for start, stop in ranges]
 
 
-def placed_bytes(memgraph: MemGraph, kept: Mapping[str, tuple[int, int] | None]) -> tuple[int, int]:
+def placements(target, value, task: str, keep: Mapping[str, list[tuple[int, int]] | None]) -> list:
+    """What putting input `task` in place copies, as (destination, source) pairs: all of `value` into
+    `target`, nothing when `keep` says it is in place, or the flat rows `keep` names (`refreshed`)."""
+    if task not in keep:
+        return [(target, value)]
+    return [] if keep[task] is None else refreshed(target, value, keep[task])
+
+
+def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None]) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
     `kept` one nothing (None) or only the flat rows it names (`refreshed`)."""
     gpu = storage = 0

@@ -27,7 +27,7 @@ from runtime.backends.base import Backend, Completion
 from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill_all
-from runtime.residency import refreshed
+from runtime.residency import placements
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemNode
@@ -101,12 +101,8 @@ class CpuBackend(Backend):
         began = time.perf_counter()
         pairs = []
         for node in self.graph.memgraph.nodes:
-            if node.op != "input":
-                continue
-            if node.task not in keep:
-                pairs.append((self._home(node), inputs[node.task]))
-            elif keep[node.task] is not None:
-                pairs += refreshed(self._home(node), inputs[node.task], keep[node.task])
+            if node.op == "input":
+                pairs += placements(self._home(node), inputs[node.task], node.task, keep)
         fill_all(pairs)
         self.inputs_time = time.perf_counter() - began
 

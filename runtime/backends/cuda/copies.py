@@ -17,7 +17,7 @@ from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
 from runtime.inputs import Filler, fill_all, materialize
-from runtime.residency import refreshed
+from runtime.residency import placements
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph import MemNode
@@ -82,17 +82,11 @@ class TensorViews:
         already: all of them, or all but the flat rows it names (residency.refreshed), which are copied."""
         keep = keep or {}
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op != "input" or node.nbytes == 0 or node.loc is None or (node.task in keep and keep[node.task] is None):
+            if node.op != "input" or node.nbytes == 0 or node.loc is None:
                 continue
-            value = inputs[node.task]
-            if node.task in keep:
-                with self.driver.on(node.device):
-                    for target, rows in refreshed(self.gpu[i], value, keep[node.task]):
-                        target.copy_to_device(np.ascontiguousarray(rows).view(target.dtype))
-            else:
-                data = materialize(value)
-                with self.driver.on(node.device):
-                    self.gpu[i].copy_to_device(data.view(self.gpu[i].dtype))  # bfloat16: its uint16 words
+            with self.driver.on(node.device):
+                for target, value in placements(self.gpu[i], inputs[node.task], node.task, keep):
+                    target.copy_to_device(materialize(value).view(target.dtype))  # bfloat16: its uint16 words
 
     def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """Put every input at its planned location (an arena) or storage region (pinned host memory), but
@@ -102,12 +96,8 @@ class TensorViews:
         keep = keep or {}
         stored = []
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op != "input" or node.nbytes == 0 or node.loc is not None or (node.task in keep and keep[node.task] is None):
-                continue
-            if node.task in keep:
-                stored += refreshed(self.host[i], inputs[node.task], keep[node.task])
-            else:
-                stored.append((self.host[i], inputs[node.task]))
+            if node.op == "input" and node.nbytes and node.loc is None:
+                stored += placements(self.host[i], inputs[node.task], node.task, keep)
         fill_all(stored)
         self.place_on_gpus(inputs, keep)
 

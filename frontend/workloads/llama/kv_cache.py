@@ -23,13 +23,10 @@ class KvCache:
     """Every sequence's cached k and v rows so far, per layer, in columns of `block` rows."""
 
     def __init__(self, layers: int, batch: int, kv_width: int, block: int, capacity: int, dtype):
+        """Zeroed buffers with room for `capacity` tokens per sequence, none of them held yet."""
         columns = max(1, -(-capacity // block))
-        self.block, self.kv_width = block, kv_width
-        self.lengths = np.zeros(batch, dtype=np.int64)
-        self.buffers = [tuple([np.zeros((block, batch, kv_width), dtype=dtype) for _ in range(columns)] for _ in "kv")
-                        for _ in range(layers)]
-        self.columns = columns
-        self.dirty: dict[int, set[int]] = {}
+        zeroed = [tuple(np.zeros((columns * block, batch, kv_width), dtype=dtype) for _ in "kv") for _ in range(layers)]
+        self._hold(zeroed, np.zeros(batch, dtype=np.int64), block)
 
     @classmethod
     def wrap(cls, layers: Sequence[tuple[np.ndarray, np.ndarray]], lengths: Sequence[int], block: int) -> KvCache:
@@ -40,10 +37,16 @@ class KvCache:
         if capacity % block or any(t.shape != (capacity, batch, kv_width) or not t.flags.c_contiguous for pair in layers for t in pair):
             raise ValueError(f"cache buffers must be contiguous [capacity, B, kv_width] with capacity a multiple of {block}")
         cache = cls.__new__(cls)
-        cache.block, cache.kv_width, cache.columns, cache.dirty = block, kv_width, capacity // block, {}
-        cache.lengths = np.asarray(lengths, dtype=np.int64).copy()
-        cache.buffers = [tuple([t[j * block : (j + 1) * block] for j in range(capacity // block)] for t in pair) for pair in layers]
+        cache._hold(layers, np.asarray(lengths, dtype=np.int64).copy(), block)
         return cache
+
+    def _hold(self, layers: Sequence[tuple[np.ndarray, np.ndarray]], lengths: np.ndarray, block: int) -> None:
+        """Take per layer (k, v) [capacity, B, kv_width] buffers as columns of `block` rows (views)."""
+        capacity, _, self.kv_width = layers[0][0].shape
+        self.block, self.columns, self.lengths = block, capacity // block, lengths
+        self.buffers = [tuple([t[j * block : (j + 1) * block] for j in range(self.columns)] for t in pair) for pair in layers]
+        """Per layer, (k columns, v columns): views [block, B, kv_width] of the layer's buffers."""
+        self.dirty: dict[int, set[int]] = {}
 
     @classmethod
     def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype) -> KvCache:
@@ -67,11 +70,6 @@ class KvCache:
     def column(self, layer: int, which: str, j: int, rows: int) -> np.ndarray:
         """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view."""
         return self.buffers[layer]["kv".index(which)][j][:rows]
-
-    def rows(self, layer: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sequence b's (k, v) rows so far in `layer`, [length, kv_width] each (a copy: for checks)."""
-        n = int(self.lengths[b])
-        return tuple(np.concatenate([column[:, b] for column in columns])[:n] for columns in self.buffers[layer])
 
     def append(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width])."""

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from frontend.workloads import llama
-from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns
+from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns, step_key
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
@@ -242,7 +242,7 @@ class Session:
     def _step(self, lengths: list[int]) -> DecodeStep:
         """The decode step for these cache lengths: the step built for their columns before, re-aimed at the
         lengths (its graph depends only on the columns), or a new one."""
-        key = (len(lengths), self.kv_block, tuple(cache_columns(lengths, self.kv_block, self.config.sliding_window)))
+        key = step_key(len(lengths), self.kv_block, cache_columns(lengths, self.kv_block, self.config.sliding_window))
         built = self._steps.get(key)
         if built is None:
             built = self._steps[key] = build_decode_step(self.config, lengths, self.gpus, self.kv_block)

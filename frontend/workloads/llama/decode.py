@@ -72,6 +72,11 @@ def cache_columns(lengths: Sequence[int], kv_block: int, window: int | None = No
     return columns
 
 
+def step_key(batch: int, kv_block: int, columns: Sequence[tuple[int, int]]) -> tuple:
+    """`DecodeStep.key` of a step of `batch` sequences reading `columns` (`cache_columns`), without building it."""
+    return (batch, kv_block, tuple(columns))
+
+
 @dataclass
 class DecodeStep:
     """A built decode step and how to feed it and read it."""
@@ -90,7 +95,7 @@ class DecodeStep:
     @property
     def key(self) -> tuple:
         """What the graph's shapes depend on (besides the config and GPUs): steps of one key share a plan."""
-        return (self.batch, self.kv_block, tuple(self.columns))
+        return step_key(self.batch, self.kv_block, self.columns)
 
     def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache) -> dict[str, np.ndarray]:
         """Inputs by taskgraph id: `hidden` [B, hidden] and the batch's `cache` (kv_cache.KvCache, or per
@@ -101,11 +106,12 @@ class DecodeStep:
             raise InputError(f"the cache holds {list(cache.lengths)} tokens per sequence, the step expects {list(self.cache_lengths)}")
         dtype = self.config.dtype
         cos, sin = rope_rows(self.config, self.cache_lengths)
-        arrays = {"hidden": hidden, "rope.cos": cos, "rope.sin": sin, "kv.lengths": np.asarray(self.cache_lengths, np.float32)}
+        arrays = {"hidden": hidden, "rope.cos": cos, "rope.sin": sin}
         for node in self.graph.nodes.values():
             if node.op == "input" and node.id not in arrays and not node.id.startswith("kv."):
                 arrays[node.id] = weights[node.id]
-        arrays = {name: np.ascontiguousarray(value, dtype=np.float32 if name == "kv.lengths" else dtype) for name, value in arrays.items()}
+        arrays = {name: np.ascontiguousarray(value, dtype=dtype) for name, value in arrays.items()}
+        arrays["kv.lengths"] = np.asarray(self.cache_lengths, np.float32)
         for name, (layer, which, j, rows) in self.cache_inputs().items():
             arrays[name] = cache.column(layer, which, j, rows)
         return arrays

@@ -152,9 +152,7 @@ class Planner:
             for t in missing + [i]:
                 wanted.setdefault(view.devices[t], []).append(t)
             for d, items in wanted.items():
-                for t, start in self._make_room(d, items, operands).items():
-                    if t != i:
-                        gpu[t] = self._emit("reload", t, d, loc=(start, view.nbytes[t]), inputs=(self.store[t],))
+                self._reload_room(d, items, operands, i)
         d = view.devices[i]
         start = self.memory[d].where[i]
         kind = "move" if view.ops[i] == "move" else "kernel"
@@ -167,6 +165,12 @@ class Planner:
             if later[o] == len(uses[o]):
                 self._drop_if_dead(o)
         self._drop_if_dead(i)
+
+    def _reload_room(self, d: int, items: list[int], operands: list[int], output: int) -> None:
+        """Room on GPU `d` for `items` (`_make_room`), and a reload emitted for each of them but `output`."""
+        for t, start in self._make_room(d, items, operands).items():
+            if t != output:
+                self.gpu[t] = self._emit("reload", t, d, loc=(start, self.view.nbytes[t]), inputs=(self.store[t],))
 
     def _make_room(self, d: int, items: list[int], operands: list[int]) -> dict[int, int]:
         """Place `items` (reloads and the output) on GPU `d`, evicting what the cheapest layout needs.
@@ -315,10 +319,7 @@ class Planner:
         """
         view, gpu = self.view, self.gpu
         d, operands = view.devices[t], self.operands[t]
-        missing = [o for o in operands if gpu[o] < 0]
-        for o, start in self._make_room(d, missing + [t], operands).items():
-            if o != t:
-                gpu[o] = self._emit("reload", o, d, loc=(start, view.nbytes[o]), inputs=(self.store[o],))
+        self._reload_room(d, [o for o in operands if gpu[o] < 0] + [t], operands, t)
         start = self.memory[d].where[t]
         gpu[t] = self._emit("kernel", t, d, loc=(start, view.nbytes[t]), inputs=tuple([gpu[o] for o in view.inputs[t]]))
         self.pending.discard(t)

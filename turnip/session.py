@@ -114,7 +114,6 @@ class Session:
         self._runs = 0
         self._calls = 0
         self._machine: Backend | None = None
-        self._last_step = 0.0
         self._steps: dict[tuple, DecodeStep] = {}
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
@@ -142,7 +141,7 @@ class Session:
             raise InputError("the sim backend computes no values, so prefill needs a backend that computes")
         ids = _prompts([ids], self.config)[0]
         built = llama.build_llama(self.config, len(ids), gpus=self.gpus, placement=self._placement())
-        result, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
+        result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
         return built.gather(result.outputs)
 
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
@@ -201,7 +200,7 @@ class Session:
             return [(empty, empty) for _ in range(self.config.num_hidden_layers)]
         built = llama.build_llama(self.config, len(head), gpus=self.gpus, placement=self._placement(), kv_outputs=True)
         inputs = built.feed(self.weights, head) if stats.computed else None
-        result, seconds = self._run(("prefill-kv", len(head)), built.graph, inputs, stats)
+        result, seconds, _ = self._run(("prefill-kv", len(head)), built.graph, inputs, stats)
         stats.prefill_seconds += seconds
         return built.gather_kv(result.outputs) if stats.computed else []
 
@@ -226,11 +225,11 @@ class Session:
             written = cache.written(j, rows)
             if written:
                 refresh[name] = written
-        result, seconds = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities, refresh=refresh)
+        result, seconds, whole = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities, refresh=refresh)
         cache.settle()
         stats.step_run_seconds.append(seconds)
         stats.step_bytes_placed.append(result.summary.bytes_placed)
-        stats.step_seconds.append(self._last_step)
+        stats.step_seconds.append(whole)
         stats.recorder = result.recorder
         if not stats.computed:
             empty = np.zeros((step.batch, 0), self.config.dtype)
@@ -256,8 +255,8 @@ class Session:
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
-        the result and the run's seconds (the sim's predicted makespan, else the wall time of the loop).
-        `self._last_step` is the whole call but the compile (the sim: makespan plus the copies before the run).
+        the result, the run's seconds (the sim's predicted makespan, else the wall time of the loop) and
+        the whole call's but the compile (the sim: the makespan plus the copies before the run).
 
         `recur`: the graph runs again and again (a decode step): it is planned with inputs="recur", so
         the inputs that survive a run stay on the GPU for the next. Inputs whose value is the one the
@@ -287,10 +286,8 @@ class Session:
         stats.bytes_placed += summary.bytes_placed
         stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
         if self.backend == "sim":
-            self._last_step = summary.makespan + summary.bytes_placed / CostModel().h2d_bw
-            return result, summary.makespan
-        self._last_step = time.perf_counter() - began
-        return result, summary.wall_time
+            return result, summary.makespan, summary.makespan + summary.bytes_placed / CostModel().h2d_bw
+        return result, summary.wall_time, time.perf_counter() - began
 
     def _identities(self, graph: TaskGraph, identities: Mapping[str, tuple]) -> dict[str, tuple]:
         """What identifies each input's value across runs: a weight by its name (a session's weights never

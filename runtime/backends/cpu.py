@@ -47,6 +47,7 @@ class CpuBackend(Backend):
         self.jobs: list[queue.SimpleQueue] = []
         self.threads: list[threading.Thread] = []
         self.work: list = []
+        self.graph: ExecGraph | None = None
         self.origin = time.perf_counter()
         self.blas_limit = None
         self.lanes: list[Lane] = []
@@ -55,16 +56,18 @@ class CpuBackend(Backend):
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         memgraph = graph.memgraph
-        same = bool(self.work) and getattr(self, "graph", None) is not None and self.graph.memgraph is memgraph
-        self.graph = graph
         for node in memgraph.nodes:
             if node.dtype == "bfloat16":
                 raise InputError(f"node {node.id} ({node.task}): bfloat16 is not supported by the cpu backend")
+        # the plan whose jobs `work` holds (views of these buffers): the same plan again keeps them
+        same = self.graph is not None and self.graph.memgraph is memgraph
+        self.graph = None
         if self._allocate(arena_peaks(memgraph), memgraph.storage_bytes):
             keep = None  # new buffers hold nothing yet
             same = False
-        if not same:  # the same plan on the same buffers keeps its jobs (views of those buffers)
+        if not same:
             self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
+        self.graph = graph
         self.place_inputs(inputs, keep)
         if self.blas_limit is None:
             # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads

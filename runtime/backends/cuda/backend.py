@@ -161,16 +161,14 @@ class CudaBackend(Backend):
             self.views.place_on_gpus(inputs, keep)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
         stamps.append(time.perf_counter())
-        if not (same and self.work is not None and len(self.work) == len(graph)):
-            # a new plan: every vertex's work (GEMM plans, launches), torch's attention warmed up; the
-            # same plan again keeps them (they hold its views)
+        # a new plan: every vertex's work (GEMM plans, launches), torch's attention warmed up; the same plan
+        # again keeps them (they hold its views, which it kept too)
+        if not same:
             self.work = [self._build(graph, v) for v in range(len(graph))]
-            stamps.append(time.perf_counter())
-            if attention.uses_torch(self.attention):
-                attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
-                self.stats["torch_segments"] = attention.warm_up(self.work, graph)
-        else:
-            stamps.append(time.perf_counter())
+        stamps.append(time.perf_counter())
+        if not same and attention.uses_torch(self.attention):
+            attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
+            self.stats["torch_segments"] = attention.warm_up(self.work, graph)
         stamps.append(time.perf_counter())
         self.inputs_time = stamps[2] - stamps[0]  # pinning and reading overlap: the whole span until both are done
         steps = ("pinning (inputs read meanwhile)", "the rest of the inputs", "building", "warm-up")

@@ -109,9 +109,15 @@ class Filler:
             self.pool.shutdown(wait=True)
 
 
+POOL_BYTES = 64 << 20
+"""Below this many bytes in all, `fill_all` copies on the calling thread: starting and joining a pool costs
+more than a few MB of copies (a decode step's refreshed rows and new activations, every step)."""
+
+
 def fill_all(pairs: list[tuple[np.ndarray, object]], threads: int | None = None) -> None:
-    """`fill(out, value)` for every pair, largest first, on a `Filler`'s threads (one pair: no thread)."""
-    if len(pairs) <= 1 or threads == 1:
+    """`fill(out, value)` for every pair, largest first, on a `Filler`'s threads (one pair, or fewer than
+    `POOL_BYTES` in all: no thread)."""
+    if len(pairs) <= 1 or threads == 1 or sum(out.nbytes for out, _ in pairs) < POOL_BYTES:
         for out, value in pairs:
             fill(out, value)
         return

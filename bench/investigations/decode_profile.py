@@ -1,5 +1,5 @@
 """Where a 7b decode step's wall time goes outside the executor's run, on the GPU: one Session per budget,
-random KV caches in one shared buffer (KvCache.wrap), a few warm steps, then cProfile over the next steps;
+random KV caches in one shared buffer (KvCache.wrap), one generate call whose steps after the warm ones are profiled;
 prints step and run ms and the top functions by cumulative and own time (the run's loop included, so its
 share is visible). Usage: python3 bench/investigations/decode_profile.py [GiB ...] (default 40 16)."""
 import cProfile, io, os, pstats, sys, time
@@ -24,22 +24,31 @@ for gib in budgets:
         kv = [(rows, rows.copy()) for _ in range(32)]
         cache = KvCache.wrap(kv, [prompt - 1] * batch, KV_BLOCK)
         forced = np.zeros((batch, warm + profiled), dtype=np.int64)
-        first = session.generate(prompts, warm, caches=cache, forced=forced[:, :warm])
-        print(f"{gib:g} GiB: ready + {warm} warm steps in {time.perf_counter() - began:.1f} s; "
-              f"steps ms {[round(s * 1e3, 1) for s in first.step_seconds]}", flush=True)
-        # the same buffers, continued: the cache now holds prompt - 1 + warm rows
-        cache2 = KvCache.wrap(kv, [prompt - 1 + warm] * batch, KV_BLOCK)
-        prompts2 = [np.arange(prompt + warm) % 1000] * batch
-        profile = cProfile.Profile()
-        profile.enable()
-        result = session.generate(prompts2, profiled, caches=cache2, forced=forced[:, warm:])
+        profile, calls, decode = cProfile.Profile(), [0], session._decode
+
+        def profiled_decode(*args, **kwargs):  # the profiler runs from the first step after the warm ones
+            calls[0] += 1
+            if calls[0] == warm + 1:
+                profile.enable()
+            return decode(*args, **kwargs)
+
+        session._decode = profiled_decode
+        result = session.generate(prompts, warm + profiled, caches=cache, forced=forced)
         profile.disable()
         step = [round(s * 1e3, 1) for s in result.step_seconds]
         run = [round(s * 1e3, 1) for s in result.step_run_seconds]
-        print(f"{gib:g} GiB: step ms {step}\n  run ms {run}\n  placed MiB {[round(b / 2**20, 1) for b in result.step_bytes_placed]} "
-              f"compiles {result.compiles}", flush=True)
+        rec, lanes = result.recorder, result.recorder.graph.lanes
+        spans = sorted((c.start, c.end) for c in rec.completions if lanes[c.lane].kind == "compute")
+        busy, top = 0.0, spans[0][0]
+        for a, b in spans:
+            if b > top:
+                busy += b - max(a, top)
+                top = b
+        print(f"{gib:g} GiB (set-up {time.perf_counter() - began:.1f} s): step ms {step}\n  run ms {run}\n"
+              f"  placed MiB {[round(b / 2**20, 1) for b in result.step_bytes_placed]} compiles {result.compiles}; last step: "
+              f"{len(rec.completions)} vertices, compute busy {busy * 1e3:.1f} ms of {(spans[-1][1] - spans[0][0]) * 1e3:.1f}", flush=True)
         for key in ("cumulative", "tottime"):
             text = io.StringIO()
-            pstats.Stats(profile, stream=text).sort_stats(key).print_stats(35)
-            print("\n".join(line[:160] for line in text.getvalue().splitlines()[6:]), flush=True)
+            pstats.Stats(profile, stream=text).sort_stats(key).print_stats(30)
+            print("\n".join(line[:150] for line in text.getvalue().splitlines()[6:]), flush=True)
         profile.dump_stats(f"{out}/decode-profile-{gib:g}gib.prof")

@@ -116,7 +116,8 @@ class CudaBackend(Backend):
             misfit = self.devices.misfit(graph)
             if misfit:
                 raise InputError(f"memgraph does not fit the prepared cuda backend: {misfit}")
-            self.devices.grow_scratch(scratch_per_lane(memgraph.nodes, self.attention))
+            if self.views is None or self.views.graph.memgraph is not memgraph:  # the same plan again: same scratch
+                self.devices.grow_scratch(scratch_per_lane(memgraph.nodes, self.attention))
             self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
         self._load(graph, inputs, keep)
         self.stats["prepare_s"] = time.perf_counter() - began

@@ -81,12 +81,15 @@ class TensorViews:
         """Copy every input whose plan starts it on a GPU to its location, but those in `keep`, in place
         already: all of them, or all but the flat rows it names (residency.refreshed), which are copied."""
         keep = keep or {}
+        copies = []
         for i, node in enumerate(self.graph.memgraph.nodes):
             if node.op != "input" or node.nbytes == 0 or node.loc is None:
                 continue
-            with self.driver.on(node.device):
-                for target, value in placements(self.gpu[i], inputs[node.task], node.task, keep):
-                    target.copy_to_device(materialize(value).view(target.dtype))  # bfloat16: its uint16 words
+            rows = keep.get(node.task) if node.task in keep else None
+            if node.task in keep and rows is None:
+                continue  # in place whole
+            copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), rows))
+        self.driver.put(copies)
 
     def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         """Put every input at its planned location (an arena) or storage region (pinned host memory), but
@@ -105,17 +108,18 @@ class TensorViews:
         """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized)."""
         nodes = self.graph.memgraph.nodes
         index = {node.id: i for i, node in enumerate(nodes)}
-        outputs = {}
+        outputs, copies = {}, []
         for task, node_id in self.graph.memgraph.outputs.items():
             i = index[node_id]
             node = nodes[i]
             if node.nbytes == 0:
                 outputs[task] = np.zeros(node.shape, numpy_dtype(node.dtype))
             elif self.gpu[i] is not None and node.op != "offload":
-                with self.driver.on(node.device):
-                    outputs[task] = self.gpu[i].copy_to_host().view(numpy_dtype(node.dtype))
+                outputs[task] = np.empty(node.shape, numpy_dtype(node.dtype))
+                copies.append((node.device, self.gpu[i], outputs[task]))
             else:
                 outputs[task] = np.array(self.host[i])
+        self.driver.get(copies)
         return outputs
 
 

@@ -24,6 +24,7 @@ from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.libraries import Libraries
 from runtime.backends.cuda.memory import device_pointer, dtype_name, pinned_bytes
+from runtime.residency import refreshed
 
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""
@@ -108,6 +109,32 @@ class GpuDriver:
         else:
             call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
         return lambda lane: call(dst, src, count, handles[lane])
+
+    def put(self, copies: list) -> None:
+        """Host arrays onto device arrays, between runs: each copy is (device, target, source, rows), source a
+        C-contiguous host array of target's bytes and rows None (all of it) or (start, stop) ranges of flat
+        rows (runtime/residency.py). One async driver call per range on each GPU's null stream, pointers
+        computed here (no device-array slicing), then one wait per GPU: a decode step's few dozen small
+        copies cost microseconds each, where numba's copy_to_device costs a slice and a sync apiece."""
+        from numba.cuda.cudadrv.driver import driver
+
+        for device, group in _by_device(copies).items():
+            with self.on(device):
+                for _, target, source, rows in group:
+                    dst, src = device_pointer(target), source.ctypes.data
+                    for start, stop in _byte_ranges(source, rows):
+                        driver.cuMemcpyHtoDAsync(dst + start, src + start, stop - start, 0)
+                driver.cuCtxSynchronize()
+
+    def get(self, copies: list) -> None:
+        """Device arrays into host arrays of the same bytes, (device, source, target) each, then one wait per GPU."""
+        from numba.cuda.cudadrv.driver import driver
+
+        for device, group in _by_device(copies).items():
+            with self.on(device):
+                for _, source, target in group:
+                    driver.cuMemcpyDtoHAsync(target.ctypes.data, device_pointer(source), target.nbytes, 0)
+                driver.cuCtxSynchronize()
 
     def stream_failure(self, stream) -> Exception | None:
         """The sticky CUDA error a stream query reports, or None while the stream runs or is done."""
@@ -206,6 +233,16 @@ class SimDriver(GpuDriver):
             return lambda lane: source.copy_to_host(target.view(source.dtype))
         return lambda lane: target.copy_to_device(source.view(target.dtype))
 
+    def put(self, copies: list) -> None:
+        for _, target, source, rows in copies:
+            pairs = [(target, source)] if rows is None else refreshed(target, source, rows)
+            for device_part, host_part in pairs:
+                device_part.copy_to_device(host_part.view(device_part.dtype))  # bfloat16: its uint16 words
+
+    def get(self, copies: list) -> None:
+        for _, source, target in copies:
+            target[...] = source.copy_to_host().view(target.dtype)
+
     def stream_failure(self, stream) -> Exception | None:
         return None  # launches run synchronously: a failure raised in submit
 
@@ -245,6 +282,22 @@ def _einsum(xp, equation: str, operands: list, dtype: str):
     if dtype != "bfloat16":
         return xp.einsum(equation, *operands)
     return narrow(xp, xp.einsum(equation, *(widen(xp, x) for x in operands)))
+
+
+def _by_device(copies: list) -> dict[int, list]:
+    grouped: dict[int, list] = {}
+    for copy in copies:
+        grouped.setdefault(copy[0], []).append(copy)
+    return grouped
+
+
+def _byte_ranges(source: np.ndarray, rows) -> list[tuple[int, int]]:
+    """(start, stop) byte offsets of the flat rows `rows` of `source` (all of it when None)."""
+    if rows is None:
+        return [(0, source.nbytes)]
+    last = int(source.shape[-1]) if source.ndim > 1 else 1
+    row = last * source.itemsize
+    return [(start * row, stop * row) for start, stop in rows if stop > start]
 
 
 def host(array):

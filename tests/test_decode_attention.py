@@ -100,6 +100,26 @@ def test_cuda_kernel_takes_blocks_longer_than_a_chunk():
         R = saved
 
 
+@pytest.mark.skipif(not simulated(), reason="runs numba-cuda's simulator")
+@pytest.mark.parametrize("width,vector", [(12, False), (8, True), (20, True)])
+def test_cuda_kernel_splits_heads_over_lanes(monkeypatch, width, vector):
+    """Head widths over more than one lane's share (the simulator's warp is 4 lanes: element by element a
+    lane keeps elements l, l+4, ...; by quads 4l.., 4l+16..), read by quads or element by element."""
+    from runtime.backends.cuda import attention
+    from runtime.backends.cuda.driver import SimDriver
+
+    global D, R
+    saved = D, R
+    D, R = width, 40
+    monkeypatch.setattr(SimDriver, "vector_loads", vector)
+    monkeypatch.setattr(attention, "_merge_quads", lambda d, *arrays: d % 4 == 0)  # the simulator's arrays have no pointers
+    try:
+        _check("cuda", "float32", {"start": 0}, [40, 17, 33], True, False, 1e-5)
+        _check("cuda", "float16", {"start": 6, "window": 4}, [8, 3, 12], False, True, 5e-3)
+    finally:
+        D, R = saved
+
+
 @pytest.mark.parametrize("change,message", [
     (lambda shapes: shapes.update(lengths=(B + 1,)), "lengths"),
     (lambda shapes: shapes.update(k=(R, B, KV * D + 1)), "must both be"),

@@ -398,7 +398,8 @@ def build_decode(node, inputs, out, env: KernelEnv) -> Work | None:
         k, v = (x.reshape(1, int(x.shape[0]), int(x.shape[1])) for x in (k, v))
     scale = float(softmax_scale(tuple(int(x) for x in q.shape), attrs))
     window = int(attrs.get("window", 0))
-    kernel = kn.decode_attention(dtype_name(q), dtype_name(out), prev is not None, final, own, "window" in attrs)
+    vector = env.vector_loads and _merge_quads(d, k, v)  # the head width in quads, every row aligned
+    kernel = kn.decode_attention(dtype_name(q), dtype_name(out), prev is not None, final, own, "window" in attrs, vector)
     args = (q, k, v, lengths, prev if prev is not None else q, out, heads, kv_heads, d, scale, int(attrs.get("start", 0)), window)
     go = env.launch(kernel, (int(q.shape[0]) * heads,), (kn.DECODE_THREADS,), args)
     return lambda lane: go(env.launch_streams[lane])

@@ -545,10 +545,14 @@ def attention_scores_softmax(dtype: str, causal: bool):
     return kernel
 
 
-DECODE_THREADS, DECODE_CHUNK = (8, 16) if simulated() else (128, 1024)
+DECODE_WARP = 4 if simulated() else 32
+"""Threads of a warp in `decode_attention` (the simulator's stand-in warp is smaller, so its tests are fast)."""
+DECODE_THREADS, DECODE_CHUNK = (8, 16) if simulated() else (256, 1024)
 """Threads per block of `decode_attention`, and the keys it scores per pass (their scores sit in shared memory)."""
 DECODE_MAX_D = 256
-"""The widest head `decode_attention` takes (each thread keeps DECODE_MAX_D / DECODE_THREADS output elements)."""
+"""The widest head `decode_attention` takes."""
+DECODE_SLOTS = DECODE_MAX_D // DECODE_WARP
+"""Output elements one thread of `decode_attention` accumulates (a lane's share of the widest head)."""
 
 
 @device()
@@ -567,34 +571,65 @@ def _block_max(shared, tid, value, threads):
     return top
 
 
+@device()
+def _warp_sum_shuffle(shared, tid, lane, value):
+    """The sum of `value` over the calling thread's warp, in every lane (butterfly shuffles; every lane calls)."""
+    offset = DECODE_WARP // 2
+    while offset > 0:
+        value += cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
+        offset //= 2
+    return value
+
+
+@device()
+def _warp_sum_shared(shared, tid, lane, value):
+    """The same through shared memory, for the simulator (no shuffles there); every thread of the block calls."""
+    shared[tid] = value
+    cuda.syncthreads()
+    first = tid - lane
+    total = shared[first]
+    for x in range(1, DECODE_WARP):
+        total += shared[first + x]
+    cuda.syncthreads()
+    return total
+
+
 @lru_cache(maxsize=None)
-def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, own: bool, windowed: bool):
+def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, own: bool, windowed: bool, vector: bool = False):
     """One key block of a batch's decode attention (the `decode_attention` kernel), in one launch: one
-    block per (sequence, head). The block loads its query row (scaled) into shared memory, then takes
-    the sequence's visible keys in chunks of DECODE_CHUNK: each thread scores whole key rows (a dot
-    product over the head width), the block finds the chunk's maximum and the exponentials, and each
-    thread accumulates its output elements over the chunk's value rows (a warp reads a value row's head
-    slice contiguously), rescaling the running sum online as flash attention does. The block's output
-    and log-sum-exp are then merged with `prev` and written as the final output or the packed partial.
-    No scratch, no library: what one decode step needs is one launch per key block instead of a fused
-    attention call and a merge per sequence. k and v are [rows, B, width] (own: [1, B, width] views)."""
+    block of DECODE_THREADS threads per (sequence, head), its warps sharing the work row by row so that
+    every load is coalesced. The block loads its query row (scaled) into shared memory, then takes the
+    sequence's visible keys in chunks of DECODE_CHUNK: each warp scores whole key rows (its lanes split
+    the head width, a warp sum joins them), the block finds the chunk's maximum and the exponentials,
+    and each warp accumulates the chunk's value rows it owns (lane l keeps the head elements l, l + warp,
+    ... or, with `vector`, the quads 4l, 4l + 4 warp, ... read by one vector load each), rescaling the
+    running sums online as flash attention does. The warps' sums are added in shared memory, merged
+    with `prev` and written as the final output or the packed partial. `vector`: k and v may be read by
+    quads (the head width a multiple of 4, rows aligned). No scratch, no library. k and v are
+    [rows, B, width] (own: [1, B, width] views)."""
     acc = acc_type(dtype)
     get = codec(dtype)[0]
     put = codec(out_dtype)[1]
-    threads = DECODE_THREADS
-    per_thread = DECODE_MAX_D // threads
-    chunk_max = DECODE_CHUNK
+    threads, warp, chunk_max = DECODE_THREADS, DECODE_WARP, DECODE_CHUNK
+    warps = threads // warp
+    slots = DECODE_SLOTS
+    step = 4 * warp if vector else warp
     minus_inf = -math.inf
+    warp_sum = _warp_sum_shared if simulated() else _warp_sum_shuffle
+    ld = V.load4_3 if vector else V.element_load4_3
 
-    @cuda.jit
+    @cuda.jit  # no fastmath: the running maximum starts at -inf
     def kernel(q, k, v, lengths, prev, out, heads, kv_heads, d, scale, start, window):
         b = cuda.blockIdx.x // heads
         h = cuda.blockIdx.x - b * heads
         base = (h // (heads // kv_heads)) * d
         tid = cuda.threadIdx.x
+        lane = tid % warp
+        w = tid // warp
         qs = cuda.shared.array(DECODE_MAX_D, acc)
         scores = cuda.shared.array(DECODE_CHUNK, acc)
         shared = cuda.shared.array(DECODE_THREADS, acc)
+        parts = cuda.shared.array((DECODE_THREADS // DECODE_WARP, DECODE_MAX_D), acc)
         for i in range(tid, d, threads):
             qs[i] = get(q[b, h * d + i]) * acc(scale)
         cuda.syncthreads()
@@ -605,8 +640,8 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
             lo = 0
             if windowed:
                 lo = min(hi, max(0, length - window + 1 - start))
-        sums = cuda.local.array(per_thread, acc)
-        for t in range(per_thread):
+        sums = cuda.local.array(DECODE_SLOTS, acc)
+        for t in range(slots):
             sums[t] = acc(0.0)
         top = acc(minus_inf)
         total = acc(0.0)
@@ -614,14 +649,23 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
         while c0 < hi:
             n = min(chunk_max, hi - c0)
             local_top = acc(minus_inf)
-            for j in range(tid, n, threads):
-                s = acc(0.0)
-                for i in range(d):
-                    s += qs[i] * get(k[c0 + j, b, base + i])
-                scores[j] = s
-                if s > local_top:
-                    local_top = s
-            chunk_top = _block_max(shared, tid, local_top, threads)
+            for j0 in range(0, n, warps):  # the same trip count in every warp: the simulator's warp sum has barriers
+                j = j0 + w
+                partial = acc(0.0)
+                if j < n:
+                    if vector:
+                        for i in range(4 * lane, d, step):
+                            x0, x1, x2, x3 = ld(k, c0 + j, b, base + i)
+                            partial += qs[i] * get(x0) + qs[i + 1] * get(x1) + qs[i + 2] * get(x2) + qs[i + 3] * get(x3)
+                    else:
+                        for i in range(lane, d, step):
+                            partial += qs[i] * get(k[c0 + j, b, base + i])
+                s = warp_sum(shared, tid, lane, partial)
+                if j < n and lane == 0:
+                    scores[j] = s
+                    if s > local_top:
+                        local_top = s
+            chunk_top = _block_max(shared, tid, local_top, threads)  # its barriers publish the scores
             new_top = max(top, chunk_top)
             part = acc(0.0)
             for j in range(tid, n, threads):
@@ -631,16 +675,40 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
             part = _block_sum(shared, tid, part, threads)  # its barriers publish the exponentials
             rescale = math.exp(top - new_top) if total > 0 else acc(0.0)
             total = total * rescale + part
-            for t in range(per_thread):
-                i = tid + t * threads
-                if i < d:
-                    a = sums[t] * rescale
-                    for j in range(n):
-                        a += scores[j] * get(v[c0 + j, b, base + i])
-                    sums[t] = a
+            for t in range(slots):
+                sums[t] = sums[t] * rescale
+            for j in range(w, n, warps):
+                p = scores[j]
+                if vector:
+                    for t in range(slots // 4):
+                        i = 4 * lane + t * step
+                        if i < d:
+                            x0, x1, x2, x3 = ld(v, c0 + j, b, base + i)
+                            sums[4 * t] += p * get(x0)
+                            sums[4 * t + 1] += p * get(x1)
+                            sums[4 * t + 2] += p * get(x2)
+                            sums[4 * t + 3] += p * get(x3)
+                else:
+                    for t in range(slots):
+                        i = lane + t * step
+                        if i < d:
+                            sums[t] += p * get(v[c0 + j, b, base + i])
             top = new_top
-            cuda.syncthreads()  # every thread is done with this chunk's scores
+            cuda.syncthreads()  # every warp is done with this chunk's scores
             c0 += n
+        # the warps' sums, added in shared memory
+        if vector:
+            for t in range(slots // 4):
+                i = 4 * lane + t * step
+                if i < d:
+                    for c in range(4):
+                        parts[w, i + c] = sums[4 * t + c]
+        else:
+            for t in range(slots):
+                i = lane + t * step
+                if i < d:
+                    parts[w, i] = sums[t]
+        cuda.syncthreads()
         lse = top + math.log(total) if total > 0 else acc(minus_inf)
         inv = acc(1.0) / total if total > 0 else acc(0.0)
         wp = acc(0.0)
@@ -659,13 +727,14 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
                 scale_both = acc(1.0) / (wp + wb)
                 wp = wp * scale_both
                 wb = wb * scale_both
-        for t in range(per_thread):
-            i = tid + t * threads
-            if i < d:
-                value = sums[t] * inv * wb
-                if has_prev:
-                    value += acc(prev[b, h * d + i]) * wp
-                out[b, h * d + i] = put(value)
+        for i in range(tid, d, threads):
+            a = acc(0.0)
+            for x in range(warps):
+                a += parts[x, i]
+            value = a * inv * wb
+            if has_prev:
+                value += acc(prev[b, h * d + i]) * wp
+            out[b, h * d + i] = put(value)
         if not final and tid == 0:
             out[b, width + h] = merged
 

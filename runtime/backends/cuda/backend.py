@@ -233,12 +233,13 @@ class CudaBackend(Backend):
         clock = self.clock
         if device != self.current_device:
             self._switch(device)
+        driver = self.driver
         for dep in self.deps[vertex]:
             event = clock.end_event[dep]
             if event is not None and self.lane_of[dep] != index:
-                event.wait(stream)
+                driver.wait_event(stream, event)
         start = clock.event(device)
-        start.record(stream)
+        driver.record(start, stream)
         began = clock.now()
         work = self.work[vertex]
         try:
@@ -249,7 +250,7 @@ class CudaBackend(Backend):
             return
         clock.host_span[vertex] = (began, clock.now())  # the simulator's clock: it runs the work synchronously
         end = clock.event(device)
-        end.record(stream)
+        driver.record(end, stream)
         clock.start_event[vertex], clock.end_event[vertex], self.lane_of[vertex] = start, end, index
         self.fifo[index].append(vertex)
         self.notifier.after(index, stream, end)

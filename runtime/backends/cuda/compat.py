@@ -61,6 +61,53 @@ def stream_handle(stream) -> int:
     return int(stream.handle)
 
 
+class EventCalls:
+    """The event calls of every vertex straight through ctypes (GPU only): numba's wrappers check the
+    context, log and look up the binding on each call, several microseconds apiece, and a vertex makes
+    about six of them. Handles are the integers of `Event.handle` and `stream_handle`."""
+
+    def __init__(self):
+        import ctypes
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        self._record = lib.cuEventRecord
+        self._record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._wait = lib.cuStreamWaitEvent
+        self._wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+        self._elapsed = lib.cuEventElapsedTime
+        self._elapsed.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_void_p]
+        for entry in (self._record, self._wait, self._elapsed):
+            entry.restype = ctypes.c_int
+        self._ms = ctypes.c_float()
+        self._ms_ref = ctypes.byref(self._ms)
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with CUresult {status}")
+
+    def record(self, event: int, stream: int) -> None:
+        self._check(self._record(event, stream), "cuEventRecord")
+
+    def wait(self, stream: int, event: int) -> None:
+        self._check(self._wait(stream, event, 0), "cuStreamWaitEvent")
+
+    def elapsed(self, start: int, end: int) -> float:
+        """Milliseconds from `start` to `end`, both recorded and done."""
+        self._check(self._elapsed(self._ms_ref, start, end), "cuEventElapsedTime")
+        return self._ms.value
+
+
+_EVENT_CALLS: list = []
+
+
+def event_calls() -> EventCalls:
+    """The process's `EventCalls`, made at first use."""
+    if not _EVENT_CALLS:
+        _EVENT_CALLS.append(EventCalls())
+    return _EVENT_CALLS[0]
+
+
 def device(fastmath: bool = False):
     """A numba device function, inlined into its callers on a GPU (the simulator knows no `forceinline`)."""
     if simulated():

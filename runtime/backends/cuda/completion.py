@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime.backends.cuda.compat import cuda, stream_handle
+from runtime.backends.cuda.compat import cuda, event_calls, stream_handle
 
 DEFAULT_NOTIFIER = "hostfunc-side"
 POLL_TIMEOUT = 0.5
@@ -114,7 +114,7 @@ class HostFuncNotifier(Notifier):
             self.launch_host_func = self._driver_entry()
         if self.side_streams is not None:
             stream = self.side_streams[lane]
-            event.wait(stream)
+            event_calls().wait(stream_handle(stream), event.raw)
         status = self.launch_host_func(stream_handle(stream), self.address, self.user_data[lane])
         if status != 0:
             raise RuntimeError(f"cuLaunchHostFunc failed with CUresult {status}")

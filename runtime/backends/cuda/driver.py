@@ -19,7 +19,7 @@ import numpy as np
 
 from runtime.backends.cuda import attention, completion
 from runtime.backends.cuda.bfloat16 import narrow, widen
-from runtime.backends.cuda.compat import cuda, require_gpus, simulated, stream_handle
+from runtime.backends.cuda.compat import cuda, event_calls, require_gpus, simulated, stream_handle
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.libraries import Libraries
@@ -47,12 +47,23 @@ class GpuDriver:
         return int(context.get_memory_info()[0])
 
     def event(self):
-        """An event that records time on the current GPU."""
-        return cuda.event(timing=True)
+        """An event that records time on the current GPU (`raw`: its handle as an integer)."""
+        event = cuda.event(timing=True)
+        event.raw = int(event.handle)
+        return event
+
+    def record(self, event, stream) -> None:
+        """Record `event` on `stream` (compat.EventCalls: no numba wrapper on the per-vertex path)."""
+        event_calls().record(event.raw, stream_handle(stream))
+
+    def wait_event(self, stream, event) -> None:
+        """Make `stream` wait for `event`."""
+        event_calls().wait(stream_handle(stream), event.raw)
 
     def span(self, origin, start, end, host_span: tuple[float, float]) -> tuple[float, float]:
         """Seconds from `origin` to the `start` and `end` events, all recorded on one GPU."""
-        return cuda.event_elapsed_time(origin, start) * 1e-3, cuda.event_elapsed_time(origin, end) * 1e-3
+        calls = event_calls()
+        return calls.elapsed(origin.raw, start.raw) * 1e-3, calls.elapsed(origin.raw, end.raw) * 1e-3
 
     def runtime_device(self) -> int | None:
         """CUDA's current device for this thread (CuPy's view), or None without CuPy."""
@@ -212,6 +223,12 @@ class SimDriver(GpuDriver):
 
     def event(self):
         return cuda.event()
+
+    def record(self, event, stream) -> None:
+        event.record(stream)
+
+    def wait_event(self, stream, event) -> None:
+        event.wait(stream)
 
     def span(self, origin, start, end, host_span: tuple[float, float]) -> tuple[float, float]:
         return host_span  # simulated events carry no time; launches ran synchronously within host_span

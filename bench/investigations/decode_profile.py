@@ -24,11 +24,14 @@ for gib in budgets:
         kv = [(rows, rows.copy()) for _ in range(32)]
         cache = KvCache.wrap(kv, [prompt - 1] * batch, KV_BLOCK)
         forced = np.zeros((batch, warm + profiled), dtype=np.int64)
-        profile, calls, decode = cProfile.Profile(), [0], session._decode
+        profile, first, calls, decode = cProfile.Profile(), cProfile.Profile(), [0], session._decode
 
-        def profiled_decode(*args, **kwargs):  # the profiler runs from the first step after the warm ones
+        def profiled_decode(*args, **kwargs):  # `first` profiles the warm steps (compiles), `profile` the rest
             calls[0] += 1
+            if calls[0] == 1:
+                first.enable()
             if calls[0] == warm + 1:
+                first.disable()
                 profile.enable()
             return decode(*args, **kwargs)
 
@@ -47,8 +50,13 @@ for gib in budgets:
         print(f"{gib:g} GiB (set-up {time.perf_counter() - began:.1f} s): step ms {step}\n  run ms {run}\n"
               f"  placed MiB {[round(b / 2**20, 1) for b in result.step_bytes_placed]} compiles {result.compiles}; last step: "
               f"{len(rec.completions)} vertices, compute busy {busy * 1e3:.1f} ms of {(spans[-1][1] - spans[0][0]) * 1e3:.1f}", flush=True)
+        text = io.StringIO()
+        pstats.Stats(first, stream=text).sort_stats("cumulative").print_stats("passes|session|api|arena|reserve|scratch", 25)
+        print(f"warm steps (compile {result.compile_seconds:.1f} s):")
+        print("\n".join(line[:150] for line in text.getvalue().splitlines()[6:]), flush=True)
+        first.dump_stats(f"{out}/decode-warm-{gib:g}gib.prof")
         for key in ("cumulative", "tottime"):
             text = io.StringIO()
-            pstats.Stats(profile, stream=text).sort_stats(key).print_stats(30)
+            pstats.Stats(profile, stream=text).sort_stats(key).print_stats(18)
             print("\n".join(line[:150] for line in text.getvalue().splitlines()[6:]), flush=True)
         profile.dump_stats(f"{out}/decode-profile-{gib:g}gib.prof")

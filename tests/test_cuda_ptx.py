@@ -49,6 +49,13 @@ for dt in ("float16", "float32", "float64"):
             out = dt if final else "float32"
             for vector in (True, False):
                 ptx(K.attention_merge(out, has_prev, final, vector), (arr(dt, 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr(out, 2), T.int64, T.int64))
+    for has_prev in (True, False):
+        for final in (True, False):
+            out = dt if final else "float32"
+            for own, windowed, vector in ((False, False, True), (False, True, False), (True, False, True)):
+                prev = arr("float32", 2) if has_prev else arr(dt, 2)
+                ptx(K.decode_attention(dt, out, has_prev, final, own, windowed, vector),
+                    (arr(dt, 2), arr(dt, 3), arr(dt, 3), arr("float32", 1), prev, arr(out, 2)) + (T.int64,) * 3 + (T.float64, T.int64, T.int64))
 # the quad builds read and write with vector instructions, the element-by-element builds do not
 for vector in (True, False):
     text = ptx(K.rmsnorm("float16", True, vector), (arr("float16", 1),) * 3 + (T.int64, T.float64))

@@ -553,6 +553,8 @@ DECODE_MAX_D = 256
 """The widest head `decode_attention` takes."""
 DECODE_SLOTS = DECODE_MAX_D // DECODE_WARP
 """Output elements one thread of `decode_attention` accumulates (a lane's share of the widest head)."""
+DECODE_WARPS = DECODE_THREADS // DECODE_WARP
+"""Warps per block (a module constant: numba sizes shared arrays only from constants)."""
 
 
 @device()
@@ -629,7 +631,7 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
         qs = cuda.shared.array(DECODE_MAX_D, acc)
         scores = cuda.shared.array(DECODE_CHUNK, acc)
         shared = cuda.shared.array(DECODE_THREADS, acc)
-        parts = cuda.shared.array((DECODE_THREADS // DECODE_WARP, DECODE_MAX_D), acc)
+        parts = cuda.shared.array((DECODE_WARPS, DECODE_MAX_D), acc)
         for i in range(tid, d, threads):
             qs[i] = get(q[b, h * d + i]) * acc(scale)
         cuda.syncthreads()

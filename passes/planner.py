@@ -224,6 +224,8 @@ class Planner:
             ranked = placing if k == 0 else sorted(placing, key=size, reverse=True)
             fitted = trial.fit([(t, size(t)) for t in ranked], operands, self._victim_cost, self.step)
             if fitted is not None:
+                if self._free_holds_before_offloading(memory, moved + fitted[0]):
+                    return self._make_room(d, items, list(operands))
                 return self._adopt(d, trial, moved + fitted[0], fitted[1])
         trial = memory.copy()
         for t in memory.where:
@@ -241,6 +243,8 @@ class Planner:
         start = memory.place_free(size)
         if start is None:
             start = memory.best_window(size, set(operands), self._victim_cost)
+            if start is not None and self._free_holds_before_offloading(memory, memory.holders(start, size)):
+                return self._room_for_one(memory, t, operands)
             if start is None:
                 return False
             for victim in memory.holders(start, size):
@@ -275,6 +279,20 @@ class Planner:
             hold, self.next_hold = self.next_hold, self.next_hold + 1
             memory.take(start, size, hold)
             self.holds[hold] = (size, self.step)
+
+    def _free_holds_before_offloading(self, memory: DeviceMemory, victims: list[int]) -> bool:
+        """When evicting `victims` would offload one, free the holds in `memory` instead (as freed when their
+        inputs died), so that holding room for reloads never costs an offload; True when any was freed."""
+        held = [t for t in memory.where if t in self.holds]
+        if not held or not any(self._offloaded_if_evicted(t) for t in victims):
+            return False
+        for hold in held:
+            memory.release(hold, self.holds.pop(hold)[1])
+        return True
+
+    def _offloaded_if_evicted(self, t: int) -> bool:
+        """Whether `_write_back(t)` would emit an offload (remat aside: a drop for recompute counts as one)."""
+        return t not in self.holds and self.gpu[t] not in self.unread and not self._dormant(t) and self.store[t] < 0
 
     def _held_room(self, d: int, t: int) -> int | None:
         """The start of the oldest hold of `t`'s size on GPU `d`, now given to `t`; None when there is none."""

@@ -26,7 +26,8 @@ Weight room stays weight room (`inputs="gpu"`, issue 26): when an input that sta
 its room is held by a placeholder (`_hold`) while an input of that size waits in storage for its first
 reload, and the next such reload takes the oldest hold of its size (`_held_room`); an input reloaded
 into a hold passes its room on the same way. Activations take other free room first (a hold is not
-free to `place_free`) and evict holds at no cost when nothing else fits. So a reload's memory edge
+free to `place_free`) and evict holds at no cost when nothing else fits; where the cheapest room would
+offload a tensor, the holds are freed first (`_free_holds_before_offloading`). So a reload's memory edge
 points at the readers of a weight that died long ago, not at the last activations, and the host link
 streams the next layers while the resident ones compute, as far ahead as the starting weights reach.
 
@@ -273,7 +274,7 @@ class Planner:
         """Hold the room a dead weight freed for the next weight's reload, while an input of its size waits
         in storage for a hold: activations take other free room first, so the reload depends only on the
         dead weight's readers and the host link streams into the room the resident layers free (issue 26).
-        Evicting a hold costs nothing (`_victim_cost`), so it never forces an offload."""
+        Evicting a hold costs nothing (`_victim_cost`), and no hold stays where it would cost an offload."""
         live = sum(1 for held, _ in self.holds.values() if held == size)
         if self.awaiting.get(size, 0) > live:
             hold, self.next_hold = self.next_hold, self.next_hold + 1

@@ -26,8 +26,7 @@ Weight room stays weight room (`inputs="gpu"`, issue 26): when an input that sta
 its room is held by a placeholder (`_hold`) while an input of that size waits in storage for its first
 reload, and the next such reload takes the oldest hold of its size (`_held_room`); an input reloaded
 into a hold passes its room on the same way. Activations take other free room first (a hold is not
-free to `place_free`) and evict holds at no cost when nothing else fits; where the cheapest room would
-offload a tensor, the holds are freed first (`_free_holds_before_offloading`). So a reload's memory edge
+free to `place_free`) and evict holds at no cost when nothing else fits. So a reload's memory edge
 points at the readers of a weight that died long ago, not at the last activations, and the host link
 streams the next layers while the resident ones compute, as far ahead as the starting weights reach.
 
@@ -108,13 +107,13 @@ class Planner:
         self.ring = inputs_on_gpu and not recur
         """Weight room is kept for weights (`_hold`): the room of an input that started on the GPU, or was
         reloaded into such room, is held for the next input's reload when it dies."""
-        self.holds: dict[int, tuple[int, int]] = {}
-        """Room held for reloads, by placeholder tensor (numbered from len(view)): (bytes, step it was freed)."""
+        self.holds: dict[int, tuple[int, int, int]] = {}
+        """Room held for reloads, by placeholder tensor (numbered from len(view)): (GPU, bytes, step it was freed)."""
         self.next_hold = n
         self.ringed = [False] * n
         """Per input, whether its room is weight room (it started on the GPU, or was reloaded into a hold)."""
-        self.awaiting: dict[int, int] = {}
-        """Per aligned size, the inputs in storage not yet reloaded once: how many holds of that size can be used."""
+        self.awaiting: dict[tuple[int, int], int] = {}
+        """Per (GPU, aligned size), the inputs in storage not yet reloaded once: how many holds can be used."""
         self.awaited = [False] * n
         """Per input, whether `awaiting` counts it."""
 
@@ -225,8 +224,6 @@ class Planner:
             ranked = placing if k == 0 else sorted(placing, key=size, reverse=True)
             fitted = trial.fit([(t, size(t)) for t in ranked], operands, self._victim_cost, self.step)
             if fitted is not None:
-                if self._free_holds_before_offloading(memory, moved + fitted[0]):
-                    return self._make_room(d, items, list(operands))
                 return self._adopt(d, trial, moved + fitted[0], fitted[1])
         trial = memory.copy()
         for t in memory.where:
@@ -244,8 +241,6 @@ class Planner:
         start = memory.place_free(size)
         if start is None:
             start = memory.best_window(size, set(operands), self._victim_cost)
-            if start is not None and self._free_holds_before_offloading(memory, memory.holders(start, size)):
-                return self._room_for_one(memory, t, operands)
             if start is None:
                 return False
             for victim in memory.holders(start, size):
@@ -268,40 +263,31 @@ class Planner:
             memory.release(t, self.step)
             self.gpu[t] = -1
             if self.ringed[t]:
-                self._hold(memory, start, self.size[t])
+                self._hold(t, memory, start)
 
-    def _hold(self, memory: DeviceMemory, start: int, size: int) -> None:
+    def _hold(self, t: int, memory: DeviceMemory, start: int) -> None:
         """Hold the room a dead weight freed for the next weight's reload, while an input of its size waits
         in storage for a hold: activations take other free room first, so the reload depends only on the
         dead weight's readers and the host link streams into the room the resident layers free (issue 26).
-        Evicting a hold costs nothing (`_victim_cost`), and no hold stays where it would cost an offload."""
-        live = sum(1 for held, _ in self.holds.values() if held == size)
-        if self.awaiting.get(size, 0) > live:
+        Evicting a hold costs nothing (`_victim_cost`): activations that find no other room take it."""
+        d, size = self.view.devices[t], self.size[t]
+        live = sum(1 for device, held, _ in self.holds.values() if (device, held) == (d, size))
+        if self.awaiting.get((d, size), 0) > live:
             hold, self.next_hold = self.next_hold, self.next_hold + 1
             memory.take(start, size, hold)
-            self.holds[hold] = (size, self.step)
-
-    def _free_holds_before_offloading(self, memory: DeviceMemory, victims: list[int]) -> bool:
-        """When evicting `victims` would offload one, free the holds in `memory` instead (as freed when their
-        inputs died), so that holding room for reloads never costs an offload; True when any was freed."""
-        held = [t for t in memory.where if t in self.holds]
-        if not held or not any(self._offloaded_if_evicted(t) for t in victims):
-            return False
-        for hold in held:
-            memory.release(hold, self.holds.pop(hold)[1])
-        return True
-
-    def _offloaded_if_evicted(self, t: int) -> bool:
-        """Whether `_write_back(t)` would emit an offload (remat aside: a drop for recompute counts as one)."""
-        return t not in self.holds and self.gpu[t] not in self.unread and not self._dormant(t) and self.store[t] < 0
+            self.holds[hold] = (d, size, self.step)
 
     def _held_room(self, d: int, t: int) -> int | None:
-        """The start of the oldest hold of `t`'s size on GPU `d`, now given to `t`; None when there is none."""
+        """The start of the oldest hold of `t`'s size on GPU `d`, now given to `t`; None when there is none or
+        free room was freed before it."""
         memory, size = self.memory[d], self.size[t]
-        oldest = min(((freed, hold) for hold, (held, freed) in self.holds.items() if held == size and hold in memory.where), default=None)
+        oldest = min(((freed, hold) for hold, (device, held, freed) in self.holds.items() if (device, held) == (d, size)), default=None)
         if oldest is None:
             return None
         freed, hold = oldest
+        free = memory.place_free(size)
+        if free is not None and memory.freed_at(free, size) < freed:
+            return None  # free room freed even longer ago: the reload takes that (`_make_room`), the hold stays
         start = memory.where[hold]
         memory.release(hold, freed)
         del self.holds[hold]
@@ -313,7 +299,8 @@ class Planner:
         """Count input `t` in `awaiting` (it waits in storage for its first reload), or stop counting it."""
         if self.awaited[t] != waiting and self.uses[t]:
             self.awaited[t] = waiting
-            self.awaiting[self.size[t]] = self.awaiting.get(self.size[t], 0) + (1 if waiting else -1)
+            key = (self.view.devices[t], self.size[t])
+            self.awaiting[key] = self.awaiting.get(key, 0) + (1 if waiting else -1)
 
     def _dormant(self, t: int) -> bool:
         """A recurring input read for the last time in this run, still where it started: it stays, for

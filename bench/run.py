@@ -64,6 +64,10 @@ NOTIFIER = DEFAULT_NOTIFIER
 """How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 SCHEDULE = "given"
 """The compiler's simulated schedule for turnip (--schedule; auto: every schedule, the sim's fastest plan)."""
+INPUTS = "host"
+"""Where turnip's plan starts the weights (--inputs): `host` (every weight crosses PCIe, as the floor
+counts) or `gpu` (the first-used ones start on the GPU while they fit, copied there before the timed
+run, as `turnip llama` plans; the floor then overstates the bytes that cross)."""
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
@@ -148,9 +152,10 @@ def _flops(node, graph) -> int:
 # ----- turnip ------------------------------------------------------------------------------------------
 def compile_turnip(graph, budget: int):
     """Turnip's plan of `graph` at `budget` bytes per GPU as every turnip system here runs it: the cuda
-    backend's arena, weights starting in host memory, the --schedule choice; (memgraph, schedule, scores)."""
+    backend's arena, weights starting where --inputs says (host memory by default), the --schedule choice;
+    (memgraph, schedule, scores)."""
     arena = arena_budget(graph, budget, "cuda", attention=ATTENTION)
-    return compile_choosing_schedule(graph, arena, SCHEDULE, inputs="host")
+    return compile_choosing_schedule(graph, arena, SCHEDULE, inputs=INPUTS)
 
 
 def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
@@ -184,7 +189,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run, busy), "engine_busy": busy, "lines": summary.lines() + runs["notes"], "output": output,
             "copy_depth": backend.copy_queue_depth, "attention": ATTENTION, "notifier": NOTIFIER,
-            "schedule": schedule, "schedule_scores": scores,
+            "schedule": schedule, "schedule_scores": scores, "inputs": INPUTS,
         }
 
 
@@ -393,6 +398,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", nargs="+", choices=("float16", "bfloat16"), help="llama's dtypes, each run in turn at "
                         "every length and budget (default: the preset's; several: rows are labelled llama-DTYPE); the "
                         "torch and hf baselines are float16 only, so with bfloat16 only turnip and the floor run")
+    parser.add_argument("--inputs", default="host", choices=("host", "gpu"), help="where turnip's plan starts the weights: "
+                        "host (default; every weight crosses PCIe, as the floor counts) or gpu (the first-used start on the GPU "
+                        "while they fit, as turnip llama plans)")
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     parser.add_argument("--save-outputs", metavar="DIR", help="write turnip-nondet's output of each length and budget into DIR (.npy)")
@@ -402,12 +410,13 @@ def main(argv=None) -> int:
     dtypes = args.dtype or [None]
     if "bfloat16" in dtypes:
         args.systems = [s for s in args.systems if s.startswith("turnip") or s == "floor"]
-    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE
+    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE, INPUTS
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
     ATTENTION = args.attention
     NOTIFIER = args.notifier
     SCHEDULE = args.schedule
+    INPUTS = args.inputs
     ORDERS = tuple(o for o in ("nondet", "fixed") if f"turnip-{o}" in args.systems) or ("nondet",)
     import torch
 

@@ -86,6 +86,15 @@ class DeviceMemory:
             pass
         return best_start
 
+    def freed_at(self, start: int, size: int) -> int:
+        """The newest step at which the free segments covering [start, start + size) were freed (-1: never used)."""
+        i, end, stamp = _find(self.starts, start), start + size, -1
+        while i < len(self.starts) and self.starts[i] < end:
+            assert self.owners[i] == FREE, "freed_at asked about a held segment"
+            stamp = max(stamp, self.stamps[i])
+            i += 1
+        return stamp
+
     def best_window(self, size: int, pinned: set[int], cost: Callable[[int], int]) -> int | None:
         """The start of the range to clear for `size` bytes, evicting unpinned tensors; None if none exists.
 

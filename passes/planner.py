@@ -22,6 +22,14 @@ tensor's other readers, and the next writer of the location waits for it and for
 they fit. Storage is a bump allocator, never reused, so storage needs no edges. `loc` and `storage`
 sizes are exact byte sizes; the allocator reserves them rounded up to the alignment.
 
+Weight room stays weight room (`inputs="gpu"`, issue 26): when an input that started on the GPU dies,
+its room is held by a placeholder (`_hold`) while an input of that size waits in storage for its first
+reload, and the next such reload takes the oldest hold of its size (`_held_room`); an input reloaded
+into a hold passes its room on the same way. Activations take other free room first (a hold is not
+free to `place_free`) and evict holds at no cost when nothing else fits. So a reload's memory edge
+points at the readers of a weight that died long ago, not at the last activations, and the host link
+streams the next layers while the resident ones compute, as far ahead as the starting weights reach.
+
 Rematerialization (`remat`, off by default): an evicted tensor whose producer is a kernel may be
 dropped instead of offloaded when recomputing it costs less than moving it (`_drop_for_recompute`),
 and is then recomputed at its next use: its kernel is emitted again, as a second kernel node of its
@@ -96,6 +104,18 @@ class Planner:
         """Per tensor, the pending recomputes that read it: while any does, it is never dropped."""
         self.seconds: dict[int, float] = {}
         """Per tensor, the cost model's seconds to compute it (filled as remat asks)."""
+        self.ring = inputs_on_gpu and not recur
+        """Weight room is kept for weights (`_hold`): the room of an input that started on the GPU, or was
+        reloaded into such room, is held for the next input's reload when it dies."""
+        self.holds: dict[int, tuple[int, int, int]] = {}
+        """Room held for reloads, by placeholder tensor (numbered from len(view)): (GPU, bytes, step it was freed)."""
+        self.next_hold = n
+        self.ringed = [False] * n
+        """Per input, whether its room is weight room (it started on the GPU, or was reloaded into a hold)."""
+        self.awaiting: dict[tuple[int, int], int] = {}
+        """Per (GPU, aligned size), the inputs in storage not yet reloaded once: how many holds can be used."""
+        self.awaited = [False] * n
+        """Per input, whether `awaiting` counts it."""
 
     def run(self) -> MemGraph:
         self._place_inputs()
@@ -128,8 +148,10 @@ class Planner:
             if start is not None:
                 self.gpu[i] = self.started[i] = self._emit("input", i, d, loc=(start, view.nbytes[i]), inputs=())
                 self.unread.add(self.gpu[i])
+                self.ringed[i] = self.ring
             else:
                 self.store[i] = self._emit("input", i, None, storage=self._storage(i), inputs=())
+                self._await(i, True)
 
     def _kept_place(self, i: int) -> int | None:
         """The offset where input `i` is held now, if this plan can start it there (same GPU, aligned, free)."""
@@ -167,9 +189,17 @@ class Planner:
         self._drop_if_dead(i)
 
     def _reload_room(self, d: int, items: list[int], operands: list[int], output: int) -> None:
-        """Room on GPU `d` for `items` (`_make_room`), and a reload emitted for each of them but `output`."""
-        for t, start in self._make_room(d, items, operands).items():
+        """Room on GPU `d` for `items`, and a reload emitted for each of them but `output`: an input takes
+        held weight room (`_held_room`) where some is its size, the rest `_make_room`."""
+        placed = {t: self._held_room(d, t) for t in items if self.holds and t != output and self.view.ops[t] == "input"}
+        placed = {t: start for t, start in placed.items() if start is not None}
+        rest = [t for t in items if t not in placed]
+        if rest:
+            placed.update(self._make_room(d, rest, operands))
+        for t, start in placed.items():
             if t != output:
+                if self.awaited[t]:
+                    self._await(t, False)
                 self.gpu[t] = self._emit("reload", t, d, loc=(start, self.view.nbytes[t]), inputs=(self.store[t],))
 
     def _make_room(self, d: int, items: list[int], operands: list[int]) -> dict[int, int]:
@@ -228,8 +258,49 @@ class Planner:
 
     def _drop_if_dead(self, t: int) -> None:
         if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0 and not self._dormant(t):
-            self.memory[self.view.devices[t]].release(t, self.step)
+            memory = self.memory[self.view.devices[t]]
+            start = memory.where[t]
+            memory.release(t, self.step)
             self.gpu[t] = -1
+            if self.ringed[t]:
+                self._hold(t, memory, start)
+
+    def _hold(self, t: int, memory: DeviceMemory, start: int) -> None:
+        """Hold the room a dead weight freed for the next weight's reload, while an input of its size waits
+        in storage for a hold: activations take other free room first, so the reload depends only on the
+        dead weight's readers and the host link streams into the room the resident layers free (issue 26).
+        Evicting a hold costs nothing (`_victim_cost`): activations that find no other room take it."""
+        d, size = self.view.devices[t], self.size[t]
+        live = sum(1 for device, held, _ in self.holds.values() if (device, held) == (d, size))
+        if self.awaiting.get((d, size), 0) > live:
+            hold, self.next_hold = self.next_hold, self.next_hold + 1
+            memory.take(start, size, hold)
+            self.holds[hold] = (d, size, self.step)
+
+    def _held_room(self, d: int, t: int) -> int | None:
+        """The start of the oldest hold of `t`'s size on GPU `d`, now given to `t`; None when there is none or
+        free room was freed before it."""
+        memory, size = self.memory[d], self.size[t]
+        oldest = min(((freed, hold) for hold, (device, held, freed) in self.holds.items() if (device, held) == (d, size)), default=None)
+        if oldest is None:
+            return None
+        freed, hold = oldest
+        free = memory.place_free(size)
+        if free is not None and memory.freed_at(free, size) < freed:
+            return None  # free room freed even longer ago: the reload takes that (`_make_room`), the hold stays
+        start = memory.where[hold]
+        memory.release(hold, freed)
+        del self.holds[hold]
+        memory.take(start, size, t)
+        self.ringed[t] = True
+        return start
+
+    def _await(self, t: int, waiting: bool) -> None:
+        """Count input `t` in `awaiting` (it waits in storage for its first reload), or stop counting it."""
+        if self.awaited[t] != waiting and self.uses[t]:
+            self.awaited[t] = waiting
+            key = (self.view.devices[t], self.size[t])
+            self.awaiting[key] = self.awaiting.get(key, 0) + (1 if waiting else -1)
 
     def _dormant(self, t: int) -> bool:
         """A recurring input read for the last time in this run, still where it started: it stays, for
@@ -247,6 +318,8 @@ class Planner:
         at the end. Among clean tensors of one size this is Belady: the farthest next use goes first.
         Integers, so that sums over a window are exact.
         """
+        if t in self.holds:
+            return 0
         uses, k = self.uses[t], self.next[t]
         nbytes = self.nbytes[t]
         if self._dormant(t):  # due at its first read in the next run; no offload: the host holds it
@@ -266,6 +339,9 @@ class Planner:
         The offload waits only for the tensor's writer: it reads, so it runs beside the other readers;
         the next writer of the location waits for it and for them (turnip-insert-memory-deps).
         """
+        if t in self.holds:
+            del self.holds[t]
+            return
         if self.gpu[t] in self.unread:
             self._start_in_storage(t)
         elif self._dormant(t):
@@ -344,6 +420,8 @@ class Planner:
         self.unread.discard(node.id)
         node.device, node.loc, node.storage = None, None, self._storage(t)
         self.store[t] = node.id
+        self.ringed[t] = False
+        self._await(t, True)
 
     def _storage(self, t: int) -> tuple[int, int]:
         start = self.storage_top

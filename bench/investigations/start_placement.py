@@ -68,7 +68,7 @@ def kept_free(share: float):
                 self.gpu[t] = -1
                 start = memory.place_free(size)
             if start is not None:
-                memory.take(start, size, len(self.view) + d)
+                memory.take(start, size, (1 << 40) + d)
                 self.reserve.append(d)
 
     def run_task(self, i: int) -> None:
@@ -76,7 +76,7 @@ def kept_free(share: float):
         if d in self.reserve:
             memory = self.memory[d]
             if any(self.gpu[o] < 0 for o in self.operands[i]) or memory.place_free(self.size[i]) is None:
-                memory.release(len(self.view) + d, -1)
+                memory.release((1 << 40) + d, -1)
                 self.reserve.remove(d)
         RUN_TASK(self, i)
 

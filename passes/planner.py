@@ -24,8 +24,10 @@ sizes are exact byte sizes; the allocator reserves them rounded up to the alignm
 
 Weight room stays weight room (`inputs="gpu"`, issue 26): when an input that started on the GPU dies,
 its room is held by a placeholder (`_hold`) while an input of that size waits in storage for its first
-reload, and the next such reload takes the oldest hold of its size (`_held_room`); an input reloaded
-into a hold passes its room on the same way. Activations take other free room first (a hold is not
+reload, and the next such reload takes the oldest hold of its size (`_held_room`) unless free room
+was freed before it; an input reloaded into a hold passes its room on the same way. (A weight read by
+many token blocks dies late in its layer, and tying the next layer's copy to its room would hold that
+reload back a layer.) Activations take other free room first (a hold is not
 free to `place_free`) and evict holds at no cost when nothing else fits. So a reload's memory edge
 points at the readers of a weight that died long ago, not at the last activations, and the host link
 streams the next layers while the resident ones compute, as far ahead as the starting weights reach.

@@ -54,3 +54,15 @@ def test_the_first_streamed_layer_loads_while_the_later_resident_layers_compute(
         if _layer(node) == streamed:
             waits = {_layer(memgraph.nodes[k]) for k in _kernels_before(memgraph, node.id)}
             assert max(waits) < streamed // 2, (node.task, sorted(waits))
+
+
+def test_freed_at_is_the_newest_stamp_of_the_free_segments_a_placement_covers():
+    from passes.allocator import DeviceMemory
+
+    memory = DeviceMemory(4 * 256)
+    for tensor in range(4):
+        memory.take(tensor * 256, 256, tensor)
+    memory.release(1, step=7)
+    memory.release(2, step=3)
+    assert memory.freed_at(256, 512) == 7 and memory.freed_at(512, 256) == 3
+    assert DeviceMemory(256).freed_at(0, 256) == -1  # never used

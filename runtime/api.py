@@ -112,6 +112,7 @@ def execute(
         prepare_began = time.perf_counter()
         machine.prepare(graph, arrays, kept) if kept else machine.prepare(graph, arrays)
         prepare_time = time.perf_counter() - prepare_began
+        external = machine.external_inputs()
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
         wall = time.perf_counter() - began
@@ -124,7 +125,8 @@ def execute(
     else:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall)
-    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, kept)
+    in_place = {**kept, **dict.fromkeys(external)}  # read where the caller holds them: nothing copied
+    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     return RunResult(outputs, summary, recorder)

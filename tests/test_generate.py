@@ -248,6 +248,27 @@ def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypat
     assert session._machine is None
 
 
+def test_a_cuda_session_reads_its_weights_and_cache_in_place(tmp_path):
+    """On the cuda backend (numba-cuda's simulator) a session keeps its weights and KV cache in page-locked
+    memory, and the plans read the inputs they keep in host storage from there: nothing is staged, where
+    the cpu backend copies them into its storage; the tokens are the same."""
+    from runtime.backends.cuda import simulated
+
+    if not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    (tmp_path / "config.json").write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
+                                                      "num_attention_heads": 2, "intermediate_size": 64}))
+    prompts = [np.array([1, 2, 3]), np.arange(4, 9)]
+    results = {}
+    for backend, memory in (("cpu", 40_000), ("cuda", 40_000 + (1 << 26))):  # cuda: its workspace beside the same arena
+        with Session(config=str(tmp_path / "config.json"), memory=memory, backend=backend) as session:
+            results[backend] = session.generate(prompts, 2)
+            if backend == "cuda":
+                assert {"kv.0.k[0]", "kv.0.v[0]"} <= session._machine.external_inputs()
+    assert results["cpu"].bytes_staged > 0 and results["cuda"].bytes_staged == 0
+    assert (results["cuda"].tokens == results["cpu"].tokens).all()
+
+
 def test_teacher_forcing_feeds_the_given_tokens_and_keeps_each_steps_logits():
     config = llama.load_config("tiny")
     weights = llama.RandomWeights(config, 0)

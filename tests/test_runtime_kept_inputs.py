@@ -181,3 +181,41 @@ def test_a_plan_compiled_with_kept_starts_inputs_where_they_are_and_computes_the
         assert result.summary.bytes_placed == started - kept_bytes
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("read_in_place", [True, False])
+def test_cuda_reads_page_locked_storage_inputs_where_they_are(read_in_place):
+    """The cuda backend (simulator: every host array counts as page-locked) reads an input the plan keeps
+    in host storage from the caller's array, so a new plan stages nothing; with `external_inputs=False`
+    it stages as before. Either way the runs compute the reference, also after the caller changes an
+    array in place (read where it is) or passes a new array to the same plan (bound again)."""
+    from runtime.backends.cuda import CudaBackend, simulated
+
+    if not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    graph = random_taskgraph(3, tasks=24, devices=1, sizes=(8, 16), dtype="float64")
+    budget = int(minimum_budget(place_devices(graph)) * 1.5)
+    plans = [compile_taskgraph(graph, budget, inputs=inputs) for inputs in ("recur", "host")]
+    stored = {n.task for n in plans[1].nodes if n.op == "input" and n.storage is not None}
+    assert stored, "the plan keeps some inputs in host storage"
+    inputs = input_values(graph, 3)
+    backend = CudaBackend(external_inputs=read_in_place)
+    try:
+        for plan in plans:
+            result = execute(plan, backend, inputs=inputs, close=False)
+            staged = sum(n.nbytes for n in plan.nodes if n.op == "input" and n.storage is not None)
+            assert result.summary.bytes_staged == (0 if read_in_place else staged)
+            assert backend.external_inputs() == ({n.task for n in plan.nodes if n.op == "input" and n.storage is not None} if read_in_place else set())
+            for task, value in evaluate(graph, inputs).items():
+                np.testing.assert_allclose(result.outputs[task], value, rtol=1e-9, atol=1e-12)
+        name = sorted(stored)[0]
+        inputs[name][...] += 1.0  # the same array, changed: the next run of the same plan reads it
+        again = execute(plans[1], backend, inputs=inputs, close=False, unchanged=[t for t in inputs if t != name])
+        for task, value in evaluate(graph, inputs).items():
+            np.testing.assert_allclose(again.outputs[task], value, rtol=1e-9, atol=1e-12)
+        fresh = {**inputs, name: inputs[name] * 2.0}  # a new array for the same plan
+        moved = execute(plans[1], backend, inputs=fresh, close=False, unchanged=[t for t in inputs if t != name])
+        for task, value in evaluate(graph, fresh).items():
+            np.testing.assert_allclose(moved.outputs[task], value, rtol=1e-9, atol=1e-12)
+    finally:
+        backend.close()

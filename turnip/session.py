@@ -41,6 +41,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
+from runtime.inputs import fill
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError
@@ -72,6 +73,9 @@ class GenerateResult:
     bytes_reloaded: int = 0
     bytes_placed: int = 0
     """Input bytes copied onto the GPU before runs (what was not kept from the run before)."""
+    bytes_staged: int = 0
+    """Input bytes copied into the plans' host storage before runs (on the cuda backend none of the
+    weights or cache: they are page-locked where the session keeps them, and read in place)."""
     step_bytes_placed: list[int] = field(default_factory=list)
     """Per decode step, the input bytes copied onto the GPU before its run."""
     peak_arena: int = 0
@@ -102,7 +106,8 @@ class Session:
         self.config, source = _model(config, weights, seed, dtype, self.backend)
         self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
         self.schedule, self.kv_block = schedule, kv_block
-        self.weights = _Materialized(source, self.config.dtype)
+        self.host = _HostMemory(self.backend)
+        self.weights = _Materialized(source, self.config.dtype, self.host)
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0
@@ -131,7 +136,7 @@ class Session:
         self._drop_backend()
         self.cache.clear()
         self._steps.clear()
-        self.weights = _Materialized({}, self.config.dtype)
+        self.weights = _Materialized({}, self.config.dtype, self.host)
 
     # ----- calls ------------------------------------------------------------------------------------
     def prefill(self, ids) -> np.ndarray:
@@ -207,7 +212,7 @@ class Session:
     def _new_cache(self, caches: list, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
         """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""
         if computed:
-            return KvCache.from_prefixes(caches, self.kv_block, steps, self.config.dtype)
+            return KvCache.from_prefixes(caches, self.kv_block, steps, self.config.dtype, self.host.zeros)
         cache = KvCache(self.config.num_hidden_layers, len(prompts), 0, self.kv_block, max(len(p) for p in prompts) - 1 + steps, self.config.dtype)
         cache.lengths[:] = [len(p) - 1 for p in prompts]
         return cache
@@ -284,6 +289,7 @@ class Session:
         stats.bytes_offloaded += summary.bytes_offloaded
         stats.bytes_reloaded += summary.bytes_reloaded
         stats.bytes_placed += summary.bytes_placed
+        stats.bytes_staged += summary.bytes_staged
         stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
         if self.backend == "sim":
             return result, summary.makespan, summary.makespan + summary.bytes_placed / CostModel().h2d_bw
@@ -359,15 +365,54 @@ class Session:
             raise InputError("the session is closed")
 
 
-class _Materialized(Mapping):
-    """A weights mapping whose tensors are read once, converted to the compute dtype once, and kept."""
+class _HostMemory:
+    """Where a session keeps the host arrays its runs read (weights, KV caches): page-locked on the cuda
+    backend, whose copy engines then read them where they are (a new plan stages nothing,
+    runtime/backends/cuda/copies.py), ordinary memory elsewhere."""
 
-    def __init__(self, source: Mapping, dtype: str):
-        self.source, self.dtype, self.kept = source, dtype, {}
+    def __init__(self, backend: str):
+        self.pinned = backend == "cuda"
+
+    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if not self.pinned:
+            return np.empty(shape, dtype)
+        from runtime.backends.cuda.memory import pinned_bytes
+
+        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return pinned_bytes(count)[:count].view(dtype).reshape(shape)
+
+    def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        if not self.pinned:
+            return np.zeros(shape, dtype)
+        out = self.empty(shape, dtype)
+        out[...] = 0
+        return out
+
+    def take(self, value, dtype) -> np.ndarray:
+        """`value` (an array or a lazy input) as a C-contiguous `dtype` array in this memory: itself when it
+        is one already (pinned weights a benchmark shares), else a copy (converted in the same pass)."""
+        if not self.pinned:
+            return np.ascontiguousarray(value, dtype=dtype)
+        from runtime.backends.cuda.driver import make_driver
+
+        if isinstance(value, np.ndarray) and value.dtype == np.dtype(dtype) and value.flags.c_contiguous and make_driver().host_pinned(value):
+            return value
+        out = self.empty(tuple(int(n) for n in value.shape), dtype)
+        fill(out, value)
+        return out
+
+
+class _Materialized(Mapping):
+    """A weights mapping whose tensors are read once, converted to the compute dtype once (into the
+    session's host memory), and kept."""
+
+    def __init__(self, source: Mapping, dtype: str, host: _HostMemory):
+        self.source, self.dtype, self.host, self.kept = source, dtype, host, {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.kept:
-            self.kept[name] = np.ascontiguousarray(self.source[name], dtype=self.dtype)
+            self.kept[name] = self.host.take(self.source[name], self.dtype)
         return self.kept[name]
 
     def __contains__(self, name) -> bool:

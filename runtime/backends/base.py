@@ -81,6 +81,11 @@ class Backend:
         """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data)."""
         raise NotImplementedError
 
+    def external_inputs(self) -> set[str]:
+        """Inputs of the memgraph loaded last that the backend reads from the caller's arrays where they
+        are (nothing was copied for them; the cuda backend's page-locked inputs); none by default."""
+        return set()
+
     def notes(self) -> list[str]:
         """Extra lines for the run summary (memory taken, providers chosen); none by default."""
         return []

@@ -22,10 +22,12 @@ import numpy as np
 class KvCache:
     """Every sequence's cached k and v rows so far, per layer, in columns of `block` rows."""
 
-    def __init__(self, layers: int, batch: int, kv_width: int, block: int, capacity: int, dtype):
-        """Zeroed buffers with room for `capacity` tokens per sequence, none of them held yet."""
+    def __init__(self, layers: int, batch: int, kv_width: int, block: int, capacity: int, dtype, zeros=np.zeros):
+        """Zeroed buffers with room for `capacity` tokens per sequence, none of them held yet; `zeros(shape,
+        dtype)` makes each (a session on the cuda backend passes page-locked memory, which its copy
+        engines read in place)."""
         columns = max(1, -(-capacity // block))
-        zeroed = [tuple(np.zeros((columns * block, batch, kv_width), dtype=dtype) for _ in "kv") for _ in range(layers)]
+        zeroed = [tuple(zeros((columns * block, batch, kv_width), dtype) for _ in "kv") for _ in range(layers)]
         self._hold(zeroed, np.zeros(batch, dtype=np.int64), block)
 
     @classmethod
@@ -49,12 +51,13 @@ class KvCache:
         self.dirty: dict[int, set[int]] = {}
 
     @classmethod
-    def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype) -> KvCache:
+    def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype,
+                      zeros=np.zeros) -> KvCache:
         """A cache holding prefixes[b][layer] = (k, v) [P_b, kv_width] with `room` more rows per sequence."""
         layers = len(prefixes[0])
         kv_width = next((k.shape[1] for seq in prefixes for k, _ in seq), 0)
         longest = max(len(seq[0][0]) for seq in prefixes)
-        cache = cls(layers, len(prefixes), kv_width, block, longest + room, dtype)
+        cache = cls(layers, len(prefixes), kv_width, block, longest + room, dtype, zeros)
         for b, seq in enumerate(prefixes):
             for layer, pair in enumerate(seq):
                 for buffers, rows in zip(cache.buffers[layer], pair):

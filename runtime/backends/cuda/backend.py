@@ -59,13 +59,15 @@ class CudaBackend(Backend):
 
     def __init__(self, notifier: str = DEFAULT_NOTIFIER, queue_depth: int = 2, lookahead: bool = True, attention_provider: str = "auto",
                  chunk_bytes: int = CHUNK_BYTES, sample_memory: float = 0.0, copy_queue_depth: int | None = 4,
-                 release_at_close: bool = True, detach_at_close: bool = True):
+                 release_at_close: bool = True, detach_at_close: bool = True, external_inputs: bool = True):
         """`sample_memory`: seconds between samples of each GPU's free memory while running (0: off).
         `copy_queue_depth`: depth of the copy-engine lanes (h2d, d2h, peer), which may queue deeper than the
         compute lanes, so that a tiny copy cannot leave its engine idle while the host learns it finished
         (docs/runtime.md, "Queueing ahead"). `release_at_close` frees every CUDA object of the run in
         `close` and `detach_at_close` unbinds CuPy's cuBLAS handles and torch's workspaces from the run's
-        streams; bench/investigations/exit_check.py and bench/investigations/repeat_check.py turn them off to compare."""
+        streams; bench/investigations/exit_check.py and bench/investigations/repeat_check.py turn them off to compare.
+        `external_inputs`: inputs kept in host storage are read from the caller's arrays where those are
+        page-locked already (copies.TensorViews), instead of being staged into the plan's pinned storage."""
         if notifier not in NOTIFIERS:
             raise InputError(f"unknown notifier '{notifier}' (known: {', '.join(NOTIFIERS)})")
         self.notifier_kind = notifier
@@ -77,6 +79,7 @@ class CudaBackend(Backend):
         self.sample_memory = sample_memory
         self.release_at_close = release_at_close
         self.detach_at_close = detach_at_close
+        self.read_in_place = external_inputs
         self.driver = make_driver()
         self.attention = ""
         """The resolved attention provider, known from the first `prepare`."""
@@ -145,7 +148,7 @@ class CudaBackend(Backend):
         devices = self.devices
         self.graph = graph
         stamps = [time.perf_counter()]
-        same = self.views is not None and self.views.graph.memgraph is graph.memgraph
+        same = self.views is not None and self.views.graph.memgraph is graph.memgraph and self.views.bound_to(inputs)
         if same:
             self.views.graph = graph  # the same plan again: its views and storage stay
             stamps.append(time.perf_counter())
@@ -155,7 +158,7 @@ class CudaBackend(Backend):
             self.views = None
             filler = Filler()
             try:  # each pinned chunk's inputs are read into it while the next chunk is pinned
-                self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs)
+                self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs, self.read_in_place)
                 stamps.append(time.perf_counter())
             finally:
                 filler.finish()
@@ -280,6 +283,9 @@ class CudaBackend(Backend):
             if err is not None:
                 running = [self.graph.describe(q[0]) for q in self.fifo if q]
                 raise KernelError(f"CUDA error on the GPU ({err}) while running {', '.join(running)}") from None
+
+    def external_inputs(self) -> set[str]:
+        return self.views.external_tasks if self.views is not None else set()
 
     def read_outputs(self) -> dict[str, np.ndarray]:
         self.devices.synchronize()

@@ -80,6 +80,11 @@ class EventCalls:
             entry.restype = ctypes.c_int
         self._ms = ctypes.c_float()
         self._ms_ref = ctypes.byref(self._ms)
+        self._attribute = lib.cuPointerGetAttribute
+        self._attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        self._attribute.restype = ctypes.c_int
+        self._kind = ctypes.c_uint()
+        self._kind_ref = ctypes.byref(self._kind)
 
     @staticmethod
     def _check(status: int, what: str) -> None:
@@ -91,6 +96,14 @@ class EventCalls:
 
     def wait(self, stream: int, event: int) -> None:
         self._check(self._wait(stream, event, 0), "cuStreamWaitEvent")
+
+    def host_pinned(self, pointer: int) -> bool:
+        """Whether host address `pointer` lies in page-locked memory the driver knows (cudaHostAlloc'd or
+        registered): its memory type is HOST; pageable memory is no driver pointer at all."""
+        if not pointer:
+            return False
+        status = self._attribute(self._kind_ref, 2, pointer)  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+        return status == 0 and self._kind.value == 1  # CU_MEMORYTYPE_HOST
 
     def elapsed(self, start: int, end: int) -> float:
         """Milliseconds from `start` to `end`, both recorded and done."""

@@ -9,6 +9,8 @@ inputs where the plan wants them; `read` copies the outputs back to the host.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
@@ -30,10 +32,13 @@ class TensorViews:
     """Every node of a memgraph as a view of an arena (`gpu`) or of pinned storage (`host`)."""
 
     def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int, reuse=(), filler: Filler | None = None,
-                 inputs: dict | None = None):
+                 inputs: dict | None = None, external: bool = False):
         """`reuse`: pinned chunks of the previous memgraph's storage, idle now (memory.PinnedStorage).
         With a `filler` and the `inputs`, each input held in storage is queued on the filler as soon as its
-        pinned chunk exists, so reading the weights overlaps pinning the rest (the caller finishes it)."""
+        pinned chunk exists, so reading the weights overlaps pinning the rest (the caller finishes it).
+        `external`: an input the plan keeps in host storage whose value is already a C-contiguous array of
+        its dtype in page-locked memory is read where it is (its reloads copy from the caller's array),
+        not staged into storage of the plan's own: no copy, and no pinning, at a new plan."""
         nodes = graph.memgraph.nodes
         self.driver = driver
         self.graph = graph
@@ -42,7 +47,16 @@ class TensorViews:
         for i, node in enumerate(nodes):
             if node.loc is not None:
                 self.gpu[i] = _checked(node, arenas[node.device], node.loc, "location")
-        stored = sorted((node.storage[0], i) for i, node in enumerate(nodes) if node.storage is not None)
+        self.external: dict[int, int] = {}
+        """Node index -> the host address of the caller's array it reads (external inputs)."""
+        if external and inputs is not None:
+            written = _Regions(node.storage for node in nodes if node.storage is not None and node.op != "input")
+            for i, node in enumerate(nodes):
+                if node.op == "input" and node.storage is not None and node.nbytes and not written.overlaps(node.storage):
+                    bound = _external_view(driver, node, inputs.get(node.task))
+                    if bound is not None:
+                        self.host[i], self.external[i] = bound, bound.ctypes.data
+        stored = sorted((node.storage[0], i) for i, node in enumerate(nodes) if node.storage is not None and i not in self.external)
         waiting = iter(stored)
         following = [next(waiting, None)]
 
@@ -59,8 +73,24 @@ class TensorViews:
             if queued:
                 filler.add(queued)
 
-        regions = [node.storage for node in nodes if node.storage is not None]
+        regions = [node.storage for i, node in enumerate(nodes) if node.storage is not None and i not in self.external]
         self.storage = PinnedStorage(regions, chunk_bytes, driver.pinned, reuse, ready)
+
+    @property
+    def external_tasks(self) -> set[str]:
+        """The inputs read from the caller's arrays (by taskgraph id)."""
+        nodes = self.graph.memgraph.nodes
+        return {nodes[i].task for i in self.external}
+
+    def bound_to(self, inputs: dict) -> bool:
+        """Whether every external input's value in `inputs` is the array this load reads (its copies
+        hold that address): else the plan's work must be built again."""
+        nodes = self.graph.memgraph.nodes
+        for i, address in self.external.items():
+            value = inputs.get(nodes[i].task)
+            if not isinstance(value, np.ndarray) or value.ctypes.data != address or _external_view(self.driver, nodes[i], value) is None:
+                return False
+        return True
 
     def copy_work(self, vertex: int, streams: list):
         """`work(lane)` of a reload, offload or move vertex; None for an empty tensor."""
@@ -99,7 +129,7 @@ class TensorViews:
         keep = keep or {}
         stored = []
         for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op == "input" and node.nbytes and node.loc is None:
+            if node.op == "input" and node.nbytes and node.loc is None and i not in self.external:  # external: in place
                 stored += placements(self.host[i], inputs[node.task], node.task, keep)
         fill_all(stored)
         self.place_on_gpus(inputs, keep)
@@ -121,6 +151,29 @@ class TensorViews:
                 outputs[task] = np.array(self.host[i])
         self.driver.get(copies)
         return outputs
+
+
+class _Regions:
+    """Storage regions (offset, size) that a plan's offloads write: an input whose region one of them
+    overlaps (a hand-written plan may do that) is staged, so no run writes into a caller's array."""
+
+    def __init__(self, regions):
+        self.spans = sorted((offset, offset + size) for offset, size in regions)
+        self.ends = list(itertools.accumulate((end for _, end in self.spans), max))
+
+    def overlaps(self, region: tuple[int, int]) -> bool:
+        offset, size = region
+        i = bisect.bisect_left(self.spans, (offset + size,))  # spans starting before the region ends
+        return i > 0 and self.ends[i - 1] > offset
+
+
+def _external_view(driver: GpuDriver, node: MemNode, value) -> np.ndarray | None:
+    """`value` as the node's host tensor when the copy engines may read it where it is, else None."""
+    if not isinstance(value, np.ndarray) or not value.flags.c_contiguous or value.dtype != numpy_dtype(node.dtype):
+        return None
+    if value.nbytes != node.nbytes or not driver.host_pinned(value):
+        return None
+    return value.reshape(tuple(node.shape))
 
 
 def _checked(node: MemNode, buffer, region, what: str):

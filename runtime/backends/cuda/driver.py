@@ -121,6 +121,13 @@ class GpuDriver:
             call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
         return lambda lane: call(dst, src, count, handles[lane])
 
+    def host_pinned(self, array: np.ndarray) -> bool:
+        """Whether the copy engines may read `array` (C-contiguous) where it is: its first and last bytes lie
+        in page-locked memory (an allocation or registration is one range)."""
+        calls = event_calls()
+        start = array.ctypes.data
+        return array.nbytes > 0 and calls.host_pinned(start) and calls.host_pinned(start + array.nbytes - 1)
+
     def put(self, copies: list) -> None:
         """Host arrays onto device arrays, between runs: each copy is (device, target, source, rows), source a
         C-contiguous host array of target's bytes and rows None (all of it) or (start, stop) ranges of flat
@@ -249,6 +256,9 @@ class SimDriver(GpuDriver):
         if kind == "d2h":  # host views of bfloat16 are ml_dtypes' type, device views uint16: copy the bytes
             return lambda lane: source.copy_to_host(target.view(source.dtype))
         return lambda lane: target.copy_to_device(source.view(target.dtype))
+
+    def host_pinned(self, array: np.ndarray) -> bool:
+        return array.nbytes > 0  # the simulator's copies read any host memory
 
     def put(self, copies: list) -> None:
         for _, target, source, rows in copies:

@@ -124,6 +124,9 @@ class GpuDriver:
     def host_pinned(self, array: np.ndarray) -> bool:
         """Whether the copy engines may read `array` (C-contiguous) where it is: its first and last bytes lie
         in page-locked memory (an allocation or registration is one range)."""
+        from numba.cuda.cudadrv.devices import get_context
+
+        get_context()  # the driver answers only once initialized (a session may ask before its backend exists)
         calls = event_calls()
         start = array.ctypes.data
         return array.nbytes > 0 and calls.host_pinned(start) and calls.host_pinned(start + array.nbytes - 1)

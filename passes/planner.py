@@ -227,7 +227,7 @@ class Planner:
         return starts
 
     def _drop_if_dead(self, t: int) -> None:
-        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0 and not (self.recur and self._dormant(t)):
+        if self.next[t] == len(self.uses[t]) and not self.is_output[t] and self.gpu[t] >= 0 and not self._dormant(t):
             self.memory[self.view.devices[t]].release(t, self.step)
             self.gpu[t] = -1
 
@@ -245,18 +245,17 @@ class Planner:
         It moves a reload at its next use, plus an offload now unless storage holds it or it is an
         input nobody has read (that one simply starts in storage). An output not read again is due
         at the end. Among clean tensors of one size this is Belady: the farthest next use goes first.
-        Integers, so that sums over a window are exact. Called for every tensor of every window a
-        search weighs, so it reads the state directly (`_next_use`, `_dormant` inlined).
+        Integers, so that sums over a window are exact.
         """
-        uses, k, steps = self.uses[t], self.next[t], self.steps
+        uses, k = self.uses[t], self.next[t]
         nbytes = self.nbytes[t]
-        if self.recur and self._dormant(t):  # due at its first read in the next run; no offload: the host holds it
-            return (nbytes << 24) // (steps + (uses[0] if uses else 0) - self.step)
+        if self._dormant(t):  # due at its first read in the next run; no offload: the host holds it
+            return (nbytes << 24) // (self.steps + (uses[0] if uses else 0) - self.step)
         if k < len(uses):
             use = uses[k]
-            due, moved = (use if use < steps else steps), nbytes
+            due, moved = (use if use < self.steps else self.steps), nbytes
         else:
-            use, due, moved = NEVER, steps, 0
+            use, due, moved = NEVER, self.steps, 0
         if self.store[t] < 0 and (use < NEVER or self.is_output[t]) and self.gpu[t] not in self.unread:
             moved += nbytes
         return (moved << 24) // max(1, due - self.step)  # 0 only for an op's operand a recompute may evict

@@ -16,7 +16,7 @@ layouts and keep the first that works without emitting anything for the ones tha
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 
@@ -157,8 +157,13 @@ class DeviceMemory:
 
     def holders(self, start: int, size: int) -> list[int]:
         """Tensors held in [start, start + size)."""
+        starts, owners = self.starts, self.owners
         end = start + size
-        return [o for s, e, o in zip(self.starts, self.ends, self.owners) if s < end and e > start and o != FREE]
+        if start >= self.capacity:
+            return []
+        i = max(0, bisect_right(starts, start) - 1)  # the segment containing `start`
+        j = bisect_left(starts, end, i)  # the first segment at or past `end`
+        return [o for o in owners[i:j] if o != FREE]
 
     def take(self, start: int, size: int, tensor: int) -> None:
         """Give [start, start + size), which must be free, to `tensor`."""
@@ -172,14 +177,15 @@ class DeviceMemory:
         Neighbours freed at other steps stay apart: merged under the newer stamp, an older region would
         look just freed, and the loosest placement would miss it.
         """
+        starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
         start = self.where.pop(tensor)
-        i = _find(self.starts, start)
-        self.owners[i], self.stamps[i] = FREE, step
-        self.free += self.ends[i] - start
+        i = bisect_left(starts, start)  # a held segment starts exactly there
+        owners[i], stamps[i] = FREE, step
+        self.free += ends[i] - start
         for k in (i + 1, i):
-            if 0 < k < len(self.starts) and self.owners[k] == FREE == self.owners[k - 1] and self.stamps[k] == self.stamps[k - 1]:
-                self.ends[k - 1] = self.ends[k]
-                for seq in (self.starts, self.ends, self.owners, self.stamps):
+            if 0 < k < len(starts) and owners[k] == FREE == owners[k - 1] and stamps[k] == stamps[k - 1]:
+                ends[k - 1] = ends[k]
+                for seq in (starts, ends, owners, stamps):
                     del seq[k]
 
     def _carve(self, start: int, end: int, owner: int, stamp: int) -> None:

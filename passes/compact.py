@@ -6,6 +6,7 @@ write-back the memory-edge passes share. Memgraphs' arrays (`MemArrays` and its 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def drop_memory_edges(graph, arrays: MemArrays, ptr: np.ndarray, idx: np.ndarray
 
 @dataclass
 class TaskView:
-    """A placed taskgraph by position: ops, operand positions, devices, byte sizes, outputs, readers."""
+    """A placed taskgraph by position: ops, operand positions, devices, byte sizes, outputs; `readers` on demand."""
 
     ids: list[str]
     ops: list[str]
@@ -50,26 +51,29 @@ class TaskView:
     devices: list[int]
     nbytes: list[int]
     outputs: list[int]
-    readers: list[list[int]]
 
     @classmethod
     def build(cls, graph) -> TaskView:
         pos = {node_id: i for i, node_id in enumerate(graph.nodes)}
         nodes = list(graph.nodes.values())
-        inputs = [[pos[i] for i in node.inputs] for node in nodes]
-        readers: list[list[int]] = [[] for _ in nodes]
-        for i, operands in enumerate(inputs):
-            for p in dict.fromkeys(operands):
-                readers[p].append(i)
         return cls(
             ids=[node.id for node in nodes],
             ops=[node.op for node in nodes],
-            inputs=inputs,
+            inputs=[[pos[i] for i in node.inputs] for node in nodes],
             devices=[node.device for node in nodes],
             nbytes=[node.nbytes for node in nodes],
             outputs=[pos[i] for i in graph.effective_outputs()],
-            readers=readers,
         )
+
+    @cached_property
+    def readers(self) -> list[list[int]]:
+        """Per position, the distinct positions that read it, ascending (built on first use: only the
+        `dfs` and `memory` schedules ask)."""
+        readers: list[list[int]] = [[] for _ in self.inputs]
+        for i, operands in enumerate(self.inputs):
+            for p in dict.fromkeys(operands):
+                readers[p].append(i)
+        return readers
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -33,18 +33,24 @@ def insert_memory_deps(graph: MemGraph, arrays: MemArrays | None = None) -> tupl
     over = Overwrites(arrays)
     ptr, sources = _sources(over.ptr, over.writer, arrays.read_ptr, arrays.read_idx, arrays.mem_ptr, arrays.mem_idx)
     implied = ancestor_answers(arrays.data_ptr, arrays.data_idx, ptr, sources)
-    ids, named, bounds, flags = arrays.ids, sources.tolist(), ptr.tolist(), implied.tolist()
-    for w in np.flatnonzero(np.diff(ptr)).tolist():
-        node = graph.nodes[w]
-        row = range(bounds[w], bounds[w + 1])
-        node.mem_deps += tuple(ids[named[k]] for k in row if not flags[k])
-        if any(flags[k] for k in row):
-            dashed = node.redundant_deps + tuple(ids[named[k]] for k in row if flags[k])
-            node.redundant_deps = tuple(dict.fromkeys(dashed))
     added = ~implied
+    named = np.asarray(arrays.ids, dtype=np.int64)[sources]
+    for w, deps in _rows(ptr, named, added):
+        graph.nodes[w].mem_deps += deps
+    for w, deps in _rows(ptr, named, implied):
+        node = graph.nodes[w]
+        node.redundant_deps = tuple(dict.fromkeys(node.redundant_deps + deps))
     arrays.set_mem(np.concatenate([row_of(arrays.mem_ptr), row_of(ptr)[added]]), np.concatenate([arrays.mem_idx, sources[added]]))
     redundant = int(np.count_nonzero(implied))
     return len(sources) - redundant, redundant
+
+
+def _rows(ptr: np.ndarray, values: np.ndarray, keep: np.ndarray):
+    """(row, tuple of its kept values in order) for each row of the CSR (ptr, values) that keeps any."""
+    counts = np.bincount(row_of(ptr)[keep], minlength=len(ptr) - 1)
+    bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    kept = values[keep].tolist()
+    return ((w, tuple(kept[bounds[w] : bounds[w + 1]])) for w in np.flatnonzero(counts).tolist())
 
 
 @njit(cache=True)

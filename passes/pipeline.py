@@ -52,8 +52,11 @@ def compile_taskgraph(
     if budget <= 0:
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
     state = Compilation(graph, stats if stats is not None else CompileStats(), cost=cost or CostModel(), kept=dict(kept or {}))
-    run_stages(state, memgraph_stages(budget, schedule, **options))
-    return state.graph
+    with _cyclic_gc_paused():
+        run_stages(state, memgraph_stages(budget, schedule, **options))
+        memgraph = state.graph
+        del state  # the placed taskgraph goes now, by reference counts, so the collector's first pass skips it
+    return memgraph
 
 
 def memgraph_stages(

@@ -150,3 +150,23 @@ def test_place_free_is_the_loosest_placement_on_long_and_short_free_runs(seed, p
         if start is not None:
             memory.take(start, size, tensor)
             live.append(tensor)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31))
+def test_holders_are_the_tensors_overlapping_the_range(seed):
+    """`holders` bisects to the range; the definition looks at every segment."""
+    rng = random.Random(seed)
+    memory = DeviceMemory(256 * 32)
+    live = []
+    for tensor in range(120):
+        if rng.random() < 0.4 and live:
+            memory.release(live.pop(rng.randrange(len(live))), tensor)
+        size = 256 * rng.randint(1, 3)
+        start = memory.place_free(size)
+        if start is not None:
+            memory.take(start, size, tensor)
+            live.append(tensor)
+        start, size = rng.randint(-300, memory.capacity + 300), rng.randint(1, 256 * 8)
+        segments = zip(memory.starts, memory.ends, memory.owners)
+        assert memory.holders(start, size) == [o for s, e, o in segments if s < start + size and e > start and o != FREE]

@@ -108,3 +108,34 @@ def test_turnip_opt_verify_exits_3_with_the_diagnostic(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     assert opt_main([str(path), "-p", "turnip-verify-memgraph"]) == 3
     assert "race: node 3 (relu 'v') overwrites [1024, 2048) on GPU 0" in capsys.readouterr().err
+
+
+def test_duplicate_id_and_dangling_dependencies_are_reported_on_a_graph_built_in_python():
+    """The JSON reader refuses these first; the verifier names them too for graphs built in memory."""
+    twice = _graph()
+    twice.nodes[3].id = 2
+    with pytest.raises(VerifyError, match="^node 2: duplicate id$"):
+        verify_memgraph(twice)
+    for field in ("inputs", "mem_deps", "redundant_deps"):
+        dangling = _graph()
+        setattr(dangling.nodes[3], field, getattr(dangling.nodes[3], field) + (9,))
+        with pytest.raises(VerifyError, match=r"^node 3 \(relu 'v'\) depends on node 9, which does not exist$"):
+            verify_memgraph(dangling)
+
+
+def test_nodes_out_of_order_are_sorted_and_still_verified():
+    """Nodes listed after a node that reads them, or inputs after a kernel, still verify; a race is still found."""
+    graph = _graph()
+    graph.nodes.reverse()
+    verify_memgraph(graph, _taskgraph())
+    graph.nodes[0].mem_deps = ()  # node 3, now listed first
+    with pytest.raises(VerifyError, match=r"^race: node 3 \(relu 'v'\) overwrites \[1024, 2048\) on GPU 0"):
+        verify_memgraph(graph)
+
+
+def test_a_later_operand_from_the_wrong_task_is_named_by_its_position():
+    def swap(nodes):
+        nodes[2]["inputs"] = [0, 0]
+
+    with pytest.raises(VerifyError, match=r"^node 2 \(matmul 'y'\): operand 1 comes from 'x', not 'w'$"):
+        verify_memgraph(_graph(swap), _taskgraph())

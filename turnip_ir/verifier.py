@@ -55,6 +55,8 @@ def _where(space: int, start: int, end: int) -> str:
 
 def _topological(graph: MemGraph) -> list[MemNode]:
     """The nodes in a topological order of inputs + mem_deps, or a `VerifyError` naming a node on a cycle."""
+    if _in_order(graph.nodes):
+        return list(graph.nodes)
     by_id = {}
     for node in graph.nodes:
         if node.id in by_id:
@@ -64,8 +66,6 @@ def _topological(graph: MemGraph) -> list[MemNode]:
         for dep in node.inputs + node.mem_deps + node.redundant_deps:
             if dep not in by_id:
                 raise VerifyError(f"{_name(node)} depends on node {dep}, which does not exist")
-    if _in_order(graph.nodes):
-        return list(graph.nodes)
     waiting, users = {}, {node.id: [] for node in graph.nodes}
     for node in graph.nodes:
         deps = set(node.deps())
@@ -89,21 +89,21 @@ def _topological(graph: MemGraph) -> list[MemNode]:
 
 
 def _in_order(nodes: list[MemNode]) -> bool:
-    """Are `nodes` already a topological order with the inputs first (as the compiler writes them)?"""
+    """Are `nodes` already a topological order with the inputs first (as the compiler writes them), their
+    ids distinct and every dependency's id among them? Then `_topological` keeps them as they are; when
+    not, it checks ids and dependencies one by one, for the diagnostic."""
     seen: set[int] = set()
     inputs_done = False
     for node in nodes:
-        if node.op == "input" and inputs_done:
+        if node.op == "input":
+            if inputs_done:
+                return False
+        else:
+            inputs_done = True
+        if node.id in seen or not (seen.issuperset(node.inputs) and seen.issuperset(node.mem_deps)):
             return False
-        inputs_done = inputs_done or node.op != "input"
-        for dep in node.inputs:
-            if dep not in seen:
-                return False
-        for dep in node.mem_deps:
-            if dep not in seen:
-                return False
         seen.add(node.id)
-    return True
+    return all(seen.issuperset(node.redundant_deps) for node in nodes if node.redundant_deps)
 
 
 def _check_nodes(graph: MemGraph, nodes: list[MemNode], pos: dict) -> None:
@@ -218,10 +218,10 @@ def _sources(nodes: list[MemNode], pos: dict) -> list[MemNode]:
 
 def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph) -> None:
     computed: set[str] = set()
-    source = _sources(nodes, pos)
+    source_task = [node.task for node in _sources(nodes, pos)]
     for i, node in enumerate(nodes):
         if node.op in ("offload", "reload"):
-            if source[i].task != node.task:
+            if source_task[i] != node.task:
                 raise VerifyError(f"{_name(node)} copies a tensor of another task")
             continue
         task = taskgraph.nodes.get(node.task)
@@ -231,10 +231,10 @@ def _check_taskgraph(graph: MemGraph, nodes: list[MemNode], pos: dict, taskgraph
         computed.add(node.task)
         if len(node.inputs) != len(task.inputs):
             raise VerifyError(f"{_name(node)} has {len(node.inputs)} operands, task '{task.id}' has {len(task.inputs)}")
-        for k, (dep, want_task) in enumerate(zip(node.inputs, task.inputs)):
-            got = source[pos[dep]]
-            if got.task != want_task:
-                raise VerifyError(f"{_name(node)}: operand {k} comes from '{got.task}', not '{want_task}'")
+        got = tuple([source_task[pos[dep]] for dep in node.inputs])
+        if got != tuple(task.inputs):  # name the first operand that differs
+            k = next(k for k, want_task in enumerate(task.inputs) if got[k] != want_task)
+            raise VerifyError(f"{_name(node)}: operand {k} comes from '{got[k]}', not '{task.inputs[k]}'")
     for task_id in taskgraph.nodes:
         if task_id not in computed:
             raise VerifyError(f"task '{task_id}' has no node in the memgraph")

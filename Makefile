@@ -19,9 +19,11 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m tools.warm_cache || echo "note: numba's cache was not warmed; the first compile will take about 15 s longer"
 	touch $(STAMP)
 
-# Only `make test` needs CPU torch and transformers (the parity test; about 2 minutes to install once).
+# Only `make test` needs CPU torch and transformers (the parity test; about 2 minutes to install once) and
+# NVVM / NVRTC (the PTX compile test).
 $(PARITY): $(STAMP)
 	$(PY) -m pip install -q -e '.[parity]' || echo "note: the parity extra (CPU torch, transformers, triton) did not install; tests/test_parity_hf.py and test_attention_triton.py will skip"
+	$(PY) -m pip install -q -e '.[ptx]' || echo "note: the ptx extra (NVVM, NVRTC) did not install; tests/test_cuda_ptx.py will skip"
 	touch $(PARITY)
 
 install: $(STAMP)

@@ -12,7 +12,7 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
   torch-stream     the same code, each layer's weights and its KV prefix copied from pinned host memory on
                    a side stream into one of two GPU buffers while the previous layer computes; the new K/V
                    rows are written into the buffer and copied back to the host cache; the LM head and the
-                   final norm stay on the GPU (0.26 GB);
+                   final norm stay on the GPU (0.26 GB); fed torch-resident's tokens (teacher forcing);
   floor            the streaming traffic per step (layer weights + the KV prefix, at the mean context) over
                    the host-to-device rate measured in this run (a 1 GiB pinned copy);
   turnip@G         `turnip.Session` at a budget of G GiB, decoding in the same pinned KV buffers
@@ -247,8 +247,10 @@ def _attend(torch, q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v).squeeze(2)
 
 
-def run_torch(torch, host: Host, device: str, stream: bool, prefix: int, steps: int, first) -> dict:
-    """Greedy decoding from the shared caches; per-step seconds, the tokens, the first steps' logits, peak memory."""
+def run_torch(torch, host: Host, device: str, stream: bool, prefix: int, steps: int, first, forced=None) -> dict:
+    """Greedy decoding from the shared caches; per-step seconds, the tokens, the first steps' logits, peak
+    memory. `forced` [B, steps]: teacher forcing, step s + 1 is fed forced[:, s] instead of its argmax (so
+    two decoders' logits can be compared at every step, not only until a near tie flips a token)."""
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -259,7 +261,7 @@ def run_torch(torch, host: Host, device: str, stream: bool, prefix: int, steps: 
         for step in range(steps):
             began = time.perf_counter()
             out = decoder.step(tokens, prefix + step)
-            tokens = out.argmax(-1).cpu()
+            tokens = out.argmax(-1).cpu() if forced is None else torch.as_tensor(forced[:, step])
             seconds.append(time.perf_counter() - began)
             chosen.append(tokens.numpy().copy())
             logits.append(out.cpu().numpy())
@@ -390,7 +392,8 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
         return
     first = np.array([p[-1] for p in prompts])
     resident = attempt(systems, "torch-resident", lambda: run_torch(torch, host, device, False, prefix, steps, first), limit)
-    streamed = attempt(systems, "torch-stream", lambda: run_torch(torch, host, device, True, prefix, steps, first), limit)
+    forced = resident["tokens"] if resident else None  # torch-stream is teacher-forced like turnip
+    streamed = attempt(systems, "torch-stream", lambda: run_torch(torch, host, device, True, prefix, steps, first, forced), limit)
     if streamed and resident:  # the same code: only the copies differ
         streamed["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(streamed["logits"], resident["logits"])]
     rate = h2d_rate(torch, device)

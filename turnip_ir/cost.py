@@ -44,6 +44,12 @@ class CostModel:
     the rate of blocks queued alone (docs/benchmarks.md, "Attention providers on 7B blocks") because in a
     prefill the blocks share the GPU with the GEMMs of the other stream; with the GEMM rate instead, the
     sim predicted llama prefill faster than measured."""
+    decode_attention_bw: float = 0.92e12
+    """Bytes per second of the cuda backend's `decode_attention` launches (its operands and output over its
+    time): 7b, B = 16, two 1024-row columns a layer, 64 such launches plus 32 one-row ones took 18.9 ms for
+    about 17.2 GB on the H200 (docs/benchmarks-log.md, the third sitting of 2026-12-02). One block per
+    (sequence, head) reads its rows by warps, a quarter of HBM's rate; at `hbm_bw` the sim had a 7b decode
+    step's resident layers finish three times sooner than measured."""
     fp64_flops: float = 0.8e12
     launch: float = 3.1e-6
     """Per-kernel cost beside its work, on the GPU, fitted (3.07 us). The launch's host time is
@@ -73,6 +79,8 @@ class CostModel:
         rate = self.flop_rate(dtype)
         if node.kernel == "attention" and dtype in ("float16", "bfloat16"):
             rate = self.attention_flops
+        if node.kernel == "decode_attention":
+            return max(flops / rate, traffic / self.decode_attention_bw) + self.launch
         return max(flops / rate, traffic / self.hbm_bw) + self.launch
 
     def duration(self, node: MemNode, inputs: list[MemNode]) -> float:

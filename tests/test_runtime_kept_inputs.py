@@ -219,3 +219,24 @@ def test_cuda_reads_page_locked_storage_inputs_where_they_are(read_in_place):
             np.testing.assert_allclose(moved.outputs[task], value, rtol=1e-9, atol=1e-12)
     finally:
         backend.close()
+
+
+def test_a_recurring_plan_spreads_the_inputs_it_keeps_over_the_run():
+    """inputs="recur" keeps about the bytes the first-used inputs would take, but spread over the run (so a
+    decode step streams a little of every layer from its start, passes/insert_offload.py `plan_recurring`):
+    kept inputs come from both halves of the first-use order, where the first-used rule keeps a prefix."""
+    from frontend.workloads import ffn
+    from passes.insert_offload import insert_offload
+
+    graph = place_devices(ffn.build(ffn.FfnConfig(layers=8, tokens=32, hidden=64, ffn=128, block=32)).taskgraph())
+    budget = int(minimum_budget(graph) * 3)
+    first_use = [node.id for node in graph.nodes.values() if node.op == "input"]
+    order = {task: i for i, task in enumerate(first_use)}
+
+    def kept(memgraph):
+        return sorted(order[n.task] for n in memgraph.nodes if n.op == "input" and n.loc is not None)
+
+    prefix = kept(insert_offload(graph, budget, inputs="recur", spread=False))
+    spread = kept(compile_taskgraph(graph, budget, inputs="recur"))  # the default pipeline: verified
+    assert prefix and spread and len(prefix) < len(first_use)
+    assert max(prefix) < len(first_use) // 2 < max(spread)

@@ -56,11 +56,17 @@ class Residency:
         self.storage_of = None
 
 
+def row_length(shape) -> int:
+    """Elements in one flat row of an array of `shape` (its last axis; 1 for a 1-D array): the unit a
+    refresh's (start, stop) ranges count in."""
+    shape = tuple(int(n) for n in shape)  # numba's simulated arrays index shapes with no negative index
+    return shape[len(shape) - 1] if len(shape) > 1 else 1
+
+
 def flat_rows(array):
     """`array` as rows of its last axis, [-1, last] (a view): what a refresh's ranges count in."""
-    shape = tuple(int(n) for n in array.shape)  # numba's simulated arrays index shapes with no negative index, reshape with no -1
-    last = shape[len(shape) - 1] if len(shape) > 1 else 1
-    return array.reshape(math.prod(shape) // max(last, 1), last)
+    last = row_length(array.shape)
+    return array.reshape(math.prod(int(n) for n in array.shape) // max(last, 1), last)  # simulated arrays reshape with no -1
 
 
 def refreshed(target, value, ranges) -> list:
@@ -87,7 +93,7 @@ def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | 
         count = node.nbytes
         if node.task in kept:
             ranges = kept[node.task]
-            row = node.shape[-1] if len(node.shape) > 1 else 1
+            row = row_length(node.shape)
             count = 0 if ranges is None or not node.shape else count // (math.prod(node.shape) or 1) * row * sum(b - a for a, b in ranges)
         if node.loc is not None:
             gpu += count

@@ -116,10 +116,9 @@ class TensorViews:
         for i, node in enumerate(self.graph.memgraph.nodes):
             if node.op != "input" or node.nbytes == 0 or node.loc is None:
                 continue
-            rows = keep.get(node.task) if node.task in keep else None
-            if node.task in keep and rows is None:
+            if node.task in keep and keep[node.task] is None:
                 continue  # in place whole
-            copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), rows))
+            copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), keep.get(node.task)))
         self.driver.put(copies)
 
     def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:

@@ -20,6 +20,7 @@ handles, the CUDA simulator, and whether a GPU is there at all.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 
 import numpy as np
 
@@ -61,28 +62,25 @@ def stream_handle(stream) -> int:
     return int(stream.handle)
 
 
-class EventCalls:
-    """The event calls of every vertex straight through ctypes (GPU only): numba's wrappers check the
-    context, log and look up the binding on each call, several microseconds apiece, and a vertex makes
-    about six of them. Handles are the integers of `Event.handle` and `stream_handle`."""
+class DriverCalls:
+    """The driver calls made per vertex, straight to libcuda through ctypes (GPU only): numba's wrappers
+    check the context, log and look up the binding on each call, several microseconds apiece, and a
+    vertex makes about six (its events' records, waits and elapsed times; the completion notifier's host
+    function). Also the page-locked query of host memory. Handles are the integers of `Event.handle`
+    and `stream_handle`."""
 
     def __init__(self):
         import ctypes
 
         lib = ctypes.CDLL("libcuda.so.1")
-        self._record = lib.cuEventRecord
-        self._record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self._wait = lib.cuStreamWaitEvent
-        self._wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
-        self._elapsed = lib.cuEventElapsedTime
-        self._elapsed.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_void_p]
-        for entry in (self._record, self._wait, self._elapsed):
-            entry.restype = ctypes.c_int
+        pointer = ctypes.c_void_p
+        self._record = _entry(lib.cuEventRecord, pointer, pointer)
+        self._wait = _entry(lib.cuStreamWaitEvent, pointer, pointer, ctypes.c_uint)
+        self._elapsed = _entry(lib.cuEventElapsedTime, ctypes.POINTER(ctypes.c_float), pointer, pointer)
+        self._host_func = _entry(lib.cuLaunchHostFunc, pointer, pointer, pointer)
+        self._attribute = _entry(lib.cuPointerGetAttribute, pointer, ctypes.c_int, pointer)
         self._ms = ctypes.c_float()
         self._ms_ref = ctypes.byref(self._ms)
-        self._attribute = lib.cuPointerGetAttribute
-        self._attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-        self._attribute.restype = ctypes.c_int
         self._kind = ctypes.c_uint()
         self._kind_ref = ctypes.byref(self._kind)
 
@@ -96,6 +94,9 @@ class EventCalls:
 
     def wait(self, stream: int, event: int) -> None:
         self._check(self._wait(stream, event, 0), "cuStreamWaitEvent")
+
+    def launch_host_func(self, stream: int, function: int, data: int) -> None:
+        self._check(self._host_func(stream, function, data), "cuLaunchHostFunc")
 
     def host_pinned(self, pointer: int) -> bool:
         """Whether host address `pointer` lies in page-locked memory the driver knows (cudaHostAlloc'd or
@@ -111,14 +112,19 @@ class EventCalls:
         return self._ms.value
 
 
-_EVENT_CALLS: list = []
+def _entry(function, *argtypes):
+    """A libcuda entry point typed for ctypes: these arguments, a CUresult back."""
+    import ctypes
+
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function
 
 
-def event_calls() -> EventCalls:
-    """The process's `EventCalls`, made at first use."""
-    if not _EVENT_CALLS:
-        _EVENT_CALLS.append(EventCalls())
-    return _EVENT_CALLS[0]
+@lru_cache(maxsize=None)
+def driver_calls() -> DriverCalls:
+    """The process's `DriverCalls`, made at first use."""
+    return DriverCalls()
 
 
 def device(fastmath: bool = False):

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime.backends.cuda.compat import cuda, event_calls, stream_handle
+from runtime.backends.cuda.compat import cuda, driver_calls, stream_handle
 
 DEFAULT_NOTIFIER = "hostfunc-side"
 POLL_TIMEOUT = 0.5
@@ -100,24 +100,13 @@ class HostFuncNotifier(Notifier):
         self.function = _host_function()
         self.address = self.function.address
         self.user_data = [base + lane * 4 * 8 for lane in range(lanes)]
-        self.launch_host_func = None
-
-    def _driver_entry(self):
-        libcuda = ctypes.CDLL("libcuda.so.1")
-        entry = libcuda.cuLaunchHostFunc
-        entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        entry.restype = ctypes.c_int
-        return entry
 
     def after(self, lane, stream, event):
-        if self.launch_host_func is None:
-            self.launch_host_func = self._driver_entry()
+        calls = driver_calls()
         if self.side_streams is not None:
             stream = self.side_streams[lane]
-            event_calls().wait(stream_handle(stream), event.raw)
-        status = self.launch_host_func(stream_handle(stream), self.address, self.user_data[lane])
-        if status != 0:
-            raise RuntimeError(f"cuLaunchHostFunc failed with CUresult {status}")
+            calls.wait(stream_handle(stream), event.raw)
+        calls.launch_host_func(stream_handle(stream), self.address, self.user_data[lane])
 
     def wait(self, timeout=POLL_TIMEOUT):
         ready, _, _ = select.select([self.fd], [], [], timeout)

@@ -19,7 +19,7 @@ import numpy as np
 
 from runtime.backends.cuda import attention, completion
 from runtime.backends.cuda.bfloat16 import narrow, widen
-from runtime.backends.cuda.compat import cuda, event_calls, require_gpus, simulated, stream_handle
+from runtime.backends.cuda.compat import cuda, driver_calls, require_gpus, simulated, stream_handle
 from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.libraries import Libraries
@@ -53,16 +53,16 @@ class GpuDriver:
         return event
 
     def record(self, event, stream) -> None:
-        """Record `event` on `stream` (compat.EventCalls: no numba wrapper on the per-vertex path)."""
-        event_calls().record(event.raw, stream_handle(stream))
+        """Record `event` on `stream` (compat.DriverCalls: no numba wrapper on the per-vertex path)."""
+        driver_calls().record(event.raw, stream_handle(stream))
 
     def wait_event(self, stream, event) -> None:
         """Make `stream` wait for `event`."""
-        event_calls().wait(stream_handle(stream), event.raw)
+        driver_calls().wait(stream_handle(stream), event.raw)
 
     def span(self, origin, start, end, host_span: tuple[float, float]) -> tuple[float, float]:
         """Seconds from `origin` to the `start` and `end` events, all recorded on one GPU."""
-        calls = event_calls()
+        calls = driver_calls()
         return calls.elapsed(origin.raw, start.raw) * 1e-3, calls.elapsed(origin.raw, end.raw) * 1e-3
 
     def runtime_device(self) -> int | None:
@@ -127,7 +127,7 @@ class GpuDriver:
         from numba.cuda.cudadrv.devices import get_context
 
         get_context()  # the driver answers only once initialized (a session may ask before its backend exists)
-        calls = event_calls()
+        calls = driver_calls()
         start = array.ctypes.data
         return array.nbytes > 0 and calls.host_pinned(start) and calls.host_pinned(start + array.nbytes - 1)
 

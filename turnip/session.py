@@ -394,9 +394,10 @@ class _HostMemory:
         is one already (pinned weights a benchmark shares), else a copy (converted in the same pass)."""
         if not self.pinned:
             return np.ascontiguousarray(value, dtype=dtype)
+        from runtime.backends.cuda.copies import readable_in_place
         from runtime.backends.cuda.driver import make_driver
 
-        if isinstance(value, np.ndarray) and value.dtype == np.dtype(dtype) and value.flags.c_contiguous and make_driver().host_pinned(value):
+        if readable_in_place(make_driver(), value, dtype):
             return value
         out = self.empty(tuple(int(n) for n in value.shape), dtype)
         fill(out, value)

@@ -167,11 +167,15 @@ class _Regions:
         return i > 0 and self.ends[i - 1] > offset
 
 
+def readable_in_place(driver: GpuDriver, value, dtype) -> bool:
+    """Whether the copy engines may read `value` where it is as `dtype` values: a C-contiguous numpy array
+    of that dtype in page-locked memory."""
+    return isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype == np.dtype(dtype) and driver.host_pinned(value)
+
+
 def _external_view(driver: GpuDriver, node: MemNode, value) -> np.ndarray | None:
     """`value` as the node's host tensor when the copy engines may read it where it is, else None."""
-    if not isinstance(value, np.ndarray) or not value.flags.c_contiguous or value.dtype != numpy_dtype(node.dtype):
-        return None
-    if value.nbytes != node.nbytes or not driver.host_pinned(value):
+    if not isinstance(value, np.ndarray) or value.nbytes != node.nbytes or not readable_in_place(driver, value, numpy_dtype(node.dtype)):
         return None
     return value.reshape(tuple(node.shape))
 

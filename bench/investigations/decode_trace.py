@@ -1,12 +1,14 @@
 """Where a 7b decode step's time goes on the GPU: one Session, random KV caches (shared rows), 2 steps,
-the last step's trace written and summarised (vertices, GPU busy share, time per kind of vertex)."""
+the last step's trace written and summarised (vertices, GPU busy share, time per kind of vertex).
+Usage: python3 bench/investigations/decode_trace.py [GiB [batch [prompt]]] (default 16 16 2048)."""
 import json, os, sys, time
 import numpy as np
 from turnip import Session
 from runtime.summary import summarize
 
 gib = float(sys.argv[1]) if len(sys.argv) > 1 else 16
-batch, prompt = 16, 2048
+batch = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+prompt = int(sys.argv[3]) if len(sys.argv) > 3 else 2048
 out = os.environ.get("OUT", ".")
 began = time.perf_counter()
 with Session(config="7b", memory=int(gib * 2**30), backend="cuda") as session:
@@ -16,7 +18,7 @@ with Session(config="7b", memory=int(gib * 2**30), backend="cuda") as session:
     result = session.generate([np.arange(prompt) % 1000] * batch, 2, caches=caches)
     print("step s", result.step_seconds, "run s", getattr(result, "step_run_seconds", None), "compile", result.compile_seconds, flush=True)
     rec = result.recorder
-    rec.write_trace(f"{out}/decode-{gib:g}gib.json")
+    rec.write_trace(f"{out}/decode-{gib:g}gib-{batch}x{prompt}.json")
     graph, comps = rec.graph, rec.completions
     by = {}
     for c in comps:

@@ -26,7 +26,7 @@ from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
-from runtime.residency import placed_bytes
+from runtime.residency import copy_limits, partial_placements, placed_bytes
 from runtime.summary import RunSummary, summarize
 from turnip_ir.errors import BudgetError
 from turnip_ir.memgraph import MemGraph
@@ -74,6 +74,7 @@ def execute(
     close: bool = True,
     unchanged: Collection[str] = (),
     refresh: Mapping[str, list[tuple[int, int]]] | None = None,
+    partial: Mapping[str, int] | None = None,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -87,7 +88,11 @@ def execute(
     what was). `refresh`: inputs unchanged but for some rows, (start, stop) ranges of the input seen as
     rows of its last axis ([-1, last]; a cache column a step wrote into): when still in place, only
     those are copied. The caller
-    vouches for the values: a changed array named here would go unnoticed.
+    vouches for the values: a changed array named here would go unnoticed. `partial`: inputs of which
+    the run reads only the leading rows (task -> rows of the first axis; a decode step's last cache
+    column, filled only so far): they are placed and reloaded only that far (`summary.bytes_reloaded`
+    counts what moved). The caller vouches that no kernel reads past them; the rest of the tensor's
+    memory holds whatever was there.
     """
     if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
@@ -107,10 +112,13 @@ def execute(
     held = machine.held()
     refresh = refresh or {}
     kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh])} if keep else {}
+    placing = partial_placements(memgraph, partial, kept) if partial else kept
+    limits = copy_limits(graph, partial) if partial else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
         prepare_began = time.perf_counter()
-        machine.prepare(graph, arrays, kept) if kept else machine.prepare(graph, arrays)
+        machine.prepare(graph, arrays, placing) if placing else machine.prepare(graph, arrays)
+        machine.limit_copies(limits)
         prepare_time = time.perf_counter() - prepare_began
         external = machine.external_inputs()
         began = time.perf_counter()
@@ -124,8 +132,8 @@ def execute(
         held.ran(memgraph)
     else:
         machine.close()
-    summary = summarize(graph, recorder.completions, machine.name, order, wall)
-    in_place = {**kept, **dict.fromkeys(external)}  # read where the caller holds them: nothing copied
+    summary = summarize(graph, recorder.completions, machine.name, order, wall, limits)
+    in_place = {**placing, **dict.fromkeys(external)}  # read where the caller holds them: nothing copied
     summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time

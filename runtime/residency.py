@@ -83,6 +83,50 @@ def placements(target, value, task: str, keep: Mapping[str, list[tuple[int, int]
     return [] if keep[task] is None else refreshed(target, value, keep[task])
 
 
+def leading_flat_rows(shape, rows: int) -> int:
+    """Flat rows (`row_length`) in the first `rows` entries of the leading axis of an array of `shape`."""
+    shape = tuple(int(n) for n in shape)
+    per_row = math.prod(shape[1:]) // row_length(shape) if len(shape) > 1 else 1
+    return rows * per_row
+
+
+def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Mapping[str, list[tuple[int, int]] | None]) -> dict:
+    """`kept` with every input of `partial` (task -> leading rows the run reads) placed only that far:
+    an input not in place already gets the range of its first rows (flat rows, `refreshed`); one in place
+    keeps what `kept` says (its rows since written are in its ranges)."""
+    merged = dict(kept)
+    for node in memgraph.nodes:
+        if node.op == "input" and node.task in partial and node.task not in merged and node.shape:
+            rows = min(int(partial[node.task]), int(node.shape[0]))
+            if rows < node.shape[0]:
+                merged[node.task] = [(0, leading_flat_rows(node.shape, rows))]
+    return merged
+
+
+def copy_limits(graph, partial: Mapping[str, int]) -> dict[int, int]:
+    """The reload vertices of `graph` (an ExecGraph) that copy an input of `partial` (task -> leading rows
+    the run reads) from its host home, mapped to those rows where they are fewer than the tensor's: the
+    run need move no more (`Backend.limit_copies`)."""
+    if not partial:
+        return {}
+    limits = {}
+    for vertex in range(len(graph)):
+        node = graph.node(vertex)
+        if node.op != "reload" or not node.shape:
+            continue
+        source = graph.node(graph.sources[vertex][0])
+        if source.op == "input" and source.task in partial:
+            rows = max(0, min(int(partial[source.task]), int(node.shape[0])))
+            if rows < node.shape[0]:
+                limits[vertex] = rows
+    return limits
+
+
+def limited_bytes(node, rows: int) -> int:
+    """Bytes in the first `rows` entries of `node`'s leading axis."""
+    return node.nbytes // int(node.shape[0]) * rows if node.shape and node.shape[0] else 0
+
+
 def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None]) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
     `kept` one nothing (None) or only the flat rows it names (`refreshed`)."""

@@ -5,10 +5,12 @@ Computed once after a run from the recorded completions (interval unions per GPU
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from runtime.backends.base import Completion
 from runtime.graph import ExecGraph
+from runtime.residency import limited_bytes
 from turnip_ir.units import format_size
 
 
@@ -115,7 +117,11 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def summarize(graph: ExecGraph, completions: list[Completion], backend: str, order: str, wall: float) -> RunSummary:
+def summarize(graph: ExecGraph, completions: list[Completion], backend: str, order: str, wall: float,
+              limits: Mapping[int, int] | None = None) -> RunSummary:
+    """The run's summary from its completions; `limits`: copies that moved only some leading rows
+    (`Backend.limit_copies`), counted at what they moved."""
+    limits = limits or {}
     starts = [c.start for c in completions]
     makespan = max((c.end for c in completions), default=0.0) - min(starts, default=0.0)
     summary = RunSummary(backend, order, len(graph), wall, makespan)
@@ -131,7 +137,8 @@ def summarize(graph: ExecGraph, completions: list[Completion], backend: str, ord
             continue
         transfers[lane.device].append(span)
         per_kind[lane.kind].append(span)
-        volume[lane.kind] += graph.node(done.vertex).nbytes
+        node = graph.node(done.vertex)
+        volume[lane.kind] += node.nbytes if done.vertex not in limits else limited_bytes(node, limits[done.vertex])
     for device in range(graph.memgraph.devices):
         busy = union_length(compute[device])
         summary.busy.append(busy / makespan if makespan > 0 else 0.0)

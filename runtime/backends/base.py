@@ -58,6 +58,12 @@ class Backend:
         the memory holding one must copy it all the same."""
         raise NotImplementedError
 
+    def limit_copies(self, limits: Mapping[int, int]) -> None:
+        """For the run that follows `prepare`: the reload vertices in `limits` (vertex -> rows) copy only
+        that many leading rows of their tensor (runtime/residency.py, `copy_limits`); every other copy
+        moves it whole. The caller vouches that no kernel reads a row past them. Copying more is never
+        wrong, so the default copies everything."""
+
     def held(self) -> Residency:
         """What this backend's memory still holds from its last run (runtime/residency.py)."""
         held = self.__dict__.get("_held")

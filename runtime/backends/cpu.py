@@ -47,6 +47,8 @@ class CpuBackend(Backend):
         self.jobs: list[queue.SimpleQueue] = []
         self.threads: list[threading.Thread] = []
         self.work: list = []
+        self.limited: dict = {}
+        """Vertex -> the job of a copy limited to some leading rows for this run (`limit_copies`)."""
         self.graph: ExecGraph | None = None
         self.origin = time.perf_counter()
         self.blas_limit = None
@@ -68,6 +70,7 @@ class CpuBackend(Backend):
         if not same:
             self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
         self.graph = graph
+        self.limited = {}
         self.place_inputs(inputs, keep)
         if self.blas_limit is None:
             # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads
@@ -135,7 +138,7 @@ class CpuBackend(Backend):
                 if self.jitter > 0:
                     time.sleep(rng.uniform(0.0, self.jitter))
                 if not self.noop:
-                    self.work[vertex]()
+                    self.limited.get(vertex, self.work[vertex])()
             except Exception as err:  # reported to the loop, which names the vertex
                 error = err
             self.completed.put(Completion(vertex, lane.index, start, self.now(), error))
@@ -206,6 +209,15 @@ class CpuBackend(Backend):
             impl = NUMPY_KERNELS[node.kernel]
             return lambda: impl(reads, out, node.attrs)
         return lambda: np.copyto(out, reads[0])
+
+    def limit_copies(self, limits: Mapping[int, int]) -> None:
+        limited = {}
+        for vertex, rows in limits.items():
+            node = self.graph.node(vertex)
+            out = self._view(node, self.arenas[node.device], node.loc, "location")[:rows]
+            read = self._stored(self.graph.node(self.graph.sources[vertex][0]), node)[:rows]
+            limited[vertex] = lambda out=out, read=read: np.copyto(out, read)
+        self.limited = limited
 
     def _stored(self, source: MemNode, user: MemNode) -> np.ndarray:
         if source.storage is None:

@@ -43,6 +43,7 @@ import numpy as np
 from runtime.backends.base import Backend, Completion
 from turnip_ir.cost import CostModel
 from runtime.graph import ExecGraph, Lane
+from runtime.residency import limited_bytes
 from turnip_ir.errors import InputError
 
 EPSILON = 1e-12
@@ -117,6 +118,10 @@ class SimBackend(Backend):
                 self.deps[user].append(vertex)
         rng = np.random.default_rng(self.seed)
         self.factor = rng.uniform(1.0 - self.jitter, 1.0 + self.jitter, size=len(graph)).tolist()
+        self.limits: Mapping[int, int] = {}
+
+    def limit_copies(self, limits: Mapping[int, int]) -> None:
+        self.limits = dict(limits)
 
     def now(self) -> float:
         return self.clock
@@ -124,7 +129,7 @@ class SimBackend(Backend):
     def submit(self, vertex: int, lane: Lane) -> None:
         node = self.graph.node(vertex)
         if lane.kind in ("h2d", "d2h"):
-            work = float(node.nbytes)
+            work = float(node.nbytes if vertex not in self.limits else limited_bytes(node, self.limits[vertex]))
         else:
             work = self.cost.duration(node, [self.graph.node(s) for s in self.graph.sources[vertex]])
         self.host = max(self.host, self.clock) + self.cost.host_per_vertex

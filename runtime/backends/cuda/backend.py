@@ -92,6 +92,8 @@ class CudaBackend(Backend):
         self.graph: ExecGraph | None = None
         self.views: TensorViews | None = None
         self.work: list = []
+        self.limited: dict = {}
+        """Vertex -> the work of a copy limited to some leading rows for this run (`limit_copies`)."""
         self.deps: list[list[int]] = []
         self.lane_of: list[int] = []
         self.fifo: list[deque] = []
@@ -190,6 +192,7 @@ class CudaBackend(Backend):
                 self.deps[user].append(vertex)
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = []
+        self.limited = {}
 
     def _build(self, graph: ExecGraph, vertex: int):
         node = graph.node(vertex)
@@ -203,6 +206,9 @@ class CudaBackend(Backend):
                 return builders.build_work(node, [self.views.gpu[s] for s in sources], self.views.gpu[vertex], self.services)
             except KernelError as err:
                 raise KernelError(f"node {node.id} ({node.task}): {err}") from None
+
+    def limit_copies(self, limits: Mapping[int, int]) -> None:
+        self.limited = {vertex: self.views.copy_work(vertex, self.devices.streams, rows) for vertex, rows in limits.items()}
 
     def place_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         """Put the inputs in place again, for another run of the same prepared memgraph (benchmarks): a run
@@ -244,7 +250,7 @@ class CudaBackend(Backend):
         start = clock.event(device)
         driver.record(start, stream)
         began = clock.now()
-        work = self.work[vertex]
+        work = self.limited.get(vertex, self.work[vertex])
         try:
             if work is not None:
                 work(index)

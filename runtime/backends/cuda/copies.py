@@ -93,8 +93,9 @@ class TensorViews:
                 return False
         return True
 
-    def copy_work(self, vertex: int, streams: list):
-        """`work(lane)` of a reload, offload or move vertex; None for an empty tensor."""
+    def copy_work(self, vertex: int, streams: list, rows: int | None = None):
+        """`work(lane)` of a reload, offload or move vertex; None for an empty tensor. `rows`: copy only
+        that many leading rows (a limited reload, `Backend.limit_copies`)."""
         node = self.graph.node(vertex)
         source = self.graph.sources[vertex][0]
         kind = COPY_KINDS[node.op]
@@ -106,6 +107,10 @@ class TensorViews:
             src, dst = self.gpu[source], self.gpu[vertex]
         if src is None or dst is None:
             return None
+        if rows is not None:
+            src, dst = src[:rows], dst[:rows]
+            if not rows:
+                return None
         return self.driver.copy(kind, src, dst, streams)
 
     def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:

@@ -61,9 +61,10 @@ class GenerateResult:
     """False on the sim backend: no values, `tokens` is -1."""
     prefill_seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
-    """Per decode step, what it took but its compile: loading the plan, copying what is not in place
-    yet, the run and reading the outputs (on the sim: the predicted makespan plus the copies before
-    the run at the cost model's host-to-device rate)."""
+    """Per decode step, its wall time but its compile: the inputs fed, the plan loaded, what is not in
+    place yet copied, the run, the outputs read, the new rows appended and the next tokens chosen (on
+    the sim: the predicted makespan plus the copies before the run at the cost model's host-to-device
+    rate)."""
     step_run_seconds: list[float] = field(default_factory=list)
     """Per decode step, the executor's run alone (the sim's makespan)."""
     compile_seconds: float = 0.0
@@ -181,6 +182,7 @@ class Session:
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
         for step in range(int(max_new_tokens)):
+            began, compiled = time.perf_counter(), stats.compile_seconds
             logits = self._decode(current, cache, stats)
             if not stats.computed:
                 current[:] = 0
@@ -192,6 +194,7 @@ class Session:
             chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
             finished |= np.isin(chosen, self.config.eos_token_id)
             stats.tokens[:, step] = current = chosen
+            stats.step_seconds.append(time.perf_counter() - began - (stats.compile_seconds - compiled))
         return stats
 
     # ----- steps --------------------------------------------------------------------------------------
@@ -225,18 +228,22 @@ class Session:
         # last run are copied again (refresh) where the column is still in place
         columns = step.cache_inputs()
         identities = {name: ("kv", self._calls, j, rows) for name, (_, _, j, rows) in columns.items()}
-        refresh = {}
+        refresh, partial = {}, {}
+        longest = max(step.cache_lengths)
         for name, (_, _, j, rows) in columns.items():
             written = cache.written(j, rows)
             if written:
                 refresh[name] = written
-        result, seconds, whole = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities, refresh=refresh)
+            if longest - j * self.kv_block < rows:  # the last column: its rows past the longest sequence are never read
+                partial[name] = longest - j * self.kv_block
+        result, seconds, whole = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities,
+                                           refresh=refresh, partial=partial)
         cache.settle()
         stats.step_run_seconds.append(seconds)
         stats.step_bytes_placed.append(result.summary.bytes_placed)
-        stats.step_seconds.append(whole)
         stats.recorder = result.recorder
         if not stats.computed:
+            stats.step_seconds.append(whole)  # the sim's clock (generate times the others whole)
             empty = np.zeros((step.batch, 0), self.config.dtype)
             cache.append([(empty, empty)] * self.config.num_hidden_layers)
             return None
@@ -258,7 +265,8 @@ class Session:
         hidden = llama.embed(self.weights, tokens, self.config)
         return step.feed(self.weights, hidden, cache)
 
-    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None):
+    def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
+             partial=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
         the result, the run's seconds (the sim's predicted makespan, else the wall time of the loop) and
         the whole call's but the compile (the sim: the makespan plus the copies before the run).
@@ -267,7 +275,9 @@ class Session:
         the inputs that survive a run stay on the GPU for the next. Inputs whose value is the one the
         backend had in its last run are not copied again (`unchanged`): the weights always, a cache
         block when `identities` (input id -> what identifies its rows) names the same rows of the same call,
-        but for the rows `refresh` names (input id -> rows written since the last run), copied again."""
+        but for the rows `refresh` names (input id -> rows written since the last run), copied again.
+        `partial`: inputs whose leading rows alone are read (input id -> rows; the cache's last column,
+        filled only so far): only those are placed and reloaded (runtime.execute)."""
         memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
         self._runs += 1
         current = self._identities(graph, identities or {})
@@ -280,7 +290,7 @@ class Session:
         try:
             # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
             result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
-                             close=False, verify=False, unchanged=unchanged, refresh=rows)
+                             close=False, verify=False, unchanged=unchanged, refresh=rows, partial=partial)
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise

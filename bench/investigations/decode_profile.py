@@ -1,7 +1,8 @@
 """Where a 7b decode step's wall time goes outside the executor's run, on the GPU: one Session per budget,
 random KV caches in one shared buffer (KvCache.wrap), one generate call whose steps after the warm ones are profiled;
 prints step and run ms and the top functions by cumulative and own time (the run's loop included, so its
-share is visible). Usage: python3 bench/investigations/decode_profile.py [GiB ...] (default 40 16)."""
+share is visible). Usage: python3 bench/investigations/decode_profile.py [GiB[@BxP] ...] (default 40 16; B x P
+16 x 2048 unless given, e.g. 4@64x512)."""
 import cProfile, io, os, pstats, sys, time
 from pathlib import Path
 
@@ -12,16 +13,23 @@ from frontend.workloads.llama.decode import KV_BLOCK  # noqa: E402
 from frontend.workloads.llama.kv_cache import KvCache  # noqa: E402
 from turnip import Session  # noqa: E402
 
-batch, prompt, warm, profiled = 16, 2048, 3, 6
-budgets = [float(a) for a in sys.argv[1:]] or [40.0, 16.0]
+warm, profiled = 3, 6
 out = os.environ.get("OUT", ".")
-capacity = ((prompt + warm + profiled) // KV_BLOCK + 2) * KV_BLOCK
-rows = (np.random.default_rng(0).standard_normal((capacity, batch, 4096), dtype=np.float32) * 0.1).astype(np.float16)
-for gib in budgets:
+points = []
+for arg in sys.argv[1:] or ["40", "16"]:
+    gib, _, shape = arg.partition("@")
+    batch, _, prompt = (shape or "16x2048").partition("x")
+    points.append((float(gib), int(batch), int(prompt)))
+for gib, batch, prompt in points:
+    capacity = ((prompt + warm + profiled) // KV_BLOCK + 2) * KV_BLOCK
+    rows = (np.random.default_rng(0).standard_normal((capacity, batch, 4096), dtype=np.float32) * 0.1).astype(np.float16)
     began = time.perf_counter()
     with Session(config="7b", memory=int(gib * 2**30), backend="cuda") as session:
         prompts = [np.arange(prompt) % 1000] * batch
-        kv = [(rows, rows.copy()) for _ in range(32)]
+        pair = [session.host.empty(rows.shape, rows.dtype) for _ in range(2)]  # page-locked on cuda: read in place
+        for buffer in pair:
+            buffer[...] = rows
+        kv = [tuple(pair)] * 32  # every layer's columns in the same two buffers (the values do not matter here)
         cache = KvCache.wrap(kv, [prompt - 1] * batch, KV_BLOCK)
         forced = np.zeros((batch, warm + profiled), dtype=np.int64)
         profile, first, calls, decode = cProfile.Profile(), cProfile.Profile(), [0], session._decode
@@ -54,9 +62,9 @@ for gib in budgets:
         pstats.Stats(first, stream=text).sort_stats("cumulative").print_stats("passes|session|api|arena|reserve|scratch", 25)
         print(f"warm steps (compile {result.compile_seconds:.1f} s):")
         print("\n".join(line[:150] for line in text.getvalue().splitlines()[6:]), flush=True)
-        first.dump_stats(f"{out}/decode-warm-{gib:g}gib.prof")
+        first.dump_stats(f"{out}/decode-warm-{gib:g}gib-{batch}x{prompt}.prof")
         for key in ("cumulative", "tottime"):
             text = io.StringIO()
             pstats.Stats(profile, stream=text).sort_stats(key).print_stats(18)
             print("\n".join(line[:150] for line in text.getvalue().splitlines()[6:]), flush=True)
-        profile.dump_stats(f"{out}/decode-profile-{gib:g}gib.prof")
+        profile.dump_stats(f"{out}/decode-profile-{gib:g}gib-{batch}x{prompt}.prof")

@@ -79,6 +79,8 @@ class DriverCalls:
         self._elapsed = _entry(lib.cuEventElapsedTime, ctypes.POINTER(ctypes.c_float), pointer, pointer)
         self._host_func = _entry(lib.cuLaunchHostFunc, pointer, pointer, pointer)
         self._attribute = _entry(lib.cuPointerGetAttribute, pointer, ctypes.c_int, pointer)
+        self._d2h = _entry(lib.cuMemcpyDtoHAsync_v2, pointer, ctypes.c_uint64, ctypes.c_size_t, pointer)
+        self._h2d = _entry(lib.cuMemcpyHtoDAsync_v2, ctypes.c_uint64, pointer, ctypes.c_size_t, pointer)
         self._ms = ctypes.c_float()
         self._ms_ref = ctypes.byref(self._ms)
         self._kind = ctypes.c_uint()
@@ -97,6 +99,12 @@ class DriverCalls:
 
     def launch_host_func(self, stream: int, function: int, data: int) -> None:
         self._check(self._host_func(stream, function, data), "cuLaunchHostFunc")
+
+    def copy_d2h(self, host: int, device: int, count: int, stream: int | None) -> None:
+        self._check(self._d2h(host, device, count, stream), "cuMemcpyDtoHAsync")
+
+    def copy_h2d(self, device: int, host: int, count: int, stream: int | None) -> None:
+        self._check(self._h2d(device, host, count, stream), "cuMemcpyHtoDAsync")
 
     def host_pinned(self, pointer: int) -> bool:
         """Whether host address `pointer` lies in page-locked memory the driver knows (cudaHostAlloc'd or

@@ -107,11 +107,12 @@ class GpuDriver:
         with contextlib.suppress(Exception):
             cupy.cuda.runtime.setDevice(device)
 
-    def copy(self, kind: str, source, target, streams: list):
-        """`work(lane)`: one async driver call copying `source` to `target`, pointers resolved now."""
+    def copy(self, kind: str, source, target, streams: list, count: int | None = None):
+        """`work(lane)`: one async driver call copying `source` to `target` (their first `count` bytes:
+        whole leading rows), pointers resolved now."""
         from numba.cuda.cudadrv.driver import driver
 
-        count = target.nbytes
+        count = target.nbytes if count is None else count
         handles = [stream_handle(stream) for stream in streams]
         if kind == "h2d":
             call, dst, src = driver.cuMemcpyHtoDAsync, device_pointer(target), source.ctypes.data
@@ -139,22 +140,24 @@ class GpuDriver:
         copies cost microseconds each, where numba's copy_to_device costs a slice and a sync apiece."""
         from numba.cuda.cudadrv.driver import driver
 
+        calls = driver_calls()
         for device, group in _by_device(copies).items():
             with self.on(device):
                 for _, target, source, rows in group:
                     dst, src = device_pointer(target), source.ctypes.data
                     for start, stop in _byte_ranges(source, rows):
-                        driver.cuMemcpyHtoDAsync(dst + start, src + start, stop - start, 0)
+                        calls.copy_h2d(dst + start, src + start, stop - start, None)
                 driver.cuCtxSynchronize()
 
     def get(self, copies: list) -> None:
         """Device arrays into host arrays of the same bytes, (device, source, target) each, then one wait per GPU."""
         from numba.cuda.cudadrv.driver import driver
 
+        calls = driver_calls()
         for device, group in _by_device(copies).items():
             with self.on(device):
                 for _, source, target in group:
-                    driver.cuMemcpyDtoHAsync(target.ctypes.data, device_pointer(source), target.nbytes, 0)
+                    calls.copy_d2h(target.ctypes.data, device_pointer(source), target.nbytes, None)
                 driver.cuCtxSynchronize()
 
     def stream_failure(self, stream) -> Exception | None:
@@ -255,7 +258,10 @@ class SimDriver(GpuDriver):
     def restore_device(self, device: int) -> None:
         pass
 
-    def copy(self, kind: str, source, target, streams: list):
+    def copy(self, kind: str, source, target, streams: list, count: int | None = None):
+        if count is not None:  # whole leading rows
+            rows = count // (target.nbytes // target.shape[0])
+            source, target = source[:rows], target[:rows]
         if kind == "d2h":  # host views of bfloat16 are ml_dtypes' type, device views uint16: copy the bytes
             return lambda lane: source.copy_to_host(target.view(source.dtype))
         return lambda lane: target.copy_to_device(source.view(target.dtype))

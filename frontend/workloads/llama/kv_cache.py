@@ -79,9 +79,15 @@ class KvCache:
         where = [divmod(int(n), self.block) for n in self.lengths]
         if any(j >= self.columns for j, _ in where):
             raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
+        groups = {}  # column -> (rows, sequences): one fancy-indexed copy per column, not one per sequence
+        for b, (j, r) in enumerate(where):
+            groups.setdefault(j, ([], []))
+            groups[j][0].append(r)
+            groups[j][1].append(b)
+        groups = {j: (np.asarray(r), np.asarray(b)) for j, (r, b) in groups.items()}
         for buffers, new in zip(self.buffers, rows, strict=True):
             for columns, values in zip(buffers, new):
-                for b, (j, r) in enumerate(where):
+                for j, (r, b) in groups.items():
                     columns[j][r, b] = values[b]
         batch = len(self.lengths)
         for b, (j, r) in enumerate(where):

@@ -18,15 +18,17 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
   turnip@G         `turnip.Session` at a budget of G GiB, decoding in the same pinned KV buffers
                    (`generate(caches=KvCache.wrap(...))`: no copy), fed torch-resident's greedy tokens
                    (teacher forcing), so its logits are compared with torch-resident's per step; all N
-                   steps (`--turnip-steps` fewer); a step's time is all of it but its compile (placing
-                   what changed, the run, the outputs); one prefill of one prompt (P-1 tokens) is timed
+                   steps (`--turnip-steps` fewer); a step's time is all of it but its compile (the
+                   feed, placing what changed, the run, the outputs, appending the rows, the tokens); one prefill of one prompt (P-1 tokens) is timed
                    apart, and `turnip llama` of the same prompt for comparison (at the first `--prefills` budgets);
   turnip@G/fixed   (with --orders nondet fixed) the same with the fixed dispatch order;
   ragged shapes    B x P:ragged draws prompt lengths uniformly in [P/2, P]: turnip only (the torch
                    decoders assume one length), nondet against fixed;
   hf-offload       (with --hf) transformers' LlamaForCausalLM through accelerate, weights capped at the
                    smallest budget, `--hf-steps` new tokens (prefill included in its wall time: the
-                   per-step figure is the time after the first token), default cache.
+                   per-step figure is the time after the first token), with the default cache (on
+                   the GPU) and, as hf-offload@G/offloaded, transformers' offloaded cache
+                   (`cache_implementation="offloaded"`: each layer's KV to the host and back).
 Times: CUDA-synchronized wall clock, the median of the decode steps after the first. Prints one table
 last; the JSON (--json, default $OUT/generate.json) keeps every figure. `--time-limit` skips what would
 start after it, saying so, so a benchmark stage always ends with its table.
@@ -339,11 +341,14 @@ def llama_prefill(host: Host, device: str, budget: float, ids: np.ndarray) -> fl
     return execute(memgraph, backend=device, inputs=built.feed(host.numpy, ids), verify=False).summary.wall_time
 
 
-def run_hf(torch, host: Host, budget: float, prompts: list, steps: int) -> dict:
-    """transformers + accelerate with the weights capped at `budget` GiB; seconds per new token after the first."""
+def run_hf(torch, host: Host, budget: float, prompts: list, steps: int, cache: str = "default") -> dict:
+    """transformers + accelerate with the weights capped at `budget` GiB; seconds per new token after the
+    first. `cache`: "default" (the KV cache on the GPU) or "offloaded" (transformers' OffloadedCache)."""
     from accelerate import dispatch_model, infer_auto_device_map
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()  # its own peak, not an earlier system's
     c = host.config
     hf_config = LlamaConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_hidden_layers=c.num_hidden_layers,
                             num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
@@ -361,12 +366,13 @@ def run_hf(torch, host: Host, budget: float, prompts: list, steps: int) -> dict:
         torch.cuda.synchronize()
         began = time.perf_counter()
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                           **({} if cache == "default" else {"cache_implementation": "offloaded"}))
         torch.cuda.synchronize()
         times.append(time.perf_counter() - began)
     peak = torch.cuda.max_memory_allocated()
     del model
-    return {"step_s": [(times[1] - times[0]) / (steps - 1)], "prefill_s": times[0], "peak_bytes": peak, "new_tokens": steps}
+    return {"step_s": [(times[1] - times[0]) / (steps - 1)], "prefill_s": times[0], "peak_bytes": peak, "new_tokens": steps, "cache": cache}
 
 
 # ----- one shape ------------------------------------------------------------------------------------------
@@ -413,7 +419,9 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
             elif got:
                 got.pop("logits")
     if args.hf and device == "cuda":
-        attempt(systems, f"hf-offload@{min(args.budgets):g}", lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps), limit)
+        for cache in ("default", "offloaded"):
+            name = f"hf-offload@{min(args.budgets):g}" + ("" if cache == "default" else "/offloaded")
+            attempt(systems, name, lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps, cache), limit)
 
 
 def attempt_system(systems: dict, name: str, run, limit: float, save) -> dict | None:

@@ -22,6 +22,7 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
                    feed, placing what changed, the run, the outputs, appending the rows, the tokens); one prefill of one prompt (P-1 tokens) is timed
                    apart, and `turnip llama` of the same prompt for comparison (at the first `--prefills` budgets);
   turnip@G/fixed   (with --orders nondet fixed) the same with the fixed dispatch order;
+  turnip@G/qD      (with --queue-depths 2 D) the cuda backend queueing up to D vertices per compute lane;
   ragged shapes    B x P:ragged draws prompt lengths uniformly in [P/2, P]: turnip only (the torch
                    decoders assume one length), nondet against fixed;
   hf-offload       (with --hf) transformers' LlamaForCausalLM through accelerate, weights capped at the
@@ -68,6 +69,8 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--budgets", type=float, nargs="+", default=[4, 16, 40], help="turnip budgets, GiB per GPU")
     parser.add_argument("--turnip-steps", type=int, default=0, help="decode steps for turnip (default 0: all --new-tokens)")
     parser.add_argument("--orders", nargs="+", default=["nondet"], help="turnip dispatch orders (nondet, fixed, random)")
+    parser.add_argument("--queue-depths", nargs="+", type=int, default=[2],
+                        help="the cuda backend's compute-lane queue depths to run turnip with (turnip@G/qD past the first)")
     parser.add_argument("--prefills", type=int, default=99, help="time one prompt's prefill at the first N budgets only (each compiles a 7b prefill)")
     parser.add_argument("--hf", action="store_true", help="also HF transformers + accelerate offload (slow)")
     parser.add_argument("--hf-steps", type=int, default=4)
@@ -306,13 +309,15 @@ def sync(torch, device: str) -> None:
 
 # ----- turnip and HF ---------------------------------------------------------------------------------------
 def run_turnip(host: Host, device: str, budget: float, prompts: list, forced: np.ndarray, steps: int,
-               prefill: bool, order: str = "nondet") -> dict:
+               prefill: bool, order: str = "nondet", queue_depth: int = 2) -> dict:
     """One session at `budget` GiB: with `prefill`, a prefill of one prompt (timed apart, and the same
     prompt through `turnip llama`'s path: compile and run of the prefill graph); then `steps`
     teacher-forced steps of the batch, in the host's pinned KV buffers."""
     from turnip import Session
 
-    with Session(config=host.config, weights=host.numpy, memory=int(budget * GIB), backend=device, order=order) as session:
+    options = {"queue_depth": queue_depth} if device == "cuda" else {}
+    with Session(config=host.config, weights=host.numpy, memory=int(budget * GIB), backend=device, order=order,
+                 backend_options=options) as session:
         began = time.perf_counter()
         alone = session.generate([prompts[0]], 1) if prefill else None
         first_call = time.perf_counter() - began
@@ -413,10 +418,10 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
         torch.cuda.empty_cache()
     forced = resident["tokens"] if resident else np.zeros((batch, steps), np.int64)
     for i, budget in enumerate(args.budgets):
-        for order in args.orders:
-            prefill = i < args.prefills and order == args.orders[0]
-            name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}")
-            got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, forced, turnip_steps, prefill, order), limit)
+        for order, depth in [(order, depth) for order in args.orders for depth in args.queue_depths]:
+            prefill = i < args.prefills and order == args.orders[0] and depth == args.queue_depths[0]
+            name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}") + ("" if depth == args.queue_depths[0] else f"/q{depth}")
+            got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, forced, turnip_steps, prefill, order, depth), limit)
             if got and resident:
                 got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
             elif got:

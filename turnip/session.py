@@ -100,8 +100,10 @@ class Session:
 
     def __init__(self, config: llama.LlamaConfig | str | None = None, weights: Mapping | str | Path | None = None,
                  memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
-                 dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK):
+                 dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None):
         self.backend = resolve_backend(backend)
+        self.backend_options = dict(backend_options or {})
+        """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
         if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
             raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
         self.config, source = _model(config, weights, seed, dtype, self.backend)
@@ -358,7 +360,7 @@ class Session:
         """The session's prepared backend (made at the first run, and after a failed one)."""
         if self._machine is None:
             self._placed = {}
-            self._machine = make_backend(self.backend, seed=self.seed)
+            self._machine = make_backend(self.backend, seed=self.seed, **self.backend_options)
             self.backends_built += 1
         return self._machine
 

@@ -94,9 +94,12 @@ def execute(
     counts what moved). The caller vouches that no kernel reads past them; the rest of the tensor's
     memory holds whatever was there.
     """
-    if inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
+    facts = _PLAN_FACTS.get(memgraph) if not close else None  # a plan run again: what it is read once
+    if facts is None and inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
         infer_types(memgraph, known)  # a hand-written memgraph without types: learn them from the inputs
+    if facts is None and not close:
+        facts = _PLAN_FACTS[memgraph] = _PlanFacts.of(memgraph)
     if close:
         check_types(memgraph)
         graph = build_exec_graph(memgraph, streams, cost)
@@ -106,13 +109,15 @@ def execute(
         verify_memgraph(memgraph)
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed, cost=cost) if isinstance(backend, str) else backend
-    arrays = make_inputs(input_specs(memgraph), inputs, seed) if machine.needs_data else {}
+    specs = facts.specs if facts is not None else input_specs(memgraph)
+    arrays = make_inputs(specs, inputs, seed) if machine.needs_data else {}
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
     held = machine.held()
     refresh = refresh or {}
-    kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh])} if keep else {}
-    placing = partial_placements(memgraph, partial, kept) if partial else kept
+    input_nodes = facts.inputs if facts is not None else None
+    kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh], input_nodes)} if keep else {}
+    placing = partial_placements(memgraph, partial, kept, input_nodes) if partial else kept
     limits = copy_limits(graph, partial) if partial else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
@@ -129,12 +134,12 @@ def execute(
         machine.close()
         raise
     if keep:
-        held.ran(memgraph)
+        held.ran(memgraph, facts.survivors if facts is not None else None)
     else:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall, limits)
     in_place = {**placing, **dict.fromkeys(external)}  # read where the caller holds them: nothing copied
-    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place)
+    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     return RunResult(outputs, summary, recorder)
@@ -144,6 +149,24 @@ _PREPARED: WeakKeyDictionary = WeakKeyDictionary()
 """memgraph -> {(streams, cost): ExecGraph}: a plan run again on a prepared backend (a session's decode
 step) is checked and turned into its ExecGraph once (the ExecGraph is read-only to the executor and the
 backends; such plans are not edited between runs)."""
+
+
+@dataclass
+class _PlanFacts:
+    """What a run reads of a plan run again and again (`execute(..., close=False)`), read once: its input
+    specs and nodes and the inputs its runs leave in place (such plans are not edited between runs)."""
+
+    specs: dict
+    inputs: list
+    survivors: dict
+
+    @classmethod
+    def of(cls, memgraph: MemGraph) -> _PlanFacts:
+        return cls(input_specs(memgraph), [node for node in memgraph.nodes if node.op == "input"], memgraph.surviving_inputs())
+
+
+_PLAN_FACTS: WeakKeyDictionary = WeakKeyDictionary()
+"""memgraph -> _PlanFacts, for plans run on a prepared backend."""
 
 
 def _exec_graph(memgraph: MemGraph, streams: int, cost: CostModel | None):

@@ -29,14 +29,15 @@ class Residency:
         self.storage_of: MemGraph | None = None
         """The memgraph whose storage-start inputs are in place (the last one run)."""
 
-    def kept(self, memgraph: MemGraph, unchanged: Collection[str]) -> set[str]:
-        """The inputs of `memgraph` (by task) that are already in place with an unchanged value."""
+    def kept(self, memgraph: MemGraph, unchanged: Collection[str], inputs=None) -> set[str]:
+        """The inputs of `memgraph` (by task) that are already in place with an unchanged value (`inputs`:
+        its input nodes, when the caller has them)."""
         if not unchanged:
             return set()
         unchanged = set(unchanged)
         same_plan = memgraph is self.storage_of
         kept = set()
-        for node in memgraph.nodes:
+        for node in memgraph.nodes if inputs is None else inputs:
             if node.op != "input" or node.task not in unchanged:
                 continue
             if node.loc is not None:
@@ -46,9 +47,10 @@ class Residency:
                 kept.add(node.task)
         return kept
 
-    def ran(self, memgraph: MemGraph) -> None:
-        """`memgraph` ran to completion: its surviving GPU inputs and its storage inputs are in place."""
-        self.gpu = memgraph.surviving_inputs()
+    def ran(self, memgraph: MemGraph, survivors: Mapping[str, tuple[int, int, int]] | None = None) -> None:
+        """`memgraph` ran to completion: its surviving GPU inputs (`survivors`, when the caller has them)
+        and its storage inputs are in place."""
+        self.gpu = dict(memgraph.surviving_inputs() if survivors is None else survivors)
         self.storage_of = memgraph
 
     def forget(self) -> None:
@@ -90,12 +92,14 @@ def leading_flat_rows(shape, rows: int) -> int:
     return rows * per_row
 
 
-def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Mapping[str, list[tuple[int, int]] | None]) -> dict:
+def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Mapping[str, list[tuple[int, int]] | None],
+                       inputs=None) -> dict:
     """`kept` with every input of `partial` (task -> leading rows the run reads) placed only that far:
     an input not in place already gets the range of its first rows (flat rows, `refreshed`); one in place
-    keeps what `kept` says (its rows since written are in its ranges)."""
+    keeps what `kept` says (its rows since written are in its ranges). `inputs`: its input nodes, when
+    the caller has them."""
     merged = dict(kept)
-    for node in memgraph.nodes:
+    for node in memgraph.nodes if inputs is None else inputs:
         if node.op == "input" and node.task in partial and node.task not in merged and node.shape:
             rows = min(int(partial[node.task]), int(node.shape[0]))
             if rows < node.shape[0]:
@@ -127,11 +131,12 @@ def limited_bytes(node, rows: int) -> int:
     return node.nbytes // int(node.shape[0]) * rows if node.shape and node.shape[0] else 0
 
 
-def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None]) -> tuple[int, int]:
+def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None], inputs=None) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
-    `kept` one nothing (None) or only the flat rows it names (`refreshed`)."""
+    `kept` one nothing (None) or only the flat rows it names (`refreshed`). `inputs`: its input nodes,
+    when the caller has them."""
     gpu = storage = 0
-    for node in memgraph.nodes:
+    for node in memgraph.nodes if inputs is None else inputs:
         if node.op != "input":
             continue
         count = node.nbytes

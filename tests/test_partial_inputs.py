@@ -104,7 +104,7 @@ def test_a_session_decodes_the_same_tokens_moving_less(monkeypatch):
 
     part = run()
     monkeypatch.setattr(runtime.api, "copy_limits", lambda graph, partial: {})
-    monkeypatch.setattr(runtime.api, "partial_placements", lambda memgraph, partial, kept: kept)
+    monkeypatch.setattr(runtime.api, "partial_placements", lambda memgraph, partial, kept, inputs=None: kept)
     whole = run()
     np.testing.assert_array_equal(part.tokens, whole.tokens)
     assert whole.bytes_reloaded > 0

@@ -94,6 +94,8 @@ class CudaBackend(Backend):
         self.work: list = []
         self.limited: dict = {}
         """Vertex -> the work of a copy limited to some leading rows for this run (`limit_copies`)."""
+        self._deps_of = None
+        """The ExecGraph `deps` was made for."""
         self.deps: list[list[int]] = []
         self.lane_of: list[int] = []
         self.fifo: list[deque] = []
@@ -186,10 +188,12 @@ class CudaBackend(Backend):
         self.clock.start(graph, first_stream)
         count = len(graph)
         self.lane_of = [-1] * count
-        self.deps = [[] for _ in range(count)]
-        for vertex, users in enumerate(graph.dependents):
-            for user in users:
-                self.deps[user].append(vertex)
+        if self._deps_of is not graph:  # the same ExecGraph again (a plan run again): the same lists
+            self.deps = [[] for _ in range(count)]
+            for vertex, users in enumerate(graph.dependents):
+                for user in users:
+                    self.deps[user].append(vertex)
+            self._deps_of = graph
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = []
         self.limited = {}

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import RESIDENT_QUEUE_DEPTH, Backend, Completion, moves_host_data
 from turnip_ir.cost import CostModel
 from runtime.graph import ExecGraph, Lane
 from runtime.residency import limited_bytes
@@ -96,15 +96,20 @@ class SimBackend(Backend):
         self.seed = seed
         self.device_deps = lookahead
         self.queue_depth = queue_depth if lookahead else 1
+        self.streaming = True
+        """Whether the plan prepared copies between host and GPUs (else compute lanes queue RESIDENT_QUEUE_DEPTH deep)."""
         self.copy_queue_depth = copy_queue_depth if lookahead else 1
         self.clock = 0.0
         self.active: dict[int, Active] = {}
 
     def lane_depth(self, lane: Lane) -> int:
-        return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
+        if lane.kind != "compute":
+            return self.copy_queue_depth
+        return self.queue_depth if self.streaming or not self.device_deps else max(self.queue_depth, RESIDENT_QUEUE_DEPTH)
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         self.graph = graph
+        self.streaming = moves_host_data(graph)
         self.clock = 0.0
         self.host = 0.0
         self.active = {}

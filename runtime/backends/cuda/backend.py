@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import RESIDENT_QUEUE_DEPTH, Backend, Completion, moves_host_data
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
@@ -73,6 +73,9 @@ class CudaBackend(Backend):
         self.notifier_kind = notifier
         self.device_deps = lookahead
         self.queue_depth = queue_depth if lookahead else 1
+        self.streaming = True
+        """Whether the plan loaded copies between host and GPUs (else compute lanes queue RESIDENT_QUEUE_DEPTH
+        deep, base.py)."""
         self.copy_queue_depth = (queue_depth if copy_queue_depth is None else copy_queue_depth) if lookahead else 1
         self.attention_choice = attention_provider
         self.chunk_bytes = chunk_bytes
@@ -99,7 +102,8 @@ class CudaBackend(Backend):
         self.deps: list[list[int]] = []
         self.lane_of: list[int] = []
         self.fifo: list[deque] = []
-        self.errors: list[Completion] = []
+        self.errors: dict[int, Exception] = {}
+        """Vertex -> the error its launch raised at once; it completes in its lane's order, carrying it."""
         self.current_device = -1
         """The device whose context launches go to; unknown until the first submit switches. The thread's
         current context and CuPy's device are what the previous run (or the caller) left, which after a
@@ -109,7 +113,9 @@ class CudaBackend(Backend):
         self.stats: dict = {}
 
     def lane_depth(self, lane) -> int:
-        return self.queue_depth if lane.kind == "compute" else self.copy_queue_depth
+        if lane.kind != "compute":
+            return self.copy_queue_depth
+        return self.queue_depth if self.streaming or not self.device_deps else max(self.queue_depth, RESIDENT_QUEUE_DEPTH)
 
     # ----- prepare: set the GPUs up once, then load a memgraph -------------------------------------------
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
@@ -138,7 +144,8 @@ class CudaBackend(Backend):
         self.devices = devices = DeviceSet.open(driver, graph, scratch_per_lane(graph.memgraph.nodes, self.attention))
         self.libraries = driver.open_libraries(devices, graph.lanes, attention.uses_torch(self.attention))
         self.services = KernelServices(driver, devices, self.libraries, self.attention)
-        pools = [2 * sum(self.lane_depth(lane) + 1 for lane in graph.lanes if lane.device == d) for d in range(devices.devices)]
+        deepest = lambda lane: max(self.lane_depth(lane), RESIDENT_QUEUE_DEPTH if lane.kind == "compute" and self.device_deps else 0)  # noqa: E731
+        pools = [2 * sum(deepest(lane) + 1 for lane in graph.lanes if lane.device == d) for d in range(devices.devices)]
         self.clock = Clock(driver, pools)
         self.notifier = driver.notifier(self.notifier_kind, devices.lane_device)
         if self.sample_memory:
@@ -173,6 +180,7 @@ class CudaBackend(Backend):
         # again keeps them (they hold its views, which it kept too)
         if not same:
             self.work = [self._build(graph, v) for v in range(len(graph))]
+            self.streaming = moves_host_data(graph)
         stamps.append(time.perf_counter())
         if not same and attention.uses_torch(self.attention):
             attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
@@ -195,7 +203,7 @@ class CudaBackend(Backend):
                     self.deps[user].append(vertex)
             self._deps_of = graph
         self.fifo = [deque() for _ in graph.lanes]
-        self.errors = []
+        self.errors = {}
         self.limited = {}
 
     def _build(self, graph: ExecGraph, vertex: int):
@@ -258,9 +266,8 @@ class CudaBackend(Backend):
         try:
             if work is not None:
                 work(index)
-        except Exception as err:  # a launch that fails at once: reported as this vertex's completion
-            self.errors.append(Completion(vertex, index, began, clock.now(), err))
-            return
+        except Exception as err:  # a launch that fails at once: its completion, in lane order, carries the error
+            self.errors[vertex] = err
         clock.host_span[vertex] = (began, clock.now())  # the simulator's clock: it runs the work synchronously
         end = clock.event(device)
         driver.record(end, stream)
@@ -269,8 +276,6 @@ class CudaBackend(Backend):
         self.notifier.after(index, stream, end)
 
     def wait(self) -> list[Completion]:
-        if self.errors:
-            return [self.errors.pop(0)]
         while True:
             counts = self.notifier.wait()
             if counts:
@@ -281,7 +286,7 @@ class CudaBackend(Backend):
             for _ in range(count):
                 vertex = self.fifo[lane].popleft()
                 began, ended = self.clock.stamp(vertex, self.devices.lane_device[lane])
-                done.append(Completion(vertex, lane, began, ended))
+                done.append(Completion(vertex, lane, began, ended, self.errors.pop(vertex, None) if self.errors else None))
         return done
 
     def _check_streams(self) -> None:

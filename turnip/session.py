@@ -246,8 +246,7 @@ class Session:
         stats.recorder = result.recorder
         if not stats.computed:
             stats.step_seconds.append(whole)  # the sim's clock (generate times the others whole)
-            empty = np.zeros((step.batch, 0), self.config.dtype)
-            cache.append([(empty, empty)] * self.config.num_hidden_layers)
+            cache.append(None)  # rows without values: the sim computes none
             return None
         cache.append(step.new_kv(result.outputs))
         return step.logits(result.outputs)

@@ -74,11 +74,15 @@ class KvCache:
         """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view."""
         return self.buffers[layer]["kv".index(which)][j][:rows]
 
-    def append(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width])."""
+    def append(self, rows: list[tuple[np.ndarray, np.ndarray]] | None) -> None:
+        """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width]);
+        None: rows without values (the sim backend computes none), only counted."""
         where = [divmod(int(n), self.block) for n in self.lengths]
         if any(j >= self.columns for j, _ in where):
             raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
+        if rows is None:
+            self._written(where)
+            return
         groups = {}  # column -> (rows, sequences): one fancy-indexed copy per column, not one per sequence
         for b, (j, r) in enumerate(where):
             groups.setdefault(j, ([], []))
@@ -89,6 +93,10 @@ class KvCache:
             for columns, values in zip(buffers, new):
                 for j, (r, b) in groups.items():
                     columns[j][r, b] = values[b]
+        self._written(where)
+
+    def _written(self, where: list[tuple[int, int]]) -> None:
+        """Sequence b's row r of column j (where[b]) was written: dirty until `settle`; one more row each."""
         batch = len(self.lengths)
         for b, (j, r) in enumerate(where):
             self.dirty.setdefault(j, set()).add(r * batch + b)

@@ -162,3 +162,30 @@ def test_random_memgraphs_never_run_a_vertex_before_its_dependencies(order, seed
 def test_a_failure_on_a_device_lane_names_the_vertex():
     with pytest.raises(KernelError, match=r"node 2 \(relu 'b'\) failed"):
         _run(_graph(CHAIN), fail="b")
+
+
+def test_the_sim_queues_compute_lanes_deeper_only_for_plans_that_move_nothing():
+    """RESIDENT_QUEUE_DEPTH: a plan with no reload or offload queues its compute lanes that deep; a
+    streaming plan keeps `queue_depth`; without lookahead every lane holds one vertex."""
+    from passes.pipeline import compile_taskgraph
+    from runtime.backends.base import RESIDENT_QUEUE_DEPTH
+    from runtime.backends.sim import SimBackend
+    from turnip_ir.taskgraph import TaskGraph
+
+    g = TaskGraph()
+    x = g.input((64, 64), "float32", id="x")
+    w = [g.input((64, 64), "float32", id=f"w{i}") for i in range(4)]
+    for i in range(4):
+        x = g.kernel("matmul", x, w[i], id=f"y{i}")
+    g.output(x)
+    roomy, tight = (compile_taskgraph(g, budget) for budget in (1 << 20, 3 * 64 * 64 * 4))
+    assert not any(n.op == "reload" for n in roomy.nodes) and any(n.op == "reload" for n in tight.nodes)
+    for plan, depth in ((roomy, RESIDENT_QUEUE_DEPTH), (tight, 2)):
+        sim = SimBackend()
+        graph = build_exec_graph(plan)
+        sim.prepare(graph, {})
+        assert {sim.lane_depth(lane) for lane in graph.lanes if lane.kind == "compute"} == {depth}
+        assert {sim.lane_depth(lane) for lane in graph.lanes if lane.kind != "compute"} <= {4}
+    flat = SimBackend(lookahead=False)
+    flat.prepare(build_exec_graph(roomy), {})
+    assert {flat.lane_depth(lane) for lane in build_exec_graph(roomy).lanes} == {1}

@@ -411,3 +411,26 @@ def test_a_prepared_backend_keeps_unchanged_inputs_across_runs():
     assert started > 0 and set(recur.surviving_inputs()) == {n.task for n in recur.nodes if n.op == "input" and n.loc is not None}
     assert placed[0] == (started, stored) and placed[1] == (0, 0)
     assert placed[3] == (started, stored)  # another plan in between overwrote the arena and has its own storage
+
+
+@pytest.mark.parametrize("context_lost", [False, True])
+def test_a_launch_that_fails_at_once_names_its_vertex_in_lane_order(monkeypatch, context_lost):
+    """A relu whose launch raises: the run fails with a KernelError naming it, whether its lane's later
+    driver calls still work (its completion comes in lane order, carrying the error) or the failure
+    lost the context (the end event's record raises too: the vertex is named, not the event)."""
+    g = TaskGraph()
+    x = g.input((8, 8), "float32", id="x")
+    y = g.kernel("relu", x, id="y")
+    g.output(g.kernel("add", y, x, id="z"))
+    plan = compile_taskgraph(g, 1 << 20)
+
+    def boom(*args):
+        raise RuntimeError("injected")
+
+    monkeypatch.setitem(builders.BUILDERS, "relu", lambda *args: boom)
+    backend = CudaBackend()
+    if context_lost:
+        driver, real = backend.driver, backend.driver.record
+        monkeypatch.setattr(driver, "record", lambda event, stream: real(event, stream) if not backend.errors else (_ for _ in ()).throw(RuntimeError("sticky")))
+    with pytest.raises(KernelError, match=r"\by\b.*failed: RuntimeError: injected"):
+        execute(plan, backend, inputs={"x": np.ones((8, 8), np.float32)})

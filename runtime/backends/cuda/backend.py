@@ -270,7 +270,14 @@ class CudaBackend(Backend):
             self.errors[vertex] = err
         clock.host_span[vertex] = (began, clock.now())  # the simulator's clock: it runs the work synchronously
         end = clock.event(device)
-        driver.record(end, stream)
+        try:
+            driver.record(end, stream)
+        except Exception:
+            failed = self.errors.pop(vertex, None)
+            if failed is None:
+                raise
+            # the failure left the context unusable (a sticky CUDA error): name the vertex, not the event
+            raise KernelError(f"{self.graph.describe(vertex)} failed: {type(failed).__name__}: {failed}") from failed
         clock.start_event[vertex], clock.end_event[vertex], self.lane_of[vertex] = start, end, index
         self.fifo[index].append(vertex)
         self.notifier.after(index, stream, end)

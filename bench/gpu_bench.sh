@@ -26,7 +26,7 @@
 # largest error per step printed; the decode_attention kernel at 7b's head sizes), generate (issue 28:
 # bench/bench_generate.py, 7b B=16 P=2048 N=32, turnip at 4, 16 and 40 GiB against the torch streaming
 # and resident decoders and the PCIe floor), generate64 (B=64 P=512), generateragged (16 ragged prompts
-# of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload
+# of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload, default and offloaded cache,
 # at 4 GiB beside the torch decoders and turnip, B=16 P=2048),
 # interference (issue 26: llama 7b at 8k / 2 GiB and 32k / 1 GiB, nondet and fixed taking turns, 5 runs
 # each, while a second process copies pinned memory to the same GPU in seeded bursts; its rate is reported),

@@ -117,7 +117,8 @@ def execute(
     refresh = refresh or {}
     input_nodes = facts.inputs if facts is not None else None
     kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh], input_nodes)} if keep else {}
-    placing = partial_placements(memgraph, partial, kept, input_nodes) if partial else kept
+    valid = held.rows if keep else {}
+    placing, rows_after = partial_placements(memgraph, partial or {}, kept, valid, input_nodes) if partial or valid else (kept, {})
     limits = copy_limits(graph, partial) if partial else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
@@ -134,7 +135,7 @@ def execute(
         machine.close()
         raise
     if keep:
-        held.ran(memgraph, facts.survivors if facts is not None else None)
+        held.ran(memgraph, facts.survivors if facts is not None else None, rows_after)
     else:
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall, limits)

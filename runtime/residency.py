@@ -28,6 +28,9 @@ class Residency:
         """Input task -> (GPU, offset, bytes) of its value, untouched since it was placed."""
         self.storage_of: MemGraph | None = None
         """The memgraph whose storage-start inputs are in place (the last one run)."""
+        self.rows: dict[str, int] = {}
+        """Input task -> the leading rows of it that are in place, for inputs placed only in part
+        (`execute(..., partial=)`); an input not named here is in place whole."""
 
     def kept(self, memgraph: MemGraph, unchanged: Collection[str], inputs=None) -> set[str]:
         """The inputs of `memgraph` (by task) that are already in place with an unchanged value (`inputs`:
@@ -47,15 +50,18 @@ class Residency:
                 kept.add(node.task)
         return kept
 
-    def ran(self, memgraph: MemGraph, survivors: Mapping[str, tuple[int, int, int]] | None = None) -> None:
+    def ran(self, memgraph: MemGraph, survivors: Mapping[str, tuple[int, int, int]] | None = None,
+            rows: Mapping[str, int] | None = None) -> None:
         """`memgraph` ran to completion: its surviving GPU inputs (`survivors`, when the caller has them)
-        and its storage inputs are in place."""
+        and its storage inputs are in place, those in `rows` only to that many leading rows."""
         self.gpu = dict(memgraph.surviving_inputs() if survivors is None else survivors)
         self.storage_of = memgraph
+        self.rows = dict(rows or {})
 
     def forget(self) -> None:
         self.gpu = {}
         self.storage_of = None
+        self.rows = {}
 
 
 def row_length(shape) -> int:
@@ -93,18 +99,45 @@ def leading_flat_rows(shape, rows: int) -> int:
 
 
 def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Mapping[str, list[tuple[int, int]] | None],
-                       inputs=None) -> dict:
-    """`kept` with every input of `partial` (task -> leading rows the run reads) placed only that far:
-    an input not in place already gets the range of its first rows (flat rows, `refreshed`); one in place
-    keeps what `kept` says (its rows since written are in its ranges). `inputs`: its input nodes, when
+                       valid: Mapping[str, int], inputs=None) -> tuple[dict, dict[str, int]]:
+    """What placing the inputs copies when a run reads some only in part (`partial`: task -> leading rows)
+    and some in place were placed only in part (`valid`: task -> leading rows in place, Residency.rows),
+    as `kept` extended (flat-row ranges, `refreshed`): an input not in place gets its first rows; one in
+    place whole keeps what `kept` says; one in place in part also gets the rows from there to what this
+    run reads (its rows since written are in `kept`'s ranges already). Also the leading rows of each
+    input in place after the run, for those not whole (`Residency.ran`). `inputs`: the input nodes, when
     the caller has them."""
-    merged = dict(kept)
+    merged, after = dict(kept), {}
     for node in memgraph.nodes if inputs is None else inputs:
-        if node.op == "input" and node.task in partial and node.task not in merged and node.shape:
-            rows = min(int(partial[node.task]), int(node.shape[0]))
-            if rows < node.shape[0]:
-                merged[node.task] = [(0, leading_flat_rows(node.shape, rows))]
-    return merged
+        if node.op != "input" or not node.shape or (node.task not in partial and node.task not in valid):
+            continue
+        task, full = node.task, int(node.shape[0])
+        want = min(int(partial.get(task, full)), full)
+        if task not in kept:
+            if want < full:
+                merged[task] = [(0, leading_flat_rows(node.shape, want))]
+                after[task] = want
+            continue
+        have = valid.get(task)
+        if have is None:  # in place whole
+            continue
+        if want > have:
+            gap = (leading_flat_rows(node.shape, have), leading_flat_rows(node.shape, want))
+            merged[task] = _union([*(kept[task] or []), gap])
+        if max(have, want) < full:
+            after[task] = max(have, want)
+    return merged, after
+
+
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, stop) ranges sorted and joined where they overlap or touch."""
+    joined: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if joined and start <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], stop))
+        else:
+            joined.append((start, stop))
+    return joined
 
 
 def copy_limits(graph, partial: Mapping[str, int]) -> dict[int, int]:

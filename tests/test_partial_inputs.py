@@ -89,8 +89,12 @@ def test_copy_limits_name_only_reloads_of_partial_inputs_and_placements_only_the
     assert limits and all(graph.node(v).op == "reload" and graph.node(graph.sources[v][0]).task == "x" for v in limits)
     assert set(limits.values()) == {READ}
     assert copy_limits(graph, {"x": ROWS}) == {}  # every row read: nothing to limit
-    assert partial_placements(plan, {"x": READ}, {}) == {"x": [(0, leading_flat_rows((ROWS, 2, WIDTH), READ))]}
-    assert partial_placements(plan, {"x": READ}, {"x": None}) == {"x": None}  # in place already: nothing to copy
+    head = leading_flat_rows((ROWS, 2, WIDTH), READ)
+    assert partial_placements(plan, {"x": READ}, {}, {}) == ({"x": [(0, head)]}, {"x": READ})
+    assert partial_placements(plan, {"x": READ}, {"x": None}, {}) == ({"x": None}, {})  # in place whole: nothing to copy
+    # in place only to 3 rows, one row written since (flat rows 8-9): rows 3 to READ are copied with it
+    assert partial_placements(plan, {"x": READ}, {"x": [(8, 10)]}, {"x": 3}) == ({"x": [(6, head)]}, {"x": READ})
+    assert partial_placements(plan, {}, {"x": None}, {"x": 3}) == ({"x": [(6, 2 * ROWS)]}, {})  # read whole now
     assert leading_flat_rows((ROWS, 2, WIDTH), 3) == 6 and leading_flat_rows((7,), 3) == 3
 
 
@@ -104,8 +108,30 @@ def test_a_session_decodes_the_same_tokens_moving_less(monkeypatch):
 
     part = run()
     monkeypatch.setattr(runtime.api, "copy_limits", lambda graph, partial: {})
-    monkeypatch.setattr(runtime.api, "partial_placements", lambda memgraph, partial, kept, inputs=None: kept)
+    monkeypatch.setattr(runtime.api, "partial_placements", lambda memgraph, partial, kept, valid, inputs=None: (kept, {}))
     whole = run()
     np.testing.assert_array_equal(part.tokens, whole.tokens)
     assert whole.bytes_reloaded > 0
     assert part.bytes_reloaded + part.bytes_placed < whole.bytes_reloaded + whole.bytes_placed
+
+
+def test_an_input_in_place_only_in_part_is_completed_when_a_run_reads_more():
+    """Run 1 places x's first 5 rows only (it claims its kernel reads no more); run 2 says x is unchanged
+    and reads 10 rows: the 5 rows never placed are copied then, not taken as in place."""
+    g = TaskGraph()
+    x = g.input((ROWS, 2, WIDTH), "float64", id="x")
+    g.output(g.kernel("rows", x, start=0, stop=10, id="head"))
+    plan = compile_taskgraph(g, 1 << 20, inputs="recur")
+    values = {"x": _inputs()["x"]}
+    backend = make_backend("cpu", seed=0)
+    try:
+        execute(plan, backend, inputs=values, close=False, verify=False, partial={"x": 5})
+        assert backend.held().rows == {"x": 5}
+        got = execute(plan, backend, inputs=values, close=False, verify=False, unchanged=["x"], partial={"x": 10})
+        np.testing.assert_array_equal(got.outputs["head"], values["x"][:10])
+        assert got.summary.bytes_placed == 5 * 2 * WIDTH * 8 and backend.held().rows == {"x": 10}
+        got = execute(plan, backend, inputs=values, close=False, verify=False, unchanged=["x"])  # whole now
+        np.testing.assert_array_equal(got.outputs["head"], values["x"][:10])
+        assert got.summary.bytes_placed == (ROWS - 10) * 2 * WIDTH * 8 and backend.held().rows == {}
+    finally:
+        backend.close()

@@ -26,6 +26,9 @@ is -1; `GenerateResult.computed` is False).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -44,8 +47,10 @@ from runtime.callbacks import Recorder
 from runtime.inputs import fill
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, TurnipError
+from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.memgraph import MemGraph
+from turnip_ir.verifier import verify_memgraph
 from turnip_ir.taskgraph import TaskGraph
 
 CACHE_ENTRIES = 256
@@ -100,8 +105,13 @@ class Session:
 
     def __init__(self, config: llama.LlamaConfig | str | None = None, weights: Mapping | str | Path | None = None,
                  memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
-                 dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None):
+                 dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None,
+                 plan_dir: str | Path | None = None):
         self.backend = resolve_backend(backend)
+        self.plan_dir = None if plan_dir is None else Path(plan_dir)
+        """Where compiled plans are also kept on disk, across sessions and processes (None: memory only)."""
+        self.disk_hits = 0
+        """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
         if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
@@ -330,10 +340,18 @@ class Session:
         self._fit_arena(graph)
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
+        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, self.schedule, inputs, kept)}.json"
+        memgraph = read_plan(path) if path is not None else None
+        if memgraph is not None:
+            self.disk_hits += 1
+            stats.cache_hits += 1
+        else:
+            memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
+            if path is not None:
+                write_plan(path, memgraph)
+            self.compiles += 1
+            stats.compiles += 1
         stats.compile_seconds += time.perf_counter() - began
-        self.compiles += 1
-        stats.compiles += 1
         self.cache[key] = memgraph
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
@@ -374,6 +392,42 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise InputError("the session is closed")
+
+
+PLAN_FORMAT = 1
+"""Bumped when what a plan file's name stands for changes (`plan_key`)."""
+
+
+def plan_key(graph: TaskGraph, budget: int, schedule: str, inputs: str, kept: Mapping | None) -> str:
+    """The name of a compiled plan on disk: a hash of the taskgraph's text and of everything else the
+    compiler is given (the budget, the schedule, where inputs start, the inputs held where the backend
+    holds them)."""
+    digest = hashlib.sha256()
+    digest.update(graph.dumps().encode())
+    held = sorted((task, tuple(where)) for task, where in (kept or {}).items())
+    digest.update(repr((PLAN_FORMAT, int(budget), schedule, inputs, held)).encode())
+    return digest.hexdigest()[:40]
+
+
+def read_plan(path: Path) -> MemGraph | None:
+    """The plan kept at `path`, verified again (a file can be stale or damaged); None when there is none
+    or it does not read or verify (it is then compiled and written anew)."""
+    try:
+        memgraph = memgraph_from_json(json.loads(path.read_text()))
+        verify_memgraph(memgraph)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TurnipError):
+        return None
+    return memgraph
+
+
+def write_plan(path: Path, memgraph: MemGraph) -> None:
+    """Keep `memgraph` at `path`, written whole or not at all (a temporary file renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(memgraph.dumps())
+    os.replace(partial, path)
 
 
 class _HostMemory:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from weakref import WeakKeyDictionary
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -110,7 +110,9 @@ def execute(
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed, cost=cost) if isinstance(backend, str) else backend
     specs = facts.specs if facts is not None else input_specs(memgraph)
-    arrays = make_inputs(specs, inputs, seed) if machine.needs_data else {}
+    arrays = make_inputs(specs, inputs, seed, facts.checked if facts is not None else None) if machine.needs_data else {}
+    if facts is not None and machine.needs_data:
+        facts.checked = dict(inputs or {})  # every one of them passed: the same objects next run need no check
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
     held = machine.held()
@@ -160,6 +162,8 @@ class _PlanFacts:
     specs: dict
     inputs: list
     survivors: dict
+    checked: dict = field(default_factory=dict)
+    """The arrays the last run was given (they passed `make_inputs`' checks)."""
 
     @classmethod
     def of(cls, memgraph: MemGraph) -> _PlanFacts:

@@ -240,3 +240,16 @@ def test_a_recurring_plan_spreads_the_inputs_it_keeps_over_the_run():
     spread = kept(compile_taskgraph(graph, budget, inputs="recur"))  # the default pipeline: verified
     assert prefix and spread and len(prefix) < len(first_use)
     assert max(prefix) < len(first_use) // 2 < max(spread)
+
+
+def test_inputs_checked_before_are_not_checked_again_but_new_ones_are():
+    from runtime.inputs import make_inputs
+    from turnip_ir.errors import InputError
+
+    specs = {"a": ((2, 3), "float32")}
+    a = np.zeros((2, 3), np.float32)
+    assert make_inputs(specs, {"a": a}, 0, checked={"a": a})["a"] is a
+    with pytest.raises(InputError, match="input 'a': shape"):
+        make_inputs(specs, {"a": np.zeros((3, 2), np.float32)}, 0, checked={"a": a})
+    with pytest.raises(InputError, match="input 'a': dtype"):
+        make_inputs(specs, {"a": np.zeros((2, 3))}, 0, checked={"a": a})

@@ -49,6 +49,8 @@ class TensorViews:
                 self.gpu[i] = _checked(node, arenas[node.device], node.loc, "location")
         self._reads: tuple | None = None
         """The outputs' staging (`read`), made at the first read."""
+        self.inputs = [i for i, node in enumerate(nodes) if node.op == "input" and node.nbytes]
+        """Indices of the plan's non-empty inputs (each run places them: no walk over every node)."""
         self.external: dict[int, int] = {}
         """Node index -> the host address of the caller's array it reads (external inputs)."""
         if external and inputs is not None:
@@ -120,8 +122,10 @@ class TensorViews:
         already: all of them, or all but the flat rows it names (residency.refreshed), which are copied."""
         keep = keep or {}
         copies = []
-        for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op != "input" or node.nbytes == 0 or node.loc is None:
+        nodes = self.graph.memgraph.nodes
+        for i in self.inputs:
+            node = nodes[i]
+            if node.loc is None:
                 continue
             if node.task in keep and keep[node.task] is None:
                 continue  # in place whole
@@ -135,8 +139,10 @@ class TensorViews:
         (runtime/inputs.py, `fill_all`), a lazy input (a checkpoint's tensor) straight from its source."""
         keep = keep or {}
         stored = []
-        for i, node in enumerate(self.graph.memgraph.nodes):
-            if node.op == "input" and node.nbytes and node.loc is None and i not in self.external:  # external: in place
+        nodes = self.graph.memgraph.nodes
+        for i in self.inputs:
+            node = nodes[i]
+            if node.loc is None and i not in self.external:  # external: in place
                 stored += placements(self.host[i], inputs[node.task], node.task, keep)
         fill_all(stored)
         self.place_on_gpus(inputs, keep)

@@ -13,6 +13,7 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 from __future__ import annotations
 
 import time
+import weakref
 from weakref import WeakKeyDictionary
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,7 +113,9 @@ def execute(
     specs = facts.specs if facts is not None else input_specs(memgraph)
     arrays = make_inputs(specs, inputs, seed, facts.checked if facts is not None else None) if machine.needs_data else {}
     if facts is not None and machine.needs_data:
-        facts.checked = dict(inputs or {})  # every one of them passed: the same objects next run need no check
+        # every one of them passed: the same objects next run need no check (weakly held: a caller's arrays
+        # are not kept alive by the plan)
+        facts.checked = {task: weakref.ref(value) for task, value in (inputs or {}).items() if isinstance(value, np.ndarray)}
     recorder = Recorder()
     keep = not close and not isinstance(backend, str)
     held = machine.held()
@@ -163,7 +166,7 @@ class _PlanFacts:
     inputs: list
     survivors: dict
     checked: dict = field(default_factory=dict)
-    """The arrays the last run was given (they passed `make_inputs`' checks)."""
+    """Weak references to the arrays the last run was given (they passed `make_inputs`' checks)."""
 
     @classmethod
     def of(cls, memgraph: MemGraph) -> _PlanFacts:

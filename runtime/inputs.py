@@ -152,8 +152,9 @@ def input_specs(memgraph) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, np.ndarray] | None, seed: int,
                 checked: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
-    """Check the given arrays against `specs` and draw the missing ones. `checked`: arrays found right
-    for the same specs before (a plan run again): the very same objects are not checked again."""
+    """Check the given arrays against `specs` and draw the missing ones. `checked`: weak references to
+    arrays found right for the same specs before (a plan run again): the very same objects, still
+    alive, are not checked again."""
     checked = checked or {}
     given = dict(given or {})
     for key in given:
@@ -167,7 +168,8 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
     for task, (shape, dtype) in specs.items():
         if task in given:
             value = given[task]
-            same = checked.get(task) is value and isinstance(value, np.ndarray) and value.shape == shape
+            ref = checked.get(task)
+            same = ref is not None and ref() is value and isinstance(value, np.ndarray) and value.shape == shape
             arrays[task] = value if same else _checked(task, value, shape, dtype)
         else:
             arrays[task] = random_input(task, shape, dtype, seed)

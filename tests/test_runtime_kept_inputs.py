@@ -248,8 +248,10 @@ def test_inputs_checked_before_are_not_checked_again_but_new_ones_are():
 
     specs = {"a": ((2, 3), "float32")}
     a = np.zeros((2, 3), np.float32)
-    assert make_inputs(specs, {"a": a}, 0, checked={"a": a})["a"] is a
+    import weakref
+
+    assert make_inputs(specs, {"a": a}, 0, checked={"a": weakref.ref(a)})["a"] is a
     with pytest.raises(InputError, match="input 'a': shape"):
-        make_inputs(specs, {"a": np.zeros((3, 2), np.float32)}, 0, checked={"a": a})
+        make_inputs(specs, {"a": np.zeros((3, 2), np.float32)}, 0, checked={"a": weakref.ref(a)})
     with pytest.raises(InputError, match="input 'a': dtype"):
-        make_inputs(specs, {"a": np.zeros((2, 3))}, 0, checked={"a": a})
+        make_inputs(specs, {"a": np.zeros((2, 3))}, 0, checked={"a": weakref.ref(a)})

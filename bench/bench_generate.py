@@ -22,7 +22,9 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
                    feed, placing what changed, the run, the outputs, appending the rows, the tokens); one prefill of one prompt (P-1 tokens) is timed
                    apart, and `turnip llama` of the same prompt for comparison (at the first `--prefills` budgets);
   turnip@G/fixed   (with --orders nondet fixed) the same with the fixed dispatch order;
-  turnip@G/qD      (with --queue-depths 2 D) the cuda backend queueing up to D vertices per compute lane;
+  turnip@G/qD      (with --queue-depths 2 D) the cuda backend queueing up to D vertices per compute lane
+                   (a plan that moves nothing queues at least RESIDENT_QUEUE_DEPTH = 8 since the fourth
+                   sitting of 2026-12-02, whatever D: the 40 GiB comparison was measured before that);
   ragged shapes    B x P:ragged draws prompt lengths uniformly in [P/2, P]: turnip only (the torch
                    decoders assume one length), nondet against fixed;
   hf-offload       (with --hf) transformers' LlamaForCausalLM through accelerate, weights capped at the

@@ -42,3 +42,30 @@ def test_another_budget_is_another_plan(tmp_path):
     _, compiled_other, hits = _generate(tmp_path, memory=1 << 20)
     assert compiled_other > 0 and hits == 0
     assert len(list(tmp_path.glob("*.json"))) == compiled + compiled_other
+
+
+def test_turnip_generate_plan_dir_reads_plans_in_a_later_run(tmp_path, capsys):
+    from turnip_cli.main import main
+
+    args = ["generate", "--config", "tiny", "--prompt-tokens", "6", "--batch", "2", "--max-new-tokens", "3",
+            "--memory", "100KiB", "--backend", "cpu", "--plan-dir", str(tmp_path / "plans")]
+    outputs = []
+    for run in range(2):
+        out = tmp_path / f"gen{run}.npz"
+        assert main([*args, "--outputs", str(out)]) == 0
+        outputs.append(np.load(out)["generated"])
+    printed = capsys.readouterr().out
+    assert "plan(s) read from --plan-dir" in printed.split("compiled")[-1] and "compiled 0 graph(s)" in printed
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+def test_turnip_generate_refuses_a_plan_dir_that_is_a_file(tmp_path, capsys):
+    from turnip_cli.main import main
+
+    blocker = tmp_path / "plans"
+    blocker.write_text("")
+    code = main(["generate", "--config", "tiny", "--prompt-tokens", "6", "--max-new-tokens", "3", "--memory", "100KiB",
+                 "--backend", "cpu", "--plan-dir", str(blocker), "--outputs", str(tmp_path / "g.npz")])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and "plan folder" in err and str(blocker) in err
+    assert not (tmp_path / "g.npz").exists()

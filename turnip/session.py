@@ -75,6 +75,8 @@ class GenerateResult:
     compile_seconds: float = 0.0
     compiles: int = 0
     cache_hits: int = 0
+    plans_read: int = 0
+    """Of the cache hits, plans read from the session's `plan_dir`."""
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
     bytes_placed: int = 0
@@ -110,6 +112,11 @@ class Session:
         self.backend = resolve_backend(backend)
         self.plan_dir = None if plan_dir is None else Path(plan_dir)
         """Where compiled plans are also kept on disk, across sessions and processes (None: memory only)."""
+        if self.plan_dir is not None:
+            try:
+                self.plan_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise InputError(f"plan folder '{self.plan_dir}' cannot be made: {err.strerror or err}") from None
         self.disk_hits = 0
         """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
@@ -345,6 +352,7 @@ class Session:
         if memgraph is not None:
             self.disk_hits += 1
             stats.cache_hits += 1
+            stats.plans_read += 1
         else:
             memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
             if path is not None:
@@ -424,10 +432,14 @@ def read_plan(path: Path) -> MemGraph | None:
 
 def write_plan(path: Path, memgraph: MemGraph) -> None:
     """Keep `memgraph` at `path`, written whole or not at all (a temporary file renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    partial.write_text(memgraph.dumps())
-    os.replace(partial, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(memgraph.dumps())
+        os.replace(partial, path)
+    except OSError as err:
+        partial.unlink(missing_ok=True)
+        raise InputError(f"cannot write a plan into '{path.parent}': {err.strerror or err}") from None
 
 
 class _HostMemory:

@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
                         "config's); bfloat16 is computed in float32 on the cpu backend")
     parser.add_argument("--stop-at-eos", action="store_true", help="after an end-of-sequence id, a prompt emits that id to the end")
+    parser.add_argument("--plan-dir", metavar="DIR", help="keep compiled plans in DIR and read them from there in later runs "
+                        "(each verified when read)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.weights is not None and not (Path(args.weights) / "config.json").is_file():
         raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
     session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
-                      gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype)
+                      gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir)
     with session:
         prompts = _prompts(args, session.config)
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
@@ -82,7 +84,8 @@ def summary_lines(result) -> list[str]:
     lines += [
         f"prefill {result.prefill_seconds:.4f} s; decode {len(steps)} steps in {result.decode_seconds:.4f} s "
         f"({result.decode_seconds / len(steps) * 1e3:.3f} ms per step), {result.tokens_per_second:.1f} tokens/s",
-        f"compiled {result.compiles} graph(s) in {result.compile_seconds:.3f} s, {result.cache_hits} cache hit(s)",
+        f"compiled {result.compiles} graph(s) in {result.compile_seconds:.3f} s, {result.cache_hits} cache hit(s)"
+        + (f" ({result.plans_read} plan(s) read from --plan-dir)" if result.plans_read else ""),
         f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
         f"peak arena use {format_size(result.peak_arena)}",
     ]

@@ -7,7 +7,7 @@ the event loop touches only lists of ints and never the IR.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError, KernelError
@@ -54,6 +54,13 @@ class ExecGraph:
     lanes: list[Lane]
     lanes_of: list[list[int]]
     """Resource class -> lane indices."""
+    deps: list[list[int]] = field(default_factory=list)
+    """Dependencies (data and memory) of each vertex, as vertex indices in increasing order: what a
+    device backend makes a vertex wait for."""
+    moves_host_data: bool = True
+    """Whether the plan copies between host and GPUs during its run (any reload or offload)."""
+    input_reloads: dict[str, list[int]] = field(default_factory=dict)
+    """Input task -> the reload vertices that copy it from its host home (`residency.copy_limits`)."""
 
     def __len__(self) -> int:
         return len(self.dep_count)
@@ -81,6 +88,8 @@ def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | Non
     dependents: list[list[int]] = [[] for _ in range(count)]
     dep_count = [0] * count
     sources: list[list[int]] = []
+    all_deps: list[list[int]] = []
+    input_reloads: dict[str, list[int]] = {}
     for i, node in enumerate(memgraph.nodes):
         if node.shape is None or node.dtype is None:
             raise InputError(
@@ -93,12 +102,16 @@ def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | Non
             raise InputError(f"node {node.id} ({node.task}): an input cannot have dependencies, it is in place before the run")
         assert all(d < i for d in deps), f"memgraph node {node.id} comes before one of its dependencies"
         dep_count[i] = len(deps)
+        all_deps.append(deps)
         for d in deps:
             dependents[d].append(i)
         sources.append([index[d] for d in node.inputs])
+        if node.op == "reload" and memgraph.nodes[sources[i][0]].op == "input":
+            input_reloads.setdefault(memgraph.nodes[sources[i][0]].task, []).append(i)
     lanes, lanes_of = _lanes(memgraph.devices, streams)
     resource = [_resource_of(node, memgraph.devices) for node in memgraph.nodes]
-    graph = ExecGraph(memgraph, dep_count, dependents, sources, resource, [0.0] * count, lanes, lanes_of)
+    moves = any(node.op in ("reload", "offload") for node in memgraph.nodes)
+    graph = ExecGraph(memgraph, dep_count, dependents, sources, resource, [0.0] * count, lanes, lanes_of, all_deps, moves, input_reloads)
     graph.priority = _critical_path(graph, cost or CostModel())
     return graph
 

@@ -144,18 +144,12 @@ def copy_limits(graph, partial: Mapping[str, int]) -> dict[int, int]:
     """The reload vertices of `graph` (an ExecGraph) that copy an input of `partial` (task -> leading rows
     the run reads) from its host home, mapped to those rows where they are fewer than the tensor's: the
     run need move no more (`Backend.limit_copies`)."""
-    if not partial:
-        return {}
     limits = {}
-    for vertex in range(len(graph)):
-        node = graph.node(vertex)
-        if node.op != "reload" or not node.shape:
-            continue
-        source = graph.node(graph.sources[vertex][0])
-        if source.op == "input" and source.task in partial:
-            rows = max(0, min(int(partial[source.task]), int(node.shape[0])))
-            if rows < node.shape[0]:
-                limits[vertex] = rows
+    for task, rows in partial.items():
+        for vertex in graph.input_reloads.get(task, ()):
+            node = graph.node(vertex)
+            if node.shape and max(0, int(rows)) < node.shape[0]:
+                limits[vertex] = max(0, int(rows))
     return limits
 
 

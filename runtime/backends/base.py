@@ -29,9 +29,12 @@ deep and 33.7 ms eight deep. Plans that stream keep `queue_depth`: a vertex queu
 stream can wait there for a reload while another could have run (the sim shows no gain for them)."""
 
 
-def moves_host_data(graph: ExecGraph) -> bool:
-    """Whether a plan copies between host and GPUs during its run (any reload or offload)."""
-    return any(node.op in ("reload", "offload") for node in graph.memgraph.nodes)
+def compute_depth(queue_depth: int, lookahead: bool, graph: ExecGraph | None) -> int:
+    """How many vertices a compute lane of a device backend holds for `graph`: `queue_depth`, or at
+    least RESIDENT_QUEUE_DEPTH for a plan that moves nothing (with `lookahead`; None: not known yet)."""
+    if not lookahead or graph is None or graph.moves_host_data:
+        return queue_depth
+    return max(queue_depth, RESIDENT_QUEUE_DEPTH)
 
 
 @dataclass(frozen=True)

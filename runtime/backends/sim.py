@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.backends.base import RESIDENT_QUEUE_DEPTH, Backend, Completion, moves_host_data
+from runtime.backends.base import Backend, Completion, compute_depth
 from turnip_ir.cost import CostModel
 from runtime.graph import ExecGraph, Lane
 from runtime.residency import limited_bytes
@@ -96,8 +96,7 @@ class SimBackend(Backend):
         self.seed = seed
         self.device_deps = lookahead
         self.queue_depth = queue_depth if lookahead else 1
-        self.streaming = True
-        """Whether the plan prepared copies between host and GPUs (else compute lanes queue RESIDENT_QUEUE_DEPTH deep)."""
+        self.graph: ExecGraph | None = None
         self.copy_queue_depth = copy_queue_depth if lookahead else 1
         self.clock = 0.0
         self.active: dict[int, Active] = {}
@@ -105,11 +104,10 @@ class SimBackend(Backend):
     def lane_depth(self, lane: Lane) -> int:
         if lane.kind != "compute":
             return self.copy_queue_depth
-        return self.queue_depth if self.streaming or not self.device_deps else max(self.queue_depth, RESIDENT_QUEUE_DEPTH)
+        return compute_depth(self.queue_depth, self.device_deps, self.graph)
 
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
         self.graph = graph
-        self.streaming = moves_host_data(graph)
         self.clock = 0.0
         self.host = 0.0
         self.active = {}
@@ -117,10 +115,7 @@ class SimBackend(Backend):
         self.lanes = graph.lanes
         self.unreported: deque[tuple[float, Completion]] = deque()
         self.ended = [graph.resource[v] < 0 for v in range(len(graph))]  # inputs are in place before the run
-        self.deps: list[list[int]] = [[] for _ in range(len(graph))]
-        for vertex, users in enumerate(graph.dependents):
-            for user in users:
-                self.deps[user].append(vertex)
+        self.deps = graph.deps
         rng = np.random.default_rng(self.seed)
         self.factor = rng.uniform(1.0 - self.jitter, 1.0 + self.jitter, size=len(graph)).tolist()
         self.limits: Mapping[int, int] = {}

@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from runtime.backends.base import RESIDENT_QUEUE_DEPTH, Backend, Completion, moves_host_data
+from runtime.backends.base import RESIDENT_QUEUE_DEPTH, Backend, Completion, compute_depth
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
@@ -73,9 +73,6 @@ class CudaBackend(Backend):
         self.notifier_kind = notifier
         self.device_deps = lookahead
         self.queue_depth = queue_depth if lookahead else 1
-        self.streaming = True
-        """Whether the plan loaded copies between host and GPUs (else compute lanes queue RESIDENT_QUEUE_DEPTH
-        deep, base.py)."""
         self.copy_queue_depth = (queue_depth if copy_queue_depth is None else copy_queue_depth) if lookahead else 1
         self.attention_choice = attention_provider
         self.chunk_bytes = chunk_bytes
@@ -97,8 +94,6 @@ class CudaBackend(Backend):
         self.work: list = []
         self.limited: dict = {}
         """Vertex -> the work of a copy limited to some leading rows for this run (`limit_copies`)."""
-        self._deps_of = None
-        """The ExecGraph `deps` was made for."""
         self.deps: list[list[int]] = []
         self.lane_of: list[int] = []
         self.fifo: list[deque] = []
@@ -115,7 +110,7 @@ class CudaBackend(Backend):
     def lane_depth(self, lane) -> int:
         if lane.kind != "compute":
             return self.copy_queue_depth
-        return self.queue_depth if self.streaming or not self.device_deps else max(self.queue_depth, RESIDENT_QUEUE_DEPTH)
+        return compute_depth(self.queue_depth, self.device_deps, self.graph)
 
     # ----- prepare: set the GPUs up once, then load a memgraph -------------------------------------------
     def prepare(self, graph: ExecGraph, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
@@ -144,8 +139,10 @@ class CudaBackend(Backend):
         self.devices = devices = DeviceSet.open(driver, graph, scratch_per_lane(graph.memgraph.nodes, self.attention))
         self.libraries = driver.open_libraries(devices, graph.lanes, attention.uses_torch(self.attention))
         self.services = KernelServices(driver, devices, self.libraries, self.attention)
-        deepest = lambda lane: max(self.lane_depth(lane), RESIDENT_QUEUE_DEPTH if lane.kind == "compute" and self.device_deps else 0)  # noqa: E731
-        pools = [2 * sum(deepest(lane) + 1 for lane in graph.lanes if lane.device == d) for d in range(devices.devices)]
+        # events for as deep as any plan may queue (a plan that moves nothing queues its compute lanes deeper)
+        deepest = {"compute": max(self.queue_depth, RESIDENT_QUEUE_DEPTH) if self.device_deps else self.queue_depth}
+        pools = [2 * sum(deepest.get(lane.kind, self.copy_queue_depth) + 1 for lane in graph.lanes if lane.device == d)
+                 for d in range(devices.devices)]
         self.clock = Clock(driver, pools)
         self.notifier = driver.notifier(self.notifier_kind, devices.lane_device)
         if self.sample_memory:
@@ -180,7 +177,6 @@ class CudaBackend(Backend):
         # again keeps them (they hold its views, which it kept too)
         if not same:
             self.work = [self._build(graph, v) for v in range(len(graph))]
-            self.streaming = moves_host_data(graph)
         stamps.append(time.perf_counter())
         if not same and attention.uses_torch(self.attention):
             attention.release(self.attention, devices.devices)  # a new graph's block shapes may need more
@@ -196,12 +192,7 @@ class CudaBackend(Backend):
         self.clock.start(graph, first_stream)
         count = len(graph)
         self.lane_of = [-1] * count
-        if self._deps_of is not graph:  # the same ExecGraph again (a plan run again): the same lists
-            self.deps = [[] for _ in range(count)]
-            for vertex, users in enumerate(graph.dependents):
-                for user in users:
-                    self.deps[user].append(vertex)
-            self._deps_of = graph
+        self.deps = graph.deps
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = {}
         self.limited = {}

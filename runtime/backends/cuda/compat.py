@@ -66,8 +66,8 @@ class DriverCalls:
     """The driver calls made per vertex, straight to libcuda through ctypes (GPU only): numba's wrappers
     check the context, log and look up the binding on each call, several microseconds apiece, and a
     vertex makes about six (its events' records, waits and elapsed times; the completion notifier's host
-    function). Also the page-locked query of host memory. Handles are the integers of `Event.handle`
-    and `stream_handle`."""
+    function). Also the copies between host and GPU (per reload and offload, and between runs) and the
+    page-locked query of host memory. Handles are the integers of `Event.handle` and `stream_handle`."""
 
     def __init__(self):
         import ctypes

@@ -114,10 +114,11 @@ class GpuDriver:
 
         count = target.nbytes if count is None else count
         handles = [stream_handle(stream) for stream in streams]
+        calls = driver_calls()  # the host copies through ctypes, as `put` and `get` make them
         if kind == "h2d":
-            call, dst, src = driver.cuMemcpyHtoDAsync, device_pointer(target), source.ctypes.data
+            call, dst, src = calls.copy_h2d, device_pointer(target), source.ctypes.data
         elif kind == "d2h":
-            call, dst, src = driver.cuMemcpyDtoHAsync, target.ctypes.data, device_pointer(source)
+            call, dst, src = calls.copy_d2h, target.ctypes.data, device_pointer(source)
         else:
             call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
         return lambda lane: call(dst, src, count, handles[lane])

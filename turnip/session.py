@@ -423,22 +423,20 @@ def read_plan(path: Path) -> MemGraph | None:
     try:
         memgraph = memgraph_from_json(json.loads(path.read_text()))
         verify_memgraph(memgraph)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TurnipError):
+    except (OSError, ValueError, TurnipError):  # OSError: none there (or unreadable); ValueError: not JSON
         return None
     return memgraph
 
 
 def write_plan(path: Path, memgraph: MemGraph) -> None:
     """Keep `memgraph` at `path`, written whole or not at all (a temporary file renamed)."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(memgraph.dumps())
-        os.replace(partial, path)
+        temporary.write_text(memgraph.dumps())
+        os.replace(temporary, path)
     except OSError as err:
-        partial.unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise InputError(f"cannot write a plan into '{path.parent}': {err.strerror or err}") from None
 
 

@@ -55,8 +55,9 @@ class TensorViews:
         """Node index -> the host address of the caller's array it reads (external inputs)."""
         if external and inputs is not None:
             written = _Regions(node.storage for node in nodes if node.storage is not None and node.op != "input")
-            for i, node in enumerate(nodes):
-                if node.op == "input" and node.storage is not None and node.nbytes and not written.overlaps(node.storage):
+            for i in self.inputs:
+                node = nodes[i]
+                if node.storage is not None and not written.overlaps(node.storage):
                     bound = _external_view(driver, node, inputs.get(node.task))
                     if bound is not None:
                         self.host[i], self.external[i] = bound, bound.ctypes.data

@@ -7,8 +7,8 @@ Steps, each timed: write a model folder of random fp16 weights with our safetens
 one shard per layer and one for the embedding and norm, and the index; 13 GB for 7b) in a temporary
 folder (`--folder` to keep it); read every file once so the page cache is warm; time `cp FILE /dev/null`
 over the files (the rate a load from the page cache is held against); then, each as a fresh process:
-(a) `turnip llama --weights DIR --input-ids ids.npy --memory M`, twice (the second finds numba's on-disk
-cache filled by the first), its phases read from its summary line; (b) a hand-written torch script
+(a) `turnip llama --weights DIR --input-ids ids.npy --memory M`, twice (the cuda kernels' on-disk cache is
+cleared first, so the first process compiles them and the second loads them), its phases read from its summary line; (b) a hand-written torch script
 (this file with `--torch-child`; its load phase includes pinning) that reads the same files through our reader into pinned host tensors
 (threads, one copy each) and runs bench/run.py's torch-prefetch prefill (layer i+1 copied on a side
 stream while layer i computes; on a CPU, `--device cpu`, the same layers resident). Each process's
@@ -130,12 +130,25 @@ def run_turnip(folder: Path, ids: Path, memory: str, backend: str, timeout: floa
     command = [sys.executable, "-m", "turnip_cli.main", "llama", "--weights", str(folder), "--input-ids", str(ids),
                "--memory", memory, "--backend", backend]
     result = timed_process(command, timeout)
-    found = PHASES.search(result.pop("stdout", ""))
+    stdout = result.pop("stdout", "")
+    result["cuda_lines"] = [line for line in stdout.splitlines() if line.startswith("cuda:")]
+    found = PHASES.search(stdout)
     if found:
         result["phases"] = {key: float(value) for key, value in found.groupdict().items()}
     elif "error" not in result:
         result["error"] = "no phases line in turnip's output"
     return result
+
+
+def clear_kernel_cache() -> int:
+    """Remove the cuda kernels' on-disk cache (runtime/backends/cuda/compat.py, `cached_kernel`) where
+    numba keeps it beside the sources, so the first process compiles them and the second loads them; the
+    number of files removed."""
+    removed = 0
+    for path in (ROOT / "runtime" / "backends" / "cuda" / "__pycache__").glob("kernels_numba.*.nb[ci]"):
+        path.unlink()
+        removed += 1
+    return removed
 
 
 def run_torch(folder: Path, ids: Path, device: str, timeout: float) -> dict:
@@ -208,6 +221,8 @@ def table(report: dict) -> list[str]:
             cells = ["-", f"{result['load_s']:.2f}", f"{result['load_s']:.2f} ({rate / 1e9:.1f}, {rate / copy['rate']:.2f}x)", "-", "-",
                      f"{result['run_s']:.2f}"]
         lines.append(f"| {name} | {result['wall_s']:.2f} | " + " | ".join(cells) + f" | {format_size(result['peak_rss'])} |")
+    for name, result in report["runs"].items():
+        lines += [f"{name}: {line}" for line in result.get("cuda_lines", [])]
     ratio = report.get("turnip_over_torch")
     if ratio is not None:
         lines.append(f"turnip (second process) / torch end to end: {ratio:.2f}x")
@@ -223,6 +238,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
     layer_bytes = sum(f.stat().st_size for f in files[:-1])
     report = {"config": args.config, "tokens": args.tokens, "memory": args.memory, "backend": args.backend,
               "weight_bytes": layer_bytes, "model_bytes": total, "write_s": written, "cp": copy_rate(files), "runs": {}}
+    report["kernel_cache_cleared"] = clear_kernel_cache()
     for attempt in ("turnip (first process)", "turnip (second process)"):
         report["runs"][attempt] = run_turnip(folder, ids, args.memory, args.backend, args.timeout)
     report["runs"]["torch"] = _torch_or_why(folder, ids, args)

@@ -32,7 +32,10 @@
 # each, while a second process copies pinned memory to the same GPU in seeded bursts; its rate is reported),
 # coldstart (issue 25: bench/bench_coldstart.py, a 7b fp16 safetensors folder written to /tmp, `cp` of it
 # to /dev/null, `turnip llama --weights` at 8k / 2 GiB in two fresh processes with their phases, and a torch
-# script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most).
+# script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most),
+# coldprofile (coldstart keeping its folder in /tmp/cold7b, then one more `turnip llama --weights` under cProfile and
+# -X importtime: $OUT/cold.prof, cold-profile.txt, the import times in coldprofile.log), pinprobe (how fast host memory
+# is page-locked each way: bench/investigations/pin_probe.py), decodeprofile (decode_profile.py at 40 GiB).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -106,6 +109,14 @@ for s in "$@"; do
     generatehf) stage generatehf 300 python3 bench/bench_generate.py --budgets 4 --prefills 0 --hf --hf-steps 4 --time-limit 280 \
              --json "$OUT/generatehf.json" ;;
     coldstart) stage coldstart 300 python3 bench/bench_coldstart.py --tokens 8192 --memory 2GiB --timeout 100 --json "$OUT/coldstart.json" ;;
+    coldprofile) stage coldstart 300 python3 bench/bench_coldstart.py --tokens 8192 --memory 2GiB --timeout 100 --folder /tmp/cold7b \
+             --json "$OUT/coldstart.json"
+             stage coldprofile 150 python3 -X importtime -m cProfile -o "$OUT/cold.prof" -m turnip_cli.main llama --weights /tmp/cold7b \
+             --input-ids /tmp/cold7b/ids.npy --memory 2GiB
+             python3 -c "import pstats, sys; s = pstats.Stats('$OUT/cold.prof', stream=sys.stdout); s.sort_stats('cumulative').print_stats(70); s.sort_stats('tottime').print_stats(40)" \
+             > "$OUT/cold-profile.txt" 2>&1 ;;
+    pinprobe) stage pinprobe 150 python3 bench/investigations/pin_probe.py 4 ;;
+    decodeprofile) stage decodeprofile 200 python3 bench/investigations/decode_profile.py 40 ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
     interference) stage interference 400 python3 bench/bench_interference.py --points 8192@2GiB 32768@1GiB --repeats 5 \

@@ -177,6 +177,18 @@ class SafeTensors:
         _release(handle, base, table)
         return out
 
+    def mapped_block(self, name: str, dtype: np.dtype, index: tuple[slice, ...] = ()) -> tuple[np.ndarray, np.ndarray] | None:
+        """(view, mapping): block `index` of tensor `name` as a read-only view of the mapped file, and the
+        file's whole map (uint8) it lies in, when it is stored in `dtype` (no conversion) and the block is
+        contiguous in the file; else None (runtime.inputs.mapped)."""
+        entry = self._entry(name)
+        if np.dtype(FORMATS[entry.code][1]) != np.dtype(dtype):
+            return None
+        view = self.raw(name)[index]
+        if view.size == 0 or not view.flags.c_contiguous:
+            return None
+        return view, self._map(entry.file)[1]
+
     def lazy(self, name: str, dtype: str | np.dtype | None = None) -> StoredTensor:
         """Tensor `name` in `dtype` (default: as stored), read only when written into a buffer."""
         entry = self._entry(name)
@@ -209,6 +221,10 @@ class StoredTensor(LazyTensor):
 
     def write_into(self, out: np.ndarray) -> None:
         self.file.read_into(self.name, out, self.index)
+
+    def mapped(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The block where it lies in the mapped file, when no conversion is needed (SafeTensors.mapped_block)."""
+        return self.file.mapped_block(self.name, self.dtype, self.index)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids`, gathered from the map in one step and converted; their pages released after."""

@@ -4,7 +4,9 @@ An input's value is an array or a lazy input: anything with `shape`, `dtype` and
 which writes its values into a buffer view of that shape and dtype (`Tiled` here; a block of a
 checkpoint or of random weights from the frontend). Backends put inputs in place with `fill_all` (or a
 `Filler`, fed as their buffers become ready), which writes them on a pool of threads (numpy copies and file reads release the GIL), largest first, so a
-lazy input goes straight from its source to the backend's buffer with no host copy in between.
+lazy input goes straight from its source to the backend's buffer with no host copy in between. A lazy
+input that lies as it is in a mapped file may also say so (`mapped`): the cuda backend then reads it
+from the file's pages in place.
 
 A missing input is `np.random.default_rng(seed).standard_normal(shape).astype(dtype)` with one generator
 per input, seeded from (seed, input id), so an input's values do not depend on which others were given.
@@ -61,6 +63,15 @@ class Tiled:
 def is_lazy(value) -> bool:
     """Whether `value` is a lazy input (it writes itself into a buffer) rather than an array."""
     return not isinstance(value, np.ndarray) and hasattr(value, "write_into")
+
+
+def mapped(value) -> tuple[np.ndarray, np.ndarray] | None:
+    """(view, mapping) for a lazy input stored as it is in a mapped file (its `mapped()`: a checkpoint's
+    tensor in its stored dtype), else None. `view` is the input, read-only and C-contiguous, inside
+    `mapping`, the whole file's map: a backend that can make the map page-locked (the cuda backend
+    registers it with the driver) copies from the view where it is, with no host copy at all."""
+    get = getattr(value, "mapped", None) if is_lazy(value) else None
+    return get() if get is not None else None
 
 
 def fill(out: np.ndarray, value) -> None:

@@ -22,7 +22,8 @@ import pytest
 
 from frontend.safetensors import save_file
 from frontend.workloads import llama
-from runtime.inputs import materialize
+from runtime import execute
+from runtime.inputs import mapped, materialize
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 12,
@@ -233,3 +234,56 @@ def test_inputs_are_read_into_each_pinned_chunk_as_it_is_pinned() -> None:
             np.testing.assert_array_equal(machine.views.host[i], materialize(inputs[node.task]), err_msg=node.task)
     finally:
         machine.close()
+
+
+def test_a_block_stored_as_it_is_computed_is_its_view_in_the_mapped_file(tmp_path) -> None:
+    """`mapped()`: a stored tensor, or a block of leading rows, in its stored dtype is a view of the file's
+    map (no copy); a converted one, or a block of columns (not contiguous in the file), is not."""
+    from frontend.safetensors import SafeTensors
+
+    config = _checkpoint(tmp_path / "m", SMALL, "float32")
+    name = "model.layers.0.mlp.up_proj.weight"
+    file = SafeTensors.open(tmp_path / "m")
+    whole = file.lazy(name, "float32")
+    view, mapping = whole.mapped()
+    assert np.shares_memory(view, mapping) and not view.flags.writeable
+    np.testing.assert_array_equal(view, file.get(name))
+    rows = whole[2:5]
+    np.testing.assert_array_equal(rows.mapped()[0], file.get(name)[2:5])
+    assert whole[:, 1:3].mapped() is None
+    assert file.lazy(name, "float16").mapped() is None
+    assert config.dtype == "float32"
+
+
+def test_checkpoint_weights_are_read_in_place_from_the_registered_map() -> None:
+    """Under the simulator: the cuda backend reads a checkpoint's weights stored in the compute dtype where
+    the file's map holds them (one registration per file, dropped at close), stages the rest, and
+    computes what the cpu backend computes."""
+    from passes.pipeline import compile_taskgraph
+    from runtime.backends.cuda import CudaBackend, simulated
+
+    if not simulated():
+        pytest.skip("runs the cuda backend under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = _checkpoint(Path(folder) / "m", SMALL, "float32")
+        built = llama.build_llama(config, 8, 8)
+        memgraph = compile_taskgraph(built.graph, 96 << 10)
+        assert memgraph.count("reload") > 0
+        ids = llama.random_ids(config, 8, 3)
+        inputs = built.feed(llama.CheckpointWeights(Path(folder) / "m", config), ids)
+        machine = CudaBackend(attention_provider="cublas")
+        result = execute(memgraph, backend=machine, inputs=inputs, verify=False, close=False)
+        try:
+            stored = {node.task for node in memgraph.nodes if node.op == "input" and node.storage is not None}
+            in_file = {task for task in stored if mapped(inputs[task]) is not None}
+            assert len(in_file) >= 4 and in_file <= machine.external_inputs()
+            assert len(machine.mappings) == 1
+            assert any("read where they are" in line for line in result.summary.notes)
+        finally:
+            machine.close()
+        assert machine.mappings == {}
+        expected = execute(memgraph, backend="cpu", inputs=inputs, verify=False)
+        for key, array in expected.outputs.items():
+            np.testing.assert_allclose(result.outputs[key], array, rtol=1e-5, atol=1e-5, err_msg=key)

@@ -80,6 +80,8 @@ class CudaBackend(Backend):
         self.release_at_close = release_at_close
         self.detach_at_close = detach_at_close
         self.read_in_place = external_inputs
+        self.mappings: dict[int, np.ndarray] = {}
+        """File maps page-locked in place (`_register`), by address, until `close`."""
         self.driver = make_driver()
         self.attention = ""
         """The resolved attention provider, known from the first `prepare`."""
@@ -166,12 +168,14 @@ class CudaBackend(Backend):
             self.views = None
             filler = Filler()
             try:  # each pinned chunk's inputs are read into it while the next chunk is pinned
-                self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs, self.read_in_place)
+                self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs, self.read_in_place,
+                                         self._register)
                 stamps.append(time.perf_counter())
             finally:
                 filler.finish()
             self.views.place_on_gpus(inputs, keep)
         self.stats["pinned_bytes"] = self.views.storage.nbytes
+        self.stats["in_place"] = (len(self.mappings), sum(self.views.host[i].nbytes for i in self.views.external))
         stamps.append(time.perf_counter())
         # a new plan: every vertex's work (GEMM plans, launches), torch's attention warmed up; the same plan
         # again keeps them (they hold its views, which it kept too)
@@ -196,6 +200,15 @@ class CudaBackend(Backend):
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = {}
         self.limited = {}
+
+    def _register(self, mapping: np.ndarray) -> bool:
+        """Page-lock a file's read-only map once for this backend's life (its tensors are read in place)."""
+        address = mapping.ctypes.data
+        if address not in self.mappings:
+            if not self.driver.register_mapping(mapping):
+                return False
+            self.mappings[address] = mapping  # held: the map must outlive its registration
+        return True
 
     def _build(self, graph: ExecGraph, vertex: int):
         node = graph.node(vertex)
@@ -326,6 +339,10 @@ class CudaBackend(Backend):
             vertices, plans = self.stats["built"]
             made = ", ".join(f"{kind} {count}" for kind, count in sorted(plans.items())) or "none"
             lines.append(f"cuda: prepare: {steps}; {vertices} vertices built on plans made once per shape ({made})")
+            files, read = self.stats.get("in_place", (0, 0))
+            if read:
+                where = f", {files} checkpoint files page-locked in place" if files else ""
+                lines.append(f"cuda: inputs read where they are (no host copy): {format_size(read)}{where}")
         if "peak_drop" in self.stats:
             lines.append(f"cuda: largest drop in free GPU memory while running {format_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
         return lines
@@ -358,6 +375,10 @@ class CudaBackend(Backend):
             self.libraries.detach(self.driver)
         self.libraries.close()
         self.work, self.views = [], None
+        for mapping in self.mappings.values():
+            with contextlib.suppress(Exception):  # after a CUDA error the context is gone, and its registrations with it
+                self.driver.unregister_mapping(mapping)
+        self.mappings = {}
         if self.devices is not None:
             self.devices.drop_memory()
         if self.release_at_close:

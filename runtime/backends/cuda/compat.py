@@ -81,6 +81,8 @@ class DriverCalls:
         self._attribute = _entry(lib.cuPointerGetAttribute, pointer, ctypes.c_int, pointer)
         self._d2h = _entry(lib.cuMemcpyDtoHAsync_v2, pointer, ctypes.c_uint64, ctypes.c_size_t, pointer)
         self._h2d = _entry(lib.cuMemcpyHtoDAsync_v2, ctypes.c_uint64, pointer, ctypes.c_size_t, pointer)
+        self._register = _entry(lib.cuMemHostRegister_v2, pointer, ctypes.c_size_t, ctypes.c_uint)
+        self._unregister = _entry(lib.cuMemHostUnregister, pointer)
         self._ms = ctypes.c_float()
         self._ms_ref = ctypes.byref(self._ms)
         self._kind = ctypes.c_uint()
@@ -105,6 +107,14 @@ class DriverCalls:
 
     def copy_h2d(self, device: int, host: int, count: int, stream: int | None) -> None:
         self._check(self._h2d(device, host, count, stream), "cuMemcpyHtoDAsync")
+
+    def register_read_only(self, pointer: int, count: int) -> int:
+        """Page-lock `count` bytes at `pointer` (a read-only file map) for every context: portable, read-only
+        (CU_MEMHOSTREGISTER_PORTABLE | READ_ONLY); the CUresult (0: done)."""
+        return self._register(pointer, count, 0x1 | 0x8)
+
+    def unregister(self, pointer: int) -> None:
+        self._check(self._unregister(pointer), "cuMemHostUnregister")
 
     def host_pinned(self, pointer: int) -> bool:
         """Whether host address `pointer` lies in page-locked memory the driver knows (cudaHostAlloc'd or
@@ -133,6 +143,109 @@ def _entry(function, *argtypes):
 def driver_calls() -> DriverCalls:
     """The process's `DriverCalls`, made at first use."""
     return DriverCalls()
+
+
+KERNEL_CACHE_ENV = "TURNIP_KERNEL_CACHE"
+"""Set to 0 to compile every kernel in every process (no on-disk kernel cache)."""
+
+
+def cached_kernel(**options):
+    """`cuda.jit(**options)` for a kernel whose compiled code is kept on disk by numba's cache, so a later
+    process loads it instead of compiling it (about 0.3-0.5 s a kernel; a cold 7b prefill builds ten).
+
+    Our kernels are closures made by factories (a dtype, a flag, the device functions they call), and
+    numba keys a closure's cache entries by the cloudpickle of its cells, which for some device functions
+    differs from process to process: such an entry would never be found again. So the key here is the
+    kernel's bytecode and a fingerprint of its cells (`_fingerprint`: functions by their code, constants
+    by value), and of this package's source files, which hold every device function a kernel may reach
+    through a module global. A kernel whose cells cannot be fingerprinted stably, the simulator, and
+    `TURNIP_KERNEL_CACHE=0` compile as before. Entries live where numba keeps its cache (`__pycache__`
+    beside kernels_numba.py when writable, else the user's cache folder, or `NUMBA_CACHE_DIR`)."""
+
+    def wrap(py_func):
+        dispatcher = cuda.jit(**options)(py_func)
+        if not simulated() and os.environ.get(KERNEL_CACHE_ENV, "1") != "0":
+            _cache_on_disk(dispatcher)
+        return dispatcher
+
+    return wrap
+
+
+def _cache_on_disk(dispatcher) -> None:
+    """Give `dispatcher` numba's on-disk cache under the stable key `cached_kernel` describes (nothing if unstable)."""
+    import hashlib
+
+    cells = _fingerprint(tuple(cell.cell_contents for cell in dispatcher.py_func.__closure__ or ()))
+    if cells is None:
+        return
+    try:
+        import numba_cuda
+
+        dispatcher.enable_caching()
+        cache = dispatcher._cache
+        version = numba_cuda.__version__
+    except Exception:  # a numba-cuda without these internals: compile as before
+        return
+    stable = hashlib.sha256(f"{_sources_digest()}|{_fingerprint(dispatcher.py_func)}|{cells}".encode()).hexdigest()
+
+    def index_key(sig, codegen):
+        key = (sig, codegen.magic_tuple(), version, stable)
+        extra = getattr(cache, "_launch_config_key", None)
+        return key if extra is None else key + (("launch_config", extra),)
+
+    cache._index_key = index_key
+
+
+@lru_cache(maxsize=None)
+def _sources_digest() -> str:
+    """A hash of this package's source files (a kernel reaches device functions through their globals)."""
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _fingerprint(value, depth: int = 0) -> str | None:
+    """A text that is the same in every process for the same value: functions (and numba dispatchers and
+    intrinsics, through the Python function they wrap) by module, name, bytecode, constants and closure;
+    numbers, strings, numba types and dtypes by value. None for anything else (no stable key)."""
+    if depth > 12:
+        return None
+    if isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        parts = [_fingerprint(v, depth + 1) for v in value]
+        return None if None in parts else f"({','.join(parts)})"
+    function = getattr(value, "py_func", None) or getattr(value, "_defn", None)
+    if function is not None and function is not value:
+        inner = _fingerprint(function, depth + 1)
+        return None if inner is None else f"{type(value).__name__}[{inner}]"
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        return _code_print(code, value, depth)
+    text = repr(value)
+    if "0x" in text or " at " in text or "object" in text:
+        return None  # an identity, not a value
+    return f"{type(value).__module__}.{type(value).__qualname__}:{text}"
+
+
+def _code_print(code, function, depth: int) -> str | None:
+    import hashlib
+
+    consts = []
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            consts.append(hashlib.sha256(const.co_code).hexdigest())
+        else:
+            consts.append(repr(const))
+    cells = _fingerprint(tuple(cell.cell_contents for cell in getattr(function, "__closure__", None) or ()), depth + 1)
+    if cells is None:
+        return None
+    body = hashlib.sha256(code.co_code + repr((consts, code.co_names)).encode()).hexdigest()
+    return f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', '')}:{body}:{cells}"
 
 
 def device(fastmath: bool = False):

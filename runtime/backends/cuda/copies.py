@@ -18,7 +18,7 @@ import numpy as np
 from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
-from runtime.inputs import Filler, fill_all, materialize
+from runtime.inputs import Filler, fill_all, is_lazy, mapped, materialize
 from runtime.residency import placements
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
@@ -32,13 +32,16 @@ class TensorViews:
     """Every node of a memgraph as a view of an arena (`gpu`) or of pinned storage (`host`)."""
 
     def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int, reuse=(), filler: Filler | None = None,
-                 inputs: dict | None = None, external: bool = False):
+                 inputs: dict | None = None, external: bool = False, register=None):
         """`reuse`: pinned chunks of the previous memgraph's storage, idle now (memory.PinnedStorage).
         With a `filler` and the `inputs`, each input held in storage is queued on the filler as soon as its
         pinned chunk exists, so reading the weights overlaps pinning the rest (the caller finishes it).
         `external`: an input the plan keeps in host storage whose value is already a C-contiguous array of
         its dtype in page-locked memory is read where it is (its reloads copy from the caller's array),
-        not staged into storage of the plan's own: no copy, and no pinning, at a new plan."""
+        not staged into storage of the plan's own: no copy, and no pinning, at a new plan. So is a lazy input
+        that lies as it is in a mapped file (runtime.inputs.mapped: a checkpoint's weight in its stored
+        dtype) once `register(mapping)` has page-locked that file's map: its reloads copy from the page
+        cache's pages, and the weights are never copied on the host."""
         nodes = graph.memgraph.nodes
         self.driver = driver
         self.graph = graph
@@ -58,7 +61,7 @@ class TensorViews:
             for i in self.inputs:
                 node = nodes[i]
                 if node.storage is not None and not written.overlaps(node.storage):
-                    bound = _external_view(driver, node, inputs.get(node.task))
+                    bound = _external_view(driver, node, inputs.get(node.task), register)
                     if bound is not None:
                         self.host[i], self.external[i] = bound, bound.ctypes.data
         stored = sorted((node.storage[0], i) for i, node in enumerate(nodes) if node.storage is not None and i not in self.external)
@@ -93,6 +96,8 @@ class TensorViews:
         nodes = self.graph.memgraph.nodes
         for i, address in self.external.items():  # the bound view keeps that memory alive: the same address is the same memory
             value = inputs.get(nodes[i].task)
+            if is_lazy(value):
+                value = (mapped(value) or (None,))[0]
             if not isinstance(value, np.ndarray) or value.ctypes.data != address or not value.flags.c_contiguous \
                     or value.dtype != self.host[i].dtype or value.nbytes != self.host[i].nbytes:
                 return False
@@ -204,8 +209,14 @@ def readable_in_place(driver: GpuDriver, value, dtype) -> bool:
     return isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype == np.dtype(dtype) and driver.host_pinned(value)
 
 
-def _external_view(driver: GpuDriver, node: MemNode, value) -> np.ndarray | None:
-    """`value` as the node's host tensor when the copy engines may read it where it is, else None."""
+def _external_view(driver: GpuDriver, node: MemNode, value, register=None) -> np.ndarray | None:
+    """`value` as the node's host tensor when the copy engines may read it where it is, else None; a lazy
+    input in a mapped file is its view there, once `register` has page-locked the map."""
+    if is_lazy(value):
+        found = mapped(value) if register is not None else None
+        if found is None or not register(found[1]):
+            return None
+        value = found[0]
     if not isinstance(value, np.ndarray) or value.nbytes != node.nbytes or not readable_in_place(driver, value, numpy_dtype(node.dtype)):
         return None
     return value.reshape(tuple(node.shape))

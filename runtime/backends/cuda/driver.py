@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import mmap
 
 import numpy as np
 
@@ -185,6 +186,20 @@ class GpuDriver:
     def pinned(self, count: int) -> np.ndarray:
         return pinned_bytes(count)
 
+    def register_mapping(self, mapping: np.ndarray) -> bool:
+        """Page-lock a read-only file map (a uint8 array over the whole map, page-aligned) in place, so the
+        copy engines read the file's pages where the page cache holds them; False where the driver
+        refuses (then its tensors are staged as before). The whole pages it spans are registered."""
+        from numba.cuda.cudadrv.devices import get_context
+
+        get_context()
+        page = mmap.PAGESIZE
+        count = -(-mapping.nbytes // page) * page
+        return driver_calls().register_read_only(mapping.ctypes.data, count) == 0
+
+    def unregister_mapping(self, mapping: np.ndarray) -> None:
+        driver_calls().unregister(mapping.ctypes.data)
+
     def notifier(self, kind: str, lane_devices: list[int]) -> completion.Notifier:
         return completion.make_notifier(kind, lane_devices)
 
@@ -291,6 +306,12 @@ class SimDriver(GpuDriver):
 
     def pinned(self, count: int) -> np.ndarray:
         return cuda.pinned_array(max(count, 1), dtype=np.uint8)
+
+    def register_mapping(self, mapping: np.ndarray) -> bool:
+        return mapping.nbytes > 0  # the simulator's copies read any host memory
+
+    def unregister_mapping(self, mapping: np.ndarray) -> None:
+        pass
 
     def notifier(self, kind: str, lane_devices: list[int]) -> completion.Notifier:
         return completion.ImmediateNotifier(len(lane_devices))

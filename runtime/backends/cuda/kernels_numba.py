@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from runtime.backends.cuda import bfloat16 as BF
 from runtime.backends.cuda import vector as V
-from runtime.backends.cuda.compat import cuda, device, simulated
+from runtime.backends.cuda.compat import cached_kernel, cuda, device, simulated
 from runtime.backends.cuda.vector import rows_aligned
 
 ROW_THREADS, ELEMENT_THREADS, MAX_BLOCKS = (8, 16, 1) if simulated() else (256, 256, 132 * 16)
@@ -125,7 +125,7 @@ def unary(name: str, dtype: str, vector: bool = True):
     op = _unary_op(UNARY[name], acc)
     ld, st = quads(vector)
 
-    @cuda.jit(fastmath=True)
+    @cached_kernel(fastmath=True)
     def kernel(x, out, factor):
         n = out.size
         f = acc(factor)
@@ -164,7 +164,7 @@ def _two_operand(op, dtype: str, vector: bool, fastmath: bool):
     get, put = codec(dtype)
     ld, st = quads(vector)
 
-    @cuda.jit(fastmath=fastmath)
+    @cached_kernel(fastmath=fastmath)
     def kernel(a, b, out):
         n = out.size
         q, step = cuda.grid(1), cuda.gridsize(1)
@@ -194,7 +194,7 @@ def binary_broadcast(name: str, dtype: str):
     get, put = codec(dtype)
     op = _binary_op(BINARY[name])
 
-    @cuda.jit
+    @cached_kernel()
     def kernel(a, b, out, d1, d2, d3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3):
         start, step = cuda.grid(1), cuda.gridsize(1)
         for i in range(start, out.size, step):
@@ -266,7 +266,7 @@ def rope(dtype: str):
     and writes both results; the block's threads cover several heads and step over the rest."""
     get, put = codec(dtype)
 
-    @cuda.jit(fastmath=True)
+    @cached_kernel(fastmath=True)
     def kernel(x, cos, sin, out):
         t = cuda.blockIdx.x
         d = cos.shape[1]
@@ -328,7 +328,7 @@ def softmax(dtype: str, vector: bool = True):
     start = lowest(acc)
     ld, st = quads(vector)
 
-    @cuda.jit(fastmath=True)
+    @cached_kernel(fastmath=True)
     def kernel(x, out, cols):
         base = cuda.blockIdx.x * cols
         tid = cuda.threadIdx.x
@@ -385,7 +385,7 @@ def rmsnorm(dtype: str, weighted: bool, vector: bool = True):
     one = acc(1.0)
     ld, st = quads(vector)
 
-    @cuda.jit(fastmath=True)
+    @cached_kernel(fastmath=True)
     def kernel(x, w, out, cols, eps):
         base = cuda.blockIdx.x * cols
         tid = cuda.threadIdx.x
@@ -446,7 +446,7 @@ def attention_merge(out_dtype: str, has_prev: bool, final: bool, vector: bool = 
     else:
         ld3, ld2, st2 = V.element_load4_3, V.element_load4_2, V.element_store4_2
 
-    @cuda.jit(fastmath=True)
+    @cached_kernel(fastmath=True)
     def kernel(o, lse, prev, out, h0, total_heads):
         t = cuda.blockIdx.x
         heads, d = o.shape[0], o.shape[2]
@@ -510,7 +510,7 @@ def attention_scores_softmax(dtype: str, causal: bool):
     get, put = codec(dtype)
     threads = ROW_THREADS
 
-    @cuda.jit(fastmath=True)
+    @cached_kernel(fastmath=True)
     def kernel(s, lse):
         tq, tk = s.shape[1], s.shape[2]
         h = cuda.blockIdx.x // tq
@@ -620,7 +620,7 @@ def decode_attention(dtype: str, out_dtype: str, has_prev: bool, final: bool, ow
     warp_sum = _warp_sum_shared if simulated() else _warp_sum_shuffle
     ld = V.load4_3 if vector else V.element_load4_3
 
-    @cuda.jit  # no fastmath: the running maximum starts at -inf
+    @cached_kernel()  # no fastmath: the running maximum starts at -inf
     def kernel(q, k, v, lengths, prev, out, heads, kv_heads, d, scale, start, window):
         b = cuda.blockIdx.x // heads
         h = cuda.blockIdx.x - b * heads

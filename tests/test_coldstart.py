@@ -287,3 +287,29 @@ def test_checkpoint_weights_are_read_in_place_from_the_registered_map() -> None:
         expected = execute(memgraph, backend="cpu", inputs=inputs, verify=False)
         for key, array in expected.outputs.items():
             np.testing.assert_allclose(result.outputs[key], array, rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+def test_a_session_on_cuda_keeps_checkpoint_weights_where_the_file_map_holds_them(tmp_path) -> None:
+    """Under the simulator: a cuda session's weights stored in the compute dtype are views of the file's
+    map (page-locked in place, no host copy), its tokens are the cpu session's, and closing it drops the
+    registration."""
+    from runtime.backends.cuda import simulated
+    from turnip import Session
+
+    if not simulated():
+        pytest.skip("runs the cuda backend under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)")
+    _checkpoint(tmp_path / "m", SMALL, "float32")
+    prompts = [np.array([3, 1, 4])]
+    with Session(weights=tmp_path / "m", memory=4 << 20, backend="cpu") as session:
+        expected = session.generate(prompts, 1).tokens
+    session = Session(weights=tmp_path / "m", memory=72 << 20, backend="cuda")
+    try:
+        got = session.generate(prompts, 1).tokens
+        name = "model.layers.1.mlp.up_proj.weight"
+        view = session.weights[name]
+        assert len(session.host.mappings) == 1
+        assert any(np.shares_memory(view, mapping) for mapping in session.host.mappings.values())
+    finally:
+        session.close()
+    assert session.host.mappings == {}
+    np.testing.assert_array_equal(got, expected)

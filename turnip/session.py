@@ -44,7 +44,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
-from runtime.inputs import fill
+from runtime.inputs import fill, mapped
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError, TurnipError
@@ -157,6 +157,7 @@ class Session:
         self.cache.clear()
         self._steps.clear()
         self.weights = _Materialized({}, self.config.dtype, self.host)
+        self.host.release()
 
     # ----- calls ------------------------------------------------------------------------------------
     def prefill(self, ids) -> np.ndarray:
@@ -447,6 +448,8 @@ class _HostMemory:
 
     def __init__(self, backend: str):
         self.pinned = backend == "cuda"
+        self.mappings: dict[int, np.ndarray] = {}
+        """Checkpoint files' maps page-locked in place (`take`), by address, until `release`."""
 
     def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -466,17 +469,41 @@ class _HostMemory:
 
     def take(self, value, dtype) -> np.ndarray:
         """`value` (an array or a lazy input) as a C-contiguous `dtype` array in this memory: itself when it
-        is one already (pinned weights a benchmark shares), else a copy (converted in the same pass)."""
+        is one already (pinned weights a benchmark shares); a checkpoint's tensor stored in `dtype`, where
+        it lies in the file's map, once the map is page-locked in place (no host copy); else a copy
+        (converted in the same pass)."""
         if not self.pinned:
             return np.ascontiguousarray(value, dtype=dtype)
         from runtime.backends.cuda.copies import readable_in_place
         from runtime.backends.cuda.driver import make_driver
 
-        if readable_in_place(make_driver(), value, dtype):
+        driver = make_driver()
+        found = mapped(value)
+        if found is not None and found[0].dtype == np.dtype(dtype):
+            view, mapping = found
+            address = mapping.ctypes.data
+            if address in self.mappings or driver.register_mapping(mapping):
+                self.mappings[address] = mapping
+                return view
+        if readable_in_place(driver, value, dtype):
             return value
         out = self.empty(tuple(int(n) for n in value.shape), dtype)
         fill(out, value)
         return out
+
+
+    def release(self) -> None:
+        """Drop the registrations of the checkpoint maps `take` page-locked (the session's weights are gone)."""
+        if self.mappings:
+            from runtime.backends.cuda.driver import make_driver
+
+            driver = make_driver()
+            for mapping in self.mappings.values():
+                try:
+                    driver.unregister_mapping(mapping)
+                except Exception:  # the context is gone, and its registrations with it
+                    pass
+            self.mappings = {}
 
 
 class _Materialized(Mapping):
@@ -488,7 +515,8 @@ class _Materialized(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.kept:
-            self.kept[name] = self.host.take(self.source[name], self.dtype)
+            lazy = getattr(self.source, "lazy", None) if self.host.pinned else None  # a checkpoint: perhaps read in place
+            self.kept[name] = self.host.take(lazy(name) if lazy is not None else self.source[name], self.dtype)
         return self.kept[name]
 
     def __contains__(self, name) -> bool:

@@ -95,7 +95,7 @@ def hostalloc():
         cu.cuMemFreeHost(pointer)
 
 
-def anonymous(huge, threads):
+def anonymous(huge, threads, touch_first=True):
     def run():
         region = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if huge:
@@ -104,14 +104,23 @@ def anonymous(huge, threads):
         address = array.ctypes.data
         _, touched = timed(lambda: touch(array))
         report(f"anonymous {'huge' if huge else '4K'} pages touched by 8 threads", touched, SIZE)
+        if not touch_first:
+            del array
+            region.close()
+            region = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            if huge:
+                region.madvise(mmap.MADV_HUGEPAGE)
+            array = np.frombuffer(region, dtype=np.uint8)
+            address = array.ctypes.data
         pieces = [(address + i * (SIZE // threads), SIZE // threads) for i in range(threads)]
 
         def register(piece):
+            check(cu.cuCtxSetCurrent(context), "set current")  # a pool thread has no current context
             check(cu.cuMemHostRegister_v2(ctypes.c_void_p(piece[0]), piece[1], 1), "cuMemHostRegister")
 
         with ThreadPoolExecutor(threads) as pool:
             _, seconds = timed(lambda: list(pool.map(register, pieces)))
-        report(f"  cuMemHostRegister ({'huge' if huge else '4K'}, {threads} thread(s))", seconds, SIZE)
+        report(f"  cuMemHostRegister ({'huge' if huge else '4K'}, {threads} thread(s){'' if touch_first else ', untouched'})", seconds, SIZE)
         report("  H2D from it", h2d_rate(address, min(SIZE, 2 * GIB)), min(SIZE, 2 * GIB))
         _, seconds = timed(lambda: [cu.cuMemHostUnregister(ctypes.c_void_p(p)) for p, _ in pieces])
         report("  cuMemHostUnregister", seconds, SIZE)
@@ -175,6 +184,8 @@ probe("hostalloc", hostalloc)
 probe("anonymous 4K", anonymous(False, 1))
 probe("anonymous huge", anonymous(True, 1))
 probe("anonymous huge 4 threads", anonymous(True, 4))
+probe("anonymous huge untouched", anonymous(True, 1, touch_first=False))
+probe("anonymous huge untouched 4 threads", anonymous(True, 4, touch_first=False))
 probe("pageable", pageable)
 probe("mapped file", mapped_file)
 if os.environ.get("OUT"):

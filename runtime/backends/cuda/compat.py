@@ -113,6 +113,10 @@ class DriverCalls:
         (CU_MEMHOSTREGISTER_PORTABLE | READ_ONLY); the CUresult (0: done)."""
         return self._register(pointer, count, 0x1 | 0x8)
 
+    def register_portable(self, pointer: int, count: int) -> int:
+        """Page-lock `count` bytes at `pointer` (anonymous memory) for every context; the CUresult (0: done)."""
+        return self._register(pointer, count, 0x1)
+
     def unregister(self, pointer: int) -> None:
         self._check(self._unregister(pointer), "cuMemHostUnregister")
 

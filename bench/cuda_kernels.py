@@ -19,32 +19,38 @@ from turnip_ir.taskgraph import TaskGraph
 
 
 def kernels(quick: bool, hbm: float) -> dict:
+    """Each memory-bound kernel on [8192, 16384] tensors, in float16 and in bfloat16 (issue 25: bf16 at the
+    same share of HBM bandwidth as fp16): entries `add`, ... (fp16) and `add bf16`, ... (with `vs fp16`,
+    the bf16 rate over the fp16 one)."""
     rows, cols = 8192, 16384  # 256 MiB of fp16
-    g = TaskGraph(devices=1)
-    x = g.input((rows, cols), "float16", device=0, id="x")
-    y = g.input((rows, cols), "float16", device=0, id="y")
-    w = g.input((cols,), "float16", device=0, id="w")
-    c = g.input((rows, 128), "float16", device=0, id="cos")
-    s = g.input((rows, 128), "float16", device=0, id="sin")
-    made = {"add": g.add(x, y, device=0, id="add"), "gelu": g.gelu(x, device=0, id="gelu"), "rmsnorm": g.rmsnorm(x, w, device=0, id="rmsnorm"),
-            "softmax": g.softmax(x, device=0, id="softmax"), "rope": g.rope(x, c, s, device=0, id="rope"), "swiglu": g.swiglu(x, y, device=0, id="swiglu")}
-    g.output(*made.values())
-    memgraph = compile_taskgraph(g, 12 * rows * cols * 2)
-    run = loops(memgraph, CudaBackend(), repeats=3, streams=1)["nondet"]  # one stream: kernels one at a time
-    by_task = {}
-    for done in run["recorder"].completions:
-        node = memgraph.nodes[done.vertex]
-        by_task[node.task] = done.end - done.start
     traffic = {"add": 3, "gelu": 2, "rmsnorm": 2, "softmax": 2, "rope": 2, "swiglu": 3}
     out = {}
-    print(f"\n### Memory-bound kernels, fp16 [{rows}, {cols}] (HBM copy rate in the same run: {hbm / 1e9:.0f} GB/s)\n")
-    row("kernel", "us", "GB/s (read+write)", "fraction of HBM copy rate")
-    row("---", "---", "---", "---")
-    for name, factor in traffic.items():
-        seconds = by_task[name]
-        rate = factor * rows * cols * 2 / seconds
-        out[name] = {"seconds": seconds, "rate": rate, "fraction": rate / hbm}
-        row(name, f"{seconds * 1e6:.0f}", f"{rate / 1e9:.0f}", f"{rate / hbm:.2f}")
+    for dtype, suffix in (("float16", ""), ("bfloat16", " bf16")):
+        g = TaskGraph(devices=1)
+        x = g.input((rows, cols), dtype, device=0, id="x")
+        y = g.input((rows, cols), dtype, device=0, id="y")
+        w = g.input((cols,), dtype, device=0, id="w")
+        c = g.input((rows, 128), dtype, device=0, id="cos")
+        s = g.input((rows, 128), dtype, device=0, id="sin")
+        made = {"add": g.add(x, y, device=0, id="add"), "gelu": g.gelu(x, device=0, id="gelu"), "rmsnorm": g.rmsnorm(x, w, device=0, id="rmsnorm"),
+                "softmax": g.softmax(x, device=0, id="softmax"), "rope": g.rope(x, c, s, device=0, id="rope"), "swiglu": g.swiglu(x, y, device=0, id="swiglu")}
+        g.output(*made.values())
+        memgraph = compile_taskgraph(g, 12 * rows * cols * 2)
+        run = loops(memgraph, CudaBackend(), repeats=3, streams=1)["nondet"]  # one stream: kernels one at a time
+        by_task = {}
+        for done in run["recorder"].completions:
+            node = memgraph.nodes[done.vertex]
+            by_task[node.task] = done.end - done.start
+        print(f"\n### Memory-bound kernels, {dtype} [{rows}, {cols}] (HBM copy rate in the same run: {hbm / 1e9:.0f} GB/s)\n")
+        row("kernel", "us", "GB/s (read+write)", "fraction of HBM copy rate", "vs fp16")
+        row("---", "---", "---", "---", "---")
+        for name, factor in traffic.items():
+            seconds = by_task[name]
+            rate = factor * rows * cols * 2 / seconds
+            entry = out[name + suffix] = {"seconds": seconds, "rate": rate, "fraction": rate / hbm}
+            if suffix:
+                entry["vs fp16"] = rate / out[name]["rate"]
+            row(name, f"{seconds * 1e6:.0f}", f"{rate / 1e9:.0f}", f"{rate / hbm:.2f}", f"{entry.get('vs fp16', 1.0):.2f}")
     return out
 
 

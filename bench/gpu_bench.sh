@@ -35,7 +35,8 @@
 # script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most),
 # coldprofile (coldstart keeping its folder in /tmp/cold7b, then one more `turnip llama --weights` under cProfile and
 # -X importtime: $OUT/cold.prof, cold-profile.txt, the import times in coldprofile.log), pinprobe (how fast host memory
-# is page-locked each way: bench/investigations/pin_probe.py), decodeprofile (decode_profile.py at 40 GiB).
+# is page-locked each way: bench/investigations/pin_probe.py), decodeprofile (decode_profile.py at 40 GiB), kernels16
+# (issue 25: the memory-bound kernels in float16 and in bfloat16 against the HBM copy rate).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -115,6 +116,7 @@ for s in "$@"; do
              --input-ids /tmp/cold7b/ids.npy --memory 2GiB
              python3 -c "import pstats, sys; s = pstats.Stats('$OUT/cold.prof', stream=sys.stdout); s.sort_stats('cumulative').print_stats(70); s.sort_stats('tottime').print_stats(40)" \
              > "$OUT/cold-profile.txt" 2>&1 ;;
+    kernels16) stage kernels16 150 python3 bench/bench_cuda.py kernels --json "$OUT/kernels16.json" ;;
     pinprobe) stage pinprobe 150 python3 bench/investigations/pin_probe.py 4 ;;
     decodeprofile) stage decodeprofile 200 python3 bench/investigations/decode_profile.py 40 ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \

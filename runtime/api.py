@@ -76,6 +76,7 @@ def execute(
     unchanged: Collection[str] = (),
     refresh: Mapping[str, list[tuple[int, int]]] | None = None,
     partial: Mapping[str, int] | None = None,
+    copy_outputs: bool = True,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -93,7 +94,9 @@ def execute(
     the run reads only the leading rows (task -> rows of the first axis; a decode step's last cache
     column, filled only so far): they are placed and reloaded only that far (`summary.bytes_reloaded`
     counts what moved). The caller vouches that no kernel reads past them; the rest of the tensor's
-    memory holds whatever was there.
+    memory holds whatever was there. `copy_outputs=False` (with `close=False`): the outputs are the
+    backend's own memory, valid until its next run, for a caller that uses them at once (a decode step's
+    new cache rows and logits); no copy is made of them.
     """
     facts = _PLAN_FACTS.get(memgraph) if not close else None  # a plan run again: what it is read once
     if facts is None and inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
@@ -135,7 +138,7 @@ def execute(
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
         wall = time.perf_counter() - began
-        outputs = machine.read_outputs()
+        outputs = machine.read_outputs() if copy_outputs or close else machine.read_outputs(copy=False)
     except BaseException:
         machine.close()
         raise

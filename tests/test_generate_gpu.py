@@ -60,3 +60,34 @@ def test_teacher_forced_logits_on_cuda_match_float32_per_step():
     assert max(errors) <= LOGIT_TOLERANCE, errors
     # the second call ran on the prepared backend, its arena holding the first call's data: same numbers
     np.testing.assert_allclose(np.concatenate(again.logits), np.concatenate(got.logits), rtol=0, atol=1e-2)
+
+
+def test_a_checkpoint_session_reads_its_weights_in_place_and_matches_float32(tmp_path):
+    """The same model saved as an fp16 safetensors folder: the cuda session page-locks the file's map and
+    reads the weights where it lies (no host copy), and its teacher-forced logits match float32's."""
+    import json
+
+    from frontend.safetensors import save_file
+
+    config = small_model()
+    drawn = llama.RandomWeights(config, 0)
+    weights = {name: np.asarray(drawn[name]) for name in drawn}
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 32000, "max_position_embeddings": 4096,
+        "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope.theta, "tie_word_embeddings": config.tie_word_embeddings,
+        "torch_dtype": "float16"}))
+    save_file(weights, folder / "model.safetensors")
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(0, config.vocab_size, n) for n in (20, 9)]
+    with Session(config=replace(llama.load_config(str(folder)), dtype="float32"), weights=weights, memory=1 << 34, backend="cpu") as reference:
+        greedy = reference.generate(prompts, 4).tokens
+        want = reference.generate(prompts, 4, forced=greedy)
+    with Session(weights=folder, memory=1 << 30, backend="cuda") as session:
+        got = session.generate(prompts, 4, forced=greedy)
+        assert session.host.mappings and got.bytes_staged == 0
+    errors = [float(np.abs(g - w).max()) for g, w in zip(got.logits, want.logits, strict=True)]
+    print(f"\ncheckpoint read in place: largest |logit error| per step vs float32: " + " ".join(f"{e:.4f}" for e in errors))
+    assert max(errors) <= LOGIT_TOLERANCE, errors

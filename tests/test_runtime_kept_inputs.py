@@ -255,3 +255,22 @@ def test_inputs_checked_before_are_not_checked_again_but_new_ones_are():
         make_inputs(specs, {"a": np.zeros((3, 2), np.float32)}, 0, checked={"a": weakref.ref(a)})
     with pytest.raises(InputError, match="input 'a': dtype"):
         make_inputs(specs, {"a": np.zeros((2, 3))}, 0, checked={"a": weakref.ref(a)})
+
+
+def test_outputs_left_in_the_backends_memory_are_the_copied_ones_until_the_next_run():
+    """`execute(copy_outputs=False)` on a prepared cpu backend: the same values as the copies, held in the
+    backend's own memory (a decode step uses them at once); a default run returns copies of its own."""
+    graph = random_taskgraph(5, tasks=12, devices=1, sizes=(8, 16), dtype="float64")
+    memgraph = compile_taskgraph(graph, 1 << 20)
+    machine = make_backend("cpu")
+    try:
+        copied = execute(memgraph, backend=machine, close=False, seed=1)
+        left = execute(memgraph, backend=machine, close=False, seed=1, copy_outputs=False)
+        again = execute(memgraph, backend=machine, close=False, seed=1, copy_outputs=False)
+    finally:
+        machine.close()
+    assert copied.outputs.keys() == left.outputs.keys() and copied.outputs
+    for task, array in copied.outputs.items():
+        np.testing.assert_array_equal(left.outputs[task], array)
+        assert np.shares_memory(left.outputs[task], again.outputs[task])  # the backend's memory, not a copy
+        assert not np.shares_memory(array, left.outputs[task])

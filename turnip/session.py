@@ -309,7 +309,8 @@ class Session:
         try:
             # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
             result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
-                             close=False, verify=False, unchanged=unchanged, refresh=rows, partial=partial)
+                             close=False, verify=False, unchanged=unchanged, refresh=rows, partial=partial,
+                             copy_outputs=not recur)  # a decode step's outputs are used at once (appended, sampled)
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise

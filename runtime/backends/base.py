@@ -100,8 +100,9 @@ class Backend:
         """Block until at least one submitted vertex completes; return every completion available, in lane order."""
         raise NotImplementedError
 
-    def read_outputs(self) -> dict[str, np.ndarray]:
-        """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data)."""
+    def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data). `copy=False`:
+        arrays of the backend's own memory, valid until its next run (a caller that uses them at once)."""
         raise NotImplementedError
 
     def external_inputs(self) -> set[str]:

@@ -164,9 +164,10 @@ class CpuBackend(Backend):
             except queue.Empty:
                 return batch
 
-    def read_outputs(self) -> dict[str, np.ndarray]:
+    def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         nodes = self.graph.memgraph.by_id()
-        return {task: self._home(nodes[node_id]).copy() for task, node_id in self.graph.memgraph.outputs.items()}
+        return {task: self._home(nodes[node_id]).copy() if copy else self._home(nodes[node_id])
+                for task, node_id in self.graph.memgraph.outputs.items()}
 
     def close(self) -> None:
         self._stop_workers()

@@ -204,5 +204,5 @@ class SimBackend(Backend):
             found.append(self.unreported.popleft()[1])
         return sorted(found, key=lambda c: (c.lane, c.end))
 
-    def read_outputs(self) -> dict[str, np.ndarray]:
+    def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         return {}

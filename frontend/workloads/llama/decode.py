@@ -122,8 +122,8 @@ class DecodeStep:
                 for layer in range(self.config.num_hidden_layers) for which in "kv" for start, rows in self.columns}
 
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """[B, vocab] in float64."""
-        return np.asarray(outputs["logits"], dtype=np.float64)
+        """[B, vocab] in float64, a copy (the outputs may be the backend's memory, reused at its next run)."""
+        return np.array(outputs["logits"], dtype=np.float64)
 
     def new_kv(self, outputs: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per layer, this step's (k, v) rows [B, kv_width], k after RoPE."""

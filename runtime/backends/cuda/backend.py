@@ -313,10 +313,10 @@ class CudaBackend(Backend):
     def external_inputs(self) -> set[str]:
         return self.views.external_tasks if self.views is not None else set()
 
-    def read_outputs(self) -> dict[str, np.ndarray]:
+    def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         self.devices.synchronize()
         self._count_library_allocations()
-        return self.views.read()
+        return self.views.read(copy)
 
     def _count_library_allocations(self) -> None:
         """What libraries allocated while the loop ran: CuPy calls refused or served, torch segments added."""

@@ -153,17 +153,18 @@ class TensorViews:
         fill_all(stored)
         self.place_on_gpus(inputs, keep)
 
-    def read(self) -> dict[str, np.ndarray]:
+    def read(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized). Those on a
         GPU come through page-locked staging of the plan's own (made at the first read, kept with the
         views), so their copies are asynchronous, one wait per GPU, and then copied out of it: a decode
-        step's 65 outputs cost a synchronous pageable copy apiece otherwise."""
+        step's 65 outputs cost a synchronous pageable copy apiece otherwise. `copy=False` leaves them in
+        the staging (valid until the next read: Backend.read_outputs)."""
         nodes = self.graph.memgraph.nodes
         if self._reads is None:
             self._reads = self._read_plan()
         on_gpu, elsewhere, staging = self._reads
         self.driver.get([(nodes[i].device, self.gpu[i], view) for _, i, view in on_gpu])
-        outputs = {task: np.array(view) for task, _, view in on_gpu}
+        outputs = {task: np.array(view) if copy else view for task, _, view in on_gpu}
         for task, i in elsewhere:
             node = nodes[i]
             outputs[task] = np.zeros(node.shape, numpy_dtype(node.dtype)) if node.nbytes == 0 else np.array(self.host[i])

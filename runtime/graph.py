@@ -61,6 +61,9 @@ class ExecGraph:
     """Whether the plan copies between host and GPUs during its run (any reload or offload)."""
     input_reloads: dict[str, list[int]] = field(default_factory=dict)
     """Input task -> the reload vertices that copy it from its host home (`residency.copy_limits`)."""
+    facts: dict = field(default_factory=dict, repr=False, compare=False)
+    """What a summary reads of the plan alone (its arenas' high water, its recomputed ids), worked out
+    at the first run and kept: a plan run again (a decode step) is not walked again for them."""
 
     def __len__(self) -> int:
         return len(self.dep_count)

@@ -169,8 +169,10 @@ def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | 
         count = node.nbytes
         if node.task in kept:
             ranges = kept[node.task]
-            row = row_length(node.shape)
-            count = 0 if ranges is None or not node.shape else count // (math.prod(node.shape) or 1) * row * sum(b - a for a, b in ranges)
+            if ranges is None or not node.shape:
+                count = 0
+            else:
+                count = count // (math.prod(node.shape) or 1) * row_length(node.shape) * sum(b - a for a, b in ranges)
         if node.loc is not None:
             gpu += count
         elif node.storage is not None:

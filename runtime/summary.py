@@ -178,6 +178,12 @@ def _rate(count: int, spans: list[tuple[float, float]]) -> float:
 
 
 def _high_water(graph: ExecGraph) -> list[int]:
+    if "high_water" not in graph.facts:
+        graph.facts["high_water"] = _planned_high_water(graph)
+    return list(graph.facts["high_water"])
+
+
+def _planned_high_water(graph: ExecGraph) -> list[int]:
     top = [0] * graph.memgraph.devices
     for node in graph.memgraph.nodes:
         if node.loc is not None and node.device is not None:
@@ -186,7 +192,9 @@ def _high_water(graph: ExecGraph) -> list[int]:
 
 
 def _count_recomputes(summary: RunSummary, graph: ExecGraph, completions: list[Completion]) -> None:
-    again = {node.id for node in graph.memgraph.recomputes()}
+    if "recomputed" not in graph.facts:
+        graph.facts["recomputed"] = {node.id for node in graph.memgraph.recomputes()}
+    again = graph.facts["recomputed"]
     if not again:
         return
     nodes = graph.memgraph.nodes

@@ -1,4 +1,4 @@
-"""Every numba kernel of the cuda backend compiles for an H200 (sm_90), in float16, float32 and float64.
+"""Every numba kernel of the cuda backend compiles for an H200 (sm_90), in float16, bfloat16, float32 and float64.
 
 The simulator runs kernels as Python, so it cannot catch what only real compilation rejects (a type
 numba cannot unify, a float16 conversion it lacks). `cuda.compile_ptx` needs no GPU, only NVVM and
@@ -24,12 +24,12 @@ import types, numba.cuda.dispatcher as D
 D.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
 
 def arr(dt, nd, layout="C"):
-    return T.Array({"float16": T.float16, "float32": T.float32, "float64": T.float64}[dt], nd, layout)
+    return T.Array({"float16": T.float16, "bfloat16": T.uint16, "float32": T.float32, "float64": T.float64}[dt], nd, layout)
 
 def ptx(kernel, sig):
     return cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))[0]
 
-for dt in ("float16", "float32", "float64"):
+for dt in ("float16", "bfloat16", "float32", "float64"):
     for vector in (True, False):
         for name in K.UNARY:
             ptx(K.unary(name, dt, vector), (arr(dt, 1), arr(dt, 1), T.float64))
@@ -65,6 +65,9 @@ for vector in (True, False):
     text = ptx(K.attention_merge("float32", True, False, vector), (arr("float16", 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr("float32", 2), T.int64, T.int64))
     found = [bool(re.search(pattern, text)) for pattern in (r"ld(\.global)?\.v4\.u16", r"ld(\.global)?\.v4\.f32", r"st(\.global)?\.v4\.f32")]
     assert found == [vector] * 3, (vector, found)
+# bfloat16 (uint16 words) is rounded by one cvt.rn.bf16.f32 per stored element, not integer arithmetic
+text = ptx(K.rope("bfloat16"), (arr("bfloat16", 2),) * 4)
+assert text.count("cvt.rn.bf16.f32") >= 4, text.count("cvt.rn.bf16.f32")
 print("compiled")
 '''
 

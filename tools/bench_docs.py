@@ -36,6 +36,7 @@ VARIANTS = ("--schedule", "--copy-depth", "--inputs")
 SUPERSEDED = {
     "h200-2026-12-01-kernels-unrolled.json": "the kernels before quads, measured earlier in the same sitting",
     "h200-2026-12-01-merge-attention.json": "the merge and kernels before the quads rework of that sitting",
+    "h200-2026-12-02e-kernels-bf16.json": "the bfloat16 kernels before their stores became one cvt.rn.bf16.f32",
 }
 """Files whose figures a later call of the same sitting replaced (docs/benchmarks-log.md says which is
 current); file names alone do not order the calls of one sitting."""

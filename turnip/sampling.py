@@ -21,10 +21,15 @@ def check_sampling(temperature: float, top_p: float) -> None:
 
 
 def next_tokens(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> np.ndarray:
-    """One token id per row of `logits` [B, vocab], as int64 [B]."""
-    logits = np.asarray(logits, dtype=np.float64)
+    """One token id per row of `logits` [B, vocab], as int64 [B]. Greedy takes the argmax in the logits'
+    own float type (every float16 and float32 value is exact in float64, so it is float64's argmax, ties
+    to the lowest id alike; bfloat16 is widened to float32 first), without a float64 copy per step."""
+    logits = np.asarray(logits)
     if temperature == 0:
+        if logits.dtype not in (np.float16, np.float32, np.float64):
+            logits = logits.astype(np.float32)
         return np.argmax(logits, axis=1).astype(np.int64)
+    logits = logits.astype(np.float64)
     return np.array([_sample(row, temperature, top_p, rng) for row in logits], dtype=np.int64)
 
 

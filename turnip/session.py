@@ -17,7 +17,8 @@ column's rows), so most steps run a cached plan. Decode plans are compiled with 
 weights and cache columns that survive a step stay on the GPU for the next, and only what changed is
 copied (`execute(..., unchanged=)`, runtime/residency.py). Between steps the KV cache is host numpy
 columns shared by the batch (frontend/workloads/llama/kv_cache.py, with room for the new tokens); the new rows each step
-returns are written in, and the next token is chosen on the host from float64 logits (turnip/sampling.py).
+returns are written in, and the next token is chosen on the host from the logits (turnip/sampling.py:
+greedy takes their argmax as they are, sampling works in float64).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
@@ -209,7 +210,7 @@ class Session:
                 continue
             chosen = next_tokens(logits, temperature, top_p, rng)
             if forced is not None:
-                stats.logits.append(logits)
+                stats.logits.append(np.array(logits, dtype=np.float64))
                 chosen = forced[:, step]
             chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
             finished |= np.isin(chosen, self.config.eos_token_id)
@@ -241,7 +242,8 @@ class Session:
         return cache
 
     def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
-        """One decode step of the batch; appends the new k and v rows to `cache`; the float64 logits."""
+        """One decode step of the batch; appends the new k and v rows to `cache`; the logits [B, vocab] as
+        the backend left them (its memory: valid until its next run, so used at once)."""
         step = self._step([int(n) for n in cache.lengths])
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
         # a column is the same input while the step reads as many of its rows; the rows written since the
@@ -267,7 +269,7 @@ class Session:
             cache.append(None)  # rows without values: the sim computes none
             return None
         cache.append(step.new_kv(result.outputs))
-        return step.logits(result.outputs)
+        return result.outputs["logits"]
 
     def _step(self, lengths: list[int]) -> DecodeStep:
         """The decode step for these cache lengths: the step built for their columns before, re-aimed at the

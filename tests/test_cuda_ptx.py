@@ -43,7 +43,8 @@ for dt in ("float16", "bfloat16", "float32", "float64"):
         ptx(K.binary_broadcast(name, dt), (arr(dt, 1),) * 3 + (T.int64,) * 11)
     ptx(K.rope(dt), (arr(dt, 2),) * 4)
     for causal in (True, False):
-        ptx(K.attention_scores_softmax(dt, causal), (arr(dt, 3), arr("float32", 2)))
+        for windowed in (True, False):
+            ptx(K.attention_scores_softmax(dt, causal, windowed), (arr(dt, 3), arr("float32", 2), T.int64, T.int64))
     for has_prev in (True, False):
         for final in (True, False):
             out = dt if final else "float32"

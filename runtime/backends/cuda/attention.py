@@ -116,9 +116,6 @@ def block_of(node, inputs) -> Block:
 
 def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
     attrs = node.attrs
-    if "window" in attrs:  # no provider masks by position yet: refuse rather than attend past the window
-        raise KernelError(f"node {node.id}: attention with a sliding window is not supported on the cuda backend yet "
-                          "(attribute 'window'); run it with --backend cpu")
     heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
     return heads, kv_heads, bool(attrs.get("causal", False)), bool(attrs.get("final", True)), attrs.get("softmax_scale")
 
@@ -130,7 +127,7 @@ def scratch_bytes(node, sources, provider: str) -> int:
     d = q.shape[1] // heads
     if provider == "triton" and triton_takes(node, q):
         return 0
-    if provider not in ("cublas", "triton") and q.dtype in HALF:  # the torch providers: no scratch
+    if provider not in ("cublas", "triton") and q.dtype in HALF and "window" not in node.attrs:  # torch's: no scratch
         return 0
     tq, tk = q.shape[0], k.shape[0]
     item = DTYPE_BYTES[q.dtype]
@@ -176,13 +173,13 @@ def _merge_quads(d: int, *arrays) -> bool:
     return kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in arrays if a is not None))
 
 
-def cublas_plan(tq: int, tk: int, d: int, heads: int, kv_heads: int, dtype: str, causal: bool):
+def cublas_plan(tq: int, tk: int, d: int, heads: int, kv_heads: int, dtype: str, causal: bool, windowed: bool = False):
     """What the unfused provider's block needs beside its operands: the scores GEMM (S = Q·Kᵀ per head of
     a group), the values GEMM (O = P·V) and the masked softmax kernel; one per block shape."""
     group = heads // kv_heads
     scores = GemmPlan(tq, tk, d, group, Matrix(tq, d, heads * d, d), Matrix(tk, d, kv_heads * d, 0, trans=True), Matrix(tq, tk, tk, tq * tk))
     values = GemmPlan(tq, d, tk, group, Matrix(tq, tk, tk, tq * tk), Matrix(tk, d, kv_heads * d, 0), Matrix(tq, d, d, tq * d))
-    return scores, values, kn.attention_scores_softmax(dtype, causal)
+    return scores, values, kn.attention_scores_softmax(dtype, causal, windowed)
 
 
 def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
@@ -194,8 +191,10 @@ def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
     group = heads // kv_heads
     dtype = dtype_name(q)
     item = DTYPE_BYTES[dtype]
-    scores_plan, values_plan, softmax = env.cache.get("attention", ("cublas", tq, tk, d, heads, kv_heads, dtype, causal),
-                                                      lambda: cublas_plan(tq, tk, d, heads, kv_heads, dtype, causal))
+    windowed = "window" in node.attrs
+    window, offset = int(node.attrs.get("window", 0)), int(node.attrs.get("offset", 0))
+    scores_plan, values_plan, softmax = env.cache.get("attention", ("cublas", tq, tk, d, heads, kv_heads, dtype, causal, windowed),
+                                                      lambda: cublas_plan(tq, tk, d, heads, kv_heads, dtype, causal, windowed))
 
     def buffers(lane):
         scratch = env.scratch(lane)
@@ -217,7 +216,7 @@ def build_cublas(node, inputs, out, env: KernelEnv) -> Work:
             first = env.gemm(scores_plan, q, k, s, alpha=scale, offsets=(h0 * d, g * d))
             second = env.gemm(values_plan, s, v, o, offsets=(0, g * d))
             plans.append((first, second))
-        soft = env.launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse))
+        soft = env.launch(softmax, (group * tq,), (kn.ROW_THREADS,), (s, lse, offset, window))
         grid, block = kn.merge_grid(tq, group, d)
         vector = env.vector_loads and _merge_quads(d, o, out, prev)
         merge = kn.attention_merge(dtype_name(out), prev is not None, final, vector, dtype)
@@ -376,8 +375,8 @@ def build(node, inputs, out, env: KernelEnv) -> Work | None:
     provider = env.attention
     if provider == "triton" and triton_takes(node, inputs[0]):
         return build_triton(node, inputs, out, env)
-    if provider in ("cublas", "triton") or dtype_name(inputs[0]) not in HALF:  # torch's fused ops take half precision only
-        return build_cublas(node, inputs, out, env)
+    if provider in ("cublas", "triton") or dtype_name(inputs[0]) not in HALF or "window" in node.attrs:
+        return build_cublas(node, inputs, out, env)  # torch's fused ops take half precision only, and no window here
     return build_torch(node, inputs, out, env, provider)
 
 
@@ -410,6 +409,8 @@ def triton_takes(node, q) -> bool:
     operand, an array or a taskgraph node (anything with a shape and a dtype)."""
     from runtime.backends.cuda import attention_triton
 
+    if "window" in node.attrs:  # its kernel masks no window: the block runs on cublas
+        return False
     heads, kv_heads, _, _, _ = attention_attrs(node)
     return attention_triton.supported(heads, kv_heads, int(q.shape[1]) // heads, dtype_name(q))
 

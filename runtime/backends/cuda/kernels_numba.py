@@ -503,23 +503,39 @@ def merge_grid(tq: int, heads: int, d: int) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=None)
-def attention_scores_softmax(dtype: str, causal: bool):
+def attention_scores_softmax(dtype: str, causal: bool, windowed: bool = False):
     """In place over scores s [heads, tq, tk] (already scaled): masked softmax per row, writing the row's
-    log-sum-exp to lse [heads, tq]. One block per (head, row)."""
+    log-sum-exp to lse [heads, tq]. One block per (head, row).
+
+    `windowed` (a sliding window, mistral): `launch(s, lse, offset, window)`, where offset is the key
+    block's start minus the query block's; row t sees key j while t - (offset + j) < window, so the keys
+    before `lo` are masked as the causal ones after the diagonal are. A row that sees no key of the
+    block writes zeros and the lowest finite log-sum-exp, which the merge weighs to nothing (fastmath
+    allows no infinities). Without `windowed` the two scalars are ignored."""
     acc = acc_type(dtype)
     get, put = codec(dtype)
     threads = ROW_THREADS
+    floor = lowest(acc)
 
     @cached_kernel(fastmath=True)
-    def kernel(s, lse):
+    def kernel(s, lse, offset, window):
         tq, tk = s.shape[1], s.shape[2]
         h = cuda.blockIdx.x // tq
         t = cuda.blockIdx.x % tq
         tid = cuda.threadIdx.x
         limit = t + 1 if causal else tk
+        lo = 0
+        if windowed:
+            lo = max(0, t - offset - window + 1)
+            if lo >= limit:  # the window hides every key of this block from this row
+                for j in range(tid, tk, threads):
+                    s[h, t, j] = put(acc(0.0))
+                if tid == 0:
+                    lse[h, t] = floor
+                return
         shared = cuda.shared.array(ROW_THREADS, acc)
-        best = -math.inf
-        for j in range(tid, limit, threads):
+        best = floor
+        for j in range(lo + tid, limit, threads):
             v = get(s[h, t, j])
             if v > best:
                 best = v
@@ -534,11 +550,11 @@ def attention_scores_softmax(dtype: str, causal: bool):
         top = shared[0]
         cuda.syncthreads()
         total = acc(0.0)
-        for j in range(tid, limit, threads):
+        for j in range(lo + tid, limit, threads):
             total += math.exp(get(s[h, t, j]) - top)
         total = _block_sum(shared, tid, total, threads)
         for j in range(tid, tk, threads):
-            s[h, t, j] = put(math.exp(get(s[h, t, j]) - top) / total if j < limit else acc(0.0))
+            s[h, t, j] = put(math.exp(get(s[h, t, j]) - top) / total if lo <= j < limit else acc(0.0))
         if tid == 0:
             lse[h, t] = top + math.log(total)
 

@@ -30,7 +30,7 @@ def ptx(kernel, sig):
     return cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))[0]
 
 for dt in ("float16", "bfloat16", "float32", "float64"):
-    for vector in (True, False):
+    for vector in (True,) if dt == "bfloat16" else (True, False):  # bf16's element-wise builds are fp16's with its codec
         for name in K.UNARY:
             ptx(K.unary(name, dt, vector), (arr(dt, 1), arr(dt, 1), T.float64))
         for name in K.BINARY:

@@ -143,8 +143,7 @@ def test_windowed_prefill_equals_the_float64_forward(block):
     assert not np.allclose(full[WINDOW:], want[WINDOW:], atol=1e-3)  # the window changes the later rows
 
 
-@pytest.mark.parametrize("window", [WINDOW, 3])
-def test_a_windowed_prefill_on_the_cuda_backend_equals_the_float64_forward(window):
+def test_a_windowed_prefill_on_the_cuda_backend_equals_the_float64_forward(window=3):
     """numba-cuda's simulator here (the cublas provider, which every provider hands a windowed block to):
     the softmax masks the keys behind the window, and a row the window hides a whole block from (window
     3 in blocks of 4) weighs that block to nothing."""

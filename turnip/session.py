@@ -451,8 +451,12 @@ class _HostMemory:
 
     def __init__(self, backend: str):
         self.pinned = backend == "cuda"
-        self.mappings: dict[int, np.ndarray] = {}
-        """Checkpoint files' maps page-locked in place (`take`), by address, until `release`."""
+        self.mappings: dict = {}
+        """Checkpoint files' maps page-locked in place (`take`), until `release`."""
+        if self.pinned:
+            from runtime.backends.cuda.driver import MappedFiles, make_driver
+
+            self.mappings = MappedFiles(make_driver())
 
     def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -478,35 +482,20 @@ class _HostMemory:
         if not self.pinned:
             return np.ascontiguousarray(value, dtype=dtype)
         from runtime.backends.cuda.copies import readable_in_place
-        from runtime.backends.cuda.driver import make_driver
 
-        driver = make_driver()
         found = mapped(value)
-        if found is not None and found[0].dtype == np.dtype(dtype):
-            view, mapping = found
-            address = mapping.ctypes.data
-            if address in self.mappings or driver.register_mapping(mapping):
-                self.mappings[address] = mapping
-                return view
-        if readable_in_place(driver, value, dtype):
+        if found is not None and found[0].dtype == np.dtype(dtype) and self.mappings.register(found[1]):
+            return found[0]
+        if readable_in_place(self.mappings.driver, value, dtype):
             return value
         out = self.empty(tuple(int(n) for n in value.shape), dtype)
         fill(out, value)
         return out
 
-
     def release(self) -> None:
         """Drop the registrations of the checkpoint maps `take` page-locked (the session's weights are gone)."""
-        if self.mappings:
-            from runtime.backends.cuda.driver import make_driver
-
-            driver = make_driver()
-            for mapping in self.mappings.values():
-                try:
-                    driver.unregister_mapping(mapping)
-                except Exception:  # the context is gone, and its registrations with it
-                    pass
-            self.mappings = {}
+        if self.pinned:
+            self.mappings.release()
 
 
 class _Materialized(Mapping):

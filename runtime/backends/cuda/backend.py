@@ -43,7 +43,7 @@ from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
 from runtime.backends.cuda.copies import COPY_KINDS, TensorViews
 from runtime.inputs import Filler
 from runtime.backends.cuda.devices import DeviceSet, reserve_bytes, scratch_per_lane
-from runtime.backends.cuda.driver import make_driver
+from runtime.backends.cuda.driver import MappedFiles, make_driver
 from runtime.backends.cuda.libraries import Libraries
 from runtime.backends.cuda.memory import CHUNK_BYTES
 from runtime.backends.cuda.sampling import MemorySampler
@@ -80,9 +80,9 @@ class CudaBackend(Backend):
         self.release_at_close = release_at_close
         self.detach_at_close = detach_at_close
         self.read_in_place = external_inputs
-        self.mappings: dict[int, np.ndarray] = {}
-        """File maps page-locked in place (`_register`), by address, until `close`."""
         self.driver = make_driver()
+        self.mappings = MappedFiles(self.driver)
+        """Checkpoint files' maps page-locked in place for inputs read where they lie, until `close`."""
         self.attention = ""
         """The resolved attention provider, known from the first `prepare`."""
         self.devices: DeviceSet | None = None
@@ -169,7 +169,7 @@ class CudaBackend(Backend):
             filler = Filler()
             try:  # each pinned chunk's inputs are read into it while the next chunk is pinned
                 self.views = TensorViews(self.driver, graph, devices.arenas, self.chunk_bytes, reuse, filler, inputs, self.read_in_place,
-                                         self._register)
+                                         self.mappings.register)
                 stamps.append(time.perf_counter())
             finally:
                 filler.finish()
@@ -200,15 +200,6 @@ class CudaBackend(Backend):
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = {}
         self.limited = {}
-
-    def _register(self, mapping: np.ndarray) -> bool:
-        """Page-lock a file's read-only map once for this backend's life (its tensors are read in place)."""
-        address = mapping.ctypes.data
-        if address not in self.mappings:
-            if not self.driver.register_mapping(mapping):
-                return False
-            self.mappings[address] = mapping  # held: the map must outlive its registration
-        return True
 
     def _build(self, graph: ExecGraph, vertex: int):
         node = graph.node(vertex)
@@ -375,10 +366,7 @@ class CudaBackend(Backend):
             self.libraries.detach(self.driver)
         self.libraries.close()
         self.work, self.views = [], None
-        for mapping in self.mappings.values():
-            with contextlib.suppress(Exception):  # after a CUDA error the context is gone, and its registrations with it
-                self.driver.unregister_mapping(mapping)
-        self.mappings = {}
+        self.mappings.release()
         if self.devices is not None:
             self.devices.drop_memory()
         if self.release_at_close:

@@ -367,4 +367,29 @@ def make_driver() -> GpuDriver:
     return SimDriver() if simulated() else GpuDriver()
 
 
-__all__ = ["GpuDriver", "SimDriver", "host", "make_driver"]
+class MappedFiles(dict):
+    """Read-only file maps page-locked in place through `driver` (`register_mapping`), by address, each
+    once; they are held, since a map must outlive its registration, until `release` drops them all. The
+    cuda backend keeps one per backend (a run's checkpoint weights), a `turnip.Session` one per session."""
+
+    def __init__(self, driver: GpuDriver):
+        super().__init__()
+        self.driver = driver
+
+    def register(self, mapping: np.ndarray) -> bool:
+        """Page-lock `mapping` unless it is already; False where the driver refuses."""
+        address = mapping.ctypes.data
+        if address not in self:
+            if not self.driver.register_mapping(mapping):
+                return False
+            self[address] = mapping
+        return True
+
+    def release(self) -> None:
+        for mapping in self.values():
+            with contextlib.suppress(Exception):  # after a CUDA error the context is gone, and its registrations with it
+                self.driver.unregister_mapping(mapping)
+        self.clear()
+
+
+__all__ = ["GpuDriver", "MappedFiles", "SimDriver", "host", "make_driver"]

@@ -30,11 +30,17 @@ stream can wait there for a reload while another could have run (the sim shows n
 
 
 def compute_depth(queue_depth: int, lookahead: bool, graph: ExecGraph | None) -> int:
-    """How many vertices a compute lane of a device backend holds for `graph`: `queue_depth`, or at
-    least RESIDENT_QUEUE_DEPTH for a plan that moves nothing (with `lookahead`; None: not known yet)."""
-    if not lookahead or graph is None or graph.moves_host_data:
+    """How many vertices a compute lane of a device backend holds for `graph`: `queue_depth`, or
+    `resident_depth` for a plan that moves nothing (None: not known yet)."""
+    if graph is None or graph.moves_host_data:
         return queue_depth
-    return max(queue_depth, RESIDENT_QUEUE_DEPTH)
+    return resident_depth(queue_depth, lookahead)
+
+
+def resident_depth(queue_depth: int, lookahead: bool) -> int:
+    """The deepest a compute lane queues, for a plan that moves nothing: at least RESIDENT_QUEUE_DEPTH
+    with `lookahead` (without it, one vertex at a time: `queue_depth`)."""
+    return max(queue_depth, RESIDENT_QUEUE_DEPTH) if lookahead else queue_depth
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from runtime.backends.base import RESIDENT_QUEUE_DEPTH, Backend, Completion, compute_depth
+from runtime.backends.base import Backend, Completion, compute_depth, resident_depth
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
@@ -142,7 +142,7 @@ class CudaBackend(Backend):
         self.libraries = driver.open_libraries(devices, graph.lanes, attention.uses_torch(self.attention))
         self.services = KernelServices(driver, devices, self.libraries, self.attention)
         # events for as deep as any plan may queue (a plan that moves nothing queues its compute lanes deeper)
-        deepest = {"compute": max(self.queue_depth, RESIDENT_QUEUE_DEPTH) if self.device_deps else self.queue_depth}
+        deepest = {"compute": resident_depth(self.queue_depth, self.device_deps)}
         pools = [2 * sum(deepest.get(lane.kind, self.copy_queue_depth) + 1 for lane in graph.lanes if lane.device == d)
                  for d in range(devices.devices)]
         self.clock = Clock(driver, pools)

@@ -179,8 +179,8 @@ def _cache_on_disk(dispatcher) -> None:
     """Give `dispatcher` numba's on-disk cache under the stable key `cached_kernel` describes (nothing if unstable)."""
     import hashlib
 
-    cells = _fingerprint(tuple(cell.cell_contents for cell in dispatcher.py_func.__closure__ or ()))
-    if cells is None:
+    function = _fingerprint(dispatcher.py_func)  # its bytecode, constants and closure's cells
+    if function is None:
         return
     try:
         import numba_cuda
@@ -190,7 +190,7 @@ def _cache_on_disk(dispatcher) -> None:
         version = numba_cuda.__version__
     except Exception:  # a numba-cuda without these internals: compile as before
         return
-    stable = hashlib.sha256(f"{_sources_digest()}|{_fingerprint(dispatcher.py_func)}|{cells}".encode()).hexdigest()
+    stable = hashlib.sha256(f"{_sources_digest()}|{function}".encode()).hexdigest()
 
     def index_key(sig, codegen):
         key = (sig, codegen.magic_tuple(), version, stable)

@@ -13,7 +13,6 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 from __future__ import annotations
 
 import time
-import weakref
 from weakref import WeakKeyDictionary
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +97,7 @@ def execute(
     backend's own memory, valid until its next run, for a caller that uses them at once (a decode step's
     new cache rows and logits); no copy is made of them.
     """
+    called = time.perf_counter()
     facts = _PLAN_FACTS.get(memgraph) if not close else None  # a plan run again: what it is read once
     if facts is None and inputs and any(node.shape is None or node.dtype is None for node in memgraph.nodes):
         known = {task: (tuple(array.shape), array.dtype.name) for task, array in inputs.items()}
@@ -114,19 +114,19 @@ def execute(
     policy = make_policy(order, graph, seed)
     machine = make_backend(backend, jitter, seed, cost=cost) if isinstance(backend, str) else backend
     specs = facts.specs if facts is not None else input_specs(memgraph)
+    # a plan run again remembers the arrays that passed (weakly: a caller's arrays are not kept alive by
+    # the plan), so the same objects next run need no check
     arrays = make_inputs(specs, inputs, seed, facts.checked if facts is not None else None) if machine.needs_data else {}
-    if facts is not None and machine.needs_data:
-        # every one of them passed: the same objects next run need no check (weakly held: a caller's arrays
-        # are not kept alive by the plan)
-        facts.checked = {task: weakref.ref(value) for task, value in (inputs or {}).items() if isinstance(value, np.ndarray)}
     recorder = Recorder()
+    checked = time.perf_counter()
     keep = not close and not isinstance(backend, str)
     held = machine.held()
     refresh = refresh or {}
     input_nodes = facts.inputs if facts is not None else None
     kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh], input_nodes)} if keep else {}
     valid = held.rows if keep else {}
-    placing, rows_after = partial_placements(memgraph, partial or {}, kept, valid, input_nodes) if partial or valid else (kept, {})
+    by_task = facts.by_task if facts is not None else None
+    placing, rows_after = partial_placements(memgraph, partial or {}, kept, valid, input_nodes, by_task) if partial or valid else (kept, {})
     limits = copy_limits(graph, partial) if partial else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
@@ -137,8 +137,10 @@ def execute(
         external = machine.external_inputs()
         began = time.perf_counter()
         Executor(graph, machine, policy, [recorder, *callbacks]).run()
-        wall = time.perf_counter() - began
+        ended = time.perf_counter()
+        wall = ended - began
         outputs = machine.read_outputs() if copy_outputs or close else machine.read_outputs(copy=False)
+        read = time.perf_counter()
     except BaseException:
         machine.close()
         raise
@@ -151,6 +153,8 @@ def execute(
     summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
+    summary.host_seconds = {"checks": checked - called, "residency": prepare_began - checked, "prepare": began - prepare_began,
+                            "outputs": read - ended, "summary": time.perf_counter() - read}
     return RunResult(outputs, summary, recorder)
 
 
@@ -169,11 +173,14 @@ class _PlanFacts:
     inputs: list
     survivors: dict
     checked: dict = field(default_factory=dict)
-    """Weak references to the arrays the last run was given (they passed `make_inputs`' checks)."""
+    """Weak references to the arrays the runs were given (they passed `make_inputs`' checks)."""
+    by_task: dict = field(default_factory=dict)
+    """Input task -> its node."""
 
     @classmethod
     def of(cls, memgraph: MemGraph) -> _PlanFacts:
-        return cls(input_specs(memgraph), [node for node in memgraph.nodes if node.op == "input"], memgraph.surviving_inputs())
+        inputs = [node for node in memgraph.nodes if node.op == "input"]
+        return cls(input_specs(memgraph), inputs, memgraph.surviving_inputs(), by_task={node.task: node for node in inputs})
 
 
 _PLAN_FACTS: WeakKeyDictionary = WeakKeyDictionary()

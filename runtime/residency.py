@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
+from weakref import WeakKeyDictionary
 
 from turnip_ir.memgraph import MemGraph
+
+_IN_PLACE_AGAIN: WeakKeyDictionary = WeakKeyDictionary()
+"""memgraph -> the inputs a run of it leaves in place for the next run of the same memgraph (its
+surviving GPU inputs and its storage inputs): what `Residency.kept` finds when a plan runs again."""
 
 
 class Residency:
@@ -37,18 +42,22 @@ class Residency:
         its input nodes, when the caller has them)."""
         if not unchanged:
             return set()
-        unchanged = set(unchanged)
         same_plan = memgraph is self.storage_of
-        kept = set()
+        again = _IN_PLACE_AGAIN.get(memgraph) if same_plan and inputs is not None else None
+        if again is not None:  # the plan that ran last runs again: what it left in place is known
+            return again.intersection(unchanged)
+        found = set()
         for node in memgraph.nodes if inputs is None else inputs:
-            if node.op != "input" or node.task not in unchanged:
+            if node.op != "input":
                 continue
             if node.loc is not None:
                 if self.gpu.get(node.task) == (node.device, node.loc[0], node.loc[1]):
-                    kept.add(node.task)
+                    found.add(node.task)
             elif same_plan and node.storage is not None:
-                kept.add(node.task)
-        return kept
+                found.add(node.task)
+        if same_plan and inputs is not None:  # self.gpu holds this very plan's survivors (`ran`), as at every run of it again
+            _IN_PLACE_AGAIN[memgraph] = frozenset(found)
+        return found.intersection(unchanged)
 
     def ran(self, memgraph: MemGraph, survivors: Mapping[str, tuple[int, int, int]] | None = None,
             rows: Mapping[str, int] | None = None) -> None:
@@ -99,16 +108,21 @@ def leading_flat_rows(shape, rows: int) -> int:
 
 
 def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Mapping[str, list[tuple[int, int]] | None],
-                       valid: Mapping[str, int], inputs=None) -> tuple[dict, dict[str, int]]:
+                       valid: Mapping[str, int], inputs=None, by_task: Mapping | None = None) -> tuple[dict, dict[str, int]]:
     """What placing the inputs copies when a run reads some only in part (`partial`: task -> leading rows)
     and some in place were placed only in part (`valid`: task -> leading rows in place, Residency.rows),
     as `kept` extended (flat-row ranges, `refreshed`): an input not in place gets its first rows; one in
     place whole keeps what `kept` says; one in place in part also gets the rows from there to what this
     run reads (its rows since written are in `kept`'s ranges already). Also the leading rows of each
     input in place after the run, for those not whole (`Residency.ran`). `inputs`: the input nodes, when
-    the caller has them."""
+    the caller has them; `by_task`: input task -> node, when it has that (then only the inputs named in
+    `partial` and `valid` are looked at)."""
     merged, after = dict(kept), {}
-    for node in memgraph.nodes if inputs is None else inputs:
+    if by_task is not None:
+        nodes = [by_task[task] for task in {**partial, **valid} if task in by_task]
+    else:
+        nodes = memgraph.nodes if inputs is None else inputs
+    for node in nodes:
         if node.op != "input" or not node.shape or (node.task not in partial and node.task not in valid):
             continue
         task, full = node.task, int(node.shape[0])
@@ -122,8 +136,10 @@ def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Map
         if have is None:  # in place whole
             continue
         if want > have:
-            gap = (leading_flat_rows(node.shape, have), leading_flat_rows(node.shape, want))
-            merged[task] = _union([*(kept[task] or []), gap])
+            per_row = leading_flat_rows(node.shape, 1)
+            ranges = kept[task]
+            gap = (have * per_row, want * per_row)
+            merged[task] = [gap] if not ranges else _union([*ranges, gap])
         if max(have, want) < full:
             after[task] = max(have, want)
     return merged, after
@@ -161,20 +177,36 @@ def limited_bytes(node, rows: int) -> int:
 def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None], inputs=None) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
     `kept` one nothing (None) or only the flat rows it names (`refreshed`). `inputs`: its input nodes,
-    when the caller has them."""
-    gpu = storage = 0
-    for node in memgraph.nodes if inputs is None else inputs:
-        if node.op != "input":
+    when the caller has them (then they are read once per memgraph, and each load looks only at `kept`)."""
+    totals = _INPUT_BYTES.get(memgraph) if inputs is not None else None
+    if totals is None:
+        totals = _input_bytes(memgraph.nodes if inputs is None else inputs)
+        if inputs is not None:  # a plan run again (runtime/api.py): not edited between runs
+            _INPUT_BYTES[memgraph] = totals
+    gpu, storage, per_task = totals
+    placed = [gpu, storage]
+    for task, ranges in kept.items():
+        entry = per_task.get(task)
+        if entry is None:
             continue
-        count = node.nbytes
-        if node.task in kept:
-            ranges = kept[node.task]
-            if ranges is None or not node.shape:
-                count = 0
-            else:
-                count = count // (math.prod(node.shape) or 1) * row_length(node.shape) * sum(b - a for a, b in ranges)
-        if node.loc is not None:
-            gpu += count
-        elif node.storage is not None:
-            storage += count
-    return gpu, storage
+        nbytes, where, row_bytes = entry
+        placed[where] -= nbytes if ranges is None or not row_bytes else nbytes - row_bytes * sum(b - a for a, b in ranges)
+    return placed[0], placed[1]
+
+
+_INPUT_BYTES: WeakKeyDictionary = WeakKeyDictionary()
+"""memgraph -> `_input_bytes` of its inputs."""
+
+
+def _input_bytes(inputs) -> tuple[int, int, dict[str, tuple[int, int, int]]]:
+    """The bytes of the inputs placed on GPUs and in host storage, and per such input (nbytes, 0 for a
+    GPU or 1 for storage, bytes per flat row: 0 for a scalar)."""
+    totals, per_task = [0, 0], {}
+    for node in inputs:
+        if node.op != "input" or (node.loc is None and node.storage is None):
+            continue
+        where = 0 if node.loc is not None else 1
+        totals[where] += node.nbytes
+        row_bytes = node.nbytes // (math.prod(node.shape) or 1) * row_length(node.shape) if node.shape else 0
+        per_task[node.task] = (node.nbytes, where, row_bytes)
+    return totals[0], totals[1], per_task

@@ -71,6 +71,10 @@ class RunSummary:
     """Real seconds the backend's `prepare` took (allocation, inputs in place, kernels built)."""
     inputs_time: float = 0.0
     """Real seconds of `prepare_time` spent putting the inputs in place (weights into host storage)."""
+    host_seconds: dict[str, float] = field(default_factory=dict)
+    """Real seconds of `execute`'s own work around the event loop, by part: "checks" (the plan's
+    facts, the inputs checked), "residency" (what is in place already), "prepare" (the backend's load),
+    "outputs" (reading them), "summary" (this summary): what a repeated call adds to its run."""
 
     def _makespan_text(self) -> str:
         """The sim's makespan is its cost model's prediction, not a time anything took."""
@@ -119,44 +123,62 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 def summarize(graph: ExecGraph, completions: list[Completion], backend: str, order: str, wall: float,
               limits: Mapping[int, int] | None = None) -> RunSummary:
-    """The run's summary from its completions; `limits`: copies that moved only some leading rows
-    (`Backend.limit_copies`), counted at what they moved."""
+    """The run's summary from its completions (every vertex's, a run that finished); `limits`: copies
+    that moved only some leading rows (`Backend.limit_copies`), counted at what they moved. What depends
+    only on the plan (the bytes each kind of copy moves, the high water) is read once per ExecGraph."""
     limits = limits or {}
-    starts = [c.start for c in completions]
-    makespan = max((c.end for c in completions), default=0.0) - min(starts, default=0.0)
-    summary = RunSummary(backend, order, len(graph), wall, makespan)
-    per_kind: dict[str, list[tuple[float, float]]] = {"h2d": [], "d2h": [], "peer": []}
-    volume = {"h2d": 0, "d2h": 0, "peer": 0}
-    compute: list[list[tuple[float, float]]] = [[] for _ in range(graph.memgraph.devices)]
-    transfers: list[list[tuple[float, float]]] = [[] for _ in range(graph.memgraph.devices)]
+    devices = graph.memgraph.devices
+    kinds = graph.facts.get("lane_kinds")
+    if kinds is None:
+        kinds = graph.facts["lane_kinds"] = [(lane.kind, lane.device) for lane in graph.lanes]
+    spans: dict[str, list[list[tuple[float, float]]]] = {kind: [[] for _ in range(devices)] for kind in ("compute", "h2d", "d2h", "peer")}
+    begin, end = float("inf"), float("-inf")
     for done in completions:
-        lane = graph.lanes[done.lane]
-        span = (done.start, done.end)
-        if lane.kind == "compute":
-            compute[lane.device].append(span)
-            continue
-        transfers[lane.device].append(span)
-        per_kind[lane.kind].append(span)
-        node = graph.node(done.vertex)
-        volume[lane.kind] += node.nbytes if done.vertex not in limits else limited_bytes(node, limits[done.vertex])
-    for device in range(graph.memgraph.devices):
+        kind, device = kinds[done.lane]
+        start, stop = done.start, done.end
+        spans[kind][device].append((start, stop))
+        if start < begin:
+            begin = start
+        if stop > end:
+            end = stop
+    if not completions:
+        begin = end = 0.0
+    makespan = end - begin
+    summary = RunSummary(backend, order, len(graph), wall, makespan)
+    volume = dict(_copy_volume(graph))
+    for vertex, rows in limits.items():
+        node = graph.node(vertex)
+        kind = kinds[graph.lanes_of[graph.resource[vertex]][0]][0]
+        volume[kind] -= node.nbytes - limited_bytes(node, rows)
+    compute = spans["compute"]
+    for device in range(devices):
         busy = union_length(compute[device])
+        transfers = spans["h2d"][device] + spans["d2h"][device] + spans["peer"][device]
         summary.busy.append(busy / makespan if makespan > 0 else 0.0)
-        summary.transfer_stall.append(union_length(compute[device] + transfers[device]) - busy)
+        summary.transfer_stall.append(union_length(compute[device] + transfers) - busy if transfers else 0.0)
     summary.bytes_reloaded, summary.bytes_offloaded, summary.bytes_moved = volume["h2d"], volume["d2h"], volume["peer"]
     _count_recomputes(summary, graph, completions)
-    summary.h2d_bandwidth = _rate(volume["h2d"], per_kind["h2d"])
-    summary.d2h_bandwidth = _rate(volume["d2h"], per_kind["d2h"])
-    summary.peer_bandwidth = _rate(volume["peer"], per_kind["peer"])
+    summary.h2d_bandwidth = _rate(volume["h2d"], [span for per in spans["h2d"] for span in per])
+    summary.d2h_bandwidth = _rate(volume["d2h"], [span for per in spans["d2h"] for span in per])
+    summary.peer_bandwidth = _rate(volume["peer"], [span for per in spans["peer"] for span in per])
     summary.arena_high_water = _high_water(graph)
-    begin, end = min(starts, default=0.0), max((c.end for c in completions), default=0.0)
-    reloads = [[] for _ in range(graph.memgraph.devices)]
-    for done in completions:
-        lane = graph.lanes[done.lane]
-        if lane.kind == "h2d":
-            reloads[lane.device].append((done.start, done.end))
-    summary.h2d_idle = [link_idle(spans, begin, end) if spans else None for spans in reloads]
+    summary.h2d_idle = [link_idle(per, begin, end) if per else None for per in spans["h2d"]]
     return summary
+
+
+def _copy_volume(graph: ExecGraph) -> dict[str, int]:
+    """Bytes the copies of each kind move in a whole run of the plan (none limited)."""
+    if "copy_volume" not in graph.facts:
+        volume = {"h2d": 0, "d2h": 0, "peer": 0}
+        for vertex in range(len(graph)):
+            resource = graph.resource[vertex]
+            if resource < 0:
+                continue
+            kind = graph.lanes[graph.lanes_of[resource][0]].kind
+            if kind in volume:
+                volume[kind] += graph.node(vertex).nbytes
+        graph.facts["copy_volume"] = volume
+    return graph.facts["copy_volume"]
 
 
 def link_idle(spans: list[tuple[float, float]], begin: float, end: float) -> LinkIdle:

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -92,6 +93,10 @@ class GenerateResult:
     """The last decode step's recorder (its Chrome trace)."""
     logits: list[np.ndarray] = field(default_factory=list)
     """Per decode step the float64 logits [B, vocab], kept under teacher forcing (`generate(forced=...)`)."""
+    step_host_seconds: list[dict[str, float]] = field(default_factory=list)
+    """Per decode step, its host work outside the run by part: "feed" (the step's inputs and what
+    changed in the cache), `execute`'s parts (RunSummary.host_seconds), "append" (the new rows into the
+    cache) and "choose" (the next tokens)."""
 
     @property
     def decode_seconds(self) -> float:
@@ -144,6 +149,8 @@ class Session:
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
         """What the backend was given in its last run: input id -> the value's identity (`_identities`)."""
+        self._weight_inputs: WeakKeyDictionary = WeakKeyDictionary()
+        """Taskgraph -> its weight inputs' identities (`_identities`), read once per graph."""
 
     def __enter__(self) -> Session:
         return self
@@ -208,14 +215,18 @@ class Session:
             if not stats.computed:
                 current[:] = 0
                 continue
-            chosen = next_tokens(logits, temperature, top_p, rng)
-            if forced is not None:
-                stats.logits.append(np.array(logits, dtype=np.float64))
+            chose = time.perf_counter()
+            if forced is not None:  # kept as they came (a copy: the backend reuses that memory), widened after the loop
+                stats.logits.append(np.array(logits))
                 chosen = forced[:, step]
+            else:
+                chosen = next_tokens(logits, temperature, top_p, rng)
             chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
             finished |= np.isin(chosen, self.config.eos_token_id)
             stats.tokens[:, step] = current = chosen
+            stats.step_host_seconds[-1]["choose"] = time.perf_counter() - chose
             stats.step_seconds.append(time.perf_counter() - began - (stats.compile_seconds - compiled))
+        stats.logits = [np.asarray(logits, dtype=np.float64) for logits in stats.logits]
         return stats
 
     # ----- steps --------------------------------------------------------------------------------------
@@ -244,6 +255,7 @@ class Session:
     def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
         """One decode step of the batch; appends the new k and v rows to `cache`; the logits [B, vocab] as
         the backend left them (its memory: valid until its next run, so used at once)."""
+        began = time.perf_counter()
         step = self._step([int(n) for n in cache.lengths])
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
         # a column is the same input while the step reads as many of its rows; the rows written since the
@@ -252,14 +264,16 @@ class Session:
         identities = {name: ("kv", self._calls, j, rows) for name, (_, _, j, rows) in columns.items()}
         refresh, partial = {}, {}
         longest = max(step.cache_lengths)
+        written = {(j, rows): cache.written(j, rows) for j in cache.dirty for rows in {rows for (_, _, i, rows) in columns.values() if i == j}}
         for name, (_, _, j, rows) in columns.items():
-            written = cache.written(j, rows)
-            if written:
-                refresh[name] = written
+            if written.get((j, rows)):  # every layer's column j was written in the same rows
+                refresh[name] = written[j, rows]
             if longest - j * self.kv_block < rows:  # the last column: its rows past the longest sequence are never read
                 partial[name] = longest - j * self.kv_block
+        fed = time.perf_counter()
         result, seconds, whole = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities,
                                            refresh=refresh, partial=partial)
+        ran = time.perf_counter()
         cache.settle()
         stats.step_run_seconds.append(seconds)
         stats.step_bytes_placed.append(result.summary.bytes_placed)
@@ -269,6 +283,7 @@ class Session:
             cache.append(None)  # rows without values: the sim computes none
             return None
         cache.append(step.new_kv(result.outputs))
+        stats.step_host_seconds.append({"feed": fed - began, **result.summary.host_seconds, "append": time.perf_counter() - ran})
         return result.outputs["logits"]
 
     def _step(self, lengths: list[int]) -> DecodeStep:
@@ -284,7 +299,7 @@ class Session:
 
     def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, cache: KvCache) -> dict[str, np.ndarray]:
         hidden = llama.embed(self.weights, tokens, self.config)
-        return step.feed(self.weights, hidden, cache)
+        return step.feed(self.weights, hidden, cache, fixed_weights=True)
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
              partial=None):
@@ -303,9 +318,9 @@ class Session:
         self._runs += 1
         current = self._identities(graph, identities or {})
         refresh = refresh or {}
-        same = [name for name, identity in current.items() if self._placed.get(name) == identity]
-        unchanged = [name for name in same if name not in refresh]
-        rows = {name: refresh[name] for name in same if name in refresh}
+        same = {name for name, _ in current.items() & self._placed.items()}  # the same identity as in the last run
+        unchanged = same.difference(refresh)
+        rows = {name: refresh[name] for name in same.intersection(refresh)}
         self._placed = {}  # until the run succeeds, what the backend holds is unknown
         began = time.perf_counter()
         try:
@@ -330,15 +345,11 @@ class Session:
     def _identities(self, graph: TaskGraph, identities: Mapping[str, tuple]) -> dict[str, tuple]:
         """What identifies each input's value across runs: a weight by its name (a session's weights never
         change), a cache block by `identities`; the step's embeddings and RoPE rows have none (always new)."""
-        current = {}
-        for node in graph.nodes.values():
-            if node.op != "input":
-                continue
-            if node.id in identities:
-                current[node.id] = identities[node.id]
-            elif node.id in self.weights:
-                current[node.id] = ("weight",)
-        return current
+        weights = self._weight_inputs.get(graph)
+        if weights is None:
+            weights = self._weight_inputs[graph] = {node.id: ("weight",) for node in graph.nodes.values()
+                                                     if node.op == "input" and node.id in self.weights}
+        return {**weights, **{name: identity for name, identity in identities.items() if name in graph.nodes}}
 
     def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu") -> MemGraph:
         key = (*key, inputs)

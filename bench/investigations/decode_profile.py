@@ -32,7 +32,7 @@ for gib, batch, prompt in points:
         kv = [tuple(pair)] * 32  # every layer's columns in the same two buffers (the values do not matter here)
         cache = KvCache.wrap(kv, [prompt - 1] * batch, KV_BLOCK)
         forced = np.zeros((batch, warm + profiled), dtype=np.int64)
-        profile, first, calls, decode = cProfile.Profile(), cProfile.Profile(), [0], session._decode
+        profile, first, calls, decode = cProfile.Profile(), cProfile.Profile(), [-(warm + 12)], session._decode
 
         def profiled_decode(*args, **kwargs):  # `first` profiles the warm steps (compiles), `profile` the rest
             calls[0] += 1
@@ -44,6 +44,15 @@ for gib, batch, prompt in points:
             return decode(*args, **kwargs)
 
         session._decode = profiled_decode
+        plain = session.generate(prompts, warm + 12, caches=cache, forced=np.zeros((batch, warm + 12), dtype=np.int64))
+        host = plain.step_host_seconds[warm:]
+        parts = {part: float(np.median([h[part] for h in host])) * 1e3 for part in host[0]}
+        steady = np.median(plain.step_seconds[warm:]) * 1e3
+        ran = np.median(plain.step_run_seconds[warm:]) * 1e3
+        print(f"{gib:g} GiB, no profiler, {len(host)} steps: step {steady:.2f} ms, run {ran:.2f} ms ({steady / ran:.3f}x); "
+              f"host outside the run by part (median ms): " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+              + f"; sum {sum(parts.values()):.3f}", flush=True)
+        cache = KvCache.wrap(kv, [prompt - 1] * batch, KV_BLOCK)
         result = session.generate(prompts, warm + profiled, caches=cache, forced=forced)
         profile.disable()
         step = [round(s * 1e3, 1) for s in result.step_seconds]

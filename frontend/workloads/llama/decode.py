@@ -23,7 +23,7 @@ as the prefill's `layers` placement) and the head on the last; the stream, RoPE 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -87,6 +87,9 @@ class DecodeStep:
     graph: TaskGraph
     columns: list[tuple[int, int]]
     """(first position, rows) of each cache column it reads."""
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+    """What depends only on the graph (shared by the steps `dataclasses.replace` re-aims at new lengths):
+    the cache inputs, and the weight inputs of a `feed(..., fixed_weights=True)`."""
 
     @property
     def batch(self) -> int:
@@ -97,29 +100,38 @@ class DecodeStep:
         """What the graph's shapes depend on (besides the config and GPUs): steps of one key share a plan."""
         return step_key(self.batch, self.kv_block, self.columns)
 
-    def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache) -> dict[str, np.ndarray]:
+    def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache, fixed_weights: bool = False) -> dict[str, np.ndarray]:
         """Inputs by taskgraph id: `hidden` [B, hidden] and the batch's `cache` (kv_cache.KvCache, or per
-        sequence per layer (k, v) [cache_len, kv_width] arrays). Cache columns are views, not copies."""
+        sequence per layer (k, v) [cache_len, kv_width] arrays). Cache columns are views, not copies.
+        `fixed_weights`: `weights` is the same mapping with the same arrays as at this graph's last
+        such call (a session's), so the weight inputs gathered then are used again."""
         if not isinstance(cache, KvCache):
             cache = KvCache.from_prefixes(cache, self.kv_block, room=0, dtype=self.config.dtype)
         if tuple(int(n) for n in cache.lengths) != self.cache_lengths:
             raise InputError(f"the cache holds {list(cache.lengths)} tokens per sequence, the step expects {list(self.cache_lengths)}")
         dtype = self.config.dtype
         cos, sin = rope_rows(self.config, self.cache_lengths)
-        arrays = {"hidden": hidden, "rope.cos": cos, "rope.sin": sin}
-        for node in self.graph.nodes.values():
-            if node.op == "input" and node.id not in arrays and not node.id.startswith("kv."):
-                arrays[node.id] = weights[node.id]
-        arrays = {name: np.ascontiguousarray(value, dtype=dtype) for name, value in arrays.items()}
+        arrays = {"hidden": np.ascontiguousarray(hidden, dtype=dtype), "rope.cos": cos.astype(dtype), "rope.sin": sin.astype(dtype)}
+        gathered = self.memo.get("weights") if fixed_weights else None
+        if gathered is None or gathered[0] is not weights:
+            gathered = (weights, {node.id: np.ascontiguousarray(weights[node.id], dtype=dtype) for node in self.graph.nodes.values()
+                                  if node.op == "input" and node.id not in arrays and not node.id.startswith("kv.")})
+            if fixed_weights:
+                self.memo["weights"] = gathered
+        arrays.update(gathered[1])
         arrays["kv.lengths"] = np.asarray(self.cache_lengths, np.float32)
         for name, (layer, which, j, rows) in self.cache_inputs().items():
             arrays[name] = cache.column(layer, which, j, rows)
         return arrays
 
     def cache_inputs(self) -> dict[str, tuple[int, str, int, int]]:
-        """Each cache column input's id -> (layer, "k" or "v", column index, rows)."""
-        return {f"kv.{layer}.{which}[{start // self.kv_block}]": (layer, which, start // self.kv_block, rows)
+        """Each cache column input's id -> (layer, "k" or "v", column index, rows) (one dict, kept: not to be changed)."""
+        inputs = self.memo.get("cache_inputs")
+        if inputs is None:
+            inputs = self.memo["cache_inputs"] = {
+                f"kv.{layer}.{which}[{start // self.kv_block}]": (layer, which, start // self.kv_block, rows)
                 for layer in range(self.config.num_hidden_layers) for which in "kv" for start, rows in self.columns}
+        return inputs
 
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """[B, vocab] in float64, a copy (the outputs may be the backend's memory, reused at its next run)."""

@@ -49,6 +49,9 @@ class KvCache:
         self.buffers = [tuple([t[j * block : (j + 1) * block] for j in range(self.columns)] for t in pair) for pair in layers]
         """Per layer, (k columns, v columns): views [block, B, kv_width] of the layer's buffers."""
         self.dirty: dict[int, set[int]] = {}
+        self._views: dict[tuple[int, str, int, int], np.ndarray] = {}
+        """`column`'s views, kept: a step that reads the same rows gets the same array objects, which a
+        repeated run recognises without checking them again (runtime/api.py)."""
 
     @classmethod
     def from_prefixes(cls, prefixes: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], block: int, room: int, dtype,
@@ -71,8 +74,13 @@ class KvCache:
         return len(self.buffers)
 
     def column(self, layer: int, which: str, j: int, rows: int) -> np.ndarray:
-        """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view."""
-        return self.buffers[layer]["kv".index(which)][j][:rows]
+        """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view (the same
+        object for the same arguments)."""
+        key = (layer, which, j, rows)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = self.buffers[layer]["kv".index(which)][j][:rows]
+        return view
 
     def append(self, rows: list[tuple[np.ndarray, np.ndarray]] | None) -> None:
         """One new (k, v) row per sequence and layer: rows[layer] = (k [B, kv_width], v [B, kv_width]);
@@ -88,11 +96,16 @@ class KvCache:
             groups.setdefault(j, ([], []))
             groups[j][0].append(r)
             groups[j][1].append(b)
-        groups = {j: (np.asarray(r), np.asarray(b)) for j, (r, b) in groups.items()}
+        batch = len(self.lengths)
+        # a column every sequence writes the same row of (a batch of equal lengths) takes that row whole
+        groups = {j: (r[0], None) if len(b) == batch and len(set(r)) == 1 else (np.asarray(r), np.asarray(b)) for j, (r, b) in groups.items()}
         for buffers, new in zip(self.buffers, rows, strict=True):
             for columns, values in zip(buffers, new):
                 for j, (r, b) in groups.items():
-                    columns[j][r, b] = values[b]
+                    if b is None:
+                        columns[j][r] = values
+                    else:
+                        columns[j][r, b] = values[b]
         self._written(where)
 
     def _written(self, where: list[tuple[int, int]]) -> None:

@@ -191,7 +191,8 @@ class CudaBackend(Backend):
         self.stats["load_steps"] = {step: b - a for step, a, b in zip(steps, stamps, stamps[1:])}
         self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
         devices.synchronize()
-        self.stats["library_bytes"] = devices.library_bytes()
+        if not same:  # a driver query per GPU: once per plan loaded, not at every run of the same plan
+            self.stats["library_bytes"] = devices.library_bytes()
         first_stream = [next(devices.streams[i] for i, d in enumerate(devices.lane_device) if d == device) for device in range(devices.devices)]
         self.clock.start(graph, first_stream)
         count = len(graph)

@@ -56,6 +56,10 @@ class TensorViews:
         """Indices of the plan's non-empty inputs (each run places them: no walk over every node)."""
         self.external: dict[int, int] = {}
         """Node index -> the host address of the caller's array it reads (external inputs)."""
+        self._external_tasks: set[str] | None = None
+        self._bound_values: dict[int, object] = {}
+        """Node index -> the caller's object last found bound to it (`bound_to`: held, so never another
+        object at the same address)."""
         if external and inputs is not None:
             written = _Regions(node.storage for node in nodes if node.storage is not None and node.op != "input")
             for i in self.inputs:
@@ -87,20 +91,26 @@ class TensorViews:
     @property
     def external_tasks(self) -> set[str]:
         """The inputs read from the caller's arrays (by taskgraph id)."""
-        nodes = self.graph.memgraph.nodes
-        return {nodes[i].task for i in self.external}
+        if self._external_tasks is None:
+            nodes = self.graph.memgraph.nodes
+            self._external_tasks = {nodes[i].task for i in self.external}
+        return self._external_tasks
 
     def bound_to(self, inputs: dict) -> bool:
         """Whether every external input's value in `inputs` is the array this load reads (its copies
         hold that address): else the plan's work must be built again."""
         nodes = self.graph.memgraph.nodes
+        bound = self._bound_values
         for i, address in self.external.items():  # the bound view keeps that memory alive: the same address is the same memory
             value = inputs.get(nodes[i].task)
+            if value is not None and bound.get(i) is value:  # the very object found bound before
+                continue
             if is_lazy(value):
                 value = (mapped(value) or (None,))[0]
             if not isinstance(value, np.ndarray) or value.ctypes.data != address or not value.flags.c_contiguous \
                     or value.dtype != self.host[i].dtype or value.nbytes != self.host[i].nbytes:
                 return False
+            bound[i] = inputs.get(nodes[i].task)
         return True
 
     def copy_work(self, vertex: int, streams: list, rows: int | None = None):

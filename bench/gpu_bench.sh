@@ -35,7 +35,8 @@
 # script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most),
 # coldprofile (coldstart keeping its folder in /tmp/cold7b, then one more `turnip llama --weights` under cProfile and
 # -X importtime: $OUT/cold.prof, cold-profile.txt, the import times in coldprofile.log), pinprobe (how fast host memory
-# is page-locked each way: bench/investigations/pin_probe.py), decodeprofile (decode_profile.py at 40 GiB), kernels16
+# is page-locked each way: bench/investigations/pin_probe.py), decodeprofile (decode_profile.py at 40 GiB), warmcache (issue 25: the kernel cache emptied, `python3 -m tools.warm_cache`
+# timed, then `turnip llama --config 7b` at 8k / 2 GiB, whose prepare line shows whether kernels were built or loaded), kernels16
 # (issue 25: the memory-bound kernels in float16 and in bfloat16 against the HBM copy rate).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -119,6 +120,10 @@ for s in "$@"; do
     kernels16) stage kernels16 150 python3 bench/bench_cuda.py kernels --json "$OUT/kernels16.json" ;;
     pinprobe) stage pinprobe 150 python3 bench/investigations/pin_probe.py 4 ;;
     decodeprofile) stage decodeprofile 200 python3 bench/investigations/decode_profile.py 40 ;;
+    warmcache) stage warmcache 240 bash -c 'rm -f runtime/backends/cuda/__pycache__/kernels_numba.*.nb[ci];
+             TIMEFORMAT="warm_cache %R s"; time python3 -m tools.warm_cache;
+             echo "kernel cache entries: $(ls runtime/backends/cuda/__pycache__/kernels_numba.*.nbi 2>/dev/null | wc -l)";
+             TIMEFORMAT="turnip llama after it %R s"; time python3 -m turnip_cli.main llama --config 7b --tokens 8192 --memory 2GiB | grep -E "prepare|wall"' ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
     interference) stage interference 400 python3 bench/bench_interference.py --points 8192@2GiB 32768@1GiB --repeats 5 \

@@ -26,9 +26,9 @@ from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
-from runtime.residency import copy_limits, partial_placements, placed_bytes
+from runtime.residency import copy_limits, input_rows, partial_placements, placed_bytes
 from runtime.summary import RunSummary, summarize
-from turnip_ir.errors import BudgetError
+from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.memgraph_types import check_types, infer_types
 from turnip_ir.verifier import verify_memgraph
@@ -76,6 +76,7 @@ def execute(
     refresh: Mapping[str, list[tuple[int, int]]] | None = None,
     partial: Mapping[str, int] | None = None,
     copy_outputs: bool = True,
+    outputs_into: Mapping[str, np.ndarray] | None = None,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -95,7 +96,10 @@ def execute(
     counts what moved). The caller vouches that no kernel reads past them; the rest of the tensor's
     memory holds whatever was there. `copy_outputs=False` (with `close=False`): the outputs are the
     backend's own memory, valid until its next run, for a caller that uses them at once (a decode step's
-    new cache rows and logits); no copy is made of them.
+    new cache rows and logits); no copy is made of them. `outputs_into`: outputs (by task) to be written
+    into the caller's arrays, each of the output's shape and dtype (a decode step's new cache rows, into
+    the cache): the result holds those arrays; the cuda backend copies such an output there straight
+    from the GPU when the array is C-contiguous and page-locked, else it is copied after the run.
     """
     called = time.perf_counter()
     facts = _PLAN_FACTS.get(memgraph) if not close else None  # a plan run again: what it is read once
@@ -117,22 +121,29 @@ def execute(
     # a plan run again remembers the arrays that passed (weakly: a caller's arrays are not kept alive by
     # the plan), so the same objects next run need no check
     arrays = make_inputs(specs, inputs, seed, facts.checked if facts is not None else None) if machine.needs_data else {}
+    if outputs_into:
+        _check_targets(facts.outputs if facts is not None else output_specs(memgraph), outputs_into)
     recorder = Recorder()
     checked = time.perf_counter()
     keep = not close and not isinstance(backend, str)
     held = machine.held()
     refresh = refresh or {}
     input_nodes = facts.inputs if facts is not None else None
-    kept = {name: refresh.get(name) for name in held.kept(memgraph, [*unchanged, *refresh], input_nodes)} if keep else {}
+    kept = {}
+    if keep:
+        kept = dict.fromkeys(held.kept(memgraph, [*unchanged, *refresh], input_nodes))
+        kept.update((name, ranges) for name, ranges in refresh.items() if name in kept)
     valid = held.rows if keep else {}
-    by_task = facts.by_task if facts is not None else None
-    placing, rows_after = partial_placements(memgraph, partial or {}, kept, valid, input_nodes, by_task) if partial or valid else (kept, {})
+    rows_of = facts.rows_of if facts is not None else None
+    placing, rows_after = partial_placements(memgraph, partial or {}, kept, valid, input_nodes, rows_of) if partial or valid else (kept, {})
     limits = copy_limits(graph, partial) if partial else {}
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
         prepare_began = time.perf_counter()
         machine.prepare(graph, arrays, placing) if placing else machine.prepare(graph, arrays)
         machine.limit_copies(limits)
+        if outputs_into:
+            machine.output_targets(outputs_into)
         prepare_time = time.perf_counter() - prepare_began
         external = machine.external_inputs()
         began = time.perf_counter()
@@ -140,6 +151,10 @@ def execute(
         ended = time.perf_counter()
         wall = ended - began
         outputs = machine.read_outputs() if copy_outputs or close else machine.read_outputs(copy=False)
+        for task, array in (outputs_into or {}).items():
+            if task in outputs and outputs[task] is not array:
+                array[...] = outputs[task]
+                outputs[task] = array
         read = time.perf_counter()
     except BaseException:
         machine.close()
@@ -150,7 +165,8 @@ def execute(
         machine.close()
     summary = summarize(graph, recorder.completions, machine.name, order, wall, limits)
     in_place = {**placing, **dict.fromkeys(external)}  # read where the caller holds them: nothing copied
-    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes)
+    ranged = {*refresh, *(partial or ()), *valid} if keep else None  # the only inputs whose placing names rows
+    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes, ranged)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     summary.host_seconds = {"checks": checked - called, "residency": prepare_began - checked, "prepare": began - prepare_began,
@@ -174,13 +190,32 @@ class _PlanFacts:
     survivors: dict
     checked: dict = field(default_factory=dict)
     """Weak references to the arrays the runs were given (they passed `make_inputs`' checks)."""
-    by_task: dict = field(default_factory=dict)
-    """Input task -> its node."""
+    rows_of: dict = field(default_factory=dict)
+    """`residency.input_rows` of its inputs."""
+    outputs: dict = field(default_factory=dict)
+    """`output_specs` of the plan."""
 
     @classmethod
     def of(cls, memgraph: MemGraph) -> _PlanFacts:
         inputs = [node for node in memgraph.nodes if node.op == "input"]
-        return cls(input_specs(memgraph), inputs, memgraph.surviving_inputs(), by_task={node.task: node for node in inputs})
+        return cls(input_specs(memgraph), inputs, memgraph.surviving_inputs(), rows_of=input_rows(inputs), outputs=output_specs(memgraph))
+
+
+def output_specs(memgraph: MemGraph) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Output task -> (shape, dtype) of the node that holds it."""
+    nodes = memgraph.by_id()
+    return {task: (tuple(nodes[node_id].shape), nodes[node_id].dtype) for task, node_id in memgraph.outputs.items()}
+
+
+def _check_targets(specs: Mapping[str, tuple[tuple[int, ...], str]], into: Mapping[str, np.ndarray]) -> None:
+    """`execute(outputs_into=)`'s arrays against the outputs, or a one-line InputError naming the first misfit."""
+    for task, array in into.items():
+        if task not in specs:
+            raise InputError(f"outputs_into names '{task}', which is not an output of the graph")
+        shape, dtype = specs[task]
+        if not isinstance(array, np.ndarray) or array.shape != shape or array.dtype.name != dtype:
+            got = f"{array.dtype.name} {list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise InputError(f"outputs_into['{task}'] must be a {dtype} array of shape {list(shape)}, got {got}")
 
 
 _PLAN_FACTS: WeakKeyDictionary = WeakKeyDictionary()

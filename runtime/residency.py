@@ -103,46 +103,50 @@ def placements(target, value, task: str, keep: Mapping[str, list[tuple[int, int]
 def leading_flat_rows(shape, rows: int) -> int:
     """Flat rows (`row_length`) in the first `rows` entries of the leading axis of an array of `shape`."""
     shape = tuple(int(n) for n in shape)
-    per_row = math.prod(shape[1:]) // row_length(shape) if len(shape) > 1 else 1
+    per_row = math.prod(shape[1:]) // max(row_length(shape), 1) if len(shape) > 1 else 1  # an empty last axis: no rows
     return rows * per_row
 
 
 def partial_placements(memgraph: MemGraph, partial: Mapping[str, int], kept: Mapping[str, list[tuple[int, int]] | None],
-                       valid: Mapping[str, int], inputs=None, by_task: Mapping | None = None) -> tuple[dict, dict[str, int]]:
+                       valid: Mapping[str, int], inputs=None, rows_of: Mapping[str, tuple[int, int]] | None = None) -> tuple[dict, dict[str, int]]:
     """What placing the inputs copies when a run reads some only in part (`partial`: task -> leading rows)
     and some in place were placed only in part (`valid`: task -> leading rows in place, Residency.rows),
     as `kept` extended (flat-row ranges, `refreshed`): an input not in place gets its first rows; one in
     place whole keeps what `kept` says; one in place in part also gets the rows from there to what this
     run reads (its rows since written are in `kept`'s ranges already). Also the leading rows of each
     input in place after the run, for those not whole (`Residency.ran`). `inputs`: the input nodes, when
-    the caller has them; `by_task`: input task -> node, when it has that (then only the inputs named in
+    the caller has them; `rows_of`: `input_rows` of them, when it has that (then only the inputs named in
     `partial` and `valid` are looked at)."""
+    if rows_of is None:
+        rows_of = input_rows(memgraph.nodes if inputs is None else inputs)
     merged, after = dict(kept), {}
-    if by_task is not None:
-        nodes = [by_task[task] for task in {**partial, **valid} if task in by_task]
-    else:
-        nodes = memgraph.nodes if inputs is None else inputs
-    for node in nodes:
-        if node.op != "input" or not node.shape or (node.task not in partial and node.task not in valid):
+    for task in {**partial, **valid}:
+        facts = rows_of.get(task)
+        if facts is None:
             continue
-        task, full = node.task, int(node.shape[0])
+        full, per_row = facts
         want = min(int(partial.get(task, full)), full)
         if task not in kept:
             if want < full:
-                merged[task] = [(0, leading_flat_rows(node.shape, want))]
+                merged[task] = [(0, want * per_row)]
                 after[task] = want
             continue
         have = valid.get(task)
         if have is None:  # in place whole
             continue
         if want > have:
-            per_row = leading_flat_rows(node.shape, 1)
             ranges = kept[task]
             gap = (have * per_row, want * per_row)
             merged[task] = [gap] if not ranges else _union([*ranges, gap])
         if max(have, want) < full:
             after[task] = max(have, want)
     return merged, after
+
+
+def input_rows(nodes) -> dict[str, tuple[int, int]]:
+    """Input task -> (entries of its leading axis, flat rows (`row_length`) per entry), for the inputs
+    of `nodes` that have a shape."""
+    return {node.task: (int(node.shape[0]), leading_flat_rows(node.shape, 1)) for node in nodes if node.op == "input" and node.shape}
 
 
 def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -174,23 +178,28 @@ def limited_bytes(node, rows: int) -> int:
     return node.nbytes // int(node.shape[0]) * rows if node.shape and node.shape[0] else 0
 
 
-def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None], inputs=None) -> tuple[int, int]:
+def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None], inputs=None,
+                 ranged: Collection[str] | None = None) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
     `kept` one nothing (None) or only the flat rows it names (`refreshed`). `inputs`: its input nodes,
-    when the caller has them (then they are read once per memgraph, and each load looks only at `kept`)."""
+    when the caller has them (then they are read once per memgraph); `ranged`: the inputs of `kept`
+    that name rows, or some more, when the caller knows them (else every entry is looked at)."""
     totals = _INPUT_BYTES.get(memgraph) if inputs is not None else None
     if totals is None:
         totals = _input_bytes(memgraph.nodes if inputs is None else inputs)
         if inputs is not None:  # a plan run again (runtime/api.py): not edited between runs
             _INPUT_BYTES[memgraph] = totals
     gpu, storage, per_task = totals
-    placed = [gpu, storage]
-    for task, ranges in kept.items():
+    placed = [0, 0]
+    for task in per_task.keys() - kept.keys():  # not in place: all of it
+        nbytes, where, _ = per_task[task]
+        placed[where] += nbytes
+    for task in kept if ranged is None else ranged:
+        ranges = kept.get(task)
         entry = per_task.get(task)
-        if entry is None:
-            continue
-        nbytes, where, row_bytes = entry
-        placed[where] -= nbytes if ranges is None or not row_bytes else nbytes - row_bytes * sum(b - a for a, b in ranges)
+        if ranges is not None and entry is not None:  # in place but for these rows
+            _, where, row_bytes = entry
+            placed[where] += row_bytes * sum(b - a for a, b in ranges)
     return placed[0], placed[1]
 
 

@@ -6,11 +6,13 @@ survives a failed call, and `turnip generate` reads its inputs and refuses bad o
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,7 +23,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import execute
 from turnip import Session
 from turnip_cli.main import main
-from turnip.sampling import next_tokens
+from turnip.sampling import _ordered, argmax16, next_tokens
 from turnip_ir.errors import InputError, KernelError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +182,30 @@ def test_next_tokens_rules():
     assert np.abs(counts / 2000 - probs).max() < 0.05
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_greedy_over_16_bit_logits_is_float64s_argmax(dtype):
+    """argmax16 orders the floats by their bits: every bit pattern but the NaNs keeps its order (ties
+    only where the floats are equal: -0 and +0), and random rows with zeros, infinities and the extremes
+    pick float64's argmax, lowest index on ties; a NaN anywhere falls back to numpy's rule."""
+    kind = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    every = np.arange(-32768, 32768, dtype=np.int32).astype(np.int16).view(kind)
+    with np.errstate(invalid="ignore"):  # the NaN patterns
+        wide = every.astype(np.float64)
+    keep = ~np.isnan(wide)
+    order = np.argsort(wide[keep], kind="stable")
+    keys = _ordered(every)[keep][order].astype(np.int32)
+    assert (np.diff(keys) >= 0).all() and ((np.diff(keys) == 0) == (np.diff(wide[keep][order]) == 0)).all()
+    rng = np.random.default_rng(3)
+    top = float(ml_dtypes.finfo(kind).max)
+    pool = np.concatenate([[0.0, -0.0, np.inf, -np.inf, 1e-7, -1e-7, top, -top], rng.standard_normal(40)]).astype(kind)
+    for _ in range(200):
+        logits = rng.choice(pool, size=(4, 29))
+        assert next_tokens(logits, 0.0, 1.0, rng).tolist() == np.argmax(logits.astype(np.float64), axis=1).tolist()
+    logits[2, 5] = np.nan
+    assert argmax16(logits) is None
+    assert next_tokens(logits, 0.0, 1.0, rng).tolist() == np.argmax(logits.astype(np.float64), axis=1).tolist()
+
+
 def test_second_call_compiles_nothing_and_a_failed_call_leaves_the_session_usable():
     prompts = [np.array([1, 2, 3]), np.array([4])]
     with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
@@ -267,6 +293,52 @@ def test_a_cuda_session_reads_its_weights_and_cache_in_place(tmp_path):
                 assert {"kv.0.k[0]", "kv.0.v[0]"} <= session._machine.external_inputs()
     assert results["cpu"].bytes_staged > 0 and results["cuda"].bytes_staged == 0
     assert (results["cuda"].tokens == results["cpu"].tokens).all()
+
+
+def test_a_cuda_session_writes_a_steps_new_rows_straight_into_the_cache(tmp_path, monkeypatch):
+    """Prompts of one length: every step's new k and v rows are copied from the GPU into the cache's
+    next row (`execute(outputs_into=)`), never through the staging and `KvCache.append`; the tokens
+    are the cpu backend's, which writes them after the run."""
+    from frontend.workloads.llama.kv_cache import KvCache
+    from runtime.backends.cuda import simulated
+
+    if not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    (tmp_path / "config.json").write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
+                                                      "num_attention_heads": 2, "intermediate_size": 64}))
+    prompts = [np.array([1, 2, 3]), np.array([7, 8, 9])]
+    results, targets = {}, []
+    for backend, memory in (("cpu", 40_000), ("cuda", 40_000 + (1 << 26))):
+        with Session(config=str(tmp_path / "config.json"), memory=memory, backend=backend) as session:
+            if backend == "cuda":
+                monkeypatch.setattr(KvCache, "append", lambda self, rows: pytest.fail("rows appended through the host"))
+                read = type(session._backend()).read_outputs
+
+                def spy(machine, copy=True):
+                    targets.append(len(machine.views.targets))
+                    return read(machine, copy)
+
+                monkeypatch.setattr(type(session._backend()), "read_outputs", spy)
+            results[backend] = session.generate(prompts, 3)
+    assert (results["cuda"].tokens == results["cpu"].tokens).all()
+    assert targets[-3:] == [2, 2, 2]  # the decode steps: k and v of the one layer, each run
+
+
+def test_outputs_into_the_callers_arrays_or_a_one_line_error():
+    """`execute(outputs_into=)`: the result holds the caller's arrays, filled; an array of another shape
+    or dtype, or a name that is no output, is refused before anything runs."""
+    graph = llama.build_llama(llama.load_config("tiny"), 4).graph
+    memgraph = compile_taskgraph(graph, 1 << 20)
+    plain = execute(memgraph, backend="cpu", seed=3)
+    task = next(iter(plain.outputs))
+    target = np.empty_like(plain.outputs[task])
+    into = execute(memgraph, backend="cpu", seed=3, outputs_into={task: target})
+    assert into.outputs[task] is target
+    np.testing.assert_array_equal(target, plain.outputs[task])
+    with pytest.raises(InputError, match=rf"^outputs_into\['{re.escape(task)}'\] must be a float32 array of shape "):
+        execute(memgraph, backend="cpu", outputs_into={task: np.empty((1,), np.float32)})
+    with pytest.raises(InputError, match=r"^outputs_into names 'nope', which is not an output of the graph$"):
+        execute(memgraph, backend="cpu", outputs_into={"nope": target})
 
 
 def test_teacher_forcing_feeds_the_given_tokens_and_keeps_each_steps_logits():

@@ -36,12 +36,15 @@ def small_model() -> llama.LlamaConfig:
                    num_key_value_heads=4, head_dim=64, vocab_size=32000, max_position_embeddings=4096, dtype="float16")
 
 
-def test_teacher_forced_logits_on_cuda_match_float32_per_step():
+@pytest.mark.parametrize("lengths", [(37, 64, 5, 100), (48, 48, 48)], ids=["ragged", "even"])
+def test_teacher_forced_logits_on_cuda_match_float32_per_step(lengths):
+    """Ragged prompts append their new rows on the host; prompts of one length have them copied from
+    the GPU straight into the cache (`execute(outputs_into=)`)."""
     config = small_model()
     drawn = llama.RandomWeights(config, 0)
     weights = {name: np.asarray(drawn[name]) for name in drawn}  # drawn once, fp16, shared by both sessions
     rng = np.random.default_rng(1)
-    prompts = [rng.integers(0, config.vocab_size, n) for n in (37, 64, 5, 100)]
+    prompts = [rng.integers(0, config.vocab_size, n) for n in lengths]
     steps = 8
     with Session(config=replace(config, dtype="float32"), weights=weights, memory=1 << 34, backend="cpu") as reference:
         greedy = reference.generate(prompts, steps).tokens
@@ -52,6 +55,8 @@ def test_teacher_forced_logits_on_cuda_match_float32_per_step():
         got = session.generate(prompts, steps, forced=greedy)
         again = session.generate(prompts, steps, forced=greedy)
         assert again.compiles == 0 and session.backends_built == 1
+        straight = len(session._machine.views.targets)
+    assert straight == (2 * config.num_hidden_layers if len(set(lengths)) == 1 else 0)
     assert got.bytes_reloaded > 0  # the budget made the weights stream
     errors = [float(np.abs(g - w).max()) for g, w in zip(got.logits, want.logits, strict=True)]
     scale = max(float(np.abs(w).max()) for w in want.logits)

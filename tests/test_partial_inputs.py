@@ -108,7 +108,7 @@ def test_a_session_decodes_the_same_tokens_moving_less(monkeypatch):
 
     part = run()
     monkeypatch.setattr(runtime.api, "copy_limits", lambda graph, partial: {})
-    monkeypatch.setattr(runtime.api, "partial_placements", lambda memgraph, partial, kept, valid, inputs=None, by_task=None: (kept, {}))
+    monkeypatch.setattr(runtime.api, "partial_placements", lambda memgraph, partial, kept, valid, inputs=None, rows_of=None: (kept, {}))
     whole = run()
     np.testing.assert_array_equal(part.tokens, whole.tokens)
     assert whole.bytes_reloaded > 0

@@ -209,6 +209,7 @@ class Session:
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         finished = np.zeros(len(prompts), dtype=bool)
+        kept = None  # the teacher-forced steps' logits
         for step in range(int(max_new_tokens)):
             began, compiled = time.perf_counter(), stats.compile_seconds
             logits = self._decode(current, cache, stats)
@@ -217,16 +218,21 @@ class Session:
                 continue
             chose = time.perf_counter()
             if forced is not None:  # kept as they came (a copy: the backend reuses that memory), widened after the loop
-                stats.logits.append(np.array(logits))
+                if kept is None:  # every step's room at once, its pages touched now: no page faults in later steps
+                    kept = np.empty((int(max_new_tokens), *np.shape(logits)), np.asarray(logits).dtype)
+                    kept.fill(0)
+                kept[step] = logits
                 chosen = forced[:, step]
             else:
                 chosen = next_tokens(logits, temperature, top_p, rng)
-            chosen = np.where(finished, current, chosen) if stop_at_eos else chosen
-            finished |= np.isin(chosen, self.config.eos_token_id)
+            if stop_at_eos:
+                chosen = np.where(finished, current, chosen)
+                finished |= np.isin(chosen, self.config.eos_token_id)
             stats.tokens[:, step] = current = chosen
             stats.step_host_seconds[-1]["choose"] = time.perf_counter() - chose
             stats.step_seconds.append(time.perf_counter() - began - (stats.compile_seconds - compiled))
-        stats.logits = [np.asarray(logits, dtype=np.float64) for logits in stats.logits]
+        if kept is not None:
+            stats.logits = [np.asarray(logits, dtype=np.float64) for logits in kept]
         return stats
 
     # ----- steps --------------------------------------------------------------------------------------
@@ -260,19 +266,21 @@ class Session:
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
         # a column is the same input while the step reads as many of its rows; the rows written since the
         # last run are copied again (refresh) where the column is still in place
-        columns = step.cache_inputs()
-        identities = {name: ("kv", self._calls, j, rows) for name, (_, _, j, rows) in columns.items()}
+        by_column, identities = self._column_facts(step)
         refresh, partial = {}, {}
         longest = max(step.cache_lengths)
-        written = {(j, rows): cache.written(j, rows) for j in cache.dirty for rows in {rows for (_, _, i, rows) in columns.values() if i == j}}
-        for name, (_, _, j, rows) in columns.items():
-            if written.get((j, rows)):  # every layer's column j was written in the same rows
-                refresh[name] = written[j, rows]
+        for (j, rows), names in by_column.items():
+            written = cache.written(j, rows) if j in cache.dirty else None
+            if written:  # every layer's column j was written in the same rows
+                refresh.update(dict.fromkeys(names, written))
             if longest - j * self.kv_block < rows:  # the last column: its rows past the longest sequence are never read
-                partial[name] = longest - j * self.kv_block
+                partial.update(dict.fromkeys(names, longest - j * self.kv_block))
+        # the new rows go straight into the cache when they lie together (every sequence as long)
+        rows = cache.next_rows() if stats.computed else None
+        into = None if rows is None else {name: row for l, pair in enumerate(rows) for name, row in zip(step.new_kv_names(l), pair)}
         fed = time.perf_counter()
         result, seconds, whole = self._run(("decode", step.key), step.graph, inputs, stats, recur=True, identities=identities,
-                                           refresh=refresh, partial=partial)
+                                           refresh=refresh, partial=partial, into=into)
         ran = time.perf_counter()
         cache.settle()
         stats.step_run_seconds.append(seconds)
@@ -282,9 +290,26 @@ class Session:
             stats.step_seconds.append(whole)  # the sim's clock (generate times the others whole)
             cache.append(None)  # rows without values: the sim computes none
             return None
-        cache.append(step.new_kv(result.outputs))
-        stats.step_host_seconds.append({"feed": fed - began, **result.summary.host_seconds, "append": time.perf_counter() - ran})
+        if into is None:
+            cache.append(step.new_kv(result.outputs))
+        else:
+            cache.appended()
+        executed = result.summary.host_seconds
+        stats.step_host_seconds.append({"feed": fed - began, "session": ran - fed - sum(executed.values()) - result.summary.wall_time,
+                                        **executed, "append": time.perf_counter() - ran})
         return result.outputs["logits"]
+
+    def _column_facts(self, step: DecodeStep) -> tuple[dict[tuple[int, int], list[str]], dict[str, tuple]]:
+        """The step's cache inputs by (column, rows), and their identities in this call (`_run`): the same
+        for every step of its graph in a call, so made once per call."""
+        made = step.memo.get("column_facts")
+        if made is None or made[0] != self._calls:
+            by_column: dict[tuple[int, int], list[str]] = {}
+            for name, (_, _, j, rows) in step.cache_inputs().items():
+                by_column.setdefault((j, rows), []).append(name)
+            identities = {name: ("kv", self._calls, j, rows) for (j, rows), names in by_column.items() for name in names}
+            made = step.memo["column_facts"] = (self._calls, by_column, identities)
+        return made[1], made[2]
 
     def _step(self, lengths: list[int]) -> DecodeStep:
         """The decode step for these cache lengths: the step built for their columns before, re-aimed at the
@@ -302,7 +327,7 @@ class Session:
         return step.feed(self.weights, hidden, cache, fixed_weights=True)
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
-             partial=None):
+             partial=None, into=None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
         the result, the run's seconds (the sim's predicted makespan, else the wall time of the loop) and
         the whole call's but the compile (the sim: the makespan plus the copies before the run).
@@ -313,21 +338,23 @@ class Session:
         block when `identities` (input id -> what identifies its rows) names the same rows of the same call,
         but for the rows `refresh` names (input id -> rows written since the last run), copied again.
         `partial`: inputs whose leading rows alone are read (input id -> rows; the cache's last column,
-        filled only so far): only those are placed and reloaded (runtime.execute)."""
+        filled only so far): only those are placed and reloaded (runtime.execute). `into`: outputs
+        written into the caller's arrays (`execute(outputs_into=)`: the new cache rows)."""
         memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
         self._runs += 1
         current = self._identities(graph, identities or {})
         refresh = refresh or {}
-        same = {name for name, _ in current.items() & self._placed.items()}  # the same identity as in the last run
-        unchanged = same.difference(refresh)
-        rows = {name: refresh[name] for name in same.intersection(refresh)}
+        # the inputs with the same identity as in the last run (all of them when a plan runs again)
+        same = current.keys() if current == self._placed else {name for name, _ in current.items() & self._placed.items()}
+        unchanged = same - refresh.keys()
+        rows = {name: refresh[name] for name in same & refresh.keys()}
         self._placed = {}  # until the run succeeds, what the backend holds is unknown
         began = time.perf_counter()
         try:
             # verify=False: compile_taskgraph proved the plan race-free when it was made; a cached plan runs again
             result = execute(memgraph, backend=self._backend(), order=self.order, seed=self.seed + self._runs, inputs=inputs,
                              close=False, verify=False, unchanged=unchanged, refresh=rows, partial=partial,
-                             copy_outputs=not recur)  # a decode step's outputs are used at once (appended, sampled)
+                             copy_outputs=not recur, outputs_into=into)  # a decode step's outputs are used at once (appended, sampled)
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise

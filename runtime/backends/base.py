@@ -106,6 +106,12 @@ class Backend:
         """Block until at least one submitted vertex completes; return every completion available, in lane order."""
         raise NotImplementedError
 
+    def output_targets(self, into: Mapping[str, np.ndarray]) -> None:
+        """For the run that follows `prepare`: the caller's arrays (task -> array of the output's shape and
+        dtype) that those outputs should land in; `read_outputs` returns the arrays it filled in their
+        place. A backend may write them during the run (the cuda backend copies an output there from the
+        GPU right after its vertex); by default none is, and `runtime.execute` copies them after."""
+
     def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data). `copy=False`:
         arrays of the backend's own memory, valid until its next run (a caller that uses them at once)."""

@@ -139,7 +139,12 @@ class DecodeStep:
 
     def new_kv(self, outputs: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per layer, this step's (k, v) rows [B, kv_width], k after RoPE."""
-        return [(outputs[f"k_new.{l}"], outputs[f"v_new.{l}"]) for l in range(self.config.num_hidden_layers)]
+        return [tuple(outputs[name] for name in self.new_kv_names(l)) for l in range(self.config.num_hidden_layers)]
+
+    @staticmethod
+    def new_kv_names(layer: int) -> tuple[str, str]:
+        """The output ids of a layer's new (k, v) rows."""
+        return f"k_new.{layer}", f"v_new.{layer}"
 
 
 def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -108,6 +108,23 @@ class KvCache:
                         columns[j][r, b] = values[b]
         self._written(where)
 
+    def next_rows(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Where the next `append` puts its rows when every sequence holds as many tokens: per layer (k, v)
+        views [B, kv_width] of the one row each column buffer takes, for a step to write its new rows
+        into directly (then `appended()` instead of `append`); None for a ragged batch, whose rows lie
+        apart."""
+        first = int(self.lengths[0])
+        if not (self.lengths == first).all():
+            return None
+        j, r = divmod(first, self.block)
+        if j >= self.columns:
+            raise IndexError("the cache has no room for another row")  # the caller sized it: an internal error
+        return [(k[j][r], v[j][r]) for k, v in self.buffers]
+
+    def appended(self) -> None:
+        """The rows `next_rows` pointed at were written (by the step itself): count them as `append` does."""
+        self._written([divmod(int(n), self.block) for n in self.lengths])
+
     def _written(self, where: list[tuple[int, int]]) -> None:
         """Sequence b's row r of column j (where[b]) was written: dirty until `settle`; one more row each."""
         batch = len(self.lengths)

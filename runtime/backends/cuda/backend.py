@@ -201,6 +201,10 @@ class CudaBackend(Backend):
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = {}
         self.limited = {}
+        # each output a vertex computes is copied back right after it, on its GPU's offload stream
+        self.early = self.views.aim({}, devices.streams)
+        self.offload_lane = {lane.device: lane.index for lane in graph.lanes if lane.kind == "d2h"}
+        self.views.issued = set()
 
     def _build(self, graph: ExecGraph, vertex: int):
         node = graph.node(vertex)
@@ -277,6 +281,13 @@ class CudaBackend(Backend):
         clock.start_event[vertex], clock.end_event[vertex], self.lane_of[vertex] = start, end, index
         self.fifo[index].append(vertex)
         self.notifier.after(index, stream, end)
+        read = self.early.get(vertex)
+        if read is not None and vertex not in self.errors:  # an output: its copy back waits for it on the offload stream
+            lane_index = self.offload_lane[device]
+            if lane_index != index:
+                driver.wait_event(self.devices.streams[lane_index], end)
+            read(lane_index)
+            self.views.issued.add(vertex)
 
     def wait(self) -> list[Completion]:
         while True:
@@ -304,6 +315,9 @@ class CudaBackend(Backend):
 
     def external_inputs(self) -> set[str]:
         return self.views.external_tasks if self.views is not None else set()
+
+    def output_targets(self, into: Mapping[str, np.ndarray]) -> None:
+        self.early = self.views.aim(into, self.devices.streams)
 
     def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         self.devices.synchronize()

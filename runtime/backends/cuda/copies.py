@@ -52,6 +52,16 @@ class TensorViews:
                 self.gpu[i] = _checked(node, arenas[node.device], node.loc, "location")
         self._reads: tuple | None = None
         """The outputs' staging (`read`), made at the first read."""
+        self._early: dict | None = None
+        """`early_reads`, made once."""
+        self.issued: set[int] = set()
+        """The outputs whose copy into the staging the current run has issued (`early_reads`)."""
+        self.targets: dict[int, np.ndarray] = {}
+        """Node index -> the caller's array the current run copies that output into (`aim`)."""
+        self._output_index: dict[str, int] = {}
+        self._handles: list | None = None
+        self._pointers: dict[int, int | None] = {}
+        """Node index -> its GPU view's device address (`place_on_gpus`), found once."""
         self.inputs = [i for i, node in enumerate(nodes) if node.op == "input" and node.nbytes]
         """Indices of the plan's non-empty inputs (each run places them: no walk over every node)."""
         self.external: dict[int, int] = {}
@@ -139,13 +149,16 @@ class TensorViews:
         keep = keep or {}
         copies = []
         nodes = self.graph.memgraph.nodes
+        pointers = self._pointers
         for i in self.inputs:
             node = nodes[i]
             if node.loc is None:
                 continue
             if node.task in keep and keep[node.task] is None:
                 continue  # in place whole
-            copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), keep.get(node.task)))
+            if i not in pointers:
+                pointers[i] = self.driver.pointer(self.gpu[i])
+            copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), keep.get(node.task), pointers[i]))
         self.driver.put(copies)
 
     def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
@@ -173,12 +186,55 @@ class TensorViews:
         if self._reads is None:
             self._reads = self._read_plan()
         on_gpu, elsewhere, staging = self._reads
-        self.driver.get([(nodes[i].device, self.gpu[i], view) for _, i, view in on_gpu])
-        outputs = {task: np.array(view) if copy else view for task, _, view in on_gpu}
+        issued, targets = self.issued, self.targets
+        self.driver.get([(nodes[i].device, self.gpu[i], targets.get(i, view)) for _, i, view in on_gpu if i not in issued])
+        self.issued = set()
+        outputs = {task: targets[i] if i in targets else np.array(view) if copy else view for task, i, view in on_gpu}
         for task, i in elsewhere:
             node = nodes[i]
             outputs[task] = np.zeros(node.shape, numpy_dtype(node.dtype)) if node.nbytes == 0 else np.array(self.host[i])
         return outputs
+
+    def aim(self, into: Mapping[str, np.ndarray], streams: list) -> dict:
+        """`early_reads` for the next run, with the outputs named in `into` (task -> the caller's array)
+        copied straight into those arrays when they are C-contiguous of the output's shape and dtype: no
+        staging, no host copy after; `read` returns them. The others come through the staging as usual.
+        The arrays should be page-locked (a session's cache is): a pageable one is written all the same,
+        but its copy holds the loop until it is done (the driver's rule), so it is not checked here."""
+        early = self.early_reads(streams)
+        self.targets = {}
+        if not into:
+            return early
+        early = dict(early)
+        nodes = self.graph.memgraph.nodes
+        index = self._output_index
+        for task, array in into.items():
+            i = index.get(task)
+            if i is None or i not in early:
+                continue
+            node = nodes[i]
+            if not isinstance(array, np.ndarray) or array.shape != tuple(node.shape) or not array.flags.c_contiguous \
+                    or array.dtype != numpy_dtype(node.dtype):
+                continue
+            if i not in self._pointers:
+                self._pointers[i] = self.driver.pointer(self.gpu[i])
+            early[i] = self.driver.copy("d2h", self.gpu[i], array, streams, source_pointer=self._pointers[i], handles=self._handles)
+            self.targets[i] = array
+        return early
+
+    def early_reads(self, streams: list) -> dict:
+        """Node index -> `work(lane)` copying that output into `read`'s staging, for each output a vertex
+        of the run computes on a GPU: issued right after its vertex (CudaBackend.submit, on the GPU's
+        offload stream once the vertex is done), so the outputs come back while the run goes on and
+        `read` has only those left that no vertex computes (an input that is also an output)."""
+        if self._early is None:
+            if self._reads is None:
+                self._reads = self._read_plan()
+            nodes = self.graph.memgraph.nodes
+            self._early = {i: self.driver.copy("d2h", self.gpu[i], view, streams) for _, i, view in self._reads[0] if nodes[i].op != "input"}
+            self._output_index = {task: i for task, i, _ in self._reads[0]}
+            self._handles = self.driver.stream_handles(streams)
+        return self._early
 
     def _read_plan(self) -> tuple[list, list, np.ndarray]:
         """(task, node, staging view) of each output a GPU holds, (task, node) of the others, the staging."""

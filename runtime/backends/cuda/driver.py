@@ -108,18 +108,28 @@ class GpuDriver:
         with contextlib.suppress(Exception):
             cupy.cuda.runtime.setDevice(device)
 
-    def copy(self, kind: str, source, target, streams: list, count: int | None = None):
+    def pointer(self, array) -> int | None:
+        """A device array's address, for `put` and `copy` to take instead of finding it again (None: find it then)."""
+        return device_pointer(array)
+
+    def stream_handles(self, streams: list) -> list | None:
+        """The streams' driver handles, for `copy` to take instead of finding them again."""
+        return [stream_handle(stream) for stream in streams]
+
+    def copy(self, kind: str, source, target, streams: list, count: int | None = None, source_pointer: int | None = None,
+             handles: list | None = None):
         """`work(lane)`: one async driver call copying `source` to `target` (their first `count` bytes:
-        whole leading rows), pointers resolved now."""
+        whole leading rows), pointers resolved now; a d2h copy may be given its source's device address
+        (`pointer`) and `stream_handles(streams)`, found before."""
         from numba.cuda.cudadrv.driver import driver
 
         count = target.nbytes if count is None else count
-        handles = [stream_handle(stream) for stream in streams]
+        handles = self.stream_handles(streams) if handles is None else handles
         calls = driver_calls()  # the host copies through ctypes, as `put` and `get` make them
         if kind == "h2d":
             call, dst, src = calls.copy_h2d, device_pointer(target), source.ctypes.data
         elif kind == "d2h":
-            call, dst, src = calls.copy_d2h, target.ctypes.data, device_pointer(source)
+            call, dst, src = calls.copy_d2h, target.ctypes.data, device_pointer(source) if source_pointer is None else source_pointer
         else:
             call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
         return lambda lane: call(dst, src, count, handles[lane])
@@ -135,9 +145,10 @@ class GpuDriver:
         return array.nbytes > 0 and calls.host_pinned(start) and calls.host_pinned(start + array.nbytes - 1)
 
     def put(self, copies: list) -> None:
-        """Host arrays onto device arrays, between runs: each copy is (device, target, source, rows), source a
-        C-contiguous host array of target's bytes and rows None (all of it) or (start, stop) ranges of flat
-        rows (runtime/residency.py). One async driver call per range on each GPU's null stream, pointers
+        """Host arrays onto device arrays, between runs: each copy is (device, target, source, rows[,
+        pointer]), source a C-contiguous host array of target's bytes, rows None (all of it) or (start,
+        stop) ranges of flat rows (runtime/residency.py), pointer target's address when the caller has it
+        (`pointer`). One async driver call per range on each GPU's null stream, pointers
         computed here (no device-array slicing), then one wait per GPU: a decode step's few dozen small
         copies cost microseconds each, where numba's copy_to_device costs a slice and a sync apiece."""
         from numba.cuda.cudadrv.driver import driver
@@ -145,8 +156,8 @@ class GpuDriver:
         calls = driver_calls()
         for device, group in _by_device(copies).items():
             with self.on(device):
-                for _, target, source, rows in group:
-                    dst, src = device_pointer(target), source.ctypes.data
+                for _, target, source, rows, *pointer in group:
+                    dst, src = pointer[0] if pointer and pointer[0] is not None else device_pointer(target), source.ctypes.data
                     for start, stop in _byte_ranges(source, rows):
                         calls.copy_h2d(dst + start, src + start, stop - start, None)
                 driver.cuCtxSynchronize()
@@ -274,7 +285,11 @@ class SimDriver(GpuDriver):
     def restore_device(self, device: int) -> None:
         pass
 
-    def copy(self, kind: str, source, target, streams: list, count: int | None = None):
+    def stream_handles(self, streams: list) -> list | None:
+        return None
+
+    def copy(self, kind: str, source, target, streams: list, count: int | None = None, source_pointer: int | None = None,
+             handles: list | None = None):
         if count is not None:  # whole leading rows
             rows = count // (target.nbytes // target.shape[0])
             source, target = source[:rows], target[:rows]
@@ -285,8 +300,11 @@ class SimDriver(GpuDriver):
     def host_pinned(self, array: np.ndarray) -> bool:
         return array.nbytes > 0  # the simulator's copies read any host memory
 
+    def pointer(self, array) -> int | None:
+        return None  # the simulator's copies take the arrays
+
     def put(self, copies: list) -> None:
-        for _, target, source, rows in copies:
+        for _, target, source, rows, *_ in copies:
             pairs = [(target, source)] if rows is None else refreshed(target, source, rows)
             for device_part, host_part in pairs:
                 device_part.copy_to_device(host_part.view(device_part.dtype))  # bfloat16: its uint16 words

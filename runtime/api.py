@@ -30,6 +30,7 @@ from runtime.residency import copy_limits, input_rows, partial_placements, place
 from runtime.summary import RunSummary, summarize
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.memgraph import MemGraph
+from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph_types import check_types, infer_types
 from turnip_ir.verifier import verify_memgraph
 
@@ -201,21 +202,21 @@ class _PlanFacts:
         return cls(input_specs(memgraph), inputs, memgraph.surviving_inputs(), rows_of=input_rows(inputs), outputs=output_specs(memgraph))
 
 
-def output_specs(memgraph: MemGraph) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Output task -> (shape, dtype) of the node that holds it."""
+def output_specs(memgraph: MemGraph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Output task -> (shape, numpy dtype) of the node that holds it."""
     nodes = memgraph.by_id()
-    return {task: (tuple(nodes[node_id].shape), nodes[node_id].dtype) for task, node_id in memgraph.outputs.items()}
+    return {task: (tuple(nodes[node_id].shape), numpy_dtype(nodes[node_id].dtype)) for task, node_id in memgraph.outputs.items()}
 
 
-def _check_targets(specs: Mapping[str, tuple[tuple[int, ...], str]], into: Mapping[str, np.ndarray]) -> None:
+def _check_targets(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], into: Mapping[str, np.ndarray]) -> None:
     """`execute(outputs_into=)`'s arrays against the outputs, or a one-line InputError naming the first misfit."""
     for task, array in into.items():
-        if task not in specs:
+        spec = specs.get(task)
+        if spec is None:
             raise InputError(f"outputs_into names '{task}', which is not an output of the graph")
-        shape, dtype = specs[task]
-        if not isinstance(array, np.ndarray) or array.shape != shape or array.dtype.name != dtype:
+        if not isinstance(array, np.ndarray) or array.shape != spec[0] or array.dtype != spec[1]:
             got = f"{array.dtype.name} {list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
-            raise InputError(f"outputs_into['{task}'] must be a {dtype} array of shape {list(shape)}, got {got}")
+            raise InputError(f"outputs_into['{task}'] must be a {spec[1].name} array of shape {list(spec[0])}, got {got}")
 
 
 _PLAN_FACTS: WeakKeyDictionary = WeakKeyDictionary()

@@ -149,6 +149,8 @@ class Session:
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
         """What the backend was given in its last run: input id -> the value's identity (`_identities`)."""
+        self._columns: dict[tuple, dict[str, np.ndarray]] = {}
+        """The current call's cache columns per step (`_decode_inputs`), dropped when the call ends."""
         self._weight_inputs: WeakKeyDictionary = WeakKeyDictionary()
         """Taskgraph -> its weight inputs' identities (`_identities`), read once per graph."""
 
@@ -208,9 +210,18 @@ class Session:
         self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
-        finished = np.zeros(len(prompts), dtype=bool)
+        try:
+            self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens))
+        finally:
+            self._columns = {}  # the call's cache is not kept alive
+        return stats
+
+    def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
+                       rng, stop_at_eos: bool, max_new_tokens: int) -> None:
+        """`generate`'s decode steps, filling `stats`."""
+        finished = np.zeros(len(current), dtype=bool)
         kept = None  # the teacher-forced steps' logits
-        for step in range(int(max_new_tokens)):
+        for step in range(max_new_tokens):
             began, compiled = time.perf_counter(), stats.compile_seconds
             logits = self._decode(current, cache, stats)
             if not stats.computed:
@@ -219,7 +230,7 @@ class Session:
             chose = time.perf_counter()
             if forced is not None:  # kept as they came (a copy: the backend reuses that memory), widened after the loop
                 if kept is None:  # every step's room at once, its pages touched now: no page faults in later steps
-                    kept = np.empty((int(max_new_tokens), *np.shape(logits)), np.asarray(logits).dtype)
+                    kept = np.empty((max_new_tokens, *np.shape(logits)), np.asarray(logits).dtype)
                     kept.fill(0)
                 kept[step] = logits
                 chosen = forced[:, step]
@@ -233,7 +244,6 @@ class Session:
             stats.step_seconds.append(time.perf_counter() - began - (stats.compile_seconds - compiled))
         if kept is not None:
             stats.logits = [np.asarray(logits, dtype=np.float64) for logits in kept]
-        return stats
 
     # ----- steps --------------------------------------------------------------------------------------
     def _prefill_kv(self, prompt: np.ndarray, stats: GenerateResult) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -324,7 +334,10 @@ class Session:
 
     def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, cache: KvCache) -> dict[str, np.ndarray]:
         hidden = llama.embed(self.weights, tokens, self.config)
-        return step.feed(self.weights, hidden, cache, fixed_weights=True)
+        key = (id(cache), step.key)  # a call's cache stays alive while its columns are kept (dropped at the call's end)
+        if key not in self._columns:
+            self._columns[key] = step.column_inputs(cache)
+        return step.feed(self.weights, hidden, cache, fixed_weights=True, columns=self._columns[key])
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
              partial=None, into=None):

@@ -51,7 +51,8 @@ for gib, batch, prompt in points:
         ran = np.median(plain.step_run_seconds[warm:]) * 1e3
         print(f"{gib:g} GiB, no profiler, {len(host)} steps: step {steady:.2f} ms, run {ran:.2f} ms ({steady / ran:.3f}x); "
               f"host outside the run by part (median ms): " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
-              + f"; sum {sum(parts.values()):.3f}", flush=True)
+              + f"; sum {sum(parts.values()):.3f}; the last prepare: "
+              + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in session._machine.stats.get("rerun_steps", {}).items()), flush=True)
         cache = KvCache.wrap(kv, [prompt - 1] * batch, KV_BLOCK)
         result = session.generate(prompts, warm + profiled, caches=cache, forced=forced)
         profile.disable()

@@ -100,11 +100,13 @@ class DecodeStep:
         """What the graph's shapes depend on (besides the config and GPUs): steps of one key share a plan."""
         return step_key(self.batch, self.kv_block, self.columns)
 
-    def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache, fixed_weights: bool = False) -> dict[str, np.ndarray]:
+    def feed(self, weights: Mapping[str, np.ndarray], hidden: np.ndarray, cache, fixed_weights: bool = False,
+             columns: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Inputs by taskgraph id: `hidden` [B, hidden] and the batch's `cache` (kv_cache.KvCache, or per
         sequence per layer (k, v) [cache_len, kv_width] arrays). Cache columns are views, not copies.
         `fixed_weights`: `weights` is the same mapping with the same arrays as at this graph's last
-        such call (a session's), so the weight inputs gathered then are used again."""
+        such call (a session's), so the weight inputs gathered then are used again. `columns`: this
+        step's `column_inputs(cache)`, when the caller has them."""
         if not isinstance(cache, KvCache):
             cache = KvCache.from_prefixes(cache, self.kv_block, room=0, dtype=self.config.dtype)
         if tuple(int(n) for n in cache.lengths) != self.cache_lengths:
@@ -120,9 +122,12 @@ class DecodeStep:
                 self.memo["weights"] = gathered
         arrays.update(gathered[1])
         arrays["kv.lengths"] = np.asarray(self.cache_lengths, np.float32)
-        for name, (layer, which, j, rows) in self.cache_inputs().items():
-            arrays[name] = cache.column(layer, which, j, rows)
+        arrays.update(self.column_inputs(cache) if columns is None else columns)
         return arrays
+
+    def column_inputs(self, cache: KvCache) -> dict[str, np.ndarray]:
+        """The cache's column inputs, views (`KvCache.column`: the same objects for the same rows)."""
+        return {name: cache.column(layer, which, j, rows) for name, (layer, which, j, rows) in self.cache_inputs().items()}
 
     def cache_inputs(self) -> dict[str, tuple[int, str, int, int]]:
         """Each cache column input's id -> (layer, "k" or "v", column index, rows) (one dict, kept: not to be changed)."""
@@ -150,11 +155,13 @@ class DecodeStep:
 def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [B, head_dim]: row b at position positions[b], with the frequencies of a sequence of
     positions[b] + 1 tokens (only `dynamic` RoPE depends on the length)."""
-    rows = []
-    for position in positions:
-        angles = position * inverse_frequencies(config, position + 1)
-        rows.append(np.concatenate([angles, angles]))
-    both = np.array(rows, dtype=np.float64).reshape(len(positions), config.head_dim)
+    positions = [int(p) for p in positions]
+    if config.rope.type != "dynamic" or max(positions, default=0) < config.max_position_embeddings:
+        # every row's length has the same frequencies (those of one token): one outer product
+        angles = np.multiply.outer(np.asarray(positions, dtype=np.float64), inverse_frequencies(config, 1))
+    else:
+        angles = np.array([position * inverse_frequencies(config, position + 1) for position in positions], dtype=np.float64)
+    both = np.concatenate([angles, angles], axis=1).reshape(len(positions), config.head_dim)
     return np.cos(both), np.sin(both)
 
 

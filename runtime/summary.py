@@ -5,7 +5,7 @@ Computed once after a run from the recorded completions (interval unions per GPU
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from runtime.backends.base import Completion
@@ -29,6 +29,19 @@ class LinkIdle:
                 f"{self.after * 1e3:.3f} ms after the last")
 
 
+@dataclass(frozen=True)
+class Timing:
+    """What a run's completion spans say (RunSummary's lazily read fields)."""
+
+    makespan: float
+    busy: list[float]
+    transfer_stall: list[float]
+    h2d_bandwidth: float
+    d2h_bandwidth: float
+    peer_bandwidth: float
+    h2d_idle: list[LinkIdle | None]
+
+
 @dataclass
 class RunSummary:
     """What `turnip run` prints. Times are on the backend clock (virtual for sim), in seconds."""
@@ -38,12 +51,10 @@ class RunSummary:
     vertices: int
     wall_time: float
     """Real seconds spent in the event loop."""
-    makespan: float
-    """Backend-clock seconds from the first start to the last end."""
-    busy: list[float] = field(default_factory=list)
-    """Per GPU: fraction of the makespan with at least one compute stream busy."""
-    transfer_stall: list[float] = field(default_factory=list)
-    """Per GPU: seconds with no compute running while a transfer of that GPU was in flight."""
+    timing: Callable[[], Timing] | None = field(default=None, repr=False, compare=False)
+    """What the completions' spans say (`Timing`: makespan, busy fractions, stalls, link rates), worked
+    out at the first read of any of them: a decode step's session reads none, and a repeated run
+    should not pay for them."""
     bytes_offloaded: int = 0
     bytes_reloaded: int = 0
     bytes_moved: int = 0
@@ -53,18 +64,12 @@ class RunSummary:
     """Their summed durations on the backend clock."""
     bytes_recomputed: int = 0
     """The bytes they wrote: what reloads would have brought back instead."""
-    h2d_bandwidth: float = 0.0
-    """Achieved bytes/s while the H2D engines were busy (reloads)."""
-    d2h_bandwidth: float = 0.0
-    peer_bandwidth: float = 0.0
     bytes_placed: int = 0
     """Bytes of inputs copied onto the GPUs before the run (not those kept from the run before)."""
     bytes_staged: int = 0
     """Bytes of inputs copied into host storage before the run (not those kept from the run before)."""
     arena_high_water: list[int] = field(default_factory=list)
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
-    h2d_idle: list[LinkIdle | None] = field(default_factory=list)
-    """Per GPU: when its H2D engine (the host link's reloads) sat idle; empty on a GPU without reloads."""
     notes: list[str] = field(default_factory=list)
     """Backend-specific lines (the cuda backend's memory: arena, workspace, library pools)."""
     prepare_time: float = 0.0
@@ -75,6 +80,46 @@ class RunSummary:
     """Real seconds of `execute`'s own work around the event loop, by part: "checks" (the plan's
     facts, the inputs checked), "residency" (what is in place already), "prepare" (the backend's load),
     "outputs" (reading them), "summary" (this summary): what a repeated call adds to its run."""
+
+    _timed: Timing | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _timing(self) -> Timing:
+        if self._timed is None:
+            self._timed = self.timing() if self.timing is not None else Timing(0.0, [], [], 0.0, 0.0, 0.0, [])
+        return self._timed
+
+    @property
+    def makespan(self) -> float:
+        """Backend-clock seconds from the first start to the last end."""
+        return self._timing().makespan
+
+    @property
+    def busy(self) -> list[float]:
+        """Per GPU: fraction of the makespan with at least one compute stream busy."""
+        return self._timing().busy
+
+    @property
+    def transfer_stall(self) -> list[float]:
+        """Per GPU: seconds with no compute running while a transfer of that GPU was in flight."""
+        return self._timing().transfer_stall
+
+    @property
+    def h2d_bandwidth(self) -> float:
+        """Achieved bytes/s while the H2D engines were busy (reloads)."""
+        return self._timing().h2d_bandwidth
+
+    @property
+    def d2h_bandwidth(self) -> float:
+        return self._timing().d2h_bandwidth
+
+    @property
+    def peer_bandwidth(self) -> float:
+        return self._timing().peer_bandwidth
+
+    @property
+    def h2d_idle(self) -> list[LinkIdle | None]:
+        """Per GPU: when its H2D engine (the host link's reloads) sat idle; None for a GPU without reloads."""
+        return self._timing().h2d_idle
 
     def _makespan_text(self) -> str:
         """The sim's makespan is its cost model's prediction, not a time anything took."""
@@ -125,12 +170,26 @@ def summarize(graph: ExecGraph, completions: list[Completion], backend: str, ord
               limits: Mapping[int, int] | None = None) -> RunSummary:
     """The run's summary from its completions (every vertex's, a run that finished); `limits`: copies
     that moved only some leading rows (`Backend.limit_copies`), counted at what they moved. What depends
-    only on the plan (the bytes each kind of copy moves, the high water) is read once per ExecGraph."""
+    only on the plan (the bytes each kind of copy moves, the high water) is read once per ExecGraph;
+    what the spans say (`Timing`) when first asked."""
     limits = limits or {}
-    devices = graph.memgraph.devices
     kinds = graph.facts.get("lane_kinds")
     if kinds is None:
         kinds = graph.facts["lane_kinds"] = [(lane.kind, lane.device) for lane in graph.lanes]
+    volume = dict(_copy_volume(graph))
+    for vertex, rows in limits.items():
+        node = graph.node(vertex)
+        kind = kinds[graph.lanes_of[graph.resource[vertex]][0]][0]
+        volume[kind] -= node.nbytes - limited_bytes(node, rows)
+    summary = RunSummary(backend, order, len(graph), wall, timing=lambda: _timing(graph.memgraph.devices, kinds, completions, volume))
+    summary.bytes_reloaded, summary.bytes_offloaded, summary.bytes_moved = volume["h2d"], volume["d2h"], volume["peer"]
+    _count_recomputes(summary, graph, completions)
+    summary.arena_high_water = _high_water(graph)
+    return summary
+
+
+def _timing(devices: int, kinds: list[tuple[str, int]], completions: list[Completion], volume: Mapping[str, int]) -> Timing:
+    """The spans' figures: per GPU and kind of lane, the (start, end) of its vertices, unioned."""
     spans: dict[str, list[list[tuple[float, float]]]] = {kind: [[] for _ in range(devices)] for kind in ("compute", "h2d", "d2h", "peer")}
     begin, end = float("inf"), float("-inf")
     for done in completions:
@@ -144,26 +203,16 @@ def summarize(graph: ExecGraph, completions: list[Completion], backend: str, ord
     if not completions:
         begin = end = 0.0
     makespan = end - begin
-    summary = RunSummary(backend, order, len(graph), wall, makespan)
-    volume = dict(_copy_volume(graph))
-    for vertex, rows in limits.items():
-        node = graph.node(vertex)
-        kind = kinds[graph.lanes_of[graph.resource[vertex]][0]][0]
-        volume[kind] -= node.nbytes - limited_bytes(node, rows)
-    compute = spans["compute"]
+    busy, stall = [], []
     for device in range(devices):
-        busy = union_length(compute[device])
+        compute = spans["compute"][device]
         transfers = spans["h2d"][device] + spans["d2h"][device] + spans["peer"][device]
-        summary.busy.append(busy / makespan if makespan > 0 else 0.0)
-        summary.transfer_stall.append(union_length(compute[device] + transfers) - busy if transfers else 0.0)
-    summary.bytes_reloaded, summary.bytes_offloaded, summary.bytes_moved = volume["h2d"], volume["d2h"], volume["peer"]
-    _count_recomputes(summary, graph, completions)
-    summary.h2d_bandwidth = _rate(volume["h2d"], [span for per in spans["h2d"] for span in per])
-    summary.d2h_bandwidth = _rate(volume["d2h"], [span for per in spans["d2h"] for span in per])
-    summary.peer_bandwidth = _rate(volume["peer"], [span for per in spans["peer"] for span in per])
-    summary.arena_high_water = _high_water(graph)
-    summary.h2d_idle = [link_idle(per, begin, end) if per else None for per in spans["h2d"]]
-    return summary
+        covered = union_length(compute)
+        busy.append(covered / makespan if makespan > 0 else 0.0)
+        stall.append(union_length(compute + transfers) - covered if transfers else 0.0)
+    rates = {kind: _rate(volume[kind], [span for per in spans[kind] for span in per]) for kind in ("h2d", "d2h", "peer")}
+    idle = [link_idle(per, begin, end) if per else None for per in spans["h2d"]]
+    return Timing(makespan, busy, stall, rates["h2d"], rates["d2h"], rates["peer"], idle)
 
 
 def _copy_volume(graph: ExecGraph) -> dict[str, int]:

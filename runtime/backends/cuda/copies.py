@@ -143,9 +143,11 @@ class TensorViews:
             return None
         return self.driver.copy(kind, src, dst, streams, dst.nbytes // dst.shape[0] * rows)  # no slicing: numba's costs 75 us
 
-    def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
+    def place_on_gpus(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None,
+                      wait: bool = True) -> None:
         """Copy every input whose plan starts it on a GPU to its location, but those in `keep`, in place
-        already: all of them, or all but the flat rows it names (residency.refreshed), which are copied."""
+        already: all of them, or all but the flat rows it names (residency.refreshed), which are copied.
+        `wait=False`: without waiting for the copies (`GpuDriver.put`)."""
         keep = keep or {}
         copies = []
         nodes = self.graph.memgraph.nodes
@@ -159,9 +161,10 @@ class TensorViews:
             if i not in pointers:
                 pointers[i] = self.driver.pointer(self.gpu[i])
             copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), keep.get(node.task), pointers[i]))
-        self.driver.put(copies)
+        self.driver.put(copies, wait)
 
-    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None) -> None:
+    def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None,
+              wait: bool = True) -> None:
         """Put every input at its planned location (an arena) or storage region (pinned host memory), but
         those in `keep`, in place already (runtime/residency.py): all of them, or all but the flat rows
         it names, which are copied. Those in storage are written by several threads at once
@@ -174,7 +177,7 @@ class TensorViews:
             if node.loc is None and i not in self.external:  # external: in place
                 stored += placements(self.host[i], inputs[node.task], node.task, keep)
         fill_all(stored)
-        self.place_on_gpus(inputs, keep)
+        self.place_on_gpus(inputs, keep, wait)
 
     def read(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Copies of the memgraph's outputs by taskgraph id (the streams must be synchronized). Those on a

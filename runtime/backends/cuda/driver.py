@@ -144,13 +144,17 @@ class GpuDriver:
         start = array.ctypes.data
         return array.nbytes > 0 and calls.host_pinned(start) and calls.host_pinned(start + array.nbytes - 1)
 
-    def put(self, copies: list) -> None:
+    def put(self, copies: list, wait: bool = True) -> None:
         """Host arrays onto device arrays, between runs: each copy is (device, target, source, rows[,
         pointer]), source a C-contiguous host array of target's bytes, rows None (all of it) or (start,
         stop) ranges of flat rows (runtime/residency.py), pointer target's address when the caller has it
         (`pointer`). One async driver call per range on each GPU's null stream, pointers
         computed here (no device-array slicing), then one wait per GPU: a decode step's few dozen small
-        copies cost microseconds each, where numba's copy_to_device costs a slice and a sync apiece."""
+        copies cost microseconds each, where numba's copy_to_device costs a slice and a sync apiece.
+        `wait=False` returns without the wait: the copies are on the legacy default stream, which every
+        stream of ours (made blocking) waits for before its next work, so the run's first kernels start
+        after them; the sources must stay as they are until then (a pageable one is read before the
+        call returns, the driver's rule)."""
         from numba.cuda.cudadrv.driver import driver
 
         calls = driver_calls()
@@ -160,7 +164,8 @@ class GpuDriver:
                     dst, src = pointer[0] if pointer and pointer[0] is not None else device_pointer(target), source.ctypes.data
                     for start, stop in _byte_ranges(source, rows):
                         calls.copy_h2d(dst + start, src + start, stop - start, None)
-                driver.cuCtxSynchronize()
+                if wait:
+                    driver.cuCtxSynchronize()
 
     def get(self, copies: list) -> None:
         """Device arrays into host arrays of the same bytes, (device, source, target) each, then one wait per GPU."""
@@ -303,7 +308,7 @@ class SimDriver(GpuDriver):
     def pointer(self, array) -> int | None:
         return None  # the simulator's copies take the arrays
 
-    def put(self, copies: list) -> None:
+    def put(self, copies: list, wait: bool = True) -> None:
         for _, target, source, rows, *_ in copies:
             pairs = [(target, source)] if rows is None else refreshed(target, source, rows)
             for device_part, host_part in pairs:

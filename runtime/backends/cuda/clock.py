@@ -25,20 +25,26 @@ class Clock:
             with driver.on(device):  # events belong to a device: made here, in its context, and recycled
                 self.pools.append([driver.event() for _ in range(size)])
         self.origins: list = []
+        self._origin_events: list = []
         self.host_origin = time.perf_counter()
         self.start_event: list = []
         self.end_event: list = []
         self.host_span: list[tuple[float, float]] = []
 
     def start(self, graph: ExecGraph, first_stream_of: list) -> None:
-        """A new run of `graph`: one origin event per GPU (recorded on `first_stream_of[device]`), time 0 now."""
-        self.origins = []
+        """A new run of `graph`: one origin event per GPU (recorded on `first_stream_of[device]`), time 0 now.
+        The origin events are made once and recorded again at each run (no stamp reads them across runs)."""
+        if len(self._origin_events) != len(first_stream_of):
+            self._origin_events = []
+            for device in range(len(first_stream_of)):
+                with self.driver.on(device):
+                    self._origin_events.append(self.driver.event())
+        self.origins = self._origin_events
         for device, stream in enumerate(first_stream_of):
             with self.driver.on(device):
-                origin = self.driver.event()
+                origin = self.origins[device]
                 origin.record(stream)
                 origin.synchronize()
-                self.origins.append(origin)
         self.host_origin = time.perf_counter()
         count = len(graph)
         self.start_event = [None] * count

@@ -64,6 +64,8 @@ class TensorViews:
         """Node index -> its GPU view's device address (`place_on_gpus`), found once."""
         self.inputs = [i for i, node in enumerate(nodes) if node.op == "input" and node.nbytes]
         """Indices of the plan's non-empty inputs (each run places them: no walk over every node)."""
+        self._on_gpus = [(i, nodes[i].task, nodes[i].device) for i in self.inputs if nodes[i].loc is not None]
+        """(index, task, GPU) of the inputs the plan starts on a GPU."""
         self.external: dict[int, int] = {}
         """Node index -> the host address of the caller's array it reads (external inputs)."""
         self._external_tasks: set[str] | None = None
@@ -150,17 +152,14 @@ class TensorViews:
         `wait=False`: without waiting for the copies (`GpuDriver.put`)."""
         keep = keep or {}
         copies = []
-        nodes = self.graph.memgraph.nodes
         pointers = self._pointers
-        for i in self.inputs:
-            node = nodes[i]
-            if node.loc is None:
-                continue
-            if node.task in keep and keep[node.task] is None:
+        for i, task, device in self._on_gpus:
+            rows = keep.get(task, ())
+            if rows is None:
                 continue  # in place whole
             if i not in pointers:
                 pointers[i] = self.driver.pointer(self.gpu[i])
-            copies.append((node.device, self.gpu[i], materialize(inputs[node.task]), keep.get(node.task), pointers[i]))
+            copies.append((device, self.gpu[i], materialize(inputs[task]), rows if rows != () else None, pointers[i]))
         self.driver.put(copies, wait)
 
     def place(self, inputs: dict[str, np.ndarray], keep: Mapping[str, list[tuple[int, int]] | None] | None = None,

@@ -100,7 +100,8 @@ def execute(
     new cache rows and logits); no copy is made of them. `outputs_into`: outputs (by task) to be written
     into the caller's arrays, each of the output's shape and dtype (a decode step's new cache rows, into
     the cache): the result holds those arrays; the cuda backend copies such an output there straight
-    from the GPU when the array is C-contiguous and page-locked, else it is copied after the run.
+    from the GPU when the array is C-contiguous (it should be page-locked: a pageable one's copy holds
+    the loop), else it is copied after the run.
     """
     called = time.perf_counter()
     facts = _PLAN_FACTS.get(memgraph) if not close else None  # a plan run again: what it is read once

@@ -189,8 +189,7 @@ def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | 
         totals = _input_bytes(memgraph.nodes if inputs is None else inputs)
         if inputs is not None:  # a plan run again (runtime/api.py): not edited between runs
             _INPUT_BYTES[memgraph] = totals
-    gpu, storage, per_task = totals
-    placed = [0, 0]
+    placed, per_task = [0, 0], totals
     for task in per_task.keys() - kept.keys():  # not in place: all of it
         nbytes, where, _ = per_task[task]
         placed[where] += nbytes
@@ -207,15 +206,13 @@ _INPUT_BYTES: WeakKeyDictionary = WeakKeyDictionary()
 """memgraph -> `_input_bytes` of its inputs."""
 
 
-def _input_bytes(inputs) -> tuple[int, int, dict[str, tuple[int, int, int]]]:
-    """The bytes of the inputs placed on GPUs and in host storage, and per such input (nbytes, 0 for a
-    GPU or 1 for storage, bytes per flat row: 0 for a scalar)."""
-    totals, per_task = [0, 0], {}
+def _input_bytes(inputs) -> dict[str, tuple[int, int, int]]:
+    """Per input placed on a GPU or in host storage: (nbytes, 0 for a GPU or 1 for storage, bytes per
+    flat row: 0 for a scalar)."""
+    per_task = {}
     for node in inputs:
         if node.op != "input" or (node.loc is None and node.storage is None):
             continue
-        where = 0 if node.loc is not None else 1
-        totals[where] += node.nbytes
         row_bytes = node.nbytes // (math.prod(node.shape) or 1) * row_length(node.shape) if node.shape else 0
-        per_task[node.task] = (node.nbytes, where, row_bytes)
-    return totals[0], totals[1], per_task
+        per_task[node.task] = (node.nbytes, 0 if node.loc is not None else 1, row_bytes)
+    return per_task

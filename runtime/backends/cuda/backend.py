@@ -192,7 +192,6 @@ class CudaBackend(Backend):
             steps = ("pinning (inputs read meanwhile)", "the rest of the inputs", "building", "warm-up")
             self.stats["load_steps"] = {step: b - a for step, a, b in zip(steps, stamps, stamps[1:])}
             self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
-        if not same:
             devices.synchronize()
             self.stats["library_bytes"] = devices.library_bytes()  # a driver query per GPU: once per plan loaded
             self._start_clock(graph)

@@ -166,38 +166,28 @@ def make_inputs(specs: dict[str, tuple[tuple[int, ...], str]], given: dict[str, 
                 checked: dict[str, object] | None = None) -> dict[str, np.ndarray]:
     """Check the given arrays against `specs` and draw the missing ones. `checked`: weak references to
     arrays found right for the same specs before (a plan run again), updated with the arrays found
-    right now: the very same objects, still alive, are not checked again, and when every input is
-    given only the new ones are looked at."""
-    if checked is not None and given and len(given) == len(specs):
-        fresh = [task for task, value in given.items() if (ref := checked.get(task)) is None or ref() is not value]
-        if all(task in specs for task in fresh):  # then every input is given: the others were before
-            arrays = dict(given)
-            for task in fresh:
-                value = arrays[task] = _checked(task, given[task], *specs[task])
-                if isinstance(value, np.ndarray):
-                    checked[task] = weakref.ref(value)
-            return arrays
-    checked_before = checked or {}
-    given = dict(given or {})
-    for key in given:
-        if key not in specs:
-            raise InputError(f"input '{key}' is not an input of the graph (inputs: {', '.join(specs) or 'none'})")
-    drawn = [(shape, dtype) for task, (shape, dtype) in specs.items() if task not in given]
-    # standard_normal draws float64 before the cast: 8 bytes per element beside the array itself
+    right now: the very same objects, still alive and of the same shape, are not checked again."""
+    given = given or {}
+    if given.keys() - specs.keys():
+        key = next(key for key in given if key not in specs)
+        raise InputError(f"input '{key}' is not an input of the graph (inputs: {', '.join(specs) or 'none'})")
+    drawn = [task for task in specs if task not in given] if len(given) < len(specs) else []
     if drawn:
-        check_host_memory(sum(math.prod(shape) * (8 + numpy_dtype(dtype).itemsize) for shape, dtype in drawn),
+        # standard_normal draws float64 before the cast: 8 bytes per element beside the array itself
+        check_host_memory(sum(math.prod(specs[task][0]) * (8 + numpy_dtype(specs[task][1]).itemsize) for task in drawn),
                           "drawing the missing inputs", "give the inputs with --inputs, or run on the sim backend")
+    checked = {} if checked is None else checked
     arrays = {}
-    for task, (shape, dtype) in specs.items():
-        if task in given:
-            value = given[task]
-            ref = checked_before.get(task)
-            same = ref is not None and ref() is value and isinstance(value, np.ndarray) and value.shape == shape
-            arrays[task] = value if same else _checked(task, value, shape, dtype)
-            if checked is not None and isinstance(arrays[task], np.ndarray):
-                checked[task] = weakref.ref(arrays[task])
-        else:
-            arrays[task] = random_input(task, shape, dtype, seed)
+    for task, value in given.items():
+        shape, dtype = specs[task]
+        ref = checked.get(task)
+        if ref is None or ref() is not value or value.shape != shape:
+            value = _checked(task, value, shape, dtype)
+            if isinstance(value, np.ndarray):
+                checked[task] = weakref.ref(value)
+        arrays[task] = value
+    for task in drawn:
+        arrays[task] = random_input(task, *specs[task], seed)
     return arrays
 
 

@@ -91,21 +91,23 @@ class KvCache:
         if rows is None:
             self._written(where)
             return
+        together = self.next_rows()
+        if together is not None:  # a batch of equal lengths: each column buffer takes one row whole
+            for targets, new in zip(together, rows, strict=True):
+                for target, values in zip(targets, new):
+                    target[...] = values
+            self._written(where)
+            return
         groups = {}  # column -> (rows, sequences): one fancy-indexed copy per column, not one per sequence
         for b, (j, r) in enumerate(where):
             groups.setdefault(j, ([], []))
             groups[j][0].append(r)
             groups[j][1].append(b)
-        batch = len(self.lengths)
-        # a column every sequence writes the same row of (a batch of equal lengths) takes that row whole
-        groups = {j: (r[0], None) if len(b) == batch and len(set(r)) == 1 else (np.asarray(r), np.asarray(b)) for j, (r, b) in groups.items()}
+        groups = {j: (np.asarray(r), np.asarray(b)) for j, (r, b) in groups.items()}
         for buffers, new in zip(self.buffers, rows, strict=True):
             for columns, values in zip(buffers, new):
                 for j, (r, b) in groups.items():
-                    if b is None:
-                        columns[j][r] = values
-                    else:
-                        columns[j][r, b] = values[b]
+                    columns[j][r, b] = values[b]
         self._written(where)
 
     def next_rows(self) -> list[tuple[np.ndarray, np.ndarray]] | None:

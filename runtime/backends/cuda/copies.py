@@ -198,25 +198,21 @@ class TensorViews:
         return outputs
 
     def aim(self, into: Mapping[str, np.ndarray], streams: list) -> dict:
-        """`early_reads` for the next run, with the outputs named in `into` (task -> the caller's array)
-        copied straight into those arrays when they are C-contiguous of the output's shape and dtype: no
-        staging, no host copy after; `read` returns them. The others come through the staging as usual.
-        The arrays should be page-locked (a session's cache is): a pageable one is written all the same,
-        but its copy holds the loop until it is done (the driver's rule), so it is not checked here."""
+        """`early_reads` for the next run, with the outputs named in `into` (task -> the caller's array, of
+        the output's shape and dtype: `Backend.output_targets`) copied straight into those arrays that are
+        C-contiguous: no staging, no host copy after; `read` returns them. The others come through the
+        staging as usual. The arrays should be page-locked (a session's cache is): a pageable one is
+        written all the same, but its copy holds the loop until it is done (the driver's rule), so it is
+        not checked here."""
         early = self.early_reads(streams)
         self.targets = {}
         if not into:
             return early
         early = dict(early)
-        nodes = self.graph.memgraph.nodes
         index = self._output_index
         for task, array in into.items():
             i = index.get(task)
-            if i is None or i not in early:
-                continue
-            node = nodes[i]
-            if not isinstance(array, np.ndarray) or array.shape != tuple(node.shape) or not array.flags.c_contiguous \
-                    or array.dtype != numpy_dtype(node.dtype):
+            if i is None or i not in early or not array.flags.c_contiguous:
                 continue
             if i not in self._pointers:
                 self._pointers[i] = self.driver.pointer(self.gpu[i])

@@ -26,7 +26,7 @@ from runtime.executor import Executor
 from runtime.graph import build_exec_graph
 from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
-from runtime.residency import copy_limits, input_rows, partial_placements, placed_bytes
+from runtime.residency import copy_limits, input_bytes, input_rows, partial_placements, placed_bytes
 from runtime.summary import RunSummary, summarize
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.memgraph import MemGraph
@@ -168,7 +168,7 @@ def execute(
     summary = summarize(graph, recorder.completions, machine.name, order, wall, limits)
     in_place = {**placing, **dict.fromkeys(external)}  # read where the caller holds them: nothing copied
     ranged = {*refresh, *(partial or ()), *valid} if keep else None  # the only inputs whose placing names rows
-    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes, ranged)
+    summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes, ranged, facts.sizes if facts is not None else None)
     summary.notes = machine.notes()
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     summary.host_seconds = {"checks": checked - called, "residency": prepare_began - checked, "prepare": began - prepare_began,
@@ -194,13 +194,16 @@ class _PlanFacts:
     """Weak references to the arrays the runs were given (they passed `make_inputs`' checks)."""
     rows_of: dict = field(default_factory=dict)
     """`residency.input_rows` of its inputs."""
+    sizes: dict = field(default_factory=dict)
+    """`residency.input_bytes` of its inputs."""
     outputs: dict = field(default_factory=dict)
     """`output_specs` of the plan."""
 
     @classmethod
     def of(cls, memgraph: MemGraph) -> _PlanFacts:
         inputs = [node for node in memgraph.nodes if node.op == "input"]
-        return cls(input_specs(memgraph), inputs, memgraph.surviving_inputs(), rows_of=input_rows(inputs), outputs=output_specs(memgraph))
+        return cls(input_specs(memgraph), inputs, memgraph.surviving_inputs(), rows_of=input_rows(inputs), sizes=input_bytes(inputs),
+                   outputs=output_specs(memgraph))
 
 
 def output_specs(memgraph: MemGraph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

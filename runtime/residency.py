@@ -76,8 +76,7 @@ class Residency:
 def row_length(shape) -> int:
     """Elements in one flat row of an array of `shape` (its last axis; 1 for a 1-D array): the unit a
     refresh's (start, stop) ranges count in."""
-    shape = tuple(int(n) for n in shape)  # numba's simulated arrays index shapes with no negative index
-    return shape[len(shape) - 1] if len(shape) > 1 else 1
+    return int(shape[len(shape) - 1]) if len(shape) > 1 else 1  # numba's simulated arrays index shapes with no negative index
 
 
 def flat_rows(array):
@@ -179,34 +178,27 @@ def limited_bytes(node, rows: int) -> int:
 
 
 def placed_bytes(memgraph: MemGraph, kept: Mapping[str, list[tuple[int, int]] | None], inputs=None,
-                 ranged: Collection[str] | None = None) -> tuple[int, int]:
+                 ranged: Collection[str] | None = None, sizes: Mapping[str, tuple[int, int, int]] | None = None) -> tuple[int, int]:
     """Bytes a load of `memgraph` copies onto its GPUs and into host storage: every input's, but of a
     `kept` one nothing (None) or only the flat rows it names (`refreshed`). `inputs`: its input nodes,
-    when the caller has them (then they are read once per memgraph); `ranged`: the inputs of `kept`
-    that name rows, or some more, when the caller knows them (else every entry is looked at)."""
-    totals = _INPUT_BYTES.get(memgraph) if inputs is not None else None
-    if totals is None:
-        totals = _input_bytes(memgraph.nodes if inputs is None else inputs)
-        if inputs is not None:  # a plan run again (runtime/api.py): not edited between runs
-            _INPUT_BYTES[memgraph] = totals
-    placed, per_task = [0, 0], totals
-    for task in per_task.keys() - kept.keys():  # not in place: all of it
-        nbytes, where, _ = per_task[task]
+    when the caller has them; `sizes`: `input_bytes` of them, when it has that; `ranged`: the inputs of
+    `kept` that name rows, or some more, when the caller knows them (else every entry is looked at)."""
+    if sizes is None:
+        sizes = input_bytes(memgraph.nodes if inputs is None else inputs)
+    placed = [0, 0]
+    for task in sizes.keys() - kept.keys():  # not in place: all of it
+        nbytes, where, _ = sizes[task]
         placed[where] += nbytes
     for task in kept if ranged is None else ranged:
         ranges = kept.get(task)
-        entry = per_task.get(task)
+        entry = sizes.get(task)
         if ranges is not None and entry is not None:  # in place but for these rows
             _, where, row_bytes = entry
             placed[where] += row_bytes * sum(b - a for a, b in ranges)
     return placed[0], placed[1]
 
 
-_INPUT_BYTES: WeakKeyDictionary = WeakKeyDictionary()
-"""memgraph -> `_input_bytes` of its inputs."""
-
-
-def _input_bytes(inputs) -> dict[str, tuple[int, int, int]]:
+def input_bytes(inputs) -> dict[str, tuple[int, int, int]]:
     """Per input placed on a GPU or in host storage: (nbytes, 0 for a GPU or 1 for storage, bytes per
     flat row: 0 for a scalar)."""
     per_task = {}

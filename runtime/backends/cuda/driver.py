@@ -25,7 +25,7 @@ from runtime.backends.cuda.gemm import cublas_call, numpy_gemm
 from runtime.backends.cuda.launch import prepare_launch
 from runtime.backends.cuda.libraries import Libraries
 from runtime.backends.cuda.memory import device_pointer, dtype_name, pinned_bytes
-from runtime.residency import refreshed
+from runtime.residency import refreshed, row_length
 
 PEERS_ENABLED: set[tuple[int, int]] = set()
 """Peer access is per process: enabled once for each ordered pair of GPUs."""
@@ -376,7 +376,7 @@ def _byte_ranges(source: np.ndarray, rows) -> list[tuple[int, int]]:
     """(start, stop) byte offsets of the flat rows `rows` of `source` (all of it when None)."""
     if rows is None:
         return [(0, source.nbytes)]
-    row = (source.shape[-1] if source.ndim > 1 else 1) * source.itemsize  # row_length's rule
+    row = row_length(source.shape) * source.itemsize
     return [(start * row, stop * row) for start, stop in rows if stop > start]
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from runtime.backends.base import Completion
 from runtime.graph import ExecGraph
+from runtime.host_memory import arena_peaks
 from runtime.residency import limited_bytes
 from turnip_ir.units import format_size
 
@@ -249,17 +250,10 @@ def _rate(count: int, spans: list[tuple[float, float]]) -> float:
 
 
 def _high_water(graph: ExecGraph) -> list[int]:
+    """Per GPU the end of the highest planned location (`arena_peaks`), read once per ExecGraph."""
     if "high_water" not in graph.facts:
-        graph.facts["high_water"] = _planned_high_water(graph)
+        graph.facts["high_water"] = arena_peaks(graph.memgraph)
     return list(graph.facts["high_water"])
-
-
-def _planned_high_water(graph: ExecGraph) -> list[int]:
-    top = [0] * graph.memgraph.devices
-    for node in graph.memgraph.nodes:
-        if node.loc is not None and node.device is not None:
-            top[node.device] = max(top[node.device], node.loc[0] + node.loc[1])
-    return top
 
 
 def _count_recomputes(summary: RunSummary, graph: ExecGraph, completions: list[Completion]) -> None:

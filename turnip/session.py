@@ -149,8 +149,10 @@ class Session:
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
         """What the backend was given in its last run: input id -> the value's identity (`_identities`)."""
-        self._columns: dict[tuple, dict[str, np.ndarray]] = {}
-        """The current call's cache columns per step (`_decode_inputs`), dropped when the call ends."""
+        self._call_steps: dict[tuple, dict] = {}
+        """Per decode step graph (`DecodeStep.key`), what the current call reads of it again and again
+        (`_call_step`: its cache inputs by column, their identities, the cache's column views); dropped
+        when the call ends, so the call's cache is not kept alive."""
         self._weight_inputs: WeakKeyDictionary = WeakKeyDictionary()
         """Taskgraph -> its weight inputs' identities (`_identities`), read once per graph."""
 
@@ -213,7 +215,7 @@ class Session:
         try:
             self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens))
         finally:
-            self._columns = {}  # the call's cache is not kept alive
+            self._call_steps = {}
         return stats
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
@@ -276,7 +278,8 @@ class Session:
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
         # a column is the same input while the step reads as many of its rows; the rows written since the
         # last run are copied again (refresh) where the column is still in place
-        by_column, identities = self._column_facts(step)
+        facts = self._call_step(step)
+        by_column, identities = facts["by_column"], facts["identities"]
         refresh, partial = {}, {}
         longest = max(step.cache_lengths)
         for (j, rows), names in by_column.items():
@@ -309,17 +312,18 @@ class Session:
                                         **executed, "append": time.perf_counter() - ran})
         return result.outputs["logits"]
 
-    def _column_facts(self, step: DecodeStep) -> tuple[dict[tuple[int, int], list[str]], dict[str, tuple]]:
-        """The step's cache inputs by (column, rows), and their identities in this call (`_run`): the same
-        for every step of its graph in a call, so made once per call."""
-        made = step.memo.get("column_facts")
-        if made is None or made[0] != self._calls:
+    def _call_step(self, step: DecodeStep) -> dict:
+        """What the current call reads of `step`'s graph at every step of it (`_call_steps`): its cache
+        inputs by (column, rows) and their identities in this call (`_run`); `_decode_inputs` adds the
+        cache's column views."""
+        facts = self._call_steps.get(step.key)
+        if facts is None:
             by_column: dict[tuple[int, int], list[str]] = {}
             for name, (_, _, j, rows) in step.cache_inputs().items():
                 by_column.setdefault((j, rows), []).append(name)
             identities = {name: ("kv", self._calls, j, rows) for (j, rows), names in by_column.items() for name in names}
-            made = step.memo["column_facts"] = (self._calls, by_column, identities)
-        return made[1], made[2]
+            facts = self._call_steps[step.key] = {"by_column": by_column, "identities": identities}
+        return facts
 
     def _step(self, lengths: list[int]) -> DecodeStep:
         """The decode step for these cache lengths: the step built for their columns before, re-aimed at the
@@ -334,10 +338,10 @@ class Session:
 
     def _decode_inputs(self, step: DecodeStep, tokens: np.ndarray, cache: KvCache) -> dict[str, np.ndarray]:
         hidden = llama.embed(self.weights, tokens, self.config)
-        key = (id(cache), step.key)  # a call's cache stays alive while its columns are kept (dropped at the call's end)
-        if key not in self._columns:
-            self._columns[key] = step.column_inputs(cache)
-        return step.feed(self.weights, hidden, cache, fixed_weights=True, columns=self._columns[key])
+        facts = self._call_step(step)
+        if "columns" not in facts:
+            facts["columns"] = step.column_inputs(cache)
+        return step.feed(self.weights, hidden, cache, fixed_weights=True, columns=facts["columns"])
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
              partial=None, into=None):

@@ -77,7 +77,7 @@ class Llama:
     """LLaMA 7b prefill: the turnip graph and inputs, and the same weights as torch tensors."""
 
     def __init__(self, tokens: int, seed: int = 0, preset: str = "7b", gpus: int = 1, placement: str = "sequence",
-                 dtype: str | None = None):
+                 dtype: str | None = None, block: int | None = None, layer_order: str = "blocks", query_group: int = 1):
         from dataclasses import replace
 
         from frontend.workloads import llama
@@ -87,7 +87,8 @@ class Llama:
         self.tokens = tokens
         self.weights = {name: llama.RandomWeights(self.config, seed)[name] for name in llama.weight_shapes(self.config)}
         self.ids = llama.random_ids(self.config, tokens, seed)
-        self.built = llama.build_llama(self.config, tokens, gpus=gpus, placement=placement)
+        self.built = llama.build_llama(self.config, tokens, block, gpus=gpus, placement=placement, layer_order=layer_order,
+                                       query_group=query_group)
         self.graph = self.built.graph
         self.inputs = self.built.feed(self.weights, self.ids)
         self.hidden = self.inputs_array("hidden")
@@ -395,6 +396,9 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule for turnip")
+    parser.add_argument("--block", type=int, help="llama's tokens per block (default: the frontend's, 4096 at 7B)")
+    parser.add_argument("--layer-order", default="blocks", choices=("blocks", "halves"), help="llama's task order inside a layer")
+    parser.add_argument("--query-group", type=int, default=1, help="llama's query group (token blocks run together)")
     parser.add_argument("--dtype", nargs="+", choices=("float16", "bfloat16"), help="llama's dtypes, each run in turn at "
                         "every length and budget (default: the preset's; several: rows are labelled llama-DTYPE); the "
                         "torch and hf baselines are float16 only, so with bfloat16 only turnip and the floor run")
@@ -435,8 +439,12 @@ def main(argv=None) -> int:
     for tokens, dtype in [(t, d) for t in args.tokens for d in dtypes]:
         workload = args.workload if len(dtypes) == 1 else f"{args.workload}-{dtype}"
         began = time.perf_counter()
-        work = Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement, dtype=dtype) if args.workload == "llama" else Ffn(tokens)
+        work = (Llama(tokens, preset=args.config, gpus=args.gpus, placement=args.placement, dtype=dtype, block=args.block,
+                      layer_order=args.layer_order, query_group=args.query_group) if args.workload == "llama" else Ffn(tokens))
         report.setdefault("workloads", {})[str(tokens)] = {"flops": work.flops, "weight_bytes": work.weight_bytes, "tasks": len(work.graph)}
+        if args.workload == "llama":
+            report["workloads"][str(tokens)] |= {"block": work.built.block, "layer_order": work.built.layer_order,
+                                                 "query_group": work.built.query_group}
         print(f"\n## {args.workload} {getattr(work.config, 'dtype', '')} T={tokens} on {args.gpus} GPU(s) ({args.placement}): {len(work.graph)} tasks, {work.flops / 1e12:.1f} TFLOP, weights {work.weight_bytes / GIB:.2f} GiB (set-up {time.perf_counter() - began:.0f} s)\n", flush=True)
         resident = None
         if "torch-resident" in args.systems and args.workload == "llama":

@@ -13,6 +13,12 @@ computed, and a link whose block the window covers only in part carries `window`
 block's first position minus the query block's) so the kernel masks exactly the keys it hides.
 A chain is one placement decision (coordinates t=i, h=g); its links run on that GPU and the k/v blocks
 they read are moved there.
+
+Order: with the program's `group` at 1 a chain runs to its end before the next one starts, as written.
+With `group` at M, link (i, j) is keyed after its query group by (j, i): the chains of M query blocks are
+interleaved key block by key block (link j of each of them, then link j + 1), so each k/v block is read
+by M links while it is on the GPU: under a budget that cannot hold a layer's k and v, a planner that
+reloads them reloads each about M times less often.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: i
             query = prog._read(q, (i, g), gpu)
             prev = None
             for j, masked in links:
+                if prog.group > 1:  # a query group's chains run key block by key block
+                    prog.at({"t": i, "h": g}, then=(j, i))
                 diagonal = j == i
                 operands = [query, prog._read(k, (j, g), gpu), prog._read(v, (j, g), gpu)]
                 operands += [prev] if prev is not None else []

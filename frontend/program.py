@@ -87,8 +87,11 @@ class Program:
         self.graph = TaskGraph(gpus)
         self.placement = placement or round_robin(gpus)
         self.phase = 0
-        """The builder's coarse step (a layer): tasks run in (phase, block along `order_by`) order."""
+        """The builder's coarse step (a layer, or half of one): tasks run in (phase, block along `order_by`) order."""
         self.order_by = tuple(order_by)
+        self.group = 1
+        """Blocks along the first `order_by` letter that share one key: with 4, the tasks of blocks 0-3 run
+        before those of block 4, in the order they were written (the llama frontend's query groups)."""
         self._marks: list[tuple[int, tuple]] = []
         self.inputs: dict[str, Blocked] = {}
         self.outputs: dict[str, Blocked] = {}
@@ -186,10 +189,14 @@ class Program:
             self.graph.output(*(self._tensor(x, coords).id for coords in x.blocks))
             self.outputs[x.name] = x
 
-    def at(self, coords: Mapping[str, int]) -> None:
-        """Key the tasks created from now on by the current phase and `coords` along `order_by`."""
-        key = (self.phase, tuple(coords.get(letter, 0) for letter in self.order_by))
-        self._marks.append((len(self.graph.nodes), key))
+    def at(self, coords: Mapping[str, int], then: tuple[int, ...] = ()) -> None:
+        """Key the tasks created from now on by the current phase and `coords` along `order_by` (the first
+        letter's coordinate divided by `group`), then by `then`: tasks of equal keys keep the order they
+        were written in, and `then` orders tasks written apart (attention's links, by key block)."""
+        along = [coords.get(letter, 0) for letter in self.order_by]
+        if along and self.group > 1:
+            along[0] //= self.group
+        self._marks.append((len(self.graph.nodes), (self.phase, tuple(along) + then)))
 
     def taskgraph(self) -> TaskGraph:
         """The built taskgraph, its nodes in key order where their operands allow (see `at`)."""

@@ -437,11 +437,39 @@ def test_block_auto_with_schedule_auto_end_to_end_on_cpu_equals_the_reference(tm
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
+def test_every_auto_choice_in_turn_end_to_end_on_cpu_equals_the_reference(tmp_path, capsys):
+    out = hidden_states(capsys, "--config", "tiny", "--tokens", 256, "--memory", "256KiB", "--backend", "cpu", "--seed", 3,
+                        "--block", "auto", "--layer-order", "auto", "--query-group", "auto", "--schedule", "auto",
+                        "--outputs", tmp_path / "out.npz")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == ["block auto", "layer order auto", "query group auto", "schedule auto"]
+    block, order, group = int(lines[0].split()[2]), lines[1].split()[3], int(lines[2].split()[3])
+    assert "blocks " in lines[1] and "halves " in lines[1]
+    assert lines[2].count(" ms") == len([g for g in (1, 2, 4, 8) if g <= 256 // block])  # groups up to the block count
+    assert f"256 tokens in blocks of {block}" in lines[4] and (order == "blocks") == ("layers in halves" not in lines[4])
+    assert (group > 1) == (f"query groups of {group}" in lines[4])
+    config = llama.load_config("tiny")
+    weights, ids = llama.RandomWeights(config, seed=3), llama.random_ids(config, 256, 3)
+    expected = llama.float64_forward(config, dict(weights), ids)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_layer_order_and_query_group_given_are_built_as_given(capsys):
+    assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", "--block", "32",
+                   "--layer-order", "halves", "--query-group", "2"]) == 0
+    assert "128 tokens in blocks of 32, layers in halves, query groups of 2;" in capsys.readouterr().out
+    assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", "--query-group", "0"]) == 1
+    assert capsys.readouterr().err.strip().endswith("--query-group must be a positive integer, got 0")
+
+
 def test_build_block_auto_needs_memory_and_applies_to_llama_only(tmp_path, capsys):
     assert turnip(["build", "llama", "--tokens", "256", "--block", "auto", "--memory", "256KiB", "-o", str(tmp_path / "g.json")]) == 0
     assert capsys.readouterr().out.startswith("block auto: 128 (sim predictions: 64 ")
     assert load_taskgraph(str(tmp_path / "g.json")) is not None
     assert turnip(["build", "llama", "--block", "auto", "-o", str(tmp_path / "h.json")]) == 1
-    assert "--block auto and --memory go together" in capsys.readouterr().err
+    assert "--memory goes with --block, --layer-order or --query-group auto" in capsys.readouterr().err
     assert turnip(["build", "ffn", "--block", "auto", "--memory", "1MiB", "-o", str(tmp_path / "h.json")]) == 1
     assert "--block auto applies to llama, not ffn" in capsys.readouterr().err
+    assert turnip(["build", "ffn", "--layer-order", "halves", "-o", str(tmp_path / "h.json")]) == 1
+    assert "--layer-order halves applies to llama, not ffn" in capsys.readouterr().err
+    assert not (tmp_path / "h.json").exists()

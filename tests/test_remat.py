@@ -222,7 +222,7 @@ def test_the_commands_pass_remat_to_the_compiler(monkeypatch, tmp_path, capsys):
     assert main.main(["explain", "examples/ffn.json", "--memory", "300000", "--backend", "cpu"]) == 0
     assert seen and seen[0] is True and all(seen[:-1]) and seen[-1] is False
     assert main.main(["build", "llama", "--remat", "-o", str(tmp_path / "g.json")]) == 1
-    assert "--remat applies to --block auto" in capsys.readouterr().err
+    assert "--remat applies to the auto choices" in capsys.readouterr().err
     out = tmp_path / "ffn.mem.json"
     assert opt.main(["examples/ffn.json", "-p", "turnip-memgraph{budget=300000 remat=true}", "--emit", "json", "-o", str(out)]) == 0
     assert out.exists()

@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from turnip_ir.kernels import KERNELS
 
@@ -147,12 +149,62 @@ def test_llama_runs_layer_by_layer_and_block_by_block():
     assert position["l0.mlp_res[3,0]"] < position["l1.attn_norm[0,0]"]
 
 
+def test_llama_halves_run_every_block_through_attention_before_the_mlp():
+    graph = llama.build_llama(llama.load_config("tiny"), 128, 32, layer_order="halves").graph
+    position = {node_id: i for i, node_id in enumerate(graph.nodes)}
+    assert position["l0.attn_res[3,0]"] < position["l0.mlp_norm[0,0]"]  # every block's attention half first
+    assert position["l0.mlp_res[0,0]"] < position["l0.mlp_norm[1,0]"]  # then the MLP half block by block
+    assert position["l0.mlp_res[3,0]"] < position["l1.attn_norm[0,0]"]
+
+
+def test_llama_query_groups_interleave_their_chains_key_block_by_key_block():
+    graph = llama.build_llama(llama.load_config("tiny"), 128, 32, layer_order="halves", query_group=2).graph
+    links = [node_id for node_id, node in graph.nodes.items() if node.op == "attention" and node_id.startswith("l0.")]
+    assert links == ["l0.attn[0,0]", "l0.attn[1,0].k0", "l0.attn[1,0]",  # group 0: blocks 0 and 1
+                     "l0.attn[2,0].k0", "l0.attn[3,0].k0", "l0.attn[2,0].k1", "l0.attn[3,0].k1",  # group 1, by key block
+                     "l0.attn[2,0]", "l0.attn[3,0].k2", "l0.attn[3,0]"]
+    position = {node_id: i for i, node_id in enumerate(graph.nodes)}
+    assert position["l0.q_rope[3,0]"] < position["l0.attn[2,0].k0"]  # the group's queries are all made first
+    plain = llama.build_llama(llama.load_config("tiny"), 128, 32).graph
+    assert list(llama.build_llama(llama.load_config("tiny"), 128, 32, query_group=1).graph.nodes) == list(plain.nodes)
+
+
+def test_query_groups_reload_k_and_v_less_where_a_layer_of_them_does_not_fit():
+    config = llama.load_config("tiny")
+    reloaded = {}
+    for group in (1, 4):
+        built = llama.build_llama(config, 512, 32, layer_order="halves", query_group=group)
+        kv = sum(node.nbytes for node in built.graph.nodes.values() if node.id.startswith("l0.k_rope") or node.id.startswith("l0.v["))
+        memgraph = compile_taskgraph(built.graph, kv // 2)  # half of one layer's k and v
+        reloaded[group] = sum(n.loc[1] for n in memgraph.nodes if n.op == "reload" and ("k_rope" in n.task or ".v[" in n.task))
+    assert 0 < reloaded[4] < reloaded[1] / 2
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(preset=st.sampled_from(["tiny", "tiny-gqa"]), tokens=st.integers(40, 160), block=st.sampled_from([16, 24, 32]),
+       layer_order=st.sampled_from(llama.LAYER_ORDERS), query_group=st.integers(1, 5), slack=st.sampled_from([1.0, 1.25, 2.0]),
+       remat=st.booleans(), seed=st.integers(0, 2**16))
+def test_llama_in_every_layer_order_and_query_group_equals_the_reference(preset, tokens, block, layer_order, query_group,
+                                                                        slack, remat, seed):
+    config = llama.load_config(preset)
+    built = llama.build_llama(config, tokens, block, layer_order=layer_order, query_group=query_group)
+    weights, ids = llama.RandomWeights(config, seed), llama.random_ids(config, tokens, seed)
+    budget = int(slack * minimum_budget(built.graph)) // 256 * 256 + 256
+    memgraph = compile_taskgraph(built.graph, budget, remat=remat)  # the pipeline verifies its plan
+    result = execute(memgraph, backend="cpu", order="random", seed=seed, inputs=built.feed(weights, ids))
+    assert relative_error(built.gather(result.outputs), llama.float64_forward(config, weights, ids)) < 1e-5
+
+
 def test_llama_rejects_what_it_cannot_build():
     config = llama.load_config("tiny-gqa")  # 2 kv heads
     with pytest.raises(InputError, match="placement 'heads' needs gpus \\(4\\) to divide the kv heads \\(2\\)"):
         llama.build_llama(config, 64, gpus=4, placement="heads")
     with pytest.raises(InputError, match="unknown llama placement 'rings'"):
         llama.build_llama(config, 64, placement="rings")
+    with pytest.raises(InputError, match="unknown llama layer order 'rows' \\(known: blocks, halves\\)"):
+        llama.build_llama(config, 64, layer_order="rows")
+    with pytest.raises(InputError, match="llama: query_group must be a positive integer, got 0"):
+        llama.build_llama(config, 64, query_group=0)
     with pytest.raises(InputError, match="token id 300 is out of the vocabulary range \\[0, 256\\)"):
         llama.build_llama(config, 2).feed(llama.RandomWeights(config, 0), np.array([1, 300]))
 

@@ -1,7 +1,8 @@
 """`turnip build`: write a workload's taskgraph (matmul, ffn, llama) as JSON or IR text.
 
 Thin: `--config` is a preset, a JSON file or inline JSON (for llama: a preset, an HF `config.json` or
-model folder); `--gpus`, `--block`, `--tokens` and `--placement` override the config's fields.
+model folder); `--gpus`, `--block`, `--tokens` and `--placement` override the config's fields; llama
+also takes `--layer-order` and `--query-group`, and any of its three `auto`s with `--memory`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from turnip_cli.planning import add_remat_argument, block_argument, check_positive_options, choose_block_printing, parse_size
+from turnip_cli.planning import (
+    add_layer_order_arguments,
+    add_remat_argument,
+    block_argument,
+    check_positive_options,
+    choose_llama_build,
+    parse_size,
+)
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, check_outputs
@@ -34,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     placements = "; ".join(f"{name}: {', '.join(module.PLACEMENTS)}" for name, (module, _) in WORKLOADS.items())
     parser.add_argument("--placement", help=f"how blocks spread over GPUs ({placements})")
     parser.add_argument("-o", "--output", required=True, help="graph.json or graph.mlir")
+    add_layer_order_arguments(parser, llama.LAYER_ORDERS)
     add_remat_argument(parser)
     add_progress_argument(parser)
 
@@ -41,11 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".json", ".mlir")):
         raise InputError(f"output '{args.output}' must end in .json or .mlir")
-    check_positive_options(args, "gpus", "block", "tokens")
-    if (args.block == "auto") != (args.memory is not None):
-        raise InputError("--block auto and --memory go together: the block is chosen by compiling at the budget")
-    if args.remat and args.block != "auto":
-        raise InputError("--remat applies to --block auto (the plans that choose the block); turnip build writes no plan")
+    check_positive_options(args, "gpus", "block", "tokens", "query_group")
+    auto = "auto" in (args.block, args.layer_order, args.query_group)
+    if auto != (args.memory is not None):
+        raise InputError("--memory goes with --block, --layer-order or --query-group auto: the choice is made by compiling at the budget")
+    if args.remat and not auto:
+        raise InputError("--remat applies to the auto choices (the plans that choose them); turnip build writes no plan")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     check_outputs({"-o": args.output}, {"--config": config})
     progress = Progress.for_args(args)
@@ -65,17 +75,21 @@ def build_graph(args: argparse.Namespace) -> TaskGraph:
         config = llama.load_config(name)
         tokens = args.tokens or llama.DEFAULT_TOKENS.get(name, min(config.max_position_embeddings, 4096))
 
-        def build(block):
-            return llama.build_llama(config, tokens, block, args.gpus or 1, args.placement or "sequence")
+        def build(block, layer_order, query_group):
+            return llama.build_llama(config, tokens, block, args.gpus or 1, args.placement or "sequence",
+                                     layer_order=layer_order, query_group=query_group)
 
-        if args.block != "auto":
-            return build(args.block).graph
+        if args.memory is None:
+            return build(args.block, args.layer_order, args.query_group).graph
         budget = parse_size(args.memory)
-        return choose_block_printing(build, tokens, lambda graph: budget, remat=args.remat)[0].graph
-    if args.block == "auto":
-        raise InputError(f"--block auto applies to llama, not {args.workload}")
+        return choose_llama_build(build, tokens, lambda graph: budget, args.block, args.layer_order, args.query_group,
+                                  llama.LAYER_ORDERS, remat=args.remat)[0].graph
+    for option, value, default in (("--block", args.block, None), ("--layer-order", args.layer_order, "blocks"),
+                                   ("--query-group", args.query_group, 1)):
+        if value == "auto" or (option != "--block" and value != default):
+            raise InputError(f"{option} {value} applies to llama, not {args.workload}")
     if args.memory is not None:
-        raise InputError(f"--memory applies to llama's --block auto, not {args.workload}")
+        raise InputError(f"--memory applies to llama's auto choices, not {args.workload}")
     module, default = WORKLOADS[args.workload]
     config = config_from_text(type(module.PRESETS[default]), module.PRESETS, args.config, default)
     overrides = {"gpus": args.gpus, "block": args.block, "tokens": args.tokens, "placement": args.placement}

@@ -26,11 +26,12 @@ from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import (
+    add_layer_order_arguments,
     add_remat_argument,
     add_schedule_argument,
     block_argument,
     check_positive_options,
-    choose_block_printing,
+    choose_llama_build,
     compile_printing_choice,
     parse_size,
 )
@@ -65,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "says so; auto: each of 1024 to 8192 (and T/4, T/2 below 4096 tokens), keeping the plan the sim "
                         "predicts fastest")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
+    add_layer_order_arguments(parser, llama.LAYER_ORDERS)
     add_schedule_argument(parser)
     add_remat_argument(parser)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_positive_options(args, "tokens", "block", "gpus")
+    check_positive_options(args, "tokens", "block", "gpus", "query_group")
     backend = resolve_backend(args.backend)
     if args.attention != "auto" and backend != "cuda":
         print(f"warning: --attention {args.attention} is ignored: it picks the cuda backend's attention provider, "
@@ -99,19 +101,21 @@ def run(args: argparse.Namespace) -> int:
             ids = llama.random_ids(config, tokens, args.seed)
     read = time.perf_counter() - began
 
-    def build(block):
-        return llama.build_llama(config, len(ids), block, args.gpus, args.placement)
+    def build(block, layer_order, query_group):
+        return llama.build_llama(config, len(ids), block, args.gpus, args.placement, layer_order=layer_order,
+                                 query_group=query_group)
 
     def budget_of(graph):
         return arena_budget(graph, budget, backend, attention=args.attention)  # less the cuda workspace
 
-    if args.block == "auto":
-        with progress.phase("choosing the block"):
-            built, memgraph = choose_block_printing(build, len(ids), budget_of, args.schedule, remat=args.remat)
+    if "auto" in (args.block, args.layer_order, args.query_group):
+        with progress.phase("choosing the block and the order"):
+            built, memgraph = choose_llama_build(build, len(ids), budget_of, args.block, args.layer_order, args.query_group,
+                                                 llama.LAYER_ORDERS, args.schedule, remat=args.remat)
         _print_summary(args, config, built, backend, stored_dtype)
     else:
         with progress.phase("building the taskgraph"):
-            built = build(args.block)
+            built = build(args.block, args.layer_order, args.query_group)
         _print_summary(args, config, built, backend, stored_dtype)
         with progress.phase("compiling"):
             memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
@@ -164,8 +168,10 @@ def process_seconds() -> float | None:
 def _print_summary(args: argparse.Namespace, config: llama.LlamaConfig, built: llama.LlamaGraph, backend: str,
                    stored_dtype: str) -> None:
     clamped = f" (--block {args.block} clamped to the token count)" if isinstance(args.block, int) and args.block > built.block else ""
+    order = "" if built.layer_order == "blocks" else f", layers in {built.layer_order}"
+    order += f", query groups of {built.query_group}" if built.query_group > 1 else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
-          f"{built.tokens} tokens in blocks of {built.block}{clamped}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
+          f"{built.tokens} tokens in blocks of {built.block}{clamped}{order}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
           f"budget {args.memory} per GPU{_dtype_note(backend, stored_dtype, args.dtype, config.dtype)}")
 
 

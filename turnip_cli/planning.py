@@ -11,6 +11,10 @@ graph at each of `block_candidates`, compiles each under one schedule (the named
 `--schedule auto`), leaves out those that do not fit and keeps the sim's fastest. With `--schedule auto`
 too, the schedules are ranked for the chosen block only: blocks + schedules compiles, not their product.
 
+`--layer-order auto` and `--query-group auto` (the same two commands) rank the llama frontend's task
+orders inside a layer and its query groups the same way, after the block and before the schedule, each
+for the choices made before it (`choose_llama_build`): a few compiles, not their product.
+
 `--remat` (turnip run, llama, explain, and build with `--block auto`) passes `remat=True` to every compile
 here, so the schedules and blocks are ranked by plans that may recompute.
 
@@ -46,7 +50,7 @@ def check_positive_options(args: argparse.Namespace, *names: str) -> None:
     for name in names:
         value = getattr(args, name)
         if isinstance(value, int) and value < 1:  # `--block auto` is checked where it is read
-            raise InputError(f"--{name} must be a positive integer, got {value}")
+            raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
 def parse_size(text: str) -> int:
@@ -77,8 +81,24 @@ BLOCKS = (1024, 2048, 4096, 8192)
 """The token blocks `--block auto` tries, each clamped to the token count."""
 
 
+QUERY_GROUPS = (1, 2, 4, 8)
+"""The query groups `--query-group auto` tries, those up to the number of token blocks."""
+
+
+def add_layer_order_arguments(parser: argparse.ArgumentParser, orders: tuple[str, ...]) -> None:
+    parser.add_argument("--layer-order", default=orders[0], choices=(*orders, "auto"),
+                        help="the order of tasks inside a layer: blocks (each token block through the whole layer) or "
+                        "halves (every block through attention, then every block through the MLP: each weight crosses "
+                        "once a layer under a tight budget); auto: each, keeping the plan the sim predicts fastest")
+    parser.add_argument("--query-group", type=block_argument, default=1, metavar="N|auto",
+                        help="run N token blocks together, their attention chains interleaved key block by key block, so "
+                        "a k/v block reloaded under a tight budget serves N queries (default 1); auto: each of "
+                        f"{', '.join(map(str, QUERY_GROUPS))} up to the number of blocks, keeping the sim's fastest")
+
+
 def block_argument(text: str) -> int | str:
-    """`--block`'s value: `auto` or an integer (checked positive by `check_positive_options`)."""
+    """`--block`'s (and `--query-group`'s) value: `auto` or an integer (checked positive by
+    `check_positive_options`)."""
     if text == "auto":
         return text
     try:
@@ -125,6 +145,37 @@ def choose_block_printing(build: Callable[[int], Any], tokens: int, budget_of: C
     predicted = ", ".join(f"{block} {'does not fit' if s is None else _seconds(s)}" for block, s in scores.items())
     print(f"block auto: {built.block} (sim predictions: {predicted})")
     if schedule == "auto":
+        memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams, **options)
+    return built, memgraph
+
+
+def choose_llama_build(build: Callable[..., Any], tokens: int, budget_of: Callable[[TaskGraph], int], block: int | str | None,
+                       layer_order: str, query_group: int | str, orders: tuple[str, ...], schedule: str = "given",
+                       streams: int = 2, **options) -> tuple[Any, MemGraph]:
+    """The llama build (`build(block, layer_order, query_group)`, an object with `.graph`, `.block` and
+    `.tokens`) and its plan, each `auto` among block, layer order (one of `orders`) and query group chosen
+    in turn by the sim for the choices before it, each printed on one line; then the schedule
+    (`compile_printing_choice`). A choice not `auto` stays as given (block None: the frontend's default;
+    `auto` layer order starts from `orders[0]`, query group from 1)."""
+    choice = {"block": block, "layer_order": orders[0] if layer_order == "auto" else layer_order,
+              "query_group": 1 if query_group == "auto" else query_group}
+    steps = [("block", block_candidates(tokens))] if block == "auto" else []
+    steps += [("layer_order", list(orders))] if layer_order == "auto" else []
+    steps += [("query_group", None)] if query_group == "auto" else []
+    fixed = "given" if schedule == "auto" else schedule
+    built, memgraph = None, None
+    for name, candidates in steps:
+        if candidates is None:  # query groups: up to the chosen block's count of token blocks
+            blocks = -(-tokens // (built or build(**choice)).block)
+            candidates = [group for group in QUERY_GROUPS if group <= blocks]
+        built, memgraph, scores = choose_block(lambda value: build(**(choice | {name: value})), candidates, budget_of,
+                                               fixed, streams, **options)
+        choice[name] = built.block if name == "block" else getattr(built, name)
+        predicted = ", ".join(f"{value} {'does not fit' if s is None else _seconds(s)}" for value, s in scores.items())
+        print(f"{name.replace('_', ' ')} auto: {choice[name]} (sim predictions: {predicted})")
+    if built is None:
+        built = build(**choice)
+    if memgraph is None or schedule == "auto":
         memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams, **options)
     return built, memgraph
 

@@ -2,7 +2,7 @@
 (`build_decode_step`) and a float64 forward pass (`float64_forward`)."""
 
 from frontend.workloads.llama.config import DEFAULT_TOKENS, PRESETS, LlamaConfig, load_config
-from frontend.workloads.llama.graph import PLACEMENTS, LlamaGraph, build_llama, default_block
+from frontend.workloads.llama.graph import LAYER_ORDERS, PLACEMENTS, LlamaGraph, build_llama, default_block
 from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step
 from frontend.workloads.llama.float64_forward import float64_forward
 from frontend.workloads.llama.footprint import HostFootprint, host_footprint
@@ -14,6 +14,7 @@ __all__ = [
     "DecodeStep",
     "build_decode_step",
     "head_name",
+    "LAYER_ORDERS",
     "PLACEMENTS",
     "PRESETS",
     "CheckpointWeights",

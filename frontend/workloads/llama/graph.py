@@ -6,8 +6,17 @@ causal attention as chains of (query block, key block) tasks below the diagonal 
 blocks its sliding window reaches), the o projection and the residual add; then RMSNorm, gate and up
 projections, SwiGLU, the down projection and the residual add. A final RMSNorm gives
 `LlamaModel(...).last_hidden_state[0]`. Activations are [tokens, features] with heads side by side.
-Tasks run layer by layer and, inside a layer, token block by token block (`Program.order_by`), so
-only the k/v blocks later queries need stay live, not whole activations.
+Tasks run layer by layer. Inside a layer (`layer_order`):
+- `blocks` (the default): token block by token block through the whole layer (`Program.order_by`), so
+  only the k/v blocks later queries need stay live, not whole activations. Every block reads all nine
+  of the layer's weights, so a budget that cannot hold them beside the layer's k and v reloads them.
+- `halves`: every block through the attention half (norm, q/k/v, RoPE, attention, o and the residual),
+  then every block through the MLP half. The attention half holds four weights and the layer's k and v,
+  the MLP half three weights and no k or v: under a tight budget each weight crosses once a layer, at
+  the price of the residual stream of every block waiting in between.
+`query_group` M > 1 runs M token blocks at a time (under `halves`, through the attention half only), their
+attention chains interleaved key block by key block (frontend/attention.py): where a layer's k and v
+cannot stay on the GPU (128k tokens of 7B: 2 GiB a layer) each reloaded k/v block serves M queries.
 
 Placements over `gpus`:
 - `sequence`: token block b on GPU b % gpus; each weight has a home GPU in turn (loaded over that GPU's host
@@ -38,6 +47,7 @@ from frontend.workloads.llama.rope import rope_tables
 from frontend.workloads.llama.weights import embed
 
 PLACEMENTS = ("sequence", "zigzag", "layers", "heads")
+LAYER_ORDERS = ("blocks", "halves")
 BLOCK_7B = 4096
 """Tokens per block from hidden 1024 up: a 4096-token block makes each 7B projection a 137 GFLOP GEMM and
 each attention task ~275 GFLOP, 5-10x a ~50 us dispatch; smaller models get 4 blocks (to exercise chains)."""
@@ -97,6 +107,8 @@ class LlamaGraph:
     hidden_states: Blocked
     kv: list[tuple[Blocked, Blocked]] = field(default_factory=list)
     """Per layer, the post-RoPE k and the v as outputs (`build_llama(kv_outputs=True)`), else empty."""
+    layer_order: str = "blocks"
+    query_group: int = 1
 
     @property
     def graph(self) -> TaskGraph:
@@ -123,15 +135,20 @@ class LlamaGraph:
 
 
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
-                placement: str = "sequence", kv_outputs: bool = False) -> LlamaGraph:
+                placement: str = "sequence", kv_outputs: bool = False, layer_order: str = "blocks",
+                query_group: int = 1) -> LlamaGraph:
     """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs;
     with `kv_outputs`, each layer's k (after RoPE) and v blocks are outputs too (`LlamaGraph.gather_kv`).
+    `layer_order` and `query_group` order the tasks inside a layer (the module's docstring); they change
+    the plan a budget gets, not what is computed.
 
     A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
     block = default_block(config, tokens) if block is None else block
-    for what, value in (("tokens", tokens), ("block", block), ("gpus", gpus)):
+    for what, value in (("tokens", tokens), ("block", block), ("gpus", gpus), ("query_group", query_group)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"llama: {what} must be a positive integer, got {value!r}")
+    if layer_order not in LAYER_ORDERS:
+        raise InputError(f"unknown llama layer order '{layer_order}' (known: {', '.join(LAYER_ORDERS)})")
     block = min(block, tokens)
     if placement == "heads" and config.num_key_value_heads % gpus:
         raise InputError(f"llama: placement 'heads' needs gpus ({gpus}) to divide the kv heads ({config.num_key_value_heads})")
@@ -142,21 +159,22 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     rope = [prog.input(f"rope.{f}", (tokens, config.head_dim), config.dtype, cut) for f in ("cos", "sin")]
     kv: list[tuple[Blocked, Blocked]] | None = [] if kv_outputs else None
     for layer in range(config.num_hidden_layers):
-        prog.phase = layer
-        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv)
-    prog.phase = config.num_hidden_layers
+        prog.phase, prog.group = 2 * layer, query_group  # the MLP half: 2 * layer + 1 under `halves`
+        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves")
+    prog.phase, prog.group = 2 * config.num_hidden_layers, 1
     final = plan(config, placement, gpus, config.num_hidden_layers)
     norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
     out = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
     prog.output(out)
     prog.taskgraph()
-    return LlamaGraph(config, tokens, block, prog, out, kv or [])
+    return LlamaGraph(config, tokens, block, prog, out, kv or [], layer_order, query_group)
 
 
 def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan,
-           kv: list[tuple[Blocked, Blocked]] | None = None) -> Blocked:
+           kv: list[tuple[Blocked, Blocked]] | None = None, halves: bool = False) -> Blocked:
     """One decoder layer on the residual stream `x`; returns the new stream. With a `kv` list, the
-    layer's post-RoPE k and its v become outputs and are appended to it."""
+    layer's post-RoPE k and its v become outputs and are appended to it. With `halves`, the MLP half is
+    keyed after the attention half of every block (the next phase) and block by block."""
     p, n = f"model.layers.{layer}.", f"l{layer}."
     hidden, dtype, groups = config.hidden_size, config.dtype, where.groups
     q_width = config.num_attention_heads * config.head_dim
@@ -187,6 +205,8 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
                        place=where.attention, window=config.sliding_window)
     o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)
     x = prog.map("add", x, o, name=n + "attn_res", signature="th,th->th", place=where.local)
+    if halves:
+        prog.phase, prog.group = prog.phase + 1, 1
     h = prog.map("rmsnorm", x, weight("post_attention_layernorm.weight", (hidden,)), name=n + "mlp_norm", signature="th,h->th",
                  eps=config.rms_norm_eps, place=where.local)
     gate = project(h, "gate", weight("mlp.gate_proj.weight", (config.intermediate_size, hidden), (groups,)), where.split)

@@ -37,7 +37,10 @@
 # -X importtime: $OUT/cold.prof, cold-profile.txt, the import times in coldprofile.log), pinprobe (how fast host memory
 # is page-locked each way: bench/investigations/pin_probe.py), decodeprofile (decode_profile.py at 40 GiB), warmcache (issue 25: the kernel cache emptied, `python3 -m tools.warm_cache`
 # timed, then `turnip llama --config 7b` at 8k / 2 GiB, whose prepare line shows whether kernels were built or loaded), kernels16
-# (issue 25: the memory-bound kernels in float16 and in bfloat16 against the HBM copy rate).
+# (issue 25: the memory-bound kernels in float16 and in bfloat16 against the HBM copy rate),
+# tight (issue 26: llama 7b at 8k / 1 GiB and 32k / 1 GiB in the layer order, query group, block and schedule the
+# sim ranks fastest there, then the loose points the targets compare with: 8k at 2 and 4 GiB, 32k at 2, 8 and 16
+# GiB), tight128k (issue 26: 128k at 2 GiB in halves and query groups of 8, and at 16 GiB; one run each).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -128,6 +131,18 @@ for s in "$@"; do
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
     interference) stage interference 400 python3 bench/bench_interference.py --points 8192@2GiB 32768@1GiB --repeats 5 \
              --json "$OUT/interference.json" ;;
+    tight) stage tight8k 110 python3 bench/run.py llama --tokens 8192 --budgets 1 --layer-order halves --query-group 2 --schedule memory \
+             --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/tight8k.json"
+           stage loose8k 120 python3 bench/run.py llama --tokens 8192 --budgets 2 4 --repeats 3 --systems turnip-nondet turnip-fixed floor \
+             --json "$OUT/loose8k.json"
+           stage tight32k 130 python3 bench/run.py llama --tokens 32768 --budgets 1 --block 2048 --layer-order halves --repeats 2 \
+             --systems turnip-nondet turnip-fixed floor --json "$OUT/tight32k.json"
+           stage loose32k 170 python3 bench/run.py llama --tokens 32768 --budgets 2 8 16 --repeats 2 --systems turnip-nondet turnip-fixed floor \
+             --json "$OUT/loose32k.json" ;;
+    tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
+             --systems turnip-nondet floor --json "$OUT/tight128k.json"
+           stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \
+             --json "$OUT/loose128k.json" ;;
     bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py
              stage bf16bench 105 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --dtype bfloat16 float16 \
              --systems turnip-nondet floor --json "$OUT/bf16.json" ;;

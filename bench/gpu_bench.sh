@@ -40,7 +40,8 @@
 # (issue 25: the memory-bound kernels in float16 and in bfloat16 against the HBM copy rate),
 # tight (issue 26: llama 7b at 8k / 1 GiB and 32k / 1 GiB in the layer order, query group, block and schedule the
 # sim ranks fastest there, then the loose points the targets compare with: 8k at 2 and 4 GiB, 32k at 2, 8 and 16
-# GiB), tight128k (issue 26: 128k at 2 GiB in halves and query groups of 8, and at 16 GiB; one run each).
+# GiB), tight32k4096 (32k at 1 GiB in halves in the default 4096-token blocks), tight128k (issue 26: 128k at
+# 2 GiB in halves and query groups of 8, and at 16 GiB; one run each).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -139,6 +140,8 @@ for s in "$@"; do
              --systems turnip-nondet turnip-fixed floor --json "$OUT/tight32k.json"
            stage loose32k 170 python3 bench/run.py llama --tokens 32768 --budgets 2 8 16 --repeats 2 --systems turnip-nondet turnip-fixed floor \
              --json "$OUT/loose32k.json" ;;
+    tight32k4096) stage tight32k4096 130 python3 bench/run.py llama --tokens 32768 --budgets 1 --layer-order halves --repeats 2 \
+             --systems turnip-nondet turnip-fixed floor --json "$OUT/tight32k4096.json" ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \

@@ -41,7 +41,9 @@
 # tight (issue 26: llama 7b at 8k / 1 GiB and 32k / 1 GiB in the layer order, query group, block and schedule the
 # sim ranks fastest there, then the loose points the targets compare with: 8k at 2 and 4 GiB, 32k at 2, 8 and 16
 # GiB), tight32k4096 (32k at 1 GiB in halves in the default 4096-token blocks), tight128k (issue 26: 128k at
-# 2 GiB in halves and query groups of 8, and at 16 GiB; one run each).
+# 2 GiB in halves and query groups of 8, and at 16 GiB; one run each), tight8ktriton (8k at 1 and 4 GiB with the
+# triton attention provider, whose workspace is 160 MiB smaller than torch-cudnn's), start8k (8k at 2 GiB with
+# the weights starting on the GPU while they fit, as `turnip llama` plans).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -142,6 +144,10 @@ for s in "$@"; do
              --json "$OUT/loose32k.json" ;;
     tight32k4096) stage tight32k4096 130 python3 bench/run.py llama --tokens 32768 --budgets 1 --layer-order halves --repeats 2 \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/tight32k4096.json" ;;
+    tight8ktriton) stage tight8ktriton 120 python3 bench/run.py llama --tokens 8192 --budgets 1 4 --attention triton --layer-order halves \
+             --query-group 2 --schedule memory --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/tight8ktriton.json" ;;
+    start8k) stage start8k 100 python3 bench/run.py llama --tokens 8192 --budgets 2 --inputs gpu --repeats 3 \
+             --systems turnip-nondet turnip-fixed floor --json "$OUT/start8k.json" ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \

@@ -28,9 +28,12 @@ Physical figures, from measured rates (not from makespans):
                              per vertex and the launch gap
 Free parameters, fitted to the makespans (the worst relative error over the points, minimised by a
 pattern search in log space): `attention_flops` (attention blocks in a prefill share the GPU with the
-other stream's GEMMs, so no kernel benchmark gives their rate) and `launch` (a kernel's fixed cost,
-held at or above the 3 us gap the lookahead section measured between kernels queued ahead). Two
-parameters for nineteen points.
+other stream's GEMMs, so no kernel benchmark gives their rate), `launch` (a kernel's fixed cost,
+held at or above the 3 us gap the lookahead section measured between kernels queued ahead) and
+`host_per_attention` (the loop's extra time per attention link, launched through torch: it shows only
+where links are short, as in 2048-token blocks). Three parameters for 34 points (2026-12-03); the
+points carry llama's block, layer order and query group as bench/run.py recorded them, and runs whose
+weights started on the GPU (`--inputs gpu`) are left out.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ PREVIOUS = CostModel(h2d_bw=55.3e9, d2h_bw=55.3e9, duplex_bw=93.4e9, peer_bw=360
                      half_flops=750e12, attention_flops=460e12, fp64_flops=0.8e12, launch=10e-6,
                      host_per_vertex=0.0, notify_latency=0.0)
 """The defaults before this fit (2026-12-01), which the sim ran as a plain event loop (`plain_loop`)."""
-FREE = ("attention_flops", "launch")
+FREE = ("attention_flops", "launch", "host_per_attention")
 """The cost model's fields fitted to makespans; the others come from measured rates (`physical_rates`)."""
 
 
@@ -73,18 +76,25 @@ class Point:
     measured: float
     calls: tuple[float, ...]
     sources: tuple[str, ...]
+    block: int | None = None
+    """llama's build as bench/run.py recorded it (`workloads` of the file; None: the frontend's default)."""
+    layer_order: str = "blocks"
+    query_group: int = 1
 
     @property
     def label(self) -> str:
         dtype = "" if self.dtype == "float16" else f" {self.dtype}"
         schedule = "" if self.schedule == "given" else f", schedule {self.schedule}"
-        return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}"
+        build = "" if self.block in (None, 4096) else f", block {self.block}"
+        build += "" if self.layer_order == "blocks" else f", {self.layer_order}"
+        build += "" if self.query_group == 1 else f", query group {self.query_group}"
+        return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}{build}"
 
 
 def current(run: dict) -> bool:
     """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy depth, one GPU."""
     return (run.get("notifier") == "hostfunc-side" and run.get("attention", "auto") in ("auto", "torch-cudnn")
-            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1)
+            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1 and run.get("inputs", "host") == "host")
 
 
 def earlier_runtime(run: dict) -> bool:
@@ -100,15 +110,18 @@ def measured_points(paths, keep=current) -> list[Point]:
     for path in paths:
         doc = json.loads(Path(path).read_text())
         for run in doc.get("runs", []) if isinstance(doc, dict) else []:
-            if not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(dict(run, file=Path(path).name)):
+            if not isinstance(run, dict) or not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(dict(run, file=Path(path).name)):
                 continue
             workload, _, dtype = run["workload"].partition("-")
+            built = doc.get("workloads", {}).get(str(run["tokens"]), {})
+            block = built.get("block") if workload == "llama" else None
+            build = (None if block == 4096 else block, built.get("layer_order", "blocks"), built.get("query_group", 1))
             key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
-            calls.setdefault(key, []).append((run["seconds"], Path(path).name))
+            calls.setdefault(key + build, []).append((run["seconds"], Path(path).name))
     points = []
-    for key, found in sorted(calls.items()):
+    for key, found in sorted(calls.items(), key=lambda item: tuple(str(k) for k in item[0])):
         seconds = tuple(s for s, _ in found)
-        points.append(Point(*key, statistics.median(seconds), seconds, tuple(sorted({p for _, p in found}))))
+        points.append(Point(*key[:6], statistics.median(seconds), seconds, tuple(sorted({p for _, p in found})), *key[6:]))
     return points
 
 
@@ -157,7 +170,7 @@ class Simulator:
         self.memgraphs: dict[tuple, object] = {}
 
     def memgraph(self, point: Point):
-        key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule)
+        key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule, point.block, point.layer_order, point.query_group)
         if key not in self.memgraphs:
             self.memgraphs[key] = compile_point(point)
         return self.memgraphs[key]
@@ -172,13 +185,14 @@ def compile_point(point: Point):
     from passes.pipeline import compile_taskgraph
     from runtime.backends.cuda.devices import reserve_bytes
 
-    graph = build_taskgraph(point.workload, point.dtype, point.tokens)
+    graph = build_taskgraph(point.workload, point.dtype, point.tokens, point.block, point.layer_order, point.query_group)
     budget = int(point.budget * GIB)
     arena = budget - reserve_bytes(list(graph.nodes.values()), 2, "torch-cudnn")
     return compile_taskgraph(graph, arena, point.schedule, inputs="host")
 
 
-def build_taskgraph(workload: str, dtype: str, tokens: int):
+def build_taskgraph(workload: str, dtype: str, tokens: int, block: int | None = None, layer_order: str = "blocks",
+                    query_group: int = 1):
     """bench/run.py's taskgraph of a workload, without its weights."""
     if workload == "ffn":
         from frontend.workloads import ffn
@@ -188,7 +202,8 @@ def build_taskgraph(workload: str, dtype: str, tokens: int):
     from frontend.workloads import llama
 
     config = replace(llama.load_config("7b"), dtype=dtype)
-    return llama.build_llama(config, tokens, gpus=1, placement="sequence").graph
+    return llama.build_llama(config, tokens, block, gpus=1, placement="sequence", layer_order=layer_order,
+                             query_group=query_group).graph
 
 
 # ----- the fit --------------------------------------------------------------------------------------------
@@ -246,6 +261,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-fit", action="store_true", help="table the points under the current defaults, fitting nothing")
     parser.add_argument("--ablate", action="store_true", help="also: the current defaults without the host's time, and as a plain loop")
     parser.add_argument("--json", help="write the points, the models and every prediction here")
+    parser.add_argument("--tolerance", type=float, default=4e-3, help="the fit stops when its step (in log space) falls below this")
     args = parser.parse_args(argv)
     paths = sorted(RESULTS.glob("*.json"))
     points = measured_points(paths)
@@ -259,7 +275,7 @@ def main(argv=None) -> int:
     if not args.no_fit:
         start = replace(cost, **physical_rates(), launch=launch_gap())  # launch from its floor: the first fit pushed it there
         print("physical:\n" + "\n".join(model_lines(start, PREVIOUS)), flush=True)
-        cost = fit(points, simulate, start, floors={"launch": launch_gap()}, log=lambda line: print(line, flush=True))
+        cost = fit(points, simulate, start, floors={"launch": launch_gap()}, tolerance=args.tolerance, log=lambda line: print(line, flush=True))
     print("the model against the previous one:\n" + "\n".join(model_lines(cost, PREVIOUS)), flush=True)
     worst, after = worst_error(points, simulate, cost)
     _, earlier_after = worst_error(earlier, simulate, cost) if earlier else (0, [])

@@ -43,7 +43,8 @@
 # GiB), tight32k4096 (32k at 1 GiB in halves in the default 4096-token blocks), tight128k (issue 26: 128k at
 # 2 GiB in halves and query groups of 8, and at 16 GiB; one run each), tight8ktriton (8k at 1 and 4 GiB with the
 # triton attention provider, whose workspace is 160 MiB smaller than torch-cudnn's), start8k (8k at 2 GiB with
-# the weights starting on the GPU while they fit, as `turnip llama` plans).
+# the weights starting on the GPU while they fit, as `turnip llama` plans), autollama (`turnip llama` choosing block,
+# layer order and query group by the sim at 32k / 1 GiB, and layer order and query group at 128k / 2 GiB, then running).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -148,6 +149,9 @@ for s in "$@"; do
              --query-group 2 --schedule memory --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/tight8ktriton.json" ;;
     start8k) stage start8k 100 python3 bench/run.py llama --tokens 8192 --budgets 2 --inputs gpu --repeats 3 \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/start8k.json" ;;
+    autollama) stage auto32k 200 python3 -m turnip_cli.main llama --config 7b --tokens 32768 --memory 1GiB --block auto --layer-order auto \
+             --query-group auto
+           stage auto128k 240 python3 -m turnip_cli.main llama --config 7b --tokens 131072 --memory 2GiB --layer-order auto --query-group auto ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \

@@ -73,6 +73,38 @@ def test_points_are_the_current_runtimes_runs_one_per_point_at_the_median_of_its
     assert points["llama 8k 2 GiB nondet"].measured == 0.25 and points["llama 8k 2 GiB nondet"].calls == (0.25, 0.27, 0.24)
 
 
+def test_points_carry_llamas_build_and_leave_out_plans_that_start_weights_on_the_gpu(tmp_path):
+    plain = tmp_path / "h200-plain.json"
+    plain.write_text(json.dumps({"runs": [_run(seconds=0.25), _run(inputs="gpu", seconds=0.22)]}))
+    halves = tmp_path / "h200-halves.json"
+    halves.write_text(json.dumps({"workloads": {"8192": {"block": 2048, "layer_order": "halves", "query_group": 2}},
+                                  "runs": [_run(seconds=0.3)]}))
+    points = {p.label: p for p in fit_cost.measured_points([plain, halves])}
+    assert sorted(points) == ["llama 8k 2 GiB nondet", "llama 8k 2 GiB nondet, block 2048, halves, query group 2"]
+    assert points["llama 8k 2 GiB nondet"].calls == (0.25,)  # the GPU-start run is not the same plan
+    built = points["llama 8k 2 GiB nondet, block 2048, halves, query group 2"]
+    assert (built.block, built.layer_order, built.query_group) == (2048, "halves", 2)
+
+
+def test_the_sim_charges_the_loop_more_for_half_precision_attention_links():
+    def links(dtype: str):
+        g = TaskGraph(devices=1)
+        q = g.input((16, 64), dtype, device=0, id="q")
+        prev = g.attention(q, q, q, heads=2, kv_heads=2, final=False)
+        for _ in range(9):
+            prev = g.attention(q, q, q, prev, heads=2, kv_heads=2, final=False)
+        g.output(prev)
+        return compile_taskgraph(g, 1 << 30)
+
+    def makespan(memgraph, extra: float) -> float:
+        cost = CostModel(host_per_vertex=0.0, notify_latency=0.0, host_per_attention=extra)
+        return execute(memgraph, backend="sim", cost=cost, verify=False).summary.makespan
+
+    half, single = links("float16"), links("float32")
+    assert makespan(half, 1e-3) >= 9 * 1e-3 > makespan(half, 0.0)  # ten tiny links a millisecond of loop each: nine gaps
+    assert makespan(single, 1e-3) == makespan(single, 0.0)  # no torch launch there
+
+
 def test_the_physical_rates_come_from_the_measured_results():
     rates = fit_cost.physical_rates()
     assert 50e9 < rates["h2d_bw"] < 60e9 and 50e9 < rates["d2h_bw"] < 60e9

@@ -442,9 +442,9 @@ def test_every_auto_choice_in_turn_end_to_end_on_cpu_equals_the_reference(tmp_pa
                         "--block", "auto", "--layer-order", "auto", "--query-group", "auto", "--schedule", "auto",
                         "--outputs", tmp_path / "out.npz")
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines[:4]] == ["block auto", "layer order auto", "query group auto", "schedule auto"]
-    block, order, group = int(lines[0].split()[2]), lines[1].split()[3], int(lines[2].split()[3])
-    assert "blocks " in lines[1] and "halves " in lines[1]
+    assert [line.split(":")[0] for line in lines[:4]] == ["layer order auto", "block auto", "query group auto", "schedule auto"]
+    order, block, group = lines[0].split()[3], int(lines[1].split()[2]), int(lines[2].split()[3])
+    assert "blocks " in lines[0] and "halves " in lines[0]
     assert lines[2].count(" ms") == len([g for g in (1, 2, 4, 8) if g <= 256 // block])  # groups up to the block count
     assert f"256 tokens in blocks of {block}" in lines[4] and (order == "blocks") == ("layers in halves" not in lines[4])
     assert (group > 1) == (f"query groups of {group}" in lines[4])

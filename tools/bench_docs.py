@@ -2,7 +2,7 @@
 
 "Current" is the latest result per benchmark point (both, where one sitting ran a point twice). A point of bench/run.py is (workload, tokens,
 budget, GPUs, placement, system, attention provider, notifier, and the variant flags of its command:
---schedule, --copy-depth, --inputs); a point of bench/bench_cuda.py is a section of its JSON (kernels,
+--schedule, --copy-depth, --inputs, --block, --layer-order, --query-group); a point of bench/bench_cuda.py is a section of its JSON (kernels,
 notifiers, copies, ...). Files are ordered by sitting: the `date` each file records, then the sitting's
 letter in its name (h200-2026-12-01c-... is the third sitting of that day; a name without one comes
 first). The run tables are bench/report.py's `table`, so the page and the report agree; under every
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 BEGIN = "<!-- results:current -->"
 END = "<!-- /results:current -->"
-VARIANTS = ("--schedule", "--copy-depth", "--inputs")
+VARIANTS = ("--schedule", "--copy-depth", "--inputs", "--block", "--layer-order", "--query-group")
 """Flags of bench/run.py that make a run a point of its own (a study), not a newer figure of the default."""
 SUPERSEDED = {
     "h200-2026-12-01-kernels-unrolled.json": "the kernels before quads, measured earlier in the same sitting",

@@ -12,8 +12,9 @@ graph at each of `block_candidates`, compiles each under one schedule (the named
 too, the schedules are ranked for the chosen block only: blocks + schedules compiles, not their product.
 
 `--layer-order auto` and `--query-group auto` (the same two commands) rank the llama frontend's task
-orders inside a layer and its query groups the same way, after the block and before the schedule, each
-for the choices made before it (`choose_llama_build`): a few compiles, not their product.
+orders inside a layer and its query groups the same way: the layer order first, then the block, then the
+query group, then the schedule, each for the choices made before it (`choose_llama_build`): a few
+compiles, not their product.
 
 `--remat` (turnip run, llama, explain, and build with `--block auto`) passes `remat=True` to every compile
 here, so the schedules and blocks are ranked by plans that may recompute.
@@ -153,14 +154,16 @@ def choose_llama_build(build: Callable[..., Any], tokens: int, budget_of: Callab
                        layer_order: str, query_group: int | str, orders: tuple[str, ...], schedule: str = "given",
                        streams: int = 2, **options) -> tuple[Any, MemGraph]:
     """The llama build (`build(block, layer_order, query_group)`, an object with `.graph`, `.block` and
-    `.tokens`) and its plan, each `auto` among block, layer order (one of `orders`) and query group chosen
-    in turn by the sim for the choices before it, each printed on one line; then the schedule
-    (`compile_printing_choice`). A choice not `auto` stays as given (block None: the frontend's default;
-    `auto` layer order starts from `orders[0]`, query group from 1)."""
-    choice = {"block": block, "layer_order": orders[0] if layer_order == "auto" else layer_order,
+    `.tokens`) and its plan, each `auto` among layer order (one of `orders`), block and query group chosen
+    in that order by the sim for the choices before it, each printed on one line; then the schedule
+    (`compile_printing_choice`). A choice not `auto` stays as given (block None: the frontend's default,
+    which an `auto` block is ranked from; `auto` layer order starts from `orders[0]`, query group from 1).
+    The layer order goes first: it changes what a budget holds most, and the best block differs with it
+    (7b at 32k and 1 GiB: 8192 tokens in `blocks`, 4096 in `halves`)."""
+    choice = {"block": None if block == "auto" else block, "layer_order": orders[0] if layer_order == "auto" else layer_order,
               "query_group": 1 if query_group == "auto" else query_group}
-    steps = [("block", block_candidates(tokens))] if block == "auto" else []
-    steps += [("layer_order", list(orders))] if layer_order == "auto" else []
+    steps = [("layer_order", list(orders))] if layer_order == "auto" else []
+    steps += [("block", block_candidates(tokens))] if block == "auto" else []
     steps += [("query_group", None)] if query_group == "auto" else []
     fixed = "given" if schedule == "auto" else schedule
     built, memgraph = None, None

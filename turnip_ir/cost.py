@@ -60,6 +60,13 @@ class CostModel:
     """Seconds of the runtime's event loop per vertex (choosing it, launching it, handling its completion):
     the 100,000-vertex stress test of bench_cuda.py notifiers, nondet, hostfunc-side. The loop is one
     thread, so these add up: the sim backend serializes them on a host clock."""
+    host_per_attention: float = 240e-6
+    """Seconds of the loop beside `host_per_vertex` for an fp16/bf16 `attention` vertex, whose launch goes
+    through torch (cuDNN's fused op, its stream and tensor views) and then the merge kernel. Fitted to one
+    point, llama 7b at 32k / 1 GiB in 2048-token blocks (the third sitting of 2026-12-03,
+    docs/benchmarks-log.md): 4,352 attention links of about 150 us of GPU work each, where the loop, not
+    the GPU, sets the pace. Without it the sim predicted that run 25-30% fast and ranked 2048-token blocks
+    above 4096 (measured 2.21 s against 1.58 s); with 4096-token links (about 575 us) it hides behind the GPU."""
     notify_latency: float = 36.2e-6
     """Seconds from a vertex's end on the GPU to the loop learning of it: the same section's chain of tiny
     kernels run one at a time (83.3 us a vertex) less the loop's time and the launch gap."""
@@ -82,6 +89,12 @@ class CostModel:
         if node.kernel == "decode_attention":
             return max(flops / rate, traffic / self.decode_attention_bw) + self.launch
         return max(flops / rate, traffic / self.hbm_bw) + self.launch
+
+    def host_time(self, node: MemNode, inputs: list[MemNode]) -> float:
+        """Seconds of the runtime's loop to submit `node` and handle its completion."""
+        if node.op == "kernel" and node.kernel == "attention" and inputs and inputs[0].dtype in ("float16", "bfloat16"):
+            return self.host_per_vertex + self.host_per_attention
+        return self.host_per_vertex
 
     def duration(self, node: MemNode, inputs: list[MemNode]) -> float:
         """Seconds the vertex occupies its resource when it has the link or the GPU to itself."""

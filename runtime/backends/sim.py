@@ -6,8 +6,9 @@ are only submitted, up to `queue_depth` vertices per compute lane and `copy_queu
 engine (the cuda backend's defaults), and the vertex starts on its lane once the vertex before it there
 has ended and every dependency has ended on the device.
 
-The host is one serial loop. Each submit takes `cost.host_per_vertex` seconds of it (the Python loop's
-time per vertex: choosing it, launching it, and handling its completion), so a vertex cannot start
+The host is one serial loop. Each submit takes `cost.host_time` seconds of it (the Python loop's
+time per vertex: choosing it, launching it, and handling its completion; more for an fp16 attention
+link, launched through torch), so a vertex cannot start
 before the host has finished submitting it, and many small vertices cost what the loop costs. The loop
 learns of a completion `cost.notify_latency` after the vertex ended on the GPU; `wait` returns it then.
 With both at zero and `lookahead=False` (one vertex per lane, submitted only when its dependencies are
@@ -128,11 +129,12 @@ class SimBackend(Backend):
 
     def submit(self, vertex: int, lane: Lane) -> None:
         node = self.graph.node(vertex)
+        sources = [self.graph.node(s) for s in self.graph.sources[vertex]]
         if lane.kind in ("h2d", "d2h"):
             work = float(node.nbytes if vertex not in self.limits else limited_bytes(node, self.limits[vertex]))
         else:
-            work = self.cost.duration(node, [self.graph.node(s) for s in self.graph.sources[vertex]])
-        self.host = max(self.host, self.clock) + self.cost.host_per_vertex
+            work = self.cost.duration(node, sources)
+        self.host = max(self.host, self.clock) + self.cost.host_time(node, sources)
         self.queued[lane.index].append(Submitted(vertex, self.host, work * self.factor[vertex]))
 
     def _rate(self, job: Active) -> float:

@@ -63,7 +63,7 @@ class CostModel:
     host_per_attention: float = 240e-6
     """Seconds of the loop beside `host_per_vertex` for an fp16/bf16 `attention` vertex, whose launch goes
     through torch (cuDNN's fused op, its stream and tensor views) and then the merge kernel. Fitted to one
-    point, llama 7b at 32k / 1 GiB in 2048-token blocks (the third sitting of 2026-12-03,
+    point, llama 7b at 32k / 1 GiB in 2048-token blocks (the seventh sitting, 2026-12-03;
     docs/benchmarks-log.md): 4,352 attention links of about 150 us of GPU work each, where the loop, not
     the GPU, sets the pace. Without it the sim predicted that run 25-30% fast and ranked 2048-token blocks
     above 4096 (measured 2.21 s against 1.58 s); with 4096-token links (about 575 us) it hides behind the GPU."""

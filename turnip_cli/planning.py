@@ -114,12 +114,12 @@ def block_candidates(tokens: int) -> list[int]:
     return sorted({min(block, tokens) for block in BLOCKS} | small)
 
 
-def choose_block(build: Callable[[int], Any], candidates: list[int], budget_of: Callable[[TaskGraph], int],
-                 schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph, dict[int, float | None]]:
-    """Build (`build(block)`, an object with a `.graph`) and compile at each candidate block and keep the
-    sim-fastest: returns that build, its plan and each block's prediction (None: it did not fit). Ties
-    go to the smaller block; when no block fits, the first one's `BudgetError` is raised. `options` are
-    `compile_taskgraph`'s (`remat`)."""
+def choose_block(build: Callable[[Any], Any], candidates: list, budget_of: Callable[[TaskGraph], int],
+                 schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph, dict[Any, float | None]]:
+    """Build (`build(candidate)`, an object with a `.graph`) and compile at each candidate (a block, a
+    layer order, a query group) and keep the sim-fastest: returns that build, its plan and each
+    candidate's prediction (None: it did not fit). Ties go to the earlier candidate; when none fits, the
+    first one's `BudgetError` is raised. `options` are `compile_taskgraph`'s (`remat`)."""
     best, scores, first_error = None, {}, None
     for block in candidates:
         built = build(block)
@@ -134,20 +134,6 @@ def choose_block(build: Callable[[int], Any], candidates: list[int], budget_of: 
     if best is None:
         raise first_error
     return best[1], best[2], scores
-
-
-def choose_block_printing(build: Callable[[int], Any], tokens: int, budget_of: Callable[[TaskGraph], int],
-                          schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph]:
-    """`choose_block` over `block_candidates(tokens)`, printing the choice and every prediction on one
-    line; with `schedule` auto, the blocks are ranked under `given` and then the schedules for the chosen
-    block alone (`compile_printing_choice`)."""
-    built, memgraph, scores = choose_block(build, block_candidates(tokens), budget_of,
-                                           "given" if schedule == "auto" else schedule, streams, **options)
-    predicted = ", ".join(f"{block} {'does not fit' if s is None else _seconds(s)}" for block, s in scores.items())
-    print(f"block auto: {built.block} (sim predictions: {predicted})")
-    if schedule == "auto":
-        memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams, **options)
-    return built, memgraph
 
 
 def choose_llama_build(build: Callable[..., Any], tokens: int, budget_of: Callable[[TaskGraph], int], block: int | str | None,

@@ -83,16 +83,14 @@ class CostModel:
         traffic = node.nbytes + sum(src.nbytes for src in inputs)
         # the rate of the operands' dtype: a non-final attention multiplies fp16 into a float32 partial
         dtype = inputs[0].dtype if inputs else node.dtype
-        rate = self.flop_rate(dtype)
-        if node.kernel == "attention" and dtype in ("float16", "bfloat16"):
-            rate = self.attention_flops
+        rate = self.attention_flops if _half_attention(node, inputs) else self.flop_rate(dtype)
         if node.kernel == "decode_attention":
             return max(flops / rate, traffic / self.decode_attention_bw) + self.launch
         return max(flops / rate, traffic / self.hbm_bw) + self.launch
 
     def host_time(self, node: MemNode, inputs: list[MemNode]) -> float:
         """Seconds of the runtime's loop to submit `node` and handle its completion."""
-        if node.op == "kernel" and node.kernel == "attention" and inputs and inputs[0].dtype in ("float16", "bfloat16"):
+        if node.op == "kernel" and _half_attention(node, inputs):
             return self.host_per_vertex + self.host_per_attention
         return self.host_per_vertex
 
@@ -107,3 +105,9 @@ class CostModel:
         if node.op == "offload":
             return node.nbytes / self.d2h_bw
         return 0.0
+
+
+def _half_attention(node: MemNode, inputs: list[MemNode]) -> bool:
+    """An attention link over fp16 or bf16 operands (its output may be a float32 partial): the kind the cuda
+    backend runs through torch's fused op and the merge, which `attention_flops` and `host_per_attention` price."""
+    return node.kernel == "attention" and bool(inputs) and inputs[0].dtype in ("float16", "bfloat16")

@@ -129,10 +129,11 @@ class SimBackend(Backend):
 
     def submit(self, vertex: int, lane: Lane) -> None:
         node = self.graph.node(vertex)
-        sources = [self.graph.node(s) for s in self.graph.sources[vertex]]
         if lane.kind in ("h2d", "d2h"):
+            sources = []  # a copy's time is its bytes; its host time reads no operands
             work = float(node.nbytes if vertex not in self.limits else limited_bytes(node, self.limits[vertex]))
         else:
+            sources = [self.graph.node(s) for s in self.graph.sources[vertex]]
             work = self.cost.duration(node, sources)
         self.host = max(self.host, self.clock) + self.cost.host_time(node, sources)
         self.queued[lane.index].append(Submitted(vertex, self.host, work * self.factor[vertex]))

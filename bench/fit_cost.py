@@ -77,7 +77,8 @@ class Point:
     calls: tuple[float, ...]
     sources: tuple[str, ...]
     block: int | None = None
-    """llama's build as bench/run.py recorded it (`workloads` of the file; None: the frontend's default)."""
+    """llama's build as bench/run.py recorded it (`workloads` of the file; None: the frontend's default,
+    4096 recorded as None too, so a point does not split by whether its file recorded the block)."""
     layer_order: str = "blocks"
     query_group: int = 1
 
@@ -85,7 +86,7 @@ class Point:
     def label(self) -> str:
         dtype = "" if self.dtype == "float16" else f" {self.dtype}"
         schedule = "" if self.schedule == "given" else f", schedule {self.schedule}"
-        build = "" if self.block in (None, 4096) else f", block {self.block}"
+        build = "" if self.block is None else f", block {self.block}"
         build += "" if self.layer_order == "blocks" else f", {self.layer_order}"
         build += "" if self.query_group == 1 else f", query group {self.query_group}"
         return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}{build}"

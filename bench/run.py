@@ -49,6 +49,7 @@ from runtime.backends.cuda import CudaBackend  # noqa: E402
 import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
 from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
+from frontend.workloads.llama.graph import LAYER_ORDERS  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 from turnip_ir.files import atomic_write  # noqa: E402
@@ -397,7 +398,7 @@ def main(argv=None) -> int:
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule for turnip")
     parser.add_argument("--block", type=int, help="llama's tokens per block (default: the frontend's, 4096 at 7B)")
-    parser.add_argument("--layer-order", default="blocks", choices=("blocks", "halves"), help="llama's task order inside a layer")
+    parser.add_argument("--layer-order", default=LAYER_ORDERS[0], choices=LAYER_ORDERS, help="llama's task order inside a layer")
     parser.add_argument("--query-group", type=int, default=1, help="llama's query group (token blocks run together)")
     parser.add_argument("--dtype", nargs="+", choices=("float16", "bfloat16"), help="llama's dtypes, each run in turn at "
                         "every length and budget (default: the preset's; several: rows are labelled llama-DTYPE); the "

@@ -403,16 +403,16 @@ def test_block_auto_keeps_the_block_the_sim_predicts_fastest_and_skips_one_that_
         built["last"] = block
         return llama.build_llama(config, 128, block)
 
-    chosen, memgraph, scores = planning.choose_block(build, [16, 32, 64], lambda graph: 1 << 30)
+    chosen, memgraph, scores = planning.choose_build(build, [16, 32, 64], lambda graph: 1 << 30)
     assert chosen.block == 32 and scores == predicted
     assert len(memgraph) == len(chosen.graph)  # the plan of the chosen block (nothing offloaded at 1 GiB)
     predicted[128] = 0.5  # the fastest, but it does not fit
     small = lambda graph: 1 << 30 if len(graph) > 60 else 256  # noqa: E731 (the one-block graph cannot fit)
-    chosen, memgraph, scores = planning.choose_block(build, [16, 32, 64, 128], small)
+    chosen, memgraph, scores = planning.choose_build(build, [16, 32, 64, 128], small)
     assert chosen.block == 32 and scores == {16: 3.0, 32: 1.0, 64: 2.0, 128: None}
     assert memgraph.budget == 1 << 30
     with pytest.raises(BudgetError):
-        planning.choose_block(build, [16, 32], lambda graph: 256)
+        planning.choose_build(build, [16, 32], lambda graph: 256)
 
 
 def test_block_candidates_are_clamped_to_the_token_count():

@@ -84,9 +84,10 @@ def build_graph(args: argparse.Namespace) -> TaskGraph:
         budget = parse_size(args.memory)
         return choose_llama_build(build, tokens, lambda graph: budget, args.block, args.layer_order, args.query_group,
                                   llama.LAYER_ORDERS, remat=args.remat)[0].graph
-    for option, value, default in (("--block", args.block, None), ("--layer-order", args.layer_order, "blocks"),
-                                   ("--query-group", args.query_group, 1)):
-        if value == "auto" or (option != "--block" and value != default):
+    if args.block == "auto":  # a block size applies to every workload; choosing it, to llama alone
+        raise InputError(f"--block auto applies to llama, not {args.workload}")
+    for option, value, default in (("--layer-order", args.layer_order, "blocks"), ("--query-group", args.query_group, 1)):
+        if value != default:
             raise InputError(f"{option} {value} applies to llama, not {args.workload}")
     if args.memory is not None:
         raise InputError(f"--memory applies to llama's auto choices, not {args.workload}")

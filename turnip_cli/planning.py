@@ -114,23 +114,23 @@ def block_candidates(tokens: int) -> list[int]:
     return sorted({min(block, tokens) for block in BLOCKS} | small)
 
 
-def choose_block(build: Callable[[Any], Any], candidates: list, budget_of: Callable[[TaskGraph], int],
+def choose_build(build: Callable[[Any], Any], candidates: list, budget_of: Callable[[TaskGraph], int],
                  schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph, dict[Any, float | None]]:
     """Build (`build(candidate)`, an object with a `.graph`) and compile at each candidate (a block, a
     layer order, a query group) and keep the sim-fastest: returns that build, its plan and each
     candidate's prediction (None: it did not fit). Ties go to the earlier candidate; when none fits, the
     first one's `BudgetError` is raised. `options` are `compile_taskgraph`'s (`remat`)."""
     best, scores, first_error = None, {}, None
-    for block in candidates:
-        built = build(block)
+    for candidate in candidates:
+        built = build(candidate)
         try:
             memgraph = compile_taskgraph(built.graph, budget_of(built.graph), schedule, **options)
         except BudgetError as err:
-            scores[block], first_error = None, first_error or err
+            scores[candidate], first_error = None, first_error or err
             continue
-        scores[block] = sim_makespan(memgraph, streams)
-        if best is None or scores[block] < best[0]:
-            best = (scores[block], built, memgraph)
+        scores[candidate] = sim_makespan(memgraph, streams)
+        if best is None or scores[candidate] < best[0]:
+            best = (scores[candidate], built, memgraph)
     if best is None:
         raise first_error
     return best[1], best[2], scores
@@ -157,7 +157,7 @@ def choose_llama_build(build: Callable[..., Any], tokens: int, budget_of: Callab
         if candidates is None:  # query groups: up to the chosen block's count of token blocks
             blocks = -(-tokens // (built or build(**choice)).block)
             candidates = [group for group in QUERY_GROUPS if group <= blocks]
-        built, memgraph, scores = choose_block(lambda value: build(**(choice | {name: value})), candidates, budget_of,
+        built, memgraph, scores = choose_build(lambda value: build(**(choice | {name: value})), candidates, budget_of,
                                                fixed, streams, **options)
         choice[name] = built.block if name == "block" else getattr(built, name)
         predicted = ", ".join(f"{value} {'does not fit' if s is None else _seconds(s)}" for value, s in scores.items())

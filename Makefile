@@ -31,8 +31,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# pytest-xdist spreads the tests over every core (`worksteal`: an idle worker takes queued tests from a busy one).
 test: $(STAMP) $(PARITY)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -84,12 +84,11 @@ def _toolchain() -> bool:
 
 
 @pytest.mark.skipif(not _toolchain(), reason="no NVVM/NVRTC here to compile PTX with")
-def test_every_kernel_compiles_to_ptx_for_sm90():
-    """Two processes, two dtypes each (compiling is single-threaded; CI has two cores)."""
+@pytest.mark.parametrize("args", [("float16,float64", "checks"), ("bfloat16,float32",)], ids=["float16-float64", "bfloat16-float32"])
+def test_every_kernel_compiles_to_ptx_for_sm90(args):
+    """Two dtypes a case, in a process of its own: compiling is single-threaded, and `make test` runs the
+    cases on separate pytest-xdist workers (CI has two cores)."""
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
-    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for args in (("float16,float64", "checks"), ("bfloat16,float32",))]
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        assert "compiled" in out
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compiled" in proc.stdout

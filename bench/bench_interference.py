@@ -17,8 +17,18 @@ backend's `interference` windows, in which this run's copies get `--share` of th
 process the rest; both orders of a repeat see the same bursts. It is the script's logic checked on a
 CPU (tests/test_bench_interference.py) and the sim's prediction beside the measurement.
 
+`--block`, `--layer-order`, `--query-group` and `--schedule` build and plan every point as bench/run.py's
+flags of the same names do (the tight plans of docs/benchmarks.md: 32k at 1 GiB in `halves`).
+
 Prints one row per point: the interferer's achieved rate (bytes over the run's span, and while it was
-copying), the median makespan of each order and nondet's speed-up over fixed. `--json` keeps every run.
+copying), the median makespan of each order, nondet's speed-up over fixed, and the bound: no order of
+this memgraph can finish before max(compute, path, link). Compute is the GPU's busy seconds; path the
+memgraph's critical path (its data and memory edges), each vertex taking the least time it took in the
+orders' last runs; link the bytes the plan reloads over what the host link has left beside the
+interferer (the H2D ceiling measured before it starts, less its average rate). Fixed over the bound is
+the most any dispatch order could gain over fixed at that point. Last, nondet's median on a quiet link
+(on the GPU, `--repeats` runs before the interferer starts): fixed under interference over it is the
+speed-up nondet would show if the bursts cost it nothing. `--json` keeps every run.
 """
 
 from __future__ import annotations
@@ -36,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from turnip_cli.planning import parse_size  # noqa: E402
+from frontend.workloads.llama.graph import LAYER_ORDERS  # noqa: E402
+from turnip_cli.planning import SCHEDULE_CHOICES, parse_size  # noqa: E402
 from turnip_ir.errors import BudgetError, InputError  # noqa: E402
 from turnip_ir.files import atomic_write  # noqa: E402
 
@@ -71,10 +82,41 @@ def point_of(text: str) -> tuple[int, int]:
     return int(tokens), parse_size(budget)
 
 
-def graph_of(preset: str, tokens: int):
+def graph_of(preset: str, tokens: int, block: int | None = None, layer_order: str = "blocks", query_group: int = 1):
     from frontend.workloads import llama
 
-    return llama.build_llama(llama.load_config(preset), tokens).graph
+    return llama.build_llama(llama.load_config(preset), tokens, block, layer_order=layer_order, query_group=query_group).graph
+
+
+def bound(compute: float, path: float, reloaded: int, link: float, interferer: float) -> dict:
+    """The least makespan any order could reach, the longest of: the GPU's busy seconds; the memgraph's
+    critical path; the plan's reloaded bytes over the link's ceiling less the interferer's average rate."""
+    link_s = reloaded / max(link - interferer, 1e-9)
+    return {"compute_s": compute, "path_s": path, "link_s": link_s, "seconds": max(compute, path, link_s), "link": link,
+            "reloaded": reloaded}
+
+
+def run_figures(recorders) -> dict:
+    """What the bound reads of the orders' runs (each a Recorder): GPU 0's busy seconds and the critical
+    path, each vertex taking the least time it took in any of the runs (the same work in any order; a
+    run's own bursts only lengthen its copies)."""
+    from runtime.summary import union_length
+
+    graph = recorders[0].graph
+    least = [float("inf")] * len(graph)
+    compute = float("inf")
+    for recorder in recorders:
+        spans = []
+        for c in recorder.completions:
+            least[c.vertex] = min(least[c.vertex], c.end - c.start)
+            if graph.lanes[c.lane].kind == "compute" and graph.lanes[c.lane].device == 0:
+                spans.append((c.start, c.end))
+        compute = min(compute, union_length(spans))
+    longest = [0.0] * len(graph)
+    for i in range(len(graph) - 1, -1, -1):
+        own = least[i] if least[i] != float("inf") else 0.0  # inputs never run
+        longest[i] = own + max((longest[d] for d in graph.dependents[i]), default=0.0)
+    return {"compute_s": compute, "path_s": max(longest, default=0.0)}
 
 
 # ----- the sim -------------------------------------------------------------------------------------------
@@ -84,19 +126,21 @@ def sim_point(memgraph, args) -> dict:
     from turnip_ir.cost import CostModel
 
     spans = {order: [] for order in ORDERS}
-    rates = []
+    rates, results = [], []
     link = CostModel().h2d_bw
-    quiet = max(execute(memgraph, backend="sim", order=order, verify=False).summary.makespan for order in ORDERS)
-    horizon = 2 * quiet / args.share  # bursts slow the copies at most to `share` of their rate
+    calm = {order: execute(memgraph, backend="sim", order=order, verify=False).summary.makespan for order in ORDERS}
+    horizon = 2 * max(calm.values()) / args.share  # bursts slow the copies at most to `share` of their rate
     for repeat in range(args.repeats):
         windows = bursts_until(args.seed * 1000 + repeat, args.burst_ms, args.gap_ms, horizon)
         for order in ORDERS:
             backend = SimBackend(interference=windows, share=args.share)
-            spans[order].append(execute(memgraph, backend=backend, order=order, verify=False).summary.makespan)
+            results.append(execute(memgraph, backend=backend, order=order, verify=False))
+            spans[order].append(results[-1].summary.makespan)
         span = max(spans[order][-1] for order in ORDERS)
         busy = sum(max(0.0, min(end, span) - start) for start, end in windows if start < span)
         rates.append({"bytes": busy * link * (1 - args.share), "seconds": span, "busy_seconds": busy})
-    return {"makespans": spans, "interferer": rates}
+    return {"makespans": spans, "quiet": [calm["nondet"]], "interferer": rates, "link": link, "reloaded": results[-1].summary.bytes_reloaded,
+            **run_figures([result.recorder for result in results])}
 
 
 # ----- the GPU -------------------------------------------------------------------------------------------
@@ -116,8 +160,10 @@ def gpu_point(memgraph, args) -> dict:
         if line.strip() != "ready":
             raise InputError(f"the interfering process did not start (it said {line.strip()!r}, exit {children[0].poll()})")
 
+    link = h2d_ceiling()
     try:
-        runs = loops(memgraph, CudaBackend(), orders=ORDERS, repeats=args.repeats, alternate=True, on_prepared=start_interferer)
+        runs = loops(memgraph, CudaBackend(), orders=ORDERS, repeats=args.repeats, alternate=True, on_prepared=start_interferer,
+                     quiet=args.repeats)
     finally:
         stop.touch()
         for child in children:
@@ -127,7 +173,22 @@ def gpu_point(memgraph, args) -> dict:
         raise InputError(f"the interfering process left no figures (exit {children[0].returncode})")
     own = json.loads(stats.read_text())
     stats.unlink()
-    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "interferer": [own]}
+    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": [own], "link": link,
+            "reloaded": runs[ORDERS[0]]["summary"].bytes_reloaded, **run_figures([runs[order]["recorder"] for order in ORDERS])}
+
+
+def h2d_ceiling() -> float:
+    """Pinned host-to-GPU bytes/s of one 1 GiB copy, as bench/run.py measures its floor's, before the interferer starts."""
+    import torch
+
+    from cuda_common import cuda_time
+
+    host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    rate = (1 << 30) / cuda_time(lambda: dev.copy_(host, non_blocking=True))
+    del host, dev
+    torch.cuda.empty_cache()
+    return rate
 
 
 def interfere(args) -> int:
@@ -174,6 +235,10 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk-mib", type=int, default=16, help="the interferer's copy size")
     parser.add_argument("--share", type=float, default=0.5, help="sim: this run's share of the link during a burst")
     parser.add_argument("--scratch", default="/tmp", help="where the interferer writes its figures")
+    parser.add_argument("--block", type=int, help="llama's tokens per block (default: the frontend's)")
+    parser.add_argument("--layer-order", default=LAYER_ORDERS[0], choices=LAYER_ORDERS, help="llama's task order inside a layer")
+    parser.add_argument("--query-group", type=int, default=1, help="llama's query group (token blocks run together)")
+    parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule")
     parser.add_argument("--json")
     parser.add_argument("--interferer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stats", help=argparse.SUPPRESS)
@@ -190,33 +255,44 @@ def main(argv=None) -> int:
     except InputError as err:
         print(f"bench_interference: error: {err}", file=sys.stderr)
         return 1
+    import run
     from run import compile_turnip
 
+    run.SCHEDULE = args.schedule
+
     report = {"command": " ".join(sys.argv), "backend": args.backend, "date": time.strftime("%Y-%m-%d"), "burst_ms": args.burst_ms,
-              "gap_ms": args.gap_ms, "seed": args.seed, "points": []}
-    print("| point | interference GB/s (while copying) | nondet median s | fixed median s | fixed / nondet |")
-    print("| --- | --- | --- | --- | --- |")
+              "gap_ms": args.gap_ms, "seed": args.seed,
+              "build": {"block": args.block, "layer_order": args.layer_order, "query_group": args.query_group, "schedule": args.schedule},
+              "points": []}
+    print("| point | interference GB/s (while copying) | nondet median s | fixed median s | fixed / nondet | bound s (compute, path, link) | fixed / bound | quiet nondet s | fixed / quiet nondet |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (tokens, budget), text in zip(points, args.points):
         try:
-            memgraph = compile_turnip(graph_of(args.config, tokens), budget)[0]
+            memgraph = compile_turnip(graph_of(args.config, tokens, args.block, args.layer_order, args.query_group), budget)[0]
         except BudgetError as err:
             report["points"].append({"point": text, "error": f"does not fit: {err}"})
-            print(f"| {text} | does not fit: {err} | | | |", flush=True)
+            print(f"| {text} | does not fit: {err} | | | | | | | |", flush=True)
             continue
         try:
             measured = sim_point(memgraph, args) if args.backend == "sim" else gpu_point(memgraph, args)
         except InputError as err:
             report["points"].append({"point": text, "error": str(err)})
-            print(f"| {text} | {err} | | | |", flush=True)
+            print(f"| {text} | {err} | | | | | | | |", flush=True)
             continue
         medians = {order: statistics.median(measured["makespans"][order]) for order in ORDERS}
         moved = sum(r["bytes"] for r in measured["interferer"])
         rate = moved / sum(r["seconds"] for r in measured["interferer"])
         burst_rate = moved / max(1e-12, sum(r["busy_seconds"] for r in measured["interferer"]))
+        least = bound(measured.pop("compute_s"), measured.pop("path_s"), measured.pop("reloaded"), measured.pop("link"), rate)
         row = {"point": text, "tokens": tokens, "budget": budget, "medians": medians, "ratio": medians["fixed"] / medians["nondet"],
-               "interference_rate": rate, "interference_burst_rate": burst_rate, **measured}
+               "interference_rate": rate, "interference_burst_rate": burst_rate, "bound": least,
+               "fixed_over_bound": medians["fixed"] / least["seconds"], "quiet_nondet": statistics.median(measured["quiet"]),
+               **measured}
+        row["fixed_over_quiet"] = medians["fixed"] / row["quiet_nondet"]
         report["points"].append(row)
-        print(f"| {text} | {rate / 1e9:.1f} ({burst_rate / 1e9:.1f}) | {medians['nondet']:.4f} | {medians['fixed']:.4f} | {row['ratio']:.3f} |", flush=True)
+        print(f"| {text} | {rate / 1e9:.1f} ({burst_rate / 1e9:.1f}) | {medians['nondet']:.4f} | {medians['fixed']:.4f} | {row['ratio']:.3f} | "
+              f"{least['seconds']:.4f} ({least['compute_s']:.4f}, {least['path_s']:.4f}, {least['link_s']:.4f}) | {row['fixed_over_bound']:.3f} | "
+              f"{row['quiet_nondet']:.4f} | {row['fixed_over_quiet']:.3f} |", flush=True)
         if args.json:
             atomic_write(args.json, json.dumps(report, indent=1))
     return 0

@@ -50,35 +50,47 @@ def cuda_time(fn, repeats: int = 5, warmup: int = 1) -> float:
 
 
 def loops(memgraph: MemGraph, backend, orders=("nondet",), repeats: int = 3, inputs=None, streams: int = 2, alternate: bool = False,
-          on_prepared=None) -> dict:
+          on_prepared=None, quiet: int = 0) -> dict:
     """Prepare once, run the loop `repeats` times per order (inputs are read-only, so reruns are valid).
 
     With `alternate`, the orders take turns run by run (a warm-up of each, then nondet, fixed, nondet, ...),
     so a disturbance that changes over time (another process's copies) falls on every order alike;
-    `on_prepared()` is called once the backend is prepared, before the first run (to start one).
-    Returns per order the median loop wall time, device makespan, every makespan and the last run's summary."""
+    `on_prepared()` is called once the backend is prepared, before the first run (to start one); with
+    `quiet`, that many runs of the first order (after a warm-up) come before it, their makespans in
+    out["quiet"]. Returns per order the median loop wall time, device makespan, every makespan and the last
+    run's summary."""
     graph = build_exec_graph(memgraph, streams)
     specs = input_specs(memgraph)
     arrays = inputs or {task: cheap_input(shape, dtype) for task, (shape, dtype) in specs.items()}
     backend.prepare(graph, arrays)
     runs = [(order, repeat) for repeat in range(repeats + 1) for order in orders] if alternate else \
         [(order, repeat) for order in orders for repeat in range(repeats + 1)]
+    before = [(orders[0], repeat) for repeat in range(quiet + 1)] if quiet else []
     walls, spans, last = {o: [] for o in orders}, {o: [] for o in orders}, {}
-    out = {}
+    out = {"quiet": []}
+
+    def one(k: int, order: str, repeat: int):
+        if k:
+            backend.place_inputs(arrays)  # the last run may have reused inputs' memory
+        recorder = Recorder()
+        began = time.perf_counter()
+        Executor(graph, backend, make_policy(order, graph, repeat), [recorder]).run()
+        wall = time.perf_counter() - began
+        return summarize(graph, recorder.completions, "cuda", order, wall), recorder, wall
+
     try:
+        for k, (order, repeat) in enumerate(before):
+            summary = one(k, order, repeat)[0]
+            if repeat:  # the first run is the warm-up
+                out["quiet"].append(summary.makespan)
         if on_prepared is not None:
             on_prepared()
-        for k, (order, repeat) in enumerate(runs):
-            if k:
-                backend.place_inputs(arrays)  # the last run may have reused inputs' memory
-            recorder = Recorder()
-            began = time.perf_counter()
-            Executor(graph, backend, make_policy(order, graph, repeat), [recorder]).run()
-            wall = time.perf_counter() - began
-            last[order] = (summarize(graph, recorder.completions, "cuda", order, wall), recorder)
+        for k, (order, repeat) in enumerate(runs, start=len(before)):
+            summary, recorder, wall = one(k, order, repeat)
+            last[order] = (summary, recorder)
             if repeat:  # the first run is the warm-up
                 walls[order].append(wall)
-                spans[order].append(last[order][0].makespan)
+                spans[order].append(summary.makespan)
         for order in orders:
             out[order] = {"wall": statistics.median(walls[order]), "makespan": statistics.median(spans[order]), "makespans": spans[order],
                           "summary": last[order][0], "recorder": last[order][1]}

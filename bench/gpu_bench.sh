@@ -28,8 +28,9 @@
 # and resident decoders and the PCIe floor), generate64 (B=64 P=512), generateragged (16 ragged prompts
 # of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload, default and offloaded cache,
 # at 4 GiB beside the torch decoders and turnip, B=16 P=2048),
-# interference (issue 26: llama 7b at 8k / 2 GiB and 32k / 1 GiB, nondet and fixed taking turns, 5 runs
-# each, while a second process copies pinned memory to the same GPU in seeded bursts; its rate is reported),
+# interference (issue 26: llama 7b at 8k / 2 GiB, and 32k / 1 GiB in halves, 5 quiet nondet runs, then nondet and
+# fixed taking turns, 5 runs each, while a second process copies pinned memory to the same GPU in seeded bursts;
+# its rate and the bound on any order are reported),
 # coldstart (issue 25: bench/bench_coldstart.py, a 7b fp16 safetensors folder written to /tmp, `cp` of it
 # to /dev/null, `turnip llama --weights` at 8k / 2 GiB in two fresh processes with their phases, and a torch
 # script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most),
@@ -133,8 +134,10 @@ for s in "$@"; do
              TIMEFORMAT="turnip llama after it %R s"; time python3 -m turnip_cli.main llama --config 7b --tokens 8192 --memory 2GiB | grep -E "prepare|wall"' ;;
     llama32k8) stage llama32k8 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --repeats 3 \
              --systems turnip-nondet turnip-fixed torch-prefetch floor --json "$OUT/llama32k8.json" ;;
-    interference) stage interference 400 python3 bench/bench_interference.py --points 8192@2GiB 32768@1GiB --repeats 5 \
-             --json "$OUT/interference.json" ;;
+    interference) stage interference8k 200 python3 bench/bench_interference.py --points 8192@2GiB --repeats 5 \
+             --json "$OUT/interference8k.json"
+             stage interference32k 250 python3 bench/bench_interference.py --points 32768@1GiB --layer-order halves --repeats 5 \
+             --json "$OUT/interference32k.json" ;;
     tight) stage tight8k 110 python3 bench/run.py llama --tokens 8192 --budgets 1 --layer-order halves --query-group 2 --schedule memory \
              --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/tight8k.json"
            stage loose8k 120 python3 bench/run.py llama --tokens 8192 --budgets 2 4 --repeats 3 --systems turnip-nondet turnip-fixed floor \
@@ -152,6 +155,8 @@ for s in "$@"; do
     autollama) stage auto32k 200 python3 -m turnip_cli.main llama --config 7b --tokens 32768 --memory 1GiB --block auto --layer-order auto \
              --query-group auto
            stage auto128k 240 python3 -m turnip_cli.main llama --config 7b --tokens 131072 --memory 2GiB --layer-order auto --query-group auto ;;
+    pair32k) stage pair32k 200 python3 bench/run.py llama --tokens 32768 --budgets 1 8 --layer-order halves --repeats 3 \
+             --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces32k" --json "$OUT/pair32k.json" ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \

@@ -47,3 +47,41 @@ def test_the_sim_path_times_both_orders_under_the_bursts(tmp_path, capsys):
 def test_a_bad_point_is_one_line(capsys):
     assert bench_interference.main(["--backend", "sim", "--points", "8192-2GiB"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == ["bench_interference: error: point '8192-2GiB': expected TOKENS@BUDGET, e.g. 8192@2GiB"]
+
+
+def test_the_bound_is_below_every_run_and_names_what_sets_it(tmp_path):
+    """Compute, critical path and link are each a floor for any order of the memgraph: on the sim, whose
+    durations are exact, neither order's median beats the longest of them; the quiet run is faster."""
+    out = tmp_path / "interference.json"
+    assert bench_interference.main(ARGS + ["--json", str(out)]) == 0
+    row = json.loads(out.read_text())["points"][0]
+    least = row["bound"]
+    assert least["seconds"] == max(least["compute_s"], least["path_s"], least["link_s"]) > 0
+    assert least["link_s"] == pytest.approx(least["reloaded"] / (CostModel().h2d_bw - row["interference_rate"]))
+    assert all(median >= least["compute_s"] and median >= least["path_s"] for median in row["medians"].values())
+    assert row["fixed_over_bound"] == pytest.approx(row["medians"]["fixed"] / least["seconds"])
+    assert row["quiet_nondet"] < row["medians"]["nondet"]
+    assert row["fixed_over_quiet"] == pytest.approx(row["medians"]["fixed"] / row["quiet_nondet"])
+
+
+def test_the_critical_path_takes_each_vertex_at_its_least_time():
+    """run_figures: the longest path over the dependents, every vertex at the least time any run gave it."""
+    from types import SimpleNamespace as NS
+
+    from runtime.backends.base import Completion
+
+    lanes = [NS(kind="compute", device=0), NS(kind="h2d", device=0)]
+    graph = type("G", (), {"lanes": lanes, "dependents": [[1, 2], [3], [3], []], "__len__": lambda self: 4})()
+    one = NS(graph=graph, completions=[Completion(0, 0, 0.0, 1.0), Completion(1, 1, 1.0, 4.0), Completion(2, 0, 1.0, 2.0), Completion(3, 0, 4.0, 5.0)])
+    two = NS(graph=graph, completions=[Completion(0, 0, 0.0, 2.0), Completion(1, 1, 2.0, 4.0), Completion(2, 0, 2.0, 5.0), Completion(3, 0, 5.0, 6.0)])
+    figures = bench_interference.run_figures([one, two])
+    assert figures["path_s"] == pytest.approx(1.0 + 2.0 + 1.0)  # 0 (1 s), then 1 at its least (2 s) over 2 (1 s), then 3 (1 s)
+    assert figures["compute_s"] == pytest.approx(3.0)  # the first run's kernels: [0, 2] and [4, 5]
+
+
+def test_the_build_options_reach_the_plan_and_the_report(tmp_path):
+    out = tmp_path / "interference.json"
+    assert bench_interference.main(ARGS + ["--layer-order", "halves", "--schedule", "memory", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["build"] == {"block": None, "layer_order": "halves", "query_group": 1, "schedule": "memory"}
+    assert report["points"][0]["medians"]["nondet"] > 0

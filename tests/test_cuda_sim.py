@@ -434,3 +434,24 @@ def test_a_launch_that_fails_at_once_names_its_vertex_in_lane_order(monkeypatch,
         monkeypatch.setattr(driver, "record", lambda event, stream: real(event, stream) if not backend.errors else (_ for _ in ()).throw(RuntimeError("sticky")))
     with pytest.raises(KernelError, match=r"\by\b.*failed: RuntimeError: injected"):
         execute(plan, backend, inputs={"x": np.ones((8, 8), np.float32)})
+
+
+def test_library_memory_over_what_the_reserve_held_back_is_said(tmp_path):
+    """The notes name a run whose libraries took more than `arena_budget` held back for them (on the H200,
+    torch's attention memory at 128k in query groups of 8: 353 MiB against 256), and say nothing otherwise;
+    the reserve is the scratch per lane plus that allowance."""
+    from runtime.backends.cuda.devices import library_allowance, reserve_bytes, scratch_per_lane
+
+    from frontend.workloads import llama
+
+    nodes = list(llama.build_llama(llama.load_config("tiny"), 64).graph.nodes.values())
+    for provider in ("cublas", "torch-cudnn", "triton"):
+        assert reserve_bytes(nodes, 2, provider) == 2 * scratch_per_lane(nodes, provider) + library_allowance(nodes, 2, provider)
+    backend = CudaBackend()
+    stats = {"prepare_s": 1.0, "arena_bytes": 1792 << 20, "workspace_bytes": 1, "pinned_bytes": 0, "load_steps": {}, "built": (0, {}),
+             "library_bytes": 200 << 20, "library_allowance": 256 << 20}
+    backend.stats.update(stats)
+    assert not [line for line in backend.notes() if "over the" in line]
+    backend.stats["library_bytes"] = 353 << 20
+    (line,) = [line for line in backend.notes() if "over the" in line]
+    assert "97.00 MiB over the 256.00 MiB held back" in line and "2.09 GiB per GPU" in line

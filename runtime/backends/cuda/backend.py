@@ -42,7 +42,7 @@ from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
 from runtime.backends.cuda.copies import COPY_KINDS, TensorViews
 from runtime.inputs import Filler
-from runtime.backends.cuda.devices import DeviceSet, reserve_bytes, scratch_per_lane
+from runtime.backends.cuda.devices import DeviceSet, library_allowance, reserve_bytes, scratch_per_lane
 from runtime.backends.cuda.driver import MappedFiles, make_driver
 from runtime.backends.cuda.libraries import Libraries
 from runtime.backends.cuda.memory import CHUNK_BYTES
@@ -194,6 +194,8 @@ class CudaBackend(Backend):
             self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
             devices.synchronize()
             self.stats["library_bytes"] = devices.library_bytes()  # a driver query per GPU: once per plan loaded
+            lanes = sum(lane.kind == "compute" and lane.device == 0 for lane in graph.lanes)
+            self.stats["library_allowance"] = library_allowance(graph.memgraph.nodes, lanes, self.attention)
             self._start_clock(graph)
         count = len(graph)
         self.lane_of = [-1] * count
@@ -353,6 +355,11 @@ class CudaBackend(Backend):
             vertices, plans = self.stats["built"]
             made = ", ".join(f"{kind} {count}" for kind, count in sorted(plans.items())) or "none"
             lines.append(f"cuda: prepare: {steps}; {vertices} vertices built on plans made once per shape ({made})")
+            over = self.stats.get("library_bytes", 0) - self.stats.get("library_allowance", float("inf"))
+            if over > 0:
+                held = self.stats["arena_bytes"] + self.stats["workspace_bytes"] + self.stats["library_bytes"]
+                lines.append(f"cuda: library memory is {format_size(over)} over the {format_size(self.stats['library_allowance'])} "
+                             f"held back for it (arena_budget): the GPU held {format_size(held)} per GPU, more than the budget")
             files, read = self.stats.get("in_place", (0, 0))
             if read:
                 where = f", {files} checkpoint files page-locked in place" if files else ""

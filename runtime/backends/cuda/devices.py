@@ -131,9 +131,14 @@ def reserve_bytes(nodes, streams: int, provider: str) -> int:
     """What to hold back from a per-GPU budget before planning the arena: per compute lane, the scratch,
     cuBLAS's pool and what torch's attention keeps cached (`provider` resolved)."""
     nodes = list(nodes)
-    scratch = scratch_per_lane(nodes, provider)
-    library = scratch_per_lane(nodes, provider, rule=builders.library_bytes)
-    return streams * (scratch + LIBRARY_RESERVE + library)
+    return streams * scratch_per_lane(nodes, provider) + library_allowance(nodes, streams, provider)
+
+
+def library_allowance(nodes, streams: int, provider: str) -> int:
+    """The part of `reserve_bytes` held back for the libraries' own memory (cuBLAS's pool, torch's cached
+    attention blocks), beside the scratch the backend allocates itself: what `DeviceSet.library_bytes`
+    measures should stay below it."""
+    return streams * (LIBRARY_RESERVE + scratch_per_lane(list(nodes), provider, rule=builders.library_bytes))
 
 
 @dataclass(frozen=True)

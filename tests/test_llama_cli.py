@@ -228,8 +228,8 @@ def test_membership_reads_no_tensor(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("block", ["0", "-3"])
-@pytest.mark.parametrize("option", ["--block", "--gpus"])
-def test_a_non_positive_block_or_gpu_count_is_refused_not_the_default(capsys, option, block):
+@pytest.mark.parametrize("option", ["--block", "--gpus", "--repeats"])
+def test_a_non_positive_block_gpu_or_repeat_count_is_refused_not_the_default(capsys, option, block):
     assert turnip(["llama", "--config", "tiny", "--tokens", "128", "--memory", "1MiB", "--backend", "sim", option, block]) == 1
     assert capsys.readouterr().err.strip() == f"turnip llama: error: {option} must be a positive integer, got {block}"
 
@@ -473,3 +473,22 @@ def test_build_block_auto_needs_memory_and_applies_to_llama_only(tmp_path, capsy
     assert turnip(["build", "ffn", "--layer-order", "halves", "-o", str(tmp_path / "h.json")]) == 1
     assert "--layer-order halves applies to llama, not ffn" in capsys.readouterr().err
     assert not (tmp_path / "h.json").exists()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_repeats_run_the_plan_again_on_one_prepared_backend(tmp_path, capsys, backend):
+    """--repeats N: every run's makespan on one line, the phases counted once, and (where values are
+    computed) the last run's outputs equal a single run's."""
+    common = ["--config", "tiny", "--tokens", 64, "--memory", "256KiB", "--backend", backend]
+    outputs = {} if backend == "sim" else {"--outputs": tmp_path / "three.npz"}
+    assert turnip(["llama", *map(str, common), "--repeats", "3", *[str(x) for pair in outputs.items() for x in pair]]) == 0
+    printed = capsys.readouterr().out
+    (line,) = [line for line in printed.splitlines() if line.startswith("repeats: ")]
+    spans = [float(x) for x in line.split("makespans ")[1].split(" ms")[0].split(", ")]
+    assert len(spans) == 3 and all(s > 0 for s in spans) and "the first is cold" in line
+    assert "run " in printed and "(3 runs)" in printed
+    if backend == "sim":
+        assert len(set(spans)) == 1  # a virtual clock: the same plan takes the same time
+        return
+    once = hidden_states(capsys, *common, "--outputs", tmp_path / "one.npz")
+    np.testing.assert_array_equal(np.load(tmp_path / "three.npz")["hidden_states"], once)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -75,12 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "bfloat16 --outputs are written as float32 (exact)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N", help="run the plan N times on one prepared backend and "
+                        "print every run's makespan (the first run is cold: the GPU's clocks and the libraries warm up "
+                        "in it); the summary is the last run's (default 1)")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
     add_progress_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    check_positive_options(args, "tokens", "block", "gpus", "query_group")
+    check_positive_options(args, "tokens", "block", "gpus", "query_group", "repeats")
     backend = resolve_backend(args.backend)
     if args.attention != "auto" and backend != "cuda":
         print(f"warning: --attention {args.attention} is ignored: it picks the cuda backend's attention provider, "
@@ -126,32 +130,42 @@ def run(args: argparse.Namespace) -> int:
         inputs = built.feed(weights, ids) if backend != "sim" else None  # lazy: read in `prepare`, into host storage
     fed = time.perf_counter()
     callbacks = [progress.until_run_starts(), ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()]
+    results = []
     with progress.phase("preparing"):  # ends when the run starts
-        result = execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs, callbacks=callbacks,
-                         verify=False)  # the compiler verified its own plan
+        for k in range(args.repeats):  # the backend stays prepared between runs (the plan is loaded once)
+            results.append(execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs,
+                                   callbacks=callbacks if not k else callbacks[1:], verify=False,  # the compiler verified its own plan
+                                   close=k == args.repeats - 1))
     executed = time.perf_counter()
+    result = results[-1]
     check_interrupt()  # a Ctrl-C that landed where it was swallowed still writes nothing
     hidden_states = {"hidden_states": _savable(built.gather(result.outputs))} if args.outputs else {}
     written = write_all(run_files(args.outputs, lambda: hidden_states, args.trace, result.recorder))
     print(f"{memgraph.count('offload')} offloads, {memgraph.count('reload')} reloads planned")
     print("\n".join(result.summary.lines()))
-    print(_phases_line(result.summary, read + fed - compiled, compiled - began - read, executed - fed))
+    if args.repeats > 1:
+        spans = [r.summary.makespan * 1e3 for r in results]
+        print(f"repeats: {args.repeats} runs, makespans {', '.join(f'{s:.3f}' for s in spans)} ms "
+              f"(median {statistics.median(spans):.3f} ms; the first is cold)")
+    print(_phases_line(results[0].summary, read + fed - compiled, compiled - began - read, executed - fed, args.repeats))
     for path in written:
         print(f"wrote {path}")
     return 0
 
 
-def _phases_line(summary, read: float, compile_time: float, execute_time: float) -> str:
+def _phases_line(summary, read: float, compile_time: float, execute_time: float, runs: int = 1) -> str:
     """The set-up phases in seconds: load (the model read, then the weights put into host memory, which
     the backend does in its `prepare`), compile (taskgraph and memgraph), prepare (the rest of the
-    backend's `prepare`), run (the event loop, outputs read back); and the whole process's wall time."""
+    backend's `prepare`), run (the event loop, outputs read back; every run of --repeats, the plan's
+    prepare counted once from the first run's `summary`); and the whole process's wall time."""
     weights = summary.inputs_time
     prepare = summary.prepare_time - weights
     run = execute_time - summary.prepare_time
     wall = process_seconds()
     total = f"{wall:.2f} s end to end" if wall is not None else "end to end not known on this system"
+    runs_note = f" ({runs} runs)" if runs > 1 else ""
     return (f"phases: load {read + weights:.2f} s (model {read:.2f} s, weights into host memory {weights:.2f} s), "
-            f"compile {compile_time:.2f} s, prepare {prepare:.2f} s, run {run:.2f} s; {total}")
+            f"compile {compile_time:.2f} s, prepare {prepare:.2f} s, run {run:.2f} s{runs_note}; {total}")
 
 
 def process_seconds() -> float | None:

@@ -153,8 +153,9 @@ for s in "$@"; do
     start8k) stage start8k 100 python3 bench/run.py llama --tokens 8192 --budgets 2 --inputs gpu --repeats 3 \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/start8k.json" ;;
     autollama) stage auto32k 200 python3 -m turnip_cli.main llama --config 7b --tokens 32768 --memory 1GiB --block auto --layer-order auto \
-             --query-group auto
-           stage auto128k 240 python3 -m turnip_cli.main llama --config 7b --tokens 131072 --memory 2GiB --layer-order auto --query-group auto ;;
+             --query-group auto --repeats 3
+           stage auto128k 240 python3 -m turnip_cli.main llama --config 7b --tokens 131072 --memory 2GiB --layer-order auto --query-group auto \
+             --repeats 3 ;;
     pair32k) stage pair32k 200 python3 bench/run.py llama --tokens 32768 --budgets 1 8 --layer-order halves --repeats 3 \
              --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces32k" --json "$OUT/pair32k.json" ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \

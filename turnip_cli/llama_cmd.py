@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", metavar="OUT.npz", help="write hidden_states [T, hidden] to this .npz")
     parser.add_argument("--trace", metavar="TRACE.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--repeats", type=int, default=1, metavar="N", help="run the plan N times on one prepared backend and "
-                        "print every run's makespan (the first run is cold: the GPU's clocks and the libraries warm up "
-                        "in it); the summary is the last run's (default 1)")
+                        "print every run's makespan and their median (the plan is loaded and the weights pinned once); "
+                        "the summary is the last run's (default 1)")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
     add_progress_argument(parser)
 
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats > 1:
         spans = [r.summary.makespan * 1e3 for r in results]
         print(f"repeats: {args.repeats} runs, makespans {', '.join(f'{s:.3f}' for s in spans)} ms "
-              f"(median {statistics.median(spans):.3f} ms; the first is cold)")
+              f"(median {statistics.median(spans):.3f} ms)")
     print(_phases_line(results[0].summary, read + fed - compiled, compiled - began - read, executed - fed, args.repeats))
     for path in written:
         print(f"wrote {path}")

@@ -194,8 +194,7 @@ class CudaBackend(Backend):
             self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
             devices.synchronize()
             self.stats["library_bytes"] = devices.library_bytes()  # a driver query per GPU: once per plan loaded
-            lanes = sum(lane.kind == "compute" and lane.device == 0 for lane in graph.lanes)
-            self.stats["library_allowance"] = library_allowance(graph.memgraph.nodes, lanes, self.attention)
+            self.stats["library_allowance"] = library_allowance(graph.memgraph.nodes, devices.compute, self.attention)
             self._start_clock(graph)
         count = len(graph)
         self.lane_of = [-1] * count

@@ -138,7 +138,7 @@ def library_allowance(nodes, streams: int, provider: str) -> int:
     """The part of `reserve_bytes` held back for the libraries' own memory (cuBLAS's pool, torch's cached
     attention blocks), beside the scratch the backend allocates itself: what `DeviceSet.library_bytes`
     measures should stay below it."""
-    return streams * (LIBRARY_RESERVE + scratch_per_lane(list(nodes), provider, rule=builders.library_bytes))
+    return streams * (LIBRARY_RESERVE + scratch_per_lane(nodes, provider, rule=builders.library_bytes))
 
 
 @dataclass(frozen=True)

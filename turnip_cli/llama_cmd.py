@@ -129,12 +129,13 @@ def run(args: argparse.Namespace) -> int:
     with progress.phase("reading the weights"):
         inputs = built.feed(weights, ids) if backend != "sim" else None  # lazy: read in `prepare`, into host storage
     fed = time.perf_counter()
-    callbacks = [progress.until_run_starts(), ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()]
+    every_run = [ProgressBar(progress.delay, progress.enabled), stop_on_interrupt()]
+    first_run = [progress.until_run_starts(), *every_run]  # the "preparing" phase ends when the first run starts
     results = []
     with progress.phase("preparing"):  # ends when the run starts
         for k in range(args.repeats):  # the backend stays prepared between runs (the plan is loaded once)
             results.append(execute(memgraph, backend=machine, order=args.order, seed=args.seed, inputs=inputs,
-                                   callbacks=callbacks if not k else callbacks[1:], verify=False,  # the compiler verified its own plan
+                                   callbacks=every_run if k else first_run, verify=False,  # the compiler verified its own plan
                                    close=k == args.repeats - 1))
     executed = time.perf_counter()
     result = results[-1]

@@ -100,26 +100,21 @@ def bound(compute: float, path: float, reloaded: int, link: float, interferer: f
             "reloaded": reloaded, "interferer": interferer}
 
 
-def run_figures(recorders) -> dict:
-    """What the bound reads of the orders' runs (each a Recorder): GPU 0's busy seconds and the critical
-    path, each vertex taking the least time it took in any of the runs (the same work in any order; a
-    run's own bursts only lengthen its copies)."""
-    from runtime.summary import union_length
-
-    graph = recorders[0].graph
+def run_figures(runs) -> dict:
+    """What the bound reads of the orders' runs (each a (RunSummary, Recorder) pair): GPU 0's busy
+    seconds (the summary's busy fraction of its makespan) and the critical path, each vertex taking the
+    least time it took in any of the runs (the same work in any order; a run's own bursts only lengthen
+    its copies)."""
+    graph = runs[0][1].graph
     least = [float("inf")] * len(graph)
-    compute = float("inf")
-    for recorder in recorders:
-        spans = []
+    for _, recorder in runs:
         for c in recorder.completions:
             least[c.vertex] = min(least[c.vertex], c.end - c.start)
-            if graph.lanes[c.lane].kind == "compute" and graph.lanes[c.lane].device == 0:
-                spans.append((c.start, c.end))
-        compute = min(compute, union_length(spans))
     longest = [0.0] * len(graph)
     for i in range(len(graph) - 1, -1, -1):
         own = least[i] if least[i] != float("inf") else 0.0  # inputs never run
         longest[i] = own + max((longest[d] for d in graph.dependents[i]), default=0.0)
+    compute = min(summary.busy[0] * summary.makespan for summary, _ in runs)
     return {"compute_s": compute, "path_s": max(longest, default=0.0)}
 
 
@@ -144,12 +139,12 @@ def sim_point(memgraph, args) -> dict:
         busy = sum(max(0.0, min(end, span) - start) for start, end in windows if start < span)
         rates.append({"bytes": busy * link * (1 - args.share), "seconds": span, "busy_seconds": busy})
     return {"makespans": spans, "quiet": [calm["nondet"]], "interferer": rates, "link": link, "reloaded": results[-1].summary.bytes_reloaded,
-            **run_figures([result.recorder for result in results])}
+            **run_figures([(result.summary, result.recorder) for result in results])}
 
 
 # ----- the GPU -------------------------------------------------------------------------------------------
 def gpu_point(memgraph, args) -> dict:
-    from cuda_common import loops
+    from cuda_common import h2d_ceiling, loops
     from runtime.backends.cuda import CudaBackend
 
     stats = Path(args.scratch) / f"interferer-{time.time_ns()}.json"
@@ -178,21 +173,7 @@ def gpu_point(memgraph, args) -> dict:
     own = json.loads(stats.read_text())
     stats.unlink()
     return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": [own], "link": link,
-            "reloaded": runs[ORDERS[0]]["summary"].bytes_reloaded, **run_figures([runs[order]["recorder"] for order in ORDERS])}
-
-
-def h2d_ceiling() -> float:
-    """Pinned host-to-GPU bytes/s of one 1 GiB copy, as bench/run.py measures its floor's, before the interferer starts."""
-    import torch
-
-    from cuda_common import cuda_time
-
-    host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    rate = (1 << 30) / cuda_time(lambda: dev.copy_(host, non_blocking=True))
-    del host, dev
-    torch.cuda.empty_cache()
-    return rate
+            "reloaded": runs[ORDERS[0]]["summary"].bytes_reloaded, **run_figures([(runs[order]["summary"], runs[order]["recorder"]) for order in ORDERS])}
 
 
 def interfere(args) -> int:

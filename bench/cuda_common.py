@@ -49,6 +49,19 @@ def cuda_time(fn, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
+def h2d_ceiling() -> float:
+    """Pinned host-to-GPU bytes/s of a 1 GiB copy (cuda_time's median): the link's ceiling that
+    bench/run.py's floor and bench_interference.py's bound divide by."""
+    import torch
+
+    host = torch.empty(GIB, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(GIB, dtype=torch.uint8, device="cuda")
+    rate = GIB / cuda_time(lambda: dev.copy_(host, non_blocking=True))
+    del host, dev
+    torch.cuda.empty_cache()
+    return rate
+
+
 def loops(memgraph: MemGraph, backend, orders=("nondet",), repeats: int = 3, inputs=None, streams: int = 2, alternate: bool = False,
           on_prepared=None, quiet: int = 0) -> dict:
     """Prepare once, run the loop `repeats` times per order (inputs are read-only, so reruns are valid).

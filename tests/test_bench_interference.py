@@ -65,7 +65,8 @@ def test_the_bound_is_below_every_run_and_names_what_sets_it(tmp_path):
 
 
 def test_the_critical_path_takes_each_vertex_at_its_least_time():
-    """run_figures: the longest path over the dependents, every vertex at the least time any run gave it."""
+    """run_figures: the longest path over the dependents, every vertex at the least time any run gave it;
+    compute, the least busy seconds of the runs' summaries."""
     from types import SimpleNamespace as NS
 
     from runtime.backends.base import Completion
@@ -74,9 +75,10 @@ def test_the_critical_path_takes_each_vertex_at_its_least_time():
     graph = type("G", (), {"lanes": lanes, "dependents": [[1, 2], [3], [3], []], "__len__": lambda self: 4})()
     one = NS(graph=graph, completions=[Completion(0, 0, 0.0, 1.0), Completion(1, 1, 1.0, 4.0), Completion(2, 0, 1.0, 2.0), Completion(3, 0, 4.0, 5.0)])
     two = NS(graph=graph, completions=[Completion(0, 0, 0.0, 2.0), Completion(1, 1, 2.0, 4.0), Completion(2, 0, 2.0, 5.0), Completion(3, 0, 5.0, 6.0)])
-    figures = bench_interference.run_figures([one, two])
+    # each run's summary: GPU 0 busy over that share of its makespan (the first: [0, 2] and [4, 5] of 5 s)
+    figures = bench_interference.run_figures([(NS(busy=[0.6], makespan=5.0), one), (NS(busy=[1.0], makespan=6.0), two)])
     assert figures["path_s"] == pytest.approx(1.0 + 2.0 + 1.0)  # 0 (1 s), then 1 at its least (2 s) over 2 (1 s), then 3 (1 s)
-    assert figures["compute_s"] == pytest.approx(3.0)  # the first run's kernels: [0, 2] and [4, 5]
+    assert figures["compute_s"] == pytest.approx(3.0)  # the least of the runs' busy seconds: the first's
 
 
 def test_the_build_options_reach_the_plan_and_the_report(tmp_path):

@@ -148,6 +148,22 @@ class DeviceMemory:
             starts[tensor] = start
         return victims, starts
 
+    def grow_for(self, size: int, fresh: bool = False) -> int:
+        """Extend the capacity so that `size` bytes fit at the top, and return where they start: in the
+        trailing free segment, lengthened as needed, or (`fresh`, or no such segment) in a new segment
+        past the end, bytes nothing used before. For CPU storage, which grows as the plan needs it."""
+        if self.owners[-1] == FREE and (not fresh or self.stamps[-1] == -1):  # -1: never used
+            start = self.starts[-1]
+            extra = max(0, start + size - self.ends[-1])
+            self.ends[-1] += extra
+        else:
+            start, extra = self.capacity, size
+            for seq, item in ((self.starts, start), (self.ends, start + size), (self.owners, FREE), (self.stamps, -1)):
+                seq.append(item)
+        self.capacity += extra
+        self.free += extra
+        return start
+
     def copy(self) -> DeviceMemory:
         twin = DeviceMemory(self.capacity, "first-fit" if self.first_fit else "loosest")
         twin.starts, twin.ends, twin.owners, twin.stamps = list(self.starts), list(self.ends), list(self.owners), list(self.stamps)

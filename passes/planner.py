@@ -19,8 +19,15 @@ size this is Belady's farthest next use.
 An offload depends only on its tensor's GPU copy (a data edge): it reads, so it runs beside the
 tensor's other readers, and the next writer of the location waits for it and for them
 (turnip-insert-memory-deps adds those edges). Inputs start on their GPU in first-use order while
-they fit. Storage is a bump allocator, never reused, so storage needs no edges. `loc` and `storage`
-sizes are exact byte sizes; the allocator reserves them rounded up to the alignment.
+they fit. `loc` and `storage` sizes are exact byte sizes; the allocator reserves them rounded up to
+the alignment.
+
+CPU storage is planned too (`self.storage`, a `DeviceMemory` that grows): an offload takes the free
+region a dead offloaded tensor left, the one freed longest ago, and grows the buffer only when none
+fits; so host memory (and the GPU's page tables for it) follows the offloaded bytes live at once, not
+all the bytes ever offloaded. turnip-insert-memory-deps orders the new offload after the old copy's
+reloads, as on a GPU. An input's region is always new and never freed (its value stays in place for
+the next run of the plan, runtime/residency.py), and so is an output's.
 
 Weight room stays weight room (`inputs="gpu"`, issue 26): when an input that started on the GPU dies,
 its room is held by a placeholder (`_hold`) while an input of that size waits in storage for its first
@@ -80,7 +87,8 @@ class Planner:
         self.is_output = [False] * n
         for o in view.outputs:
             self.is_output[o] = True
-        self.storage_top = 0
+        self.storage = DeviceMemory(0)
+        """CPU storage: offloaded tensors' regions, reused once their tensor is dead; inputs' regions."""
         self.step = 0
         self.inputs_on_gpu = inputs_on_gpu
         """False: every input starts in CPU storage (weights in host memory), and is reloaded where read."""
@@ -266,6 +274,9 @@ class Planner:
             self.gpu[t] = -1
             if self.ringed[t]:
                 self._hold(t, memory, start)
+            if self.store[t] >= 0 and self.out.nodes[self.store[t]].op == "offload":
+                self.storage.release(t, self.step)
+                self.store[t] = -1  # no copy left: a recompute can no longer read it
 
     def _hold(self, t: int, memory: DeviceMemory, start: int) -> None:
         """Hold the room a dead weight freed for the next weight's reload, while an input of its size waits
@@ -352,7 +363,7 @@ class Planner:
             pass
         elif self.store[t] < 0:
             d = self.view.devices[t]
-            self.store[t] = self._emit("offload", t, d, storage=self._storage(t), inputs=(self.gpu[t],))
+            self.store[t] = self._emit("offload", t, d, storage=self._storage(t, reuse=True), inputs=(self.gpu[t],))
         self.gpu[t] = -1
 
     def _drop_for_recompute(self, t: int) -> bool:
@@ -425,9 +436,14 @@ class Planner:
         self.ringed[t] = False
         self._await(t, True)
 
-    def _storage(self, t: int) -> tuple[int, int]:
-        start = self.storage_top
-        self.storage_top += self.size[t]
+    def _storage(self, t: int, reuse: bool = False) -> tuple[int, int]:
+        """A region of CPU storage for `t`: for an offload (`reuse`) the free one freed longest ago that
+        fits, else new bytes at the top; for an input always new bytes, never written by anything else."""
+        size = self.size[t]
+        start = self.storage.place_free(size) if reuse else None
+        if start is None:
+            start = self.storage.grow_for(size, fresh=not reuse)
+        self.storage.take(start, size, t)
         return (start, self.view.nbytes[t])
 
     def _emit(self, op: str, t: int, device, loc=None, storage=None, inputs=()) -> int:

@@ -184,12 +184,11 @@ class Simulator:
 
 def compile_point(point: Point):
     from passes.pipeline import compile_taskgraph
-    from runtime.backends.cuda.devices import reserve_bytes
+    from runtime.api import plan_within
 
     graph = build_taskgraph(point.workload, point.dtype, point.tokens, point.block, point.layer_order, point.query_group)
-    budget = int(point.budget * GIB)
-    arena = budget - reserve_bytes(list(graph.nodes.values()), 2, "torch-cudnn")
-    return compile_taskgraph(graph, arena, point.schedule, inputs="host")
+    compile_at = lambda arena: compile_taskgraph(graph, arena, point.schedule, inputs="host")  # noqa: E731
+    return plan_within(graph, int(point.budget * GIB), compile_at, "cuda", attention="torch-cudnn")[0]
 
 
 def build_taskgraph(workload: str, dtype: str, tokens: int, block: int | None = None, layer_order: str = "blocks",

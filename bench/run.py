@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cuda_common import cuda_time, h2d_ceiling, loops, row  # noqa: E402
 from report import floor_seconds  # noqa: E402
-from runtime import arena_budget, sim_makespan  # noqa: E402
+from runtime import sim_makespan  # noqa: E402
+from runtime.api import plan_within  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
@@ -156,8 +157,16 @@ def compile_turnip(graph, budget: int):
     """Turnip's plan of `graph` at `budget` bytes per GPU as every turnip system here runs it: the cuda
     backend's arena, weights starting where --inputs says (host memory by default), the --schedule choice;
     (memgraph, schedule, scores)."""
-    arena = arena_budget(graph, budget, "cuda", attention=ATTENTION)
-    return compile_choosing_schedule(graph, arena, SCHEDULE, inputs=INPUTS)
+    choice = {}
+
+    def compile_at(arena):  # the second plan (page tables for what the first pins) keeps the first's schedule
+        memgraph, schedule, scores = compile_choosing_schedule(graph, arena, choice.get("schedule", SCHEDULE), inputs=INPUTS)
+        choice.setdefault("schedule", schedule)
+        choice.setdefault("scores", scores)
+        return memgraph
+
+    memgraph, _ = plan_within(graph, budget, compile_at, "cuda", attention=ATTENTION)
+    return memgraph, choice["schedule"], choice["scores"]
 
 
 def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:

@@ -35,21 +35,47 @@ from turnip_ir.memgraph_types import check_types, infer_types
 from turnip_ir.verifier import verify_memgraph
 
 
-def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2, attention: str = "auto") -> int:
+def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2, attention: str = "auto",
+                 pinned: int | None = None) -> int:
     """The bytes per GPU the planner may give tensors when a run may take `budget` bytes per GPU in all.
 
     The cuda backend holds back a workspace (per-lane scratch and library memory, which depend on the
-    `attention` provider it will use) inside the budget; other backends take nothing beside their arena.
-    `graph` is the taskgraph (or memgraph) to run."""
+    `attention` provider it will use) inside the budget, and the GPU page tables that map its pinned host
+    memory: `pinned` bytes, by default a memgraph's storage or, before planning, every input of a
+    taskgraph (what a plan pins beyond that is `refit_arena`'s to find). Other backends take nothing
+    beside their arena. `graph` is the taskgraph (or memgraph) to run."""
     if resolve_backend(backend) != "cuda":
         return budget
     from runtime.backends.cuda import CudaBackend
 
+    if pinned is None:
+        pinned = graph.storage_bytes if isinstance(graph, MemGraph) else sum(
+            node.nbytes for node in graph.nodes.values() if node.op == "input")
     nodes = graph.nodes.values() if isinstance(graph.nodes, dict) else graph.nodes
-    reserve = CudaBackend.reserve_bytes(list(nodes), streams, attention)
+    reserve = CudaBackend.reserve_bytes(list(nodes), streams, attention, pinned)
     if reserve >= budget:
         raise BudgetError(f"a budget of {budget} bytes per GPU leaves nothing for tensors after the cuda workspace of {reserve} bytes")
     return budget - reserve
+
+
+def refit_arena(memgraph: MemGraph, graph, budget: int, backend: str = "cpu", streams: int = 2, attention: str = "auto") -> int | None:
+    """The smaller arena to plan `graph` again with when `memgraph` (planned from `arena_budget`'s estimate)
+    pins more host memory than the estimate and the GPU page tables for it leave its arena over `budget`;
+    None when it fits. The new arena leaves room for an eighth more pinned bytes: a smaller arena offloads
+    a little more."""
+    storage = memgraph.storage_bytes
+    if resolve_backend(backend) != "cuda" or memgraph.budget <= arena_budget(graph, budget, backend, streams, attention, storage):
+        return None
+    return arena_budget(graph, budget, backend, streams, attention, storage + storage // 8)
+
+
+def plan_within(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto"):
+    """`compile(arena)`'s memgraph of `graph` for a run that may take `budget` bytes per GPU in all: at
+    `arena_budget`'s arena, and once more at `refit_arena`'s when the first plan pins more host memory
+    than the estimate left page tables for. Returns (memgraph, whether it was planned again)."""
+    memgraph = compile(arena_budget(graph, budget, backend, streams, attention))
+    smaller = refit_arena(memgraph, graph, budget, backend, streams, attention)
+    return (memgraph, False) if smaller is None else (compile(smaller), True)
 
 
 @dataclass

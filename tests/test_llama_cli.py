@@ -373,7 +373,7 @@ def test_a_bfloat16_checkpoint_runs_in_bfloat16_on_the_cuda_backend(tmp_path, ca
     weights = bfloat16_checkpoint(tmp_path / "m")
     ids = np.arange(8, dtype=np.int64)
     np.save(tmp_path / "ids.npy", ids)
-    out = hidden_states(capsys, "--weights", tmp_path / "m", "--input-ids", tmp_path / "ids.npy", "--memory", "80MiB",
+    out = hidden_states(capsys, "--weights", tmp_path / "m", "--input-ids", tmp_path / "ids.npy", "--memory", "96MiB",
                         "--backend", "cuda", "--outputs", tmp_path / "out.npz")
     assert ", bfloat16; 8 tokens" in capsys.readouterr().out
     assert out.dtype == np.float32 and np.array_equal(out, out.astype(llama.load_config(str(tmp_path / "m")).dtype).astype(np.float32))

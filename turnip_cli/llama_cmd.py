@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime import arena_budget, execute
+from runtime.api import refit_arena
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, CPU_BFLOAT16, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
@@ -123,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(args, config, built, backend, stored_dtype)
         with progress.phase("compiling"):
             memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
+    smaller = refit_arena(memgraph, built.graph, budget, backend, attention=args.attention)
+    if smaller is not None:  # the plan pins more host memory than the arena left GPU page tables for
+        print(f"planning again at an arena of {format_size(smaller)}: the GPU's page tables for the"
+              f" {format_size(memgraph.storage_bytes)} of host memory the plan pins need more room")
+        memgraph = compile_printing_choice(built.graph, smaller, args.schedule, remat=args.remat)
     compiled = time.perf_counter()
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))

@@ -34,6 +34,7 @@ from typing import Any
 from passes.pipeline import compile_best, compile_taskgraph
 from passes.schedules import SCHEDULES
 from runtime import arena_budget, sim_makespan
+from runtime.api import plan_within
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.io import load_graph
 from turnip_ir.limits import INT_LIMIT, shorten
@@ -206,5 +207,6 @@ def load_plan(path: str, memory: str | None, backend: str, streams: int, attenti
         return graph, False
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    budget = arena_budget(graph, budget, backend, streams, attention)
-    return compile_printing_choice(graph, budget, schedule, streams, remat=remat), True
+    memgraph, _ = plan_within(graph, budget, lambda arena: compile_printing_choice(graph, arena, schedule, streams, remat=remat),
+                              backend, streams, attention)
+    return memgraph, True

@@ -194,7 +194,8 @@ class CudaBackend(Backend):
             self.stats["built"] = (sum(work is not None for work in self.work), dict(self.services.cache.builds))
             devices.synchronize()
             self.stats["library_bytes"] = devices.library_bytes()  # a driver query per GPU: once per plan loaded
-            self.stats["library_allowance"] = library_allowance(graph.memgraph.nodes, devices.compute, self.attention)
+            pinned = self.stats["pinned_bytes"] + self.stats["in_place"][1]
+            self.stats["library_allowance"] = library_allowance(graph.memgraph.nodes, devices.compute, self.attention, pinned)
             self._start_clock(graph)
         count = len(graph)
         self.lane_of = [-1] * count
@@ -243,9 +244,12 @@ class CudaBackend(Backend):
         return scratch_per_lane(nodes, make_driver().resolve_attention(provider), rule)
 
     @staticmethod
-    def reserve_bytes(nodes, streams: int = 2, provider: str = "auto") -> int:
-        """What to hold back from a per-GPU budget before planning the arena (devices.reserve_bytes)."""
-        return reserve_bytes(nodes, streams, make_driver().resolve_attention(provider))
+    def reserve_bytes(nodes, streams: int = 2, provider: str = "auto", pinned: int = 0) -> int:
+        """What to hold back from a per-GPU budget before planning the arena (devices.reserve_bytes). A
+        provider named outright is sized as it is, so a plan can be made where it cannot run (on a CPU
+        for the GPU); `auto` is resolved here."""
+        named = provider in attention.PROVIDERS and provider != "auto"
+        return reserve_bytes(nodes, streams, provider if named else make_driver().resolve_attention(provider), pinned)
 
     # ----- run: the executor's calls ----------------------------------------------------------------------
     def now(self) -> float:

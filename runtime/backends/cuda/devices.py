@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.backends.cuda import builders
+from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.compat import cuda
 from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import Workspace, device_bytes
@@ -24,6 +24,19 @@ LIBRARY_RESERVE = 32 << 20
 """Bytes per compute lane held back for cuBLAS's workspace pool on the lane's stream (what it took per
 lane: docs/benchmarks.md, "The cuda backend on the H200"); torch's attention memory is added per graph
 (attention.py)."""
+LIBRARY_BASE = 16 << 20
+"""Bytes per GPU the libraries take once, whatever the lanes (module loads, handles). On the H200 a
+process's first plan with two lanes and the triton provider took 70 MiB beside the page tables, 64 of
+them cuBLAS's pools (docs/benchmarks.md, "What the GPU holds beside the arena")."""
+PAGE_TABLE_ENTRY = 8
+HOST_PAGE = 4096
+"""The GPU maps page-locked host memory with an 8-byte entry per 4 KiB page, in GPU memory: 2 MiB per
+GiB pinned (measured on the H200, 12-103 GiB pinned: 2.00 MiB per GiB; huge pages do not change it)."""
+
+
+def page_table_bytes(pinned: int) -> int:
+    """GPU memory the driver's page tables take per GPU to map `pinned` bytes of page-locked host memory."""
+    return -(-max(pinned, 0) // HOST_PAGE) * PAGE_TABLE_ENTRY
 
 
 class DeviceSet:
@@ -127,18 +140,21 @@ def scratch_per_lane(nodes, provider: str, rule=None) -> int:
     return (need + 255) // 256 * 256
 
 
-def reserve_bytes(nodes, streams: int, provider: str) -> int:
+def reserve_bytes(nodes, streams: int, provider: str, pinned: int = 0) -> int:
     """What to hold back from a per-GPU budget before planning the arena: per compute lane, the scratch,
-    cuBLAS's pool and what torch's attention keeps cached (`provider` resolved)."""
+    cuBLAS's pool and what torch's attention keeps cached (`provider` resolved); per GPU, the libraries'
+    base and the page tables for `pinned` bytes of page-locked host memory."""
     nodes = list(nodes)
-    return streams * scratch_per_lane(nodes, provider) + library_allowance(nodes, streams, provider)
+    return streams * scratch_per_lane(nodes, provider) + library_allowance(nodes, streams, provider, pinned)
 
 
-def library_allowance(nodes, streams: int, provider: str) -> int:
-    """The part of `reserve_bytes` held back for the libraries' own memory (cuBLAS's pool, torch's cached
-    attention blocks), beside the scratch the backend allocates itself: what `DeviceSet.library_bytes`
-    measures should stay below it."""
-    return streams * (LIBRARY_RESERVE + scratch_per_lane(nodes, provider, rule=builders.library_bytes))
+def library_allowance(nodes, streams: int, provider: str, pinned: int = 0) -> int:
+    """The part of `reserve_bytes` held back for memory the backend does not allocate itself (cuBLAS's
+    pools, torch's cached attention blocks, module loads, the page tables of `pinned` host bytes): what
+    `DeviceSet.library_bytes` measures should stay below it."""
+    blocks = scratch_per_lane(nodes, provider, rule=builders.library_bytes)  # torch's attention blocks, per lane
+    torch = attention.TORCH_BASE if blocks else 0
+    return LIBRARY_BASE + torch + streams * (LIBRARY_RESERVE + blocks) + page_table_bytes(pinned)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ Points. Every turnip run of bench/run.py in docs/results/ on one GPU with the cu
 tokens, budget, order and schedule. A point measured in several calls counts once, at the median of
 its calls. Runs of the earlier runtime (the in-stream notifier, before the merge rework) are tabled
 apart, with the new model's prediction, and not fitted: their time includes costs the code no longer has.
-Each point's memgraph is compiled here as bench/run.py compiled it (the arena is the budget less the cuda
-workspace for torch-cudnn, weights in host memory, the same schedule) and simulated with the same order
-and two streams.
+Each point's memgraph is compiled here as bench/run.py compiled it (at the arena its summary names, to
+the MiB: the cuda reserve beside it has changed over time; weights in host memory, the same schedule)
+and simulated with the same order and two streams.
 
 Physical figures, from measured rates (not from makespans):
   h2d_bw, d2h_bw, duplex_bw  bench_cuda.py ceilings (pinned 1 GiB copies, one way and both ways)
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -81,6 +82,10 @@ class Point:
     4096 recorded as None too, so a point does not split by whether its file recorded the block)."""
     layer_order: str = "blocks"
     query_group: int = 1
+    arena: int | None = None
+    """Bytes per GPU the measured runs planned tensors in (their summary's `per GPU arena`, to the MiB):
+    the reserve beside the arena changed over time, so the sim plans each point at the arena it ran with;
+    None: the arena bench/run.py would give it today."""
 
     @property
     def label(self) -> str:
@@ -89,6 +94,7 @@ class Point:
         build = "" if self.block is None else f", block {self.block}"
         build += "" if self.layer_order == "blocks" else f", {self.layer_order}"
         build += "" if self.query_group == 1 else f", query group {self.query_group}"
+        build += "" if self.arena is None else f", arena {self.arena / 2**20:.0f} MiB"
         return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}{build}"
 
 
@@ -116,7 +122,7 @@ def measured_points(paths, keep=current) -> list[Point]:
             workload, _, dtype = run["workload"].partition("-")
             built = doc.get("workloads", {}).get(str(run["tokens"]), {})
             block = built.get("block") if workload == "llama" else None
-            build = (None if block == 4096 else block, built.get("layer_order", "blocks"), built.get("query_group", 1))
+            build = (None if block == 4096 else block, built.get("layer_order", "blocks"), built.get("query_group", 1), run_arena(run))
             key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
             calls.setdefault(key + build, []).append((run["seconds"], Path(path).name))
     points = []
@@ -124,6 +130,19 @@ def measured_points(paths, keep=current) -> list[Point]:
         seconds = tuple(s for s, _ in found)
         points.append(Point(*key[:6], statistics.median(seconds), seconds, tuple(sorted({p for _, p in found})), *key[6:]))
     return points
+
+
+ARENA_LINE = re.compile(r"per GPU arena ([\d.]+) (GiB|MiB|KiB)")
+
+
+def run_arena(run: dict) -> int | None:
+    """The arena a run's summary names, to the MiB (None where it names none)."""
+    for line in run.get("lines", []):
+        found = ARENA_LINE.search(line)
+        if found:
+            scale = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}[found.group(2)]
+            return round(float(found.group(1)) * scale / (1 << 20)) << 20
+    return None
 
 
 # ----- the physical figures -------------------------------------------------------------------------------
@@ -171,7 +190,8 @@ class Simulator:
         self.memgraphs: dict[tuple, object] = {}
 
     def memgraph(self, point: Point):
-        key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule, point.block, point.layer_order, point.query_group)
+        key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule, point.block, point.layer_order, point.query_group,
+               point.arena)
         if key not in self.memgraphs:
             self.memgraphs[key] = compile_point(point)
         return self.memgraphs[key]
@@ -188,6 +208,8 @@ def compile_point(point: Point):
 
     graph = build_taskgraph(point.workload, point.dtype, point.tokens, point.block, point.layer_order, point.query_group)
     compile_at = lambda arena: compile_taskgraph(graph, arena, point.schedule, inputs="host")  # noqa: E731
+    if point.arena is not None:
+        return compile_at(point.arena)
     return plan_within(graph, int(point.budget * GIB), compile_at, "cuda", attention="torch-cudnn")[0]
 
 

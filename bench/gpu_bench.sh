@@ -45,7 +45,9 @@
 # 2 GiB in halves and query groups of 8, and at 16 GiB; one run each), tight8ktriton (8k at 1 and 4 GiB with the
 # triton attention provider, whose workspace is 160 MiB smaller than torch-cudnn's), start8k (8k at 2 GiB with
 # the weights starting on the GPU while they fit, as `turnip llama` plans), autollama (`turnip llama` choosing block,
-# layer order and query group by the sim at 32k / 1 GiB, and layer order and query group at 128k / 2 GiB, then running).
+# layer order and query group by the sim at 32k / 1 GiB, and layer order and query group at 128k / 2 GiB, then running),
+# pair8k (8k at 1 and 4 GiB in one process, halves, query groups of 2, the memory schedule, torch-cudnn), pair128k (128k
+# at 2 and 16 GiB in one process, halves, query groups of 8; one run each).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -158,6 +160,10 @@ for s in "$@"; do
              --repeats 3 ;;
     pair32k) stage pair32k 200 python3 bench/run.py llama --tokens 32768 --budgets 1 8 --layer-order halves --repeats 3 \
              --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces32k" --json "$OUT/pair32k.json" ;;
+    pair8k) stage pair8k 150 python3 bench/run.py llama --tokens 8192 --budgets 1 4 --layer-order halves --query-group 2 --schedule memory \
+             --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/pair8k.json" ;;
+    pair128k) stage pair128k 300 python3 bench/run.py llama --tokens 131072 --budgets 2 16 --layer-order halves --query-group 8 --repeats 1 \
+             --systems turnip-nondet floor --json "$OUT/pair128k.json" ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \

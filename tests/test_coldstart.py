@@ -302,7 +302,7 @@ def test_a_session_on_cuda_keeps_checkpoint_weights_where_the_file_map_holds_the
     prompts = [np.array([3, 1, 4])]
     with Session(weights=tmp_path / "m", memory=4 << 20, backend="cpu") as session:
         expected = session.generate(prompts, 1).tokens
-    session = Session(weights=tmp_path / "m", memory=88 << 20, backend="cuda")
+    session = Session(weights=tmp_path / "m", memory=104 << 20, backend="cuda")
     try:
         got = session.generate(prompts, 1).tokens
         name = "model.layers.1.mlp.up_proj.weight"

@@ -35,9 +35,9 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 OFFLOAD_BUDGET = 64 << 10
 """Below TINY's weights (~280 KiB) and above its largest op (the LM head, ~33 KiB)."""
 GQA_BUDGET = 100 << 10
-CUDA_RESERVE = (1 << 26) + (16 << 20) + (4 << 10)
+CUDA_RESERVE = (80 << 20) + 2 * (4 << 20) + (4 << 10)
 """What the cuda backend (cuBLAS attention, two lanes) holds back beside the arena for these tiny models:
-cuBLAS's pools, the libraries' base and the page tables of under 2 MiB pinned (devices.reserve_bytes)."""
+the libraries' base, their memory per lane and the page tables of under 2 MiB pinned (devices.reserve_bytes)."""
 """The same for the tiny-gqa preset (~420 KiB of weights, a 64 KiB LM head)."""
 
 

@@ -135,16 +135,21 @@ def scratch_bytes(node, sources, provider: str) -> int:
     return chunk * (tq * tk * item + tq * d * item + tq * 4) + 3 * 256
 
 
-TORCH_BASE = 48 << 20
-"""What torch's attention takes once per GPU beside its blocks (cuDNN's handle, workspace and kernels):
-on the H200 a process's first plan with torch-cudnn held 56-75 MiB more than with triton (whose blocks
-torch does not hold), for blocks of 8-32 MiB per lane (docs/benchmarks.md, "What the GPU holds beside
-the arena"; the GPU test's free-memory bound checks it). `devices.library_allowance` adds it."""
+TORCH_BASE = 8 << 20
+"""What torch's attention takes once per GPU beside the libraries' base: on the H200 a process's first
+plan with torch-cudnn and one lane held 7 MiB more than the triton provider's, beside that lane's own
+(`TORCH_LANE`; docs/benchmarks.md, "What the GPU holds beside the arena"; the GPU test's free-memory
+bound checks it). `devices.library_allowance` adds it."""
+TORCH_LANE = 20 << 20
+"""What torch-cudnn takes per compute lane beside the blocks: each lane added 19 MiB plus half of its
+block's output and log-sum-exp (23 MiB for 8 MiB blocks, 35 MiB for 32 MiB blocks, from one to three
+lanes alike)."""
 
 
 def library_bytes(node, sources, provider: str) -> int:
-    """Memory torch's caching allocator holds per compute lane for one attention vertex: the block's output
-    and log-sum-exp, and the expanded k and v when heads are grouped (`TORCH_BASE` comes once per GPU)."""
+    """Memory torch holds per compute lane for one attention vertex: `TORCH_LANE`, half the block's output
+    and log-sum-exp (what each lane added on the H200), and the expanded k and v when heads are grouped,
+    whole (`TORCH_BASE` comes once per GPU)."""
     if not provider.startswith("torch") or sources[0].dtype not in HALF:
         return 0
     q, k = sources[0], sources[1]
@@ -152,7 +157,7 @@ def library_bytes(node, sources, provider: str) -> int:
     item = DTYPE_BYTES[q.dtype]
     tq, width = q.shape
     expanded = 0 if heads == kv_heads else 2 * k.shape[0] * width * item
-    return tq * width * item + heads * tq * 4 + expanded
+    return TORCH_LANE + (tq * width * item + heads * tq * 4) // 2 + expanded
 
 
 

@@ -20,14 +20,15 @@ from runtime.backends.cuda.memory import Workspace, device_bytes
 from runtime.graph import ExecGraph
 from turnip_ir.memgraph import MemNode
 
-LIBRARY_RESERVE = 32 << 20
-"""Bytes per compute lane held back for cuBLAS's workspace pool on the lane's stream (what it took per
-lane: docs/benchmarks.md, "The cuda backend on the H200"); torch's attention memory is added per graph
-(attention.py)."""
-LIBRARY_BASE = 16 << 20
-"""Bytes per GPU the libraries take once, whatever the lanes (module loads, handles). On the H200 a
-process's first plan with two lanes and the triton provider took 70 MiB beside the page tables, 64 of
-them cuBLAS's pools (docs/benchmarks.md, "What the GPU holds beside the arena")."""
+LIBRARY_RESERVE = 4 << 20
+"""Bytes per compute lane the libraries take for the lane's stream (cuBLAS's workspace on it, torch's
+stream): on the H200 each lane beyond the first added at most 2 MiB with the triton provider
+(docs/benchmarks.md, "What the GPU holds beside the arena"); torch's attention blocks are added per
+graph (attention.py)."""
+LIBRARY_BASE = 80 << 20
+"""Bytes per GPU the libraries take once, whatever the lanes (cuBLAS's handles and pool, torch's start,
+module loads): on the H200 a process's first plan took 72 MiB with one lane and the triton provider,
+beside the page tables (the same section)."""
 PAGE_TABLE_ENTRY = 8
 HOST_PAGE = 4096
 """The GPU maps page-locked host memory with an 8-byte entry per 4 KiB page, in GPU memory: 2 MiB per

@@ -47,7 +47,8 @@
 # the weights starting on the GPU while they fit, as `turnip llama` plans), autollama (`turnip llama` choosing block,
 # layer order and query group by the sim at 32k / 1 GiB, and layer order and query group at 128k / 2 GiB, then running),
 # pair8k (8k at 1 and 4 GiB in one process, halves, query groups of 2, the memory schedule, torch-cudnn), pair128k (128k
-# at 2 and 16 GiB in one process, halves, query groups of 8; one run each).
+# at 2 and 16 GiB in one process, halves, query groups of 8; one run each), smallest (128k at 1 GiB in halves and
+# query groups of 8, 32k at 0.5 GiB in halves: below the smallest budgets measured before; one run each).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -164,6 +165,10 @@ for s in "$@"; do
              --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/pair8k.json" ;;
     pair128k) stage pair128k 300 python3 bench/run.py llama --tokens 131072 --budgets 2 16 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/pair128k.json" ;;
+    smallest) stage smallest128k 200 python3 bench/run.py llama --tokens 131072 --budgets 1 --layer-order halves --query-group 8 --repeats 1 \
+             --systems turnip-nondet floor --json "$OUT/smallest128k.json"
+             stage smallest32k 120 python3 bench/run.py llama --tokens 32768 --budgets 0.5 --layer-order halves --repeats 1 \
+             --systems turnip-nondet floor --json "$OUT/smallest32k.json" ;;
     tight128k) stage tight128k 200 python3 bench/run.py llama --tokens 131072 --budgets 2 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \

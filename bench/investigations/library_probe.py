@@ -59,7 +59,7 @@ def main() -> None:
                       f"{mib['peak_beside']:.1f} MiB, allowance {mib['allowance']:.1f} MiB", flush=True)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "library_probe.json"), "w") as out:
-            json.dump(rows, out, indent=1)
+            json.dump({"machine": "NVIDIA H200", "command": "bench/investigations/library_probe.py", "cases": rows}, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ beside the page tables (the same section)."""
 PAGE_TABLE_ENTRY = 8
 HOST_PAGE = 4096
 """The GPU maps page-locked host memory with an 8-byte entry per 4 KiB page, in GPU memory: 2 MiB per
-GiB pinned (measured on the H200, 12-103 GiB pinned: 2.00 MiB per GiB; huge pages do not change it)."""
+GiB pinned (measured on the H200, 12-103 GiB pinned on transparent huge pages: 2.00 MiB per GiB)."""
 
 
 def page_table_bytes(pinned: int) -> int:

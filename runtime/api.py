@@ -41,16 +41,19 @@ def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2, att
 
     The cuda backend holds back a workspace (per-lane scratch and library memory, which depend on the
     `attention` provider it will use) inside the budget, and the GPU page tables that map its pinned host
-    memory: `pinned` bytes, by default a memgraph's storage or, before planning, every input of a
-    taskgraph (what a plan pins beyond that is `refit_arena`'s to find). Other backends take nothing
+    memory: `pinned` bytes, by default a memgraph's storage or, before planning, a taskgraph's inputs and an
+    eighth more (what a plan pins beyond that is `refit_arena`'s to find). Other backends take nothing
     beside their arena. `graph` is the taskgraph (or memgraph) to run."""
     if resolve_backend(backend) != "cuda":
         return budget
     from runtime.backends.cuda import CudaBackend
 
     if pinned is None:
-        pinned = graph.storage_bytes if isinstance(graph, MemGraph) else sum(
-            node.nbytes for node in graph.nodes.values() if node.op == "input")
+        if isinstance(graph, MemGraph):
+            pinned = graph.storage_bytes
+        else:  # the inputs, and an eighth more for offloads: most plans then need no second planning
+            inputs = sum(node.nbytes for node in graph.nodes.values() if node.op == "input")
+            pinned = inputs + inputs // 8
     nodes = graph.nodes.values() if isinstance(graph.nodes, dict) else graph.nodes
     reserve = CudaBackend.reserve_bytes(list(nodes), streams, attention, pinned)
     if reserve >= budget:

@@ -125,7 +125,7 @@ def test_the_reserve_holds_back_the_page_tables_of_what_is_pinned():
     inputs = sum(node.nbytes for node in nodes if node.op == "input")
     budget = 1 << 30
     arena = arena_budget(graph, budget, "cuda", attention="triton")
-    assert arena == budget - reserve_bytes(nodes, 2, "triton", inputs)  # before planning: every input pinned
+    assert arena == budget - reserve_bytes(nodes, 2, "triton", inputs + inputs // 8)  # before planning: the inputs, an eighth more
     assert arena_budget(graph, budget, "cpu") == budget
 
 

@@ -253,7 +253,7 @@ def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypat
     """The second generate builds no backend and compiles nothing; a run that fails on the device closes
     the backend, and the next call makes a new one and gives the same tokens (cuda: numba-cuda's simulator)."""
     prompts = [np.array([1, 2, 3]), np.array([4]), np.arange(5, 11)]  # prefill blocks of 1 and 2 tokens: two workspaces on cuda
-    memory = (1 << 20) + (80 << 20 if backend == "cuda" else 0)  # the cuda workspace: cuBLAS's 32 MiB per lane
+    memory = (1 << 20) + (CUDA_RESERVE + (16 << 20) if backend == "cuda" else 0)  # the cuda workspace beside the arena
     new, config = 2, "tiny"
     if backend == "cuda":  # the simulator runs every kernel thread in Python: one layer of two heads, one decode step
         new, config = 1, str(tmp_path / "config.json")

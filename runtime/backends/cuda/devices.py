@@ -107,13 +107,14 @@ class DeviceSet:
                 stream.synchronize()
 
     def library_bytes(self) -> int:
-        """What the libraries took on the worst GPU beyond our two allocations since the set was made."""
+        """What the libraries took on the worst GPU beyond our two allocations since the set was made (never
+        below 0: under the simulator, where the free memory is the host's, the difference can be)."""
         library = []
         for device, context in enumerate(self.contexts):
             with self.driver.on(device):
                 used = self.free_at_start[device] - self.driver.free_memory(context)
             library.append(used - self.arenas[device].nbytes - self.workspaces[device].nbytes)
-        return max(library, default=0)
+        return max(0, max(library, default=0))
 
     def drop_memory(self) -> None:
         self.arenas, self.workspaces = [], []

@@ -244,12 +244,12 @@ class CudaBackend(Backend):
         return scratch_per_lane(nodes, make_driver().resolve_attention(provider), rule)
 
     @staticmethod
-    def reserve_bytes(nodes, streams: int = 2, provider: str = "auto", pinned: int = 0) -> int:
-        """What to hold back from a per-GPU budget before planning the arena (devices.reserve_bytes). A
-        provider named outright is sized as it is, so a plan can be made where it cannot run (on a CPU
-        for the GPU); `auto` is resolved here."""
+    def reserve_bytes(nodes, streams: int = 2, provider: str = "auto") -> int:
+        """What to hold back from a per-GPU budget before planning the arena, beside the page tables of what
+        the run pins (devices.reserve_bytes with nothing pinned). A provider named outright is sized as it
+        is, so a plan can be made where it cannot run (on a CPU for the GPU); `auto` is resolved here."""
         named = provider in attention.PROVIDERS and provider != "auto"
-        return reserve_bytes(nodes, streams, provider if named else make_driver().resolve_attention(provider), pinned)
+        return reserve_bytes(nodes, streams, provider if named else make_driver().resolve_attention(provider))
 
     # ----- run: the executor's calls ----------------------------------------------------------------------
     def now(self) -> float:

@@ -8,6 +8,10 @@ a run that ignored memory edges would read overwritten data.
 
 from __future__ import annotations
 
+import numpy as np
+from kernel_formulas import evaluate
+
+from runtime.inputs import input_specs, make_inputs
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.taskgraph import TaskGraph
 
@@ -145,3 +149,14 @@ def dependency_violations(result) -> list[str]:
             if index in spans and spans[index][1] > start:
                 bad.append(f"{graph.describe(vertex)} started at {start} before {graph.describe(index)} ended")
     return bad
+
+
+def assert_matches_reference(taskgraph: TaskGraph, memgraph: MemGraph, result, seed: int) -> None:
+    """`result` (a run of `memgraph` on inputs made from `seed`) gives `taskgraph`'s float64 outputs, within
+    float32 rounding, and broke no dependency."""
+    reference = evaluate(taskgraph, make_inputs(input_specs(memgraph), None, seed))
+    for task, expected in reference.items():
+        # float32 rounding grows with the values' magnitude, so the absolute tolerance scales with it
+        atol = 2e-5 * max(1.0, float(np.abs(expected).max(initial=0.0)))
+        np.testing.assert_allclose(result.outputs[task], expected, rtol=2e-4, atol=atol, err_msg=task)
+    assert dependency_violations(result) == []

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_formulas import evaluate
-from runtime_plans import dependency_violations
+from runtime_plans import assert_matches_reference
 
 from passes.pipeline import compile_taskgraph
 from runtime import execute
-from runtime.inputs import input_specs, make_inputs
 from turnip_ir.errors import BudgetError
 from tools.random_graphs import random_taskgraph
 from frontend.workloads import ffn, matmul
@@ -33,14 +31,6 @@ def _tight_memgraphs(taskgraph):
     return plans
 
 
-def _assert_matches_reference(taskgraph, memgraph, result, seed):
-    reference = evaluate(taskgraph, make_inputs(input_specs(memgraph), None, seed))
-    for task, expected in reference.items():
-        atol = 2e-5 * max(1.0, float(np.abs(expected).max(initial=0.0)))
-        np.testing.assert_allclose(result.outputs[task], expected, rtol=2e-4, atol=atol, err_msg=task)
-    assert dependency_violations(result) == []
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_compiled_random_graphs_under_tight_budgets(seed):
     taskgraph = random_taskgraph(seed, tasks=40, devices=2, sizes=(8, 16, 24), mixed=True)
@@ -49,9 +39,9 @@ def test_compiled_random_graphs_under_tight_budgets(seed):
     for memgraph in plans:
         for run_seed in range(3):
             result = execute(memgraph, order="random", seed=run_seed, jitter=0.0002)
-            _assert_matches_reference(taskgraph, memgraph, result, run_seed)
+            assert_matches_reference(taskgraph, memgraph, result, run_seed)
         result = execute(memgraph, order="nondet", seed=seed, jitter=0.0005, streams=3)
-        _assert_matches_reference(taskgraph, memgraph, result, seed)
+        assert_matches_reference(taskgraph, memgraph, result, seed)
 
 
 @pytest.mark.parametrize("build", [
@@ -65,4 +55,4 @@ def test_compiled_models_fixed_equals_nondet(build):
     nondet = execute(memgraph, order="nondet", seed=2, jitter=0.0005)
     for task in fixed.outputs:
         np.testing.assert_array_equal(fixed.outputs[task], nondet.outputs[task])
-    _assert_matches_reference(taskgraph, memgraph, nondet, 2)
+    assert_matches_reference(taskgraph, memgraph, nondet, 2)

@@ -143,7 +143,8 @@ def sim_point(memgraph, args) -> dict:
 
 
 # ----- the GPU -------------------------------------------------------------------------------------------
-def gpu_point(memgraph, args) -> dict:
+def gpu_point(memgraph, args, attention: str = "auto") -> dict:
+    """`attention`: the provider the plan's arena was sized for (`run.compile_turnip`'s choice)."""
     from cuda_common import h2d_ceiling, loops
     from runtime.backends.cuda import CudaBackend
 
@@ -161,7 +162,7 @@ def gpu_point(memgraph, args) -> dict:
 
     link = h2d_ceiling()
     try:
-        runs = loops(memgraph, CudaBackend(), orders=ORDERS, repeats=args.repeats, alternate=True, on_prepared=start_interferer,
+        runs = loops(memgraph, CudaBackend(attention_provider=attention), orders=ORDERS, repeats=args.repeats, alternate=True, on_prepared=start_interferer,
                      quiet=args.repeats)
     finally:
         stop.touch()
@@ -253,13 +254,13 @@ def main(argv=None) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (tokens, budget), text in zip(points, args.points):
         try:
-            memgraph = compile_turnip(graph_of(args.config, tokens, args.block, args.layer_order, args.query_group), budget)[0]
+            memgraph, _, _, attention = compile_turnip(graph_of(args.config, tokens, args.block, args.layer_order, args.query_group), budget)
         except BudgetError as err:
             report["points"].append({"point": text, "error": f"does not fit: {err}"})
             print(f"| {text} | does not fit: {err} | | | | | | | |", flush=True)
             continue
         try:
-            measured = sim_point(memgraph, args) if args.backend == "sim" else gpu_point(memgraph, args)
+            measured = sim_point(memgraph, args) if args.backend == "sim" else gpu_point(memgraph, args, attention.provider)
         except InputError as err:
             report["points"].append({"point": text, "error": str(err)})
             print(f"| {text} | {err} | | | | | | | |", flush=True)

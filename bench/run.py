@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cuda_common import cuda_time, h2d_ceiling, loops, row  # noqa: E402
 from report import floor_seconds  # noqa: E402
 from runtime import sim_makespan  # noqa: E402
-from runtime.api import plan_within  # noqa: E402
+from runtime.api import plan_choosing_attention  # noqa: E402
 from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
@@ -52,6 +52,7 @@ from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa
 from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
 from frontend.workloads.llama.graph import LAYER_ORDERS  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
+from turnip_ir.cost import CostModel  # noqa: E402
 from turnip_ir.errors import BudgetError  # noqa: E402
 from turnip_ir.files import atomic_write  # noqa: E402
 
@@ -155,8 +156,9 @@ def _flops(node, graph) -> int:
 # ----- turnip ------------------------------------------------------------------------------------------
 def compile_turnip(graph, budget: int):
     """Turnip's plan of `graph` at `budget` bytes per GPU as every turnip system here runs it: the cuda
-    backend's arena, weights starting where --inputs says (host memory by default), the --schedule choice;
-    (memgraph, schedule, scores)."""
+    backend's arena, weights starting where --inputs says (host memory by default), the --schedule choice,
+    and for `--attention auto` the provider the sim ranks fastest (runtime.api, `plan_choosing_attention`);
+    (memgraph, schedule, scores, attention choice)."""
     choice = {}
 
     def compile_at(arena):  # the second plan (page tables for what the first pins) keeps the first's schedule
@@ -165,22 +167,22 @@ def compile_turnip(graph, budget: int):
         choice.setdefault("scores", scores)
         return memgraph
 
-    memgraph, _ = plan_within(graph, budget, compile_at, "cuda", attention=ATTENTION)
-    return memgraph, choice["schedule"], choice["scores"]
+    attention = plan_choosing_attention(graph, budget, compile_at, "cuda", attention=ATTENTION)
+    return attention.memgraph, choice["schedule"], choice["scores"], attention
 
 
 def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     budget = int(budget_gib * GIB)
     try:
         began = time.perf_counter()
-        memgraph, schedule, scores = compile_turnip(work.graph, budget)
+        memgraph, schedule, scores, attention = compile_turnip(work.graph, budget)
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):
             results[f"turnip-{order}"] = {"error": f"does not fit: {err}"}
         return
     depth = {} if COPY_DEPTH is None else {"copy_queue_depth": COPY_DEPTH}  # None: the backend's default, not its lane depth
-    backend = CudaBackend(attention_provider=ATTENTION, notifier=NOTIFIER, **depth)
+    backend = CudaBackend(attention_provider=attention.provider, notifier=NOTIFIER, **depth)
     runs = loops(memgraph, backend, orders=ORDERS, repeats=repeats, inputs=work.inputs)
     if TRACES:
         name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu.json"
@@ -190,7 +192,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     for order in ORDERS:
         run = runs[order]
         summary = run["summary"]
-        predicted = sim_makespan(memgraph, order=order)
+        predicted = sim_makespan(memgraph, order=order, cost=CostModel().for_attention(attention.provider))
         busy = engine_busy(run)
         results[f"turnip-{order}"] = {
             "seconds": run["makespan"], "wall": run["wall"], "sim": predicted, "compile_s": compile_s,
@@ -199,7 +201,8 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run, busy), "engine_busy": busy, "lines": summary.lines() + runs["notes"], "output": output,
-            "copy_depth": backend.copy_queue_depth, "attention": ATTENTION, "notifier": NOTIFIER,
+            "copy_depth": backend.copy_queue_depth, "attention": attention.provider, "attention_asked": ATTENTION,
+            "attention_scores": attention.scores, "notifier": NOTIFIER,
             "schedule": schedule, "schedule_scores": scores, "inputs": INPUTS,
         }
 

@@ -73,6 +73,58 @@ def plan_within(graph, budget: int, compile, backend: str = "cpu", streams: int 
     return (memgraph, False) if smaller is None else (compile(smaller), True)
 
 
+PROVIDER_MARGIN = 0.02
+"""How much faster (relative) the sim must predict a later attention candidate than the first for `auto` to
+take it: where the budget does not bind, the plans are alike and the sim's difference is noise (7b at 8k /
+4 GiB: 1e-15 s), while torch-cudnn measured faster there (0.240 s against triton's 0.242)."""
+
+
+@dataclass
+class AttentionChoice:
+    """`plan_choosing_attention`'s answer: the plan, the provider it was planned for, whether it was planned
+    again (`plan_within`), and each candidate's sim makespan (empty when there was one candidate)."""
+
+    memgraph: MemGraph
+    provider: str
+    replanned: bool
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto",
+                            planned: tuple[MemGraph, bool] | None = None, order: str = "nondet",
+                            candidates: Sequence[str] | None = None) -> AttentionChoice:
+    """`plan_within`'s plan of `graph`, and for the cuda backend's `auto` the attention provider to run it
+    with: each of `CudaBackend.attention_candidates` (torch-cudnn and triton where both can run) planned at
+    its own arena and ranked by the sim at its own attention rate (`CostModel.for_attention`); another
+    candidate replaces the first only when the sim predicts it `PROVIDER_MARGIN` faster. `planned` is the first candidate's plan where the caller has it already (`turnip llama`'s
+    choosers compile with `auto`'s reserve, which is the first candidate's). `provider` is `attention` as
+    given for a provider named outright, and "" for backends without providers. `candidates` replaces
+    `auto`'s (tests rank torch-cudnn against triton where neither can run)."""
+    if resolve_backend(backend) != "cuda":
+        memgraph, replanned = planned or plan_within(graph, budget, compile, backend, streams, attention)
+        return AttentionChoice(memgraph, "", replanned)
+    if candidates is None:
+        from runtime.backends.cuda import CudaBackend
+
+        candidates = CudaBackend.attention_candidates(attention)
+    plans, first_error = {}, None
+    for k, provider in enumerate(candidates):
+        try:  # a workspace larger than the budget leaves the other candidates
+            plans[provider] = planned if k == 0 and planned is not None else plan_within(graph, budget, compile, backend, streams, provider)
+        except BudgetError as err:
+            first_error = first_error or err
+    if not plans:
+        raise first_error
+    if len(plans) == 1:
+        (provider, (memgraph, replanned)), = plans.items()
+        return AttentionChoice(memgraph, provider, replanned)
+    scores = {provider: sim_makespan(plan[0], streams, order, CostModel().for_attention(provider)) for provider, plan in plans.items()}
+    first = next(iter(plans))
+    best = min(plans, key=lambda provider: scores[provider] * (1.0 if provider == first else 1.0 + PROVIDER_MARGIN))
+    memgraph, replanned = plans[best]
+    return AttentionChoice(memgraph, best, replanned, scores)
+
+
 def _pinned_estimate(graph) -> int:
     """A taskgraph's pinned host bytes before planning: its inputs, and an eighth more for offloads (most
     plans then need no second planning)."""

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise InputError(f"--limit must be 0 or more, got {args.limit}")
     check_outputs({"--json": args.json}, {"FILE": args.file})
-    memgraph, _ = load_plan(args.file, args.memory, resolve_backend(args.backend), args.streams, args.attention, args.schedule,
+    memgraph, _, _ = load_plan(args.file, args.memory, resolve_backend(args.backend), args.streams, args.attention, args.schedule,
                              args.remat)
     if args.gpu is not None and not 0 <= args.gpu < memgraph.devices:
         raise InputError(f"--gpu {args.gpu}: the plan has GPUs 0 to {memgraph.devices - 1}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime import arena_budget, execute
-from runtime.api import refit_arena
+from runtime.api import plan_choosing_attention, refit_arena
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, CPU_BFLOAT16, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
@@ -36,6 +36,7 @@ from turnip_cli.planning import (
     choose_llama_build,
     compile_printing_choice,
     parse_size,
+    print_attention_choice,
 )
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
@@ -129,6 +130,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"planning again at an arena of {format_size(smaller)}: the GPU's page tables for the"
               f" {format_size(memgraph.storage_bytes)} of host memory the plan pins need more room")
         memgraph = compile_printing_choice(built.graph, smaller, args.schedule, remat=args.remat)
+    with progress.phase("choosing the attention provider"):  # auto's others, each at its own arena (the choices above used the first's)
+        choice = plan_choosing_attention(built.graph, budget, lambda arena: compile_printing_choice(built.graph, arena, args.schedule,
+                                         remat=args.remat), backend, attention=args.attention, planned=(memgraph, smaller is not None))
+    print_attention_choice(choice)
+    memgraph = choice.memgraph
+    if choice.provider and backend == "cuda":
+        machine.choose_attention(choice.provider)
     compiled = time.perf_counter()
     if args.explain:
         print("\n".join(explain_offloads(memgraph).summary_lines()))

@@ -34,7 +34,7 @@ from typing import Any
 from passes.pipeline import compile_best, compile_taskgraph
 from passes.schedules import SCHEDULES
 from runtime import arena_budget, sim_makespan
-from runtime.api import plan_within
+from runtime.api import AttentionChoice, plan_choosing_attention
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.io import load_graph
 from turnip_ir.limits import INT_LIMIT, shorten
@@ -194,19 +194,29 @@ def _seconds(value: float) -> str:
 
 
 def load_plan(path: str, memory: str | None, backend: str, streams: int, attention: str = "auto", schedule: str = "given",
-              remat: bool = False) -> tuple[MemGraph, bool]:
-    """The memgraph to run, and whether it was compiled here (and so verified) from a taskgraph.
+              remat: bool = False) -> tuple[MemGraph, bool, str]:
+    """The memgraph to run, whether it was compiled here (and so verified) from a taskgraph, and the
+    attention provider it was planned for ("" where the plan came as a file or the backend has none).
 
-    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first.
-    `remat` applies to a taskgraph compiled here; a memgraph file is run as it was planned."""
+    The budget is everything a run may take per GPU: the cuda backend's workspace comes out of it first,
+    and for `auto` the provider is chosen with the plan (`print_attention_choice`). `remat` applies to a
+    taskgraph compiled here; a memgraph file is run as it was planned."""
     graph = load_graph(path)
     budget = parse_size(memory) if memory is not None else None
     if isinstance(graph, MemGraph):
         if budget is not None and graph.budget > arena_budget(graph, budget, backend, streams, attention):
             raise InputError(f"{path}: the memgraph was planned for {graph.budget} bytes per GPU, more than --memory {budget} allows the {backend} backend's arena")
-        return graph, False
+        return graph, False, ""
     if budget is None:
         raise InputError(f"{path}: a taskgraph needs --memory to be compiled")
-    memgraph, _ = plan_within(graph, budget, lambda arena: compile_printing_choice(graph, arena, schedule, streams, remat=remat),
-                              backend, streams, attention)
-    return memgraph, True
+    choice = plan_choosing_attention(graph, budget, lambda arena: compile_printing_choice(graph, arena, schedule, streams, remat=remat),
+                                     backend, streams, attention)
+    print_attention_choice(choice)
+    return choice.memgraph, True, choice.provider
+
+
+def print_attention_choice(choice: AttentionChoice) -> None:
+    """The line the commands print when `auto` ranked attention providers by the sim (nothing otherwise)."""
+    if choice.scores:
+        predicted = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in choice.scores.items())
+        print(f"attention auto: {choice.provider} (sim predictions: {predicted})")

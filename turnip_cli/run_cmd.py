@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
     progress = Progress.for_args(args)
     with progress.phase(f"reading {args.file}" + (" and compiling" if args.memory else "")):
-        memgraph, compiled = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule, args.remat)
+        memgraph, compiled, provider = load_plan(args.file, args.memory, backend, args.streams, args.attention, args.schedule, args.remat)
+    if provider and backend == "cuda":  # the provider the plan's workspace was sized for (auto's choice)
+        backend_object.choose_attention(provider)
     inputs = None
     if args.inputs:
         with progress.phase(f"reading {args.inputs}"):

@@ -10,7 +10,7 @@ benchmark matrix (attention_flops, launch): docs/runtime.md, "The cost model", s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from turnip_ir.kernels import KERNELS
 from turnip_ir.memgraph import MemNode
@@ -44,6 +44,13 @@ class CostModel:
     the rate of blocks queued alone (docs/benchmarks.md, "Attention providers on 7B blocks") because in a
     prefill the blocks share the GPU with the GEMMs of the other stream; with the GEMM rate instead, the
     sim predicted llama prefill faster than measured."""
+    triton_attention_flops: float = 392e12
+    """fp16 attention blocks under the `triton` provider (one kernel per block, no merge), what
+    `for_attention("triton")` prices them at: 7b at 32k / 4 GiB ran 1.464 s with triton against 1.331 s
+    with torch-cudnn in one sitting (docs/results/h200-2026-12-01b-llama-32k-{triton,torch-cudnn}.json),
+    1.100x, and at this rate the sim gives that plan (layers in blocks, today's arenas) 1.100x its
+    torch-cudnn makespan (1.408 against 1.280 s). Queued alone, a 7b block runs at 0.81-0.82 of torch's best SDPA under triton against
+    0.90-0.96 under torch-cudnn (docs/runtime.md, "Attention providers")."""
     decode_attention_bw: float = 0.92e12
     """Bytes per second of the cuda backend's `decode_attention` launches (its operands and output over its
     time): 7b, B = 16, two 1024-row columns a layer, 64 such launches plus 32 one-row ones took 18.9 ms for
@@ -70,6 +77,12 @@ class CostModel:
     notify_latency: float = 36.2e-6
     """Seconds from a vertex's end on the GPU to the loop learning of it: the same section's chain of tiny
     kernels run one at a time (83.3 us a vertex) less the loop's time and the launch gap."""
+
+    def for_attention(self, provider: str) -> CostModel:
+        """This model for a run whose attention blocks go through `provider` (a resolved cuda provider):
+        `triton` has its own rate; torch's fused ops are priced at `attention_flops`, as is `cublas`,
+        which runs about 5x slower (not modelled: the sim ranks no plan for it)."""
+        return replace(self, attention_flops=self.triton_attention_flops) if provider == "triton" else self
 
     def flop_rate(self, dtype: str) -> float:
         if dtype in ("float16", "bfloat16"):

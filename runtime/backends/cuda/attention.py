@@ -88,6 +88,16 @@ def resolve(provider: str, on_gpu: bool) -> str:
     return provider
 
 
+def auto_candidates(on_gpu: bool = True) -> tuple[str, ...]:
+    """The providers `auto` chooses among, by the sim, for a run under a budget (runtime.api,
+    `plan_choosing_attention`): torch-cudnn, then triton where both can run. Triton's attention is
+    slower (`CostModel.triton_attention_flops`) but its workspace is smaller (`reserve_bytes`), which
+    pays at tight budgets (7b at 8k / 1 GiB). Elsewhere the one provider `auto` resolves to."""
+    if resolve("auto", on_gpu) == "torch-cudnn" and have_triton():
+        return ("torch-cudnn", "triton")
+    return (resolve("auto", on_gpu),)
+
+
 @dataclass(frozen=True)
 class Block:
     """One attention vertex's operands and shape: q [tq, heads*d], k and v [tk, kv_heads*d], optional prev."""

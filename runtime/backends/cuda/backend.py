@@ -244,6 +244,19 @@ class CudaBackend(Backend):
         return scratch_per_lane(nodes, make_driver().resolve_attention(provider), rule)
 
     @staticmethod
+    def attention_candidates(provider: str = "auto") -> tuple[str, ...]:
+        """The providers a run under `provider` may use: `auto`'s candidates here (attention.auto_candidates),
+        which the caller ranks (runtime.api, `plan_choosing_attention`), or the one named."""
+        return make_driver().attention_candidates() if provider == "auto" else (provider,)
+
+    def choose_attention(self, provider: str) -> None:
+        """Use `provider` from the first `prepare` on (what `plan_choosing_attention` chose for `auto`); a
+        backend already set up keeps the provider it has, so asking for another is an error."""
+        if self.devices is not None and provider != self.attention:
+            raise InputError(f"this cuda backend runs attention through {self.attention} already; make a new one for {provider}")
+        self.attention_choice = provider
+
+    @staticmethod
     def reserve_bytes(nodes, streams: int = 2, provider: str = "auto") -> int:
         """What to hold back from a per-GPU budget before planning the arena, beside the page tables of what
         the run pins (devices.reserve_bytes with nothing pinned). A provider named outright is sized as it

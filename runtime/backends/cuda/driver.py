@@ -222,6 +222,9 @@ class GpuDriver:
     def resolve_attention(self, provider: str) -> str:
         return attention.resolve(provider, on_gpu=True)
 
+    def attention_candidates(self) -> tuple[str, ...]:
+        return attention.auto_candidates(on_gpu=True)
+
     def open_libraries(self, devices, lanes: list, with_torch: bool) -> Libraries:
         """CuPy, cuBLAS (and torch's streams) warmed up on every lane (libraries.py)."""
         return Libraries.open(self, devices, lanes, with_torch)
@@ -341,6 +344,9 @@ class SimDriver(GpuDriver):
 
     def resolve_attention(self, provider: str) -> str:
         return attention.resolve(provider, on_gpu=False)
+
+    def attention_candidates(self) -> tuple[str, ...]:
+        return attention.auto_candidates(on_gpu=False)
 
     def open_libraries(self, devices, lanes: list, with_torch: bool) -> Libraries:
         return Libraries()  # no CuPy, cuBLAS or torch under the simulator

@@ -48,7 +48,8 @@
 # layer order and query group by the sim at 32k / 1 GiB, and layer order and query group at 128k / 2 GiB, then running),
 # pair8k (8k at 1 and 4 GiB in one process, halves, query groups of 2, the memory schedule, torch-cudnn), pair128k (128k
 # at 2 and 16 GiB in one process, halves, query groups of 8; one run each), smallest (128k at 1 GiB in halves and
-# query groups of 8, 32k at 0.5 GiB in halves: below the smallest budgets measured before; one run each).
+# query groups of 8, 32k at 0.5 GiB in halves: below the smallest budgets measured before; one run each),
+# pair32ktriton (pair32k with the triton attention provider, which `--attention auto` ranks against torch-cudnn).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -161,6 +162,8 @@ for s in "$@"; do
              --repeats 3 ;;
     pair32k) stage pair32k 200 python3 bench/run.py llama --tokens 32768 --budgets 1 8 --layer-order halves --repeats 3 \
              --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces32k" --json "$OUT/pair32k.json" ;;
+    pair32ktriton) stage pair32ktriton 200 python3 bench/run.py llama --tokens 32768 --budgets 1 8 --layer-order halves --repeats 3 \
+             --attention triton --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces32ktriton" --json "$OUT/pair32ktriton.json" ;;
     pair8k) stage pair8k 150 python3 bench/run.py llama --tokens 8192 --budgets 1 4 --layer-order halves --query-group 2 --schedule memory \
              --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/pair8k.json" ;;
     pair128k) stage pair128k 300 python3 bench/run.py llama --tokens 131072 --budgets 2 16 --layer-order halves --query-group 8 --repeats 1 \

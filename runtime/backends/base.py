@@ -17,7 +17,9 @@ from runtime.residency import Residency
 
 ATTENTION_PROVIDERS = ("auto", "torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas")
 """The cuda backend's attention providers (runtime/backends/cuda/attention.py), named here where the CLI
-reads them without importing numba; `auto` is torch-cudnn when torch with CUDA is importable, else cublas."""
+reads them without importing numba; `auto` is torch-cudnn when torch with CUDA is importable, else cublas,
+and a run planned under a budget ranks torch-cudnn against triton by the sim where both can run
+(runtime.api, `plan_choosing_attention`)."""
 
 
 RESIDENT_QUEUE_DEPTH = 8

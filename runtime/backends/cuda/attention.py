@@ -23,7 +23,9 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
   with a power-of-two head width (others take `cublas`). Checked under Triton's interpreter on the CPU
   (tests/test_attention_triton.py) and on the GPU, where docs/runtime.md ("Attention providers") gives
   its speed against torch's.
-`auto` takes torch-cudnn when torch with CUDA is importable, else cublas. The merge reads o through its
+`auto` takes torch-cudnn when torch with CUDA is importable, else cublas; a run planned under a budget
+ranks torch-cudnn against triton first where both can run (`auto_candidates`), and its backend is then
+told the one chosen (`CudaBackend.choose_attention`). The merge reads o through its
 strides with vector loads where every operand allows (`kernels_numba.merge_vector_ok`; cuDNN's o, whose
 heads interleave, does), element by element otherwise. A bfloat16 block's arena views are uint16 words
 (memory.py): torch sees them as bfloat16 (`torch_view`), the numba kernels convert in-kernel (bfloat16.py).

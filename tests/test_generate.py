@@ -20,7 +20,7 @@ from frontend.safetensors import save_file
 from frontend.workloads import llama
 from frontend.workloads.llama.float64_forward import float64_forward
 from passes.pipeline import compile_taskgraph
-from runtime import execute
+from runtime import arena_budget, execute
 from turnip import Session
 from turnip_cli.main import main
 from turnip.sampling import _ordered, argmax16, next_tokens
@@ -296,6 +296,29 @@ def test_a_cuda_session_reads_its_weights_and_cache_in_place(tmp_path):
                 assert {"kv.0.k[0]", "kv.0.v[0]"} <= session._machine.external_inputs()
     assert results["cpu"].bytes_staged > 0 and results["cuda"].bytes_staged == 0
     assert (results["cuda"].tokens == results["cpu"].tokens).all()
+
+
+def test_a_cuda_session_plans_again_when_a_plan_pins_more_than_the_estimate(tmp_path, monkeypatch):
+    """A plan that pins more host memory than `arena_budget`'s estimate needs more GPU page tables than its
+    arena left room for: the session shrinks its arena and compiles it again (here the estimate is made 0,
+    so every first plan pins more), and every plan it keeps fits the budget with the tables of what it pins."""
+    import runtime.api as api
+    from runtime.backends.cuda import simulated
+
+    if not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    (tmp_path / "config.json").write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
+                                                      "num_attention_heads": 2, "intermediate_size": 64}))
+    prompts, memory = [np.array([1, 2, 3]), np.arange(4, 9)], 40_000 + CUDA_RESERVE
+    with Session(config=str(tmp_path / "config.json"), memory=memory, backend="cpu") as session:
+        expected = session.generate(prompts, 2).tokens
+    monkeypatch.setattr(api, "_pinned_estimate", lambda graph: 0)
+    with Session(config=str(tmp_path / "config.json"), memory=memory, backend="cuda") as session:
+        estimate = arena_budget(llama.build_llama(session.config, 2, kv_outputs=True).graph, memory, "cuda")
+        result = session.generate(prompts, 2)
+        assert session.arena < estimate and result.compiles > 3  # planned again at least once: two prefills and a decode plan
+        assert session.cache and all(plan.budget <= arena_budget(plan, memory, "cuda") for plan in session.cache.values())
+    assert (result.tokens == expected).all()
 
 
 def test_a_cuda_session_writes_a_steps_new_rows_straight_into_the_cache(tmp_path, monkeypatch):

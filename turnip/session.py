@@ -8,7 +8,9 @@ run loads its memgraph onto them (`execute(..., close=False)`: arenas, streams, 
 set up once); `close()` closes it (the sim backend too: it keeps only what a run copies). Every plan
 gets the same arena, the budget less the largest cuda workspace any graph of the session has needed so
 far, so each fits the prepared arena; a graph that needs a larger workspace shrinks the arena once, which
-drops the plans and the backend (they were sized for the old split).
+drops the plans and the backend (they were sized for the old split). So does a plan that pins more host
+memory than `arena_budget`'s estimate left GPU page tables for (`refit_arena`): it is compiled again at
+the smaller arena.
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
@@ -44,6 +46,7 @@ from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_s
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
+from runtime.api import refit_arena
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
 from runtime.inputs import fill, mapped
@@ -404,6 +407,19 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph)
+        memgraph = self._plan(graph, inputs, stats)
+        smaller = refit_arena(memgraph, graph, self.memory, self.backend)
+        if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
+            self._shrink_arena(smaller)
+            memgraph = self._plan(graph, inputs, stats)
+        stats.compile_seconds += time.perf_counter() - began
+        self.cache[key] = memgraph
+        if len(self.cache) > CACHE_ENTRIES:
+            self.cache.popitem(last=False)
+        return memgraph
+
+    def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult) -> MemGraph:
+        """`graph`'s plan at the session's arena: from the plan folder, or compiled (and written there)."""
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
         path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, self.schedule, inputs, kept)}.json"
@@ -412,16 +428,12 @@ class Session:
             self.disk_hits += 1
             stats.cache_hits += 1
             stats.plans_read += 1
-        else:
-            memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
-            if path is not None:
-                write_plan(path, memgraph)
-            self.compiles += 1
-            stats.compiles += 1
-        stats.compile_seconds += time.perf_counter() - began
-        self.cache[key] = memgraph
-        if len(self.cache) > CACHE_ENTRIES:
-            self.cache.popitem(last=False)
+            return memgraph
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
+        if path is not None:
+            write_plan(path, memgraph)
+        self.compiles += 1
+        stats.compiles += 1
         return memgraph
 
     def _fit_arena(self, graph: TaskGraph) -> None:
@@ -429,9 +441,13 @@ class Session:
         plan then gets the smaller arena, and the plans and backend made for the larger one go."""
         arena = arena_budget(graph, self.memory, self.backend)
         if arena < self.arena:
-            self.arena = arena
-            self.cache.clear()
-            self._drop_backend()
+            self._shrink_arena(arena)
+
+    def _shrink_arena(self, arena: int) -> None:
+        """Every plan from now on gets `arena`; the plans and backend made for the larger one go."""
+        self.arena = arena
+        self.cache.clear()
+        self._drop_backend()
 
     def _fit_longest_prefill(self, prompts: list[np.ndarray]) -> None:
         """Size the arena for the call's longest prefill before any runs (cuda: a prefill's workspace grows

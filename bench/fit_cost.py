@@ -31,7 +31,8 @@ pattern search in log space): `attention_flops` (attention blocks in a prefill s
 other stream's GEMMs, so no kernel benchmark gives their rate), `launch` (a kernel's fixed cost,
 held at or above the 3 us gap the lookahead section measured between kernels queued ahead) and
 `host_per_attention` (the loop's extra time per attention link, launched through torch: it shows only
-where links are short, as in 2048-token blocks). Three parameters for 34 points (2026-12-03); the
+where links are short, as in 2048-token blocks) and `overlap_efficiency` (what kernels running at once
+on two streams lose to each other, at most 1). Four parameters for 62 points (2026-12-03); the
 points carry llama's block, layer order and query group as bench/run.py recorded them, and runs whose
 weights started on the GPU (`--inputs gpu`) are left out.
 """
@@ -59,7 +60,7 @@ PREVIOUS = CostModel(h2d_bw=55.3e9, d2h_bw=55.3e9, duplex_bw=93.4e9, peer_bw=360
                      half_flops=750e12, attention_flops=460e12, fp64_flops=0.8e12, launch=10e-6,
                      host_per_vertex=0.0, notify_latency=0.0)
 """The defaults before this fit (2026-12-01), which the sim ran as a plain event loop (`plain_loop`)."""
-FREE = ("attention_flops", "launch", "host_per_attention")
+FREE = ("attention_flops", "launch", "host_per_attention", "overlap_efficiency")
 """The cost model's fields fitted to makespans; the others come from measured rates (`physical_rates`)."""
 
 
@@ -236,20 +237,22 @@ def worst_error(points, simulate, cost: CostModel) -> tuple[float, list[float]]:
 
 
 def fit(points, simulate, start: CostModel, free=FREE, step: float = 0.25, tolerance: float = 4e-3, log=None,
-        floors: dict[str, float] | None = None) -> CostModel:
+        floors: dict[str, float] | None = None, ceilings: dict[str, float] | None = None) -> CostModel:
     """The cost model from `start` whose `free` fields minimise the worst relative error over `points`.
 
     A pattern search in log space: try each field up and down by `step`, keep any move that lowers the
     worst error, halve the step when none does, stop below `tolerance`. A field never goes below its
-    `floors` value (a physical lower bound). Deterministic; a field at zero starts from 1 us."""
-    floors = floors or {}
+    `floors` value (a physical lower bound) nor above its `ceilings` value. Deterministic; a field at zero
+    starts from 1 us."""
+    floors, ceilings = floors or {}, ceilings or {}
     values = {name: getattr(start, name) or 1e-6 for name in free}
     best, _ = worst_error(points, simulate, replace(start, **values))
     while step >= tolerance:
         moved = False
         for name in free:
             for sign in (1, -1):
-                trial = dict(values, **{name: max(values[name] * math.exp(sign * step), floors.get(name, 0.0))})
+                moved_to = max(values[name] * math.exp(sign * step), floors.get(name, 0.0))
+                trial = dict(values, **{name: min(moved_to, ceilings.get(name, math.inf))})
                 if trial == values:
                     continue
                 error, _ = worst_error(points, simulate, replace(start, **trial))
@@ -297,7 +300,7 @@ def main(argv=None) -> int:
     if not args.no_fit:
         start = replace(cost, **physical_rates(), launch=launch_gap())  # launch from its floor: the first fit pushed it there
         print("physical:\n" + "\n".join(model_lines(start, PREVIOUS)), flush=True)
-        cost = fit(points, simulate, start, floors={"launch": launch_gap()}, tolerance=args.tolerance, log=lambda line: print(line, flush=True))
+        cost = fit(points, simulate, start, floors={"launch": launch_gap()}, ceilings={"overlap_efficiency": 1.0}, tolerance=args.tolerance, log=lambda line: print(line, flush=True))
     print("the model against the previous one:\n" + "\n".join(model_lines(cost, PREVIOUS)), flush=True)
     worst, after = worst_error(points, simulate, cost)
     _, earlier_after = worst_error(earlier, simulate, cost) if earlier else (0, [])

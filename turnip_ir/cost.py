@@ -37,19 +37,20 @@ class CostModel:
     half_flops: float = 701e12
     """fp16 and bf16 GEMM rate as a pipeline gets it: the GEMMs of the H200 FFN trace, their FLOPs over
     the time some stream ran one (bench/fit_cost.py, `trace_gemm_rate`); an 8192^3 GEMM alone runs 782."""
-    attention_flops: float = 478e12
+    attention_flops: float = 500e12
     """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
-    partial), one rate for full and causal blocks, fitted with `launch` to every measured llama and FFN
-    point by bench/fit_cost.py (docs/benchmarks-log.md, "The cost model fitted to the matrix"). It is below
-    the rate of blocks queued alone (docs/benchmarks.md, "Attention providers on 7B blocks") because in a
-    prefill the blocks share the GPU with the GEMMs of the other stream; with the GEMM rate instead, the
-    sim predicted llama prefill faster than measured."""
-    triton_attention_flops: float = 392e12
+    partial), one rate for full and causal blocks, fitted with `overlap_efficiency` to every measured
+    llama and FFN point (bench/fit_cost.py; docs/benchmarks-log.md, the first sitting of 2026-12-03's
+    fifth session: 478 before, without the overlap loss). It is below the rate of blocks queued alone
+    (docs/benchmarks.md, "Attention providers on 7B blocks") because in a prefill the blocks share the
+    GPU with the GEMMs of the other stream; with the GEMM rate instead, the sim predicted llama prefill
+    faster than measured."""
+    triton_attention_flops: float = 409e12
     """fp16 attention blocks under the `triton` provider (one kernel per block, no merge), what
     `for_attention("triton")` prices them at: 7b at 32k / 4 GiB ran 1.464 s with triton against 1.331 s
     with torch-cudnn in one sitting (docs/results/h200-2026-12-01b-llama-32k-{triton,torch-cudnn}.json),
     1.100x, and at this rate the sim gives that plan (layers in blocks, today's arenas) 1.100x its
-    torch-cudnn makespan (1.408 against 1.280 s). Queued alone, a 7b block runs at 0.81-0.82 of torch's best SDPA under triton against
+    torch-cudnn makespan (1.433 against 1.303 s; 392 before `overlap_efficiency`). Queued alone, a 7b block runs at 0.81-0.82 of torch's best SDPA under triton against
     0.90-0.96 under torch-cudnn (docs/runtime.md, "Attention providers")."""
     decode_attention_bw: float = 0.92e12
     """Bytes per second of the cuda backend's `decode_attention` launches (its operands and output over its
@@ -58,6 +59,14 @@ class CostModel:
     (sequence, head) reads its rows by warps, a quarter of HBM's rate; at `hbm_bw` the sim had a 7b decode
     step's resident layers finish three times sooner than measured."""
     fp64_flops: float = 0.8e12
+    overlap_efficiency: float = 0.95
+    """The share of one GPU's throughput that k > 1 kernels running at once on its compute streams get
+    together: each drains at overlap_efficiency / k (alone, at 1). On the H200 an element-wise kernel
+    beside a GEMM on the other stream ran 3-4x its HBM-rate time, and the GEMMs of a tight 32k run took
+    15% more than alone (docs/benchmarks-log.md, 2026-12-03, the third sitting's traces): overlapping
+    kernels lose throughput to each other. Fitted with `attention_flops` over the matrix (a grid of 0.93
+    to 1.0 against 478 to 525 TFLOP/s): at 1.0 the sim was 4-6% fast at every loose 32k point and 2-3%
+    slow at the tight ones; at 0.95 it is within 5% at 58 of 62 points, against 53."""
     launch: float = 3.1e-6
     """Per-kernel cost beside its work, on the GPU, fitted (3.07 us). The launch's host time is
     `host_per_vertex`; queued ahead, dependent GEMMs start 3.0 us apart (bench_cuda.py lookahead), the

@@ -15,9 +15,10 @@ With both at zero and `lookahead=False` (one vertex per lane, submitted only whe
 done) this is the host-backend model of a plain event loop.
 
 Each started vertex gets an amount of work: seconds for kernels and moves, bytes for reloads and
-offloads. Work drains at a rate: 1 for moves; 1/k for each of the k kernels running on one GPU's compute
-streams at once (they share the SMs: two concurrent GEMMs do not each run at full speed, so streams buy
-overlap with transfers, not extra FLOPs); for a GPU's host link, `h2d_bw` or `d2h_bw` when one
+offloads. Work drains at a rate: 1 for moves; 1 for a kernel alone on its GPU's compute streams and
+`cost.overlap_efficiency`/k for each of k > 1 running at once (they share the SMs: two concurrent GEMMs
+do not each run at full speed, so streams buy overlap with transfers, not extra FLOPs, and together they
+lose a little to each other); for a GPU's host link, `h2d_bw` or `d2h_bw` when one
 direction is busy and `duplex_bw / 2` each while both are (the measured H200 figures). `wait` advances
 the clock event by event (a vertex ends, a submitted vertex becomes startable, a completion is noticed).
 `jitter` J scales each vertex's work by a factor drawn uniformly from [1 - J, 1 + J]. The factors are
@@ -142,7 +143,7 @@ class SimBackend(Backend):
         kind = job.lane.kind
         if kind == "compute":
             sharing = sum(1 for a in self.active.values() if a.lane.device == job.lane.device and a.lane.kind == "compute")
-            return 1.0 / sharing
+            return 1.0 if sharing == 1 else self.cost.overlap_efficiency / sharing
         if kind not in ("h2d", "d2h"):
             return 1.0
         other = "d2h" if kind == "h2d" else "h2d"

@@ -40,8 +40,8 @@ class CostModel:
     attention_flops: float = 500e12
     """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
     partial), one rate for full and causal blocks, fitted with `overlap_efficiency` to every measured
-    llama and FFN point (bench/fit_cost.py; docs/benchmarks-log.md, the first sitting of 2026-12-03's
-    fifth session: 478 before, without the overlap loss). It is below the rate of blocks queued alone
+    llama and FFN point by a grid (bench/fit_cost.py's points; docs/benchmarks-log.md, the fifth session
+    of 2026-12-03: 478 before, without the overlap loss). It is below the rate of blocks queued alone
     (docs/benchmarks.md, "Attention providers on 7B blocks") because in a prefill the blocks share the
     GPU with the GEMMs of the other stream; with the GEMM rate instead, the sim predicted llama prefill
     faster than measured."""
@@ -61,12 +61,12 @@ class CostModel:
     fp64_flops: float = 0.8e12
     overlap_efficiency: float = 0.95
     """The share of one GPU's throughput that k > 1 kernels running at once on its compute streams get
-    together: each drains at overlap_efficiency / k (alone, at 1). On the H200 an element-wise kernel
-    beside a GEMM on the other stream ran 3-4x its HBM-rate time, and the GEMMs of a tight 32k run took
-    15% more than alone (docs/benchmarks-log.md, 2026-12-03, the third sitting's traces): overlapping
-    kernels lose throughput to each other. Fitted with `attention_flops` over the matrix (a grid of 0.93
-    to 1.0 against 478 to 525 TFLOP/s): at 1.0 the sim was 4-6% fast at every loose 32k point and 2-3%
-    slow at the tight ones; at 0.95 it is within 5% at 58 of 62 points, against 53."""
+    together: each drains at overlap_efficiency / k (alone, at 1). Fitted with `attention_flops` over the
+    matrix (a grid of 0.93 to 1.0 against 478 to 525 TFLOP/s): at 1.0 the sim was 4-6% fast at every loose
+    32k point and 2-3% slow at the tight ones; at 0.95 it is within 5% at 58 of 62 points, against 53.
+    The traces of 7b at 32k (2026-12-03, fifth session) agree: over the GPU's busy time the kernels did
+    0.959 of this model's work per second at 8 GiB, where two ran at once 81% of that time, and 1.004 at
+    1 GiB, where they did 21% (docs/benchmarks-log.md)."""
     launch: float = 3.1e-6
     """Per-kernel cost beside its work, on the GPU, fitted (3.07 us). The launch's host time is
     `host_per_vertex`; queued ahead, dependent GEMMs start 3.0 us apart (bench_cuda.py lookahead), the

@@ -96,8 +96,9 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
     """`plan_within`'s plan of `graph`, and for the cuda backend's `auto` the attention provider to run it
     with: each of `CudaBackend.attention_candidates` (torch-cudnn and triton where both can run) planned at
     its own arena and ranked by the sim at its own attention rate (`CostModel.for_attention`); another
-    candidate replaces the first only when the sim predicts it `PROVIDER_MARGIN` faster. `planned` is the first candidate's plan where the caller has it already (`turnip llama`'s
-    choosers compile with `auto`'s reserve, which is the first candidate's). `provider` is `attention` as
+    candidate replaces the first only when the sim predicts it `PROVIDER_MARGIN` faster. `planned` is the
+    first candidate's plan where the caller has it already (`turnip llama`'s choosers compile with
+    `auto`'s reserve, which is the first candidate's). `provider` is `attention` as
     given for a provider named outright, and "" for backends without providers. `candidates` replaces
     `auto`'s (tests rank torch-cudnn against triton where neither can run)."""
     if resolve_backend(backend) != "cuda":

@@ -28,6 +28,7 @@ from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import (
+    ATTENTION_HELP,
     add_layer_order_arguments,
     add_remat_argument,
     add_schedule_argument,
@@ -61,9 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
-    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS,
-                        help="the cuda backend's attention provider; auto: torch-cudnn, or triton where both can run "
-                        "and the sim predicts its plan 2%% faster (its workspace is smaller)")
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help=ATTENTION_HELP)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs to spread the blocks over (default 1)")
     parser.add_argument("--block", type=block_argument, metavar="N|auto", help="tokens per block, a positive integer (default: "

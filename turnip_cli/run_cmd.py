@@ -16,7 +16,7 @@ from runtime.callbacks import ProgressBar, Recorder
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import add_remat_argument, add_schedule_argument, load_plan
+from turnip_cli.planning import ATTENTION_HELP, add_remat_argument, add_schedule_argument, load_plan
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import Contents, check_outputs, write_all
@@ -27,9 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", help="per-GPU budget, e.g. 4GiB (required for a taskgraph)")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
-    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS,
-                        help="the cuda backend's attention provider; auto: torch-cudnn, or triton where both can run "
-                        "and the sim predicts its plan 2%% faster (its workspace is smaller)")
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help=ATTENTION_HELP)
     parser.add_argument("--seed", type=int, default=0, help="seeds --order random, missing inputs and jitter")
     parser.add_argument("--inputs", help=".npz of input tensors keyed by taskgraph input id")
     parser.add_argument("--outputs", help="write the outputs to this .npz, keyed by taskgraph id")

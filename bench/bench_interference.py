@@ -162,8 +162,8 @@ def gpu_point(memgraph, args, attention: str = "auto") -> dict:
 
     link = h2d_ceiling()
     try:
-        runs = loops(memgraph, CudaBackend(attention_provider=attention), orders=ORDERS, repeats=args.repeats, alternate=True, on_prepared=start_interferer,
-                     quiet=args.repeats)
+        runs = loops(memgraph, CudaBackend(attention_provider=attention), orders=ORDERS, repeats=args.repeats, alternate=True,
+                     on_prepared=start_interferer, quiet=args.repeats)
     finally:
         stop.touch()
         for child in children:

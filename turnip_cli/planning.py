@@ -161,8 +161,7 @@ def choose_llama_build(build: Callable[..., Any], tokens: int, budget_of: Callab
         built, memgraph, scores = choose_build(lambda value: build(**(choice | {name: value})), candidates, budget_of,
                                                fixed, streams, **options)
         choice[name] = built.block if name == "block" else getattr(built, name)
-        predicted = ", ".join(f"{value} {'does not fit' if s is None else _seconds(s)}" for value, s in scores.items())
-        print(f"{name.replace('_', ' ')} auto: {choice[name]} (sim predictions: {predicted})")
+        print_auto_choice(name.replace("_", " "), choice[name], scores)
     if built is None:
         built = build(**choice)
     if memgraph is None or schedule == "auto":
@@ -184,9 +183,15 @@ def compile_printing_choice(graph: TaskGraph, budget: int, schedule: str, stream
     one line, as the commands report it."""
     memgraph, chosen, scores = compile_choosing_schedule(graph, budget, schedule, streams, **options)
     if schedule == "auto":
-        predicted = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in scores.items())
-        print(f"schedule auto: {chosen} (sim predictions: {predicted})")
+        print_auto_choice("schedule", chosen, scores)
     return memgraph
+
+
+def print_auto_choice(what: str, chosen, scores: dict) -> None:
+    """The one line every `auto` choice prints: `what auto: chosen (sim predictions: ...)`, each candidate
+    with its predicted makespan (None: it did not fit)."""
+    predicted = ", ".join(f"{value} {'does not fit' if s is None else _seconds(s)}" for value, s in scores.items())
+    print(f"{what} auto: {chosen} (sim predictions: {predicted})")
 
 
 def _seconds(value: float) -> str:
@@ -223,5 +228,4 @@ def load_plan(path: str, memory: str | None, backend: str, streams: int, attenti
 def print_attention_choice(choice: AttentionChoice) -> None:
     """The line the commands print when `auto` ranked attention providers by the sim (nothing otherwise)."""
     if choice.scores:
-        predicted = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in choice.scores.items())
-        print(f"attention auto: {choice.provider} (sim predictions: {predicted})")
+        print_auto_choice("attention", choice.provider, choice.scores)

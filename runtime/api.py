@@ -129,8 +129,13 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
 def _pinned_estimate(graph) -> int:
     """A taskgraph's pinned host bytes before planning: its inputs, and an eighth more for offloads (most
     plans then need no second planning)."""
-    inputs = sum(node.nbytes for node in graph.nodes.values() if node.op == "input")
-    return inputs + inputs // 8
+    return _with_offload_margin(sum(node.nbytes for node in graph.nodes.values() if node.op == "input"))
+
+
+def _with_offload_margin(pinned: int) -> int:
+    """`pinned` bytes and an eighth more: room for the page tables of what a plan (or a smaller arena's
+    plan) offloads beyond them."""
+    return pinned + pinned // 8
 
 
 def _cuda_reserve(graph, streams: int, attention: str) -> int:
@@ -156,7 +161,7 @@ def _cuda_refit(memgraph: MemGraph, budget: int, reserve: int) -> int | None:
     storage = memgraph.storage_bytes
     if memgraph.budget <= _cuda_arena(budget, reserve, storage):
         return None
-    return _cuda_arena(budget, reserve, storage + storage // 8)
+    return _cuda_arena(budget, reserve, _with_offload_margin(storage))
 
 
 @dataclass

@@ -7,8 +7,8 @@ A second process (this script with `--interferer`) copies pinned host memory to 
 of random length and spacing, drawn from `--seed` (`bursts`): during a burst it queues `--chunk-mib`
 copies back to back on its own stream, between bursts it sleeps. It measures its own bytes and busy
 time and reports them when it stops. Meanwhile each point (`--points`, TOKENS@BUDGET) is compiled as
-bench/run.py compiles the turnip systems (`run.compile_turnip`: the cuda arena, weights in host memory)
-and run by the cuda backend through `cuda_common.loops`, nondet and fixed taking turns run by run
+bench/run.py compiles the turnip systems (`run.compile_turnip`: the cuda arena, weights in host memory,
+the activations on the GPU) and run by the cuda backend through `cuda_common.loops`, nondet and fixed taking turns run by run
 (a warm-up of each, then `--repeats` of each), so the bursts fall on both orders alike. Inputs are
 cheap tiled arrays (timing does not depend on their values).
 
@@ -83,10 +83,10 @@ def point_of(text: str) -> tuple[int, int]:
     return int(tokens), parse_size(budget)
 
 
-def graph_of(preset: str, tokens: int, block: int | None = None, layer_order: str = "blocks", query_group: int = 1):
+def built_llama(preset: str, tokens: int, block: int | None = None, layer_order: str = "blocks", query_group: int = 1):
     from frontend.workloads import llama
 
-    return llama.build_llama(llama.load_config(preset), tokens, block, layer_order=layer_order, query_group=query_group).graph
+    return llama.build_llama(llama.load_config(preset), tokens, block, layer_order=layer_order, query_group=query_group)
 
 
 def bound(compute: float, path: float, reloaded: int, link: float, interferer: float) -> dict:
@@ -254,7 +254,8 @@ def main(argv=None) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (tokens, budget), text in zip(points, args.points):
         try:
-            memgraph, _, _, attention = compile_turnip(graph_of(args.config, tokens, args.block, args.layer_order, args.query_group), budget)
+            built = built_llama(args.config, tokens, args.block, args.layer_order, args.query_group)
+            memgraph, _, _, attention = compile_turnip(built.graph, budget, built.activation_ids)
         except BudgetError as err:
             report["points"].append({"point": text, "error": f"does not fit: {err}"})
             print(f"| {text} | does not fit: {err} | | | | | | | |", flush=True)

@@ -33,8 +33,9 @@ held at or above the 3 us gap the lookahead section measured between kernels que
 `host_per_attention` (the loop's extra time per attention link, launched through torch: it shows only
 where links are short, as in 2048-token blocks) and `overlap_efficiency` (what kernels running at once
 on two streams lose to each other, at most 1). Four parameters for 62 points (2026-12-03); the
-points carry llama's block, layer order and query group as bench/run.py recorded them, and runs whose
-weights started on the GPU (`--inputs gpu`) are left out.
+points carry llama's block, layer order, query group and where the inputs started (`--inputs`: every
+input in host memory, or only the weights) as bench/run.py recorded them; runs whose weights started
+on the GPU (`--inputs gpu`) are left out.
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class Point:
     """Bytes per GPU the measured runs planned tensors in (their summary's `per GPU arena`, to the MiB):
     the reserve beside the arena changed over time, so the sim plans each point at the arena it ran with;
     None: the arena bench/run.py would give it today."""
+    inputs: str = "host"
+    """Where the plan started its inputs (bench/run.py's --inputs): `host`, or `weights` (the activations
+    on the GPU)."""
 
     @property
     def label(self) -> str:
@@ -96,13 +100,14 @@ class Point:
         build += "" if self.layer_order == "blocks" else f", {self.layer_order}"
         build += "" if self.query_group == 1 else f", query group {self.query_group}"
         build += "" if self.arena is None else f", arena {self.arena / 2**20:.0f} MiB"
+        build += "" if self.inputs == "host" else f", {self.inputs} from the host"
         return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}{build}"
 
 
 def current(run: dict) -> bool:
     """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy depth, one GPU."""
     return (run.get("notifier") == "hostfunc-side" and run.get("attention", "auto") in ("auto", "torch-cudnn")
-            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1 and run.get("inputs", "host") == "host")
+            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1 and run.get("inputs", "host") in ("host", "weights"))
 
 
 def earlier_runtime(run: dict) -> bool:
@@ -123,7 +128,8 @@ def measured_points(paths, keep=current) -> list[Point]:
             workload, _, dtype = run["workload"].partition("-")
             built = doc.get("workloads", {}).get(str(run["tokens"]), {})
             block = built.get("block") if workload == "llama" else None
-            build = (None if block == 4096 else block, built.get("layer_order", "blocks"), built.get("query_group", 1), run_arena(run))
+            build = (None if block == 4096 else block, built.get("layer_order", "blocks"), built.get("query_group", 1), run_arena(run),
+                     run.get("inputs", "host"))
             key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
             calls.setdefault(key + build, []).append((run["seconds"], Path(path).name))
     points = []
@@ -192,7 +198,7 @@ class Simulator:
 
     def memgraph(self, point: Point):
         key = (point.workload, point.dtype, point.tokens, point.budget, point.schedule, point.block, point.layer_order, point.query_group,
-               point.arena)
+               point.arena, point.inputs)
         if key not in self.memgraphs:
             self.memgraphs[key] = compile_point(point)
         return self.memgraphs[key]
@@ -207,8 +213,10 @@ def compile_point(point: Point):
     from passes.pipeline import compile_taskgraph
     from runtime.api import plan_within
 
-    graph = build_taskgraph(point.workload, point.dtype, point.tokens, point.block, point.layer_order, point.query_group)
-    compile_at = lambda arena: compile_taskgraph(graph, arena, point.schedule, inputs="host")  # noqa: E731
+    built = build_program(point.workload, point.dtype, point.tokens, point.block, point.layer_order, point.query_group)
+    graph = built.graph if point.workload == "llama" else built.taskgraph()
+    on_gpu = () if point.inputs == "host" else (built.activation_ids if point.workload == "llama" else built.input_ids(["x"]))
+    compile_at = lambda arena: compile_taskgraph(graph, arena, point.schedule, inputs="host", start_on_gpu=on_gpu)  # noqa: E731
     if point.arena is not None:
         return compile_at(point.arena)
     return plan_within(graph, int(point.budget * GIB), compile_at, "cuda", attention="torch-cudnn")[0]
@@ -217,16 +225,23 @@ def compile_point(point: Point):
 def build_taskgraph(workload: str, dtype: str, tokens: int, block: int | None = None, layer_order: str = "blocks",
                     query_group: int = 1):
     """bench/run.py's taskgraph of a workload, without its weights."""
+    built = build_program(workload, dtype, tokens, block, layer_order, query_group)
+    return built.graph if workload == "llama" else built.taskgraph()
+
+
+def build_program(workload: str, dtype: str, tokens: int, block: int | None = None, layer_order: str = "blocks",
+                  query_group: int = 1):
+    """bench/run.py's build of a workload: the FFN's `Program`, or llama's `LlamaGraph`."""
     if workload == "ffn":
         from frontend.workloads import ffn
 
         config = ffn.FfnConfig(layers=16, tokens=tokens, hidden=8192, ffn=32768, block=min(tokens, 2048), dtype=dtype)
-        return ffn.build(config).taskgraph()
+        return ffn.build(config)
     from frontend.workloads import llama
 
     config = replace(llama.load_config("7b"), dtype=dtype)
     return llama.build_llama(config, tokens, block, gpus=1, placement="sequence", layer_order=layer_order,
-                             query_group=query_group).graph
+                             query_group=query_group)
 
 
 # ----- the fit --------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 
 Systems (all under the same per-GPU budget, in GiB; `--systems` picks):
   turnip-nondet, turnip-fixed  the memgraph compiled at the budget (weights starting in pinned host
-                               memory), run by the default policy and by the fixed-order ablation;
+                               memory, the activations fed in on the GPU as torch's are: `--inputs`),
+                               run by the default policy and by the fixed-order ablation;
   torch-prefetch               the layer math by hand in torch (SDPA attention), weights pinned on the
                                host, layer i+1 copied on a side stream into a second buffer while layer i
                                computes; capped with set_per_process_memory_fraction;
@@ -67,10 +68,15 @@ NOTIFIER = DEFAULT_NOTIFIER
 """How turnip's loop learns a vertex finished (--notifier; runtime/backends/cuda/completion.py)."""
 SCHEDULE = "given"
 """The compiler's simulated schedule for turnip (--schedule; auto: every schedule, the sim's fastest plan)."""
-INPUTS = "host"
-"""Where turnip's plan starts the weights (--inputs): `host` (every weight crosses PCIe, as the floor
-counts) or `gpu` (the first-used ones start on the GPU while they fit, copied there before the timed
-run, as `turnip llama` plans; the floor then overstates the bytes that cross)."""
+INPUTS = "weights"
+"""Where turnip's plan starts its inputs (--inputs, INPUT_STARTS)."""
+INPUT_STARTS = {
+    "weights": "the weights in host memory (every weight crosses PCIe, as the floor counts), the activations "
+               "fed in (llama's embedded tokens and RoPE tables, the FFN's x) on the GPU, as the torch systems start them",
+    "host": "every input in host memory, the activations too (the default before `weights`)",
+    "gpu": "the first-used inputs on the GPU while they fit, copied there before the timed run, as `turnip llama` "
+           "plans (the floor then overstates the bytes that cross)",
+}
 ORDERS = ("nondet", "fixed")
 SYSTEMS = ("turnip-nondet", "turnip-fixed", "torch-prefetch", "torch-resident", "hf-offload", "floor")
 
@@ -93,6 +99,7 @@ class Llama:
         self.built = llama.build_llama(self.config, tokens, block, gpus=gpus, placement=placement, layer_order=layer_order,
                                        query_group=query_group)
         self.graph = self.built.graph
+        self.activations = self.built.activation_ids
         self.inputs = self.built.feed(self.weights, self.ids)
         self.hidden = self.inputs_array("hidden")
         from frontend.workloads.llama.rope import rope_tables
@@ -129,6 +136,7 @@ class Ffn:
         program = ffn.build(self.config)
         self.program = program
         self.graph = program.taskgraph()
+        self.activations = program.input_ids(["x"])
         rng = np.random.default_rng(seed)
         self.weights = {}
         for layer in range(16):
@@ -154,15 +162,18 @@ def _flops(node, graph) -> int:
 
 
 # ----- turnip ------------------------------------------------------------------------------------------
-def compile_turnip(graph, budget: int):
+def compile_turnip(graph, budget: int, activations=()):
     """Turnip's plan of `graph` at `budget` bytes per GPU as every turnip system here runs it: the cuda
-    backend's arena, weights starting where --inputs says (host memory by default), the --schedule choice,
-    and for `--attention auto` the provider the sim ranks fastest (runtime.api, `plan_choosing_attention`);
-    (memgraph, schedule, scores, attention choice)."""
+    backend's arena, inputs starting where --inputs says (`activations`, the ids of the inputs that are not
+    weights, start on the GPU for `weights`, the default), the --schedule choice, and for `--attention auto`
+    the provider the sim ranks fastest (runtime.api, `plan_choosing_attention`); (memgraph, schedule,
+    scores, attention choice)."""
     choice = {}
+    inputs, on_gpu = start_options(INPUTS, activations)
 
     def compile_at(arena):  # the second plan (page tables for what the first pins) keeps the first's schedule
-        memgraph, schedule, scores = compile_choosing_schedule(graph, arena, choice.get("schedule", SCHEDULE), inputs=INPUTS)
+        memgraph, schedule, scores = compile_choosing_schedule(graph, arena, choice.get("schedule", SCHEDULE), inputs=inputs,
+                                                               start_on_gpu=on_gpu)
         choice.setdefault("schedule", schedule)
         choice.setdefault("scores", scores)
         return memgraph
@@ -171,11 +182,16 @@ def compile_turnip(graph, budget: int):
     return attention.memgraph, choice["schedule"], choice["scores"], attention
 
 
+def start_options(start: str, activations) -> tuple[str, frozenset]:
+    """compile_taskgraph's `inputs` and `start_on_gpu` for an --inputs choice (INPUT_STARTS)."""
+    return ("host", frozenset(activations)) if start == "weights" else (start, frozenset())
+
+
 def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     budget = int(budget_gib * GIB)
     try:
         began = time.perf_counter()
-        memgraph, schedule, scores, attention = compile_turnip(work.graph, budget)
+        memgraph, schedule, scores, attention = compile_turnip(work.graph, budget, work.activations)
         compile_s = time.perf_counter() - began
     except BudgetError as err:
         for order in ("nondet", "fixed"):
@@ -394,6 +410,7 @@ def agreement(a, b) -> float:
 
 
 def main(argv=None) -> int:
+    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE, INPUTS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workload", choices=("llama", "ffn"))
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192])
@@ -415,9 +432,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", nargs="+", choices=("float16", "bfloat16"), help="llama's dtypes, each run in turn at "
                         "every length and budget (default: the preset's; several: rows are labelled llama-DTYPE); the "
                         "torch and hf baselines are float16 only, so with bfloat16 only turnip and the floor run")
-    parser.add_argument("--inputs", default="host", choices=("host", "gpu"), help="where turnip's plan starts the weights: "
-                        "host (default; every weight crosses PCIe, as the floor counts) or gpu (the first-used start on the GPU "
-                        "while they fit, as turnip llama plans)")
+    parser.add_argument("--inputs", default=INPUTS, choices=tuple(INPUT_STARTS), help="where turnip's plan starts its inputs: "
+                        + "; ".join(f"{name}: {meaning}" for name, meaning in INPUT_STARTS.items()).replace("%", "%%"))
     parser.add_argument("--json")
     parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
     parser.add_argument("--save-outputs", metavar="DIR", help="write turnip-nondet's output of each length and budget into DIR (.npy)")
@@ -427,7 +443,6 @@ def main(argv=None) -> int:
     dtypes = args.dtype or [None]
     if "bfloat16" in dtypes:
         args.systems = [s for s in args.systems if s.startswith("turnip") or s == "floor"]
-    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE, INPUTS
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
     ATTENTION = args.attention

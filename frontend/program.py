@@ -16,7 +16,7 @@ are `x[i,j].pK`, inner sums `x[i,j].sK`, moves `<block>.to<gpu>`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -223,6 +223,16 @@ class Program:
             for coords in created:
                 arrays[x.block_id(coords)] = _block(name, whole, x.slices(coords), x.dtype)
         return arrays
+
+    def input_ids(self, names: Iterable[str]) -> set[str]:
+        """The taskgraph ids of the named inputs' blocks (those some op reads); an unknown name is an error."""
+        ids = set()
+        for name in names:
+            if name not in self.inputs:
+                raise InputError(f"no input named '{name}' (inputs: {', '.join(self.inputs)})")
+            x = self.inputs[name]
+            ids.update(x.block_id(c) for c, block in x.blocks.items() if isinstance(block, Tensor))
+        return ids
 
     def gather(self, x: Blocked, results: Mapping[str, np.ndarray]) -> np.ndarray:
         """The whole tensor `x`, assembled from a run's outputs (keyed by taskgraph id)."""

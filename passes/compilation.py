@@ -13,7 +13,9 @@ reads some fields and adds or replaces others, and says which in its `reads` and
   turnip-insert-offload's `remat` weighs recomputing against moving with;
 - `kept`: where a prepared backend still holds inputs from its last run (task -> (GPU, offset, bytes),
   runtime/residency.py); a plan with inputs=recur starts those inputs there again when the room is free,
-  so a session's new plan finds them in place instead of copying them.
+  so a session's new plan finds them in place instead of copying them;
+- `start_on_gpu`: with inputs=host, the inputs that start on their GPU all the same (while they fit):
+  the activations a run is fed from GPU work before it, where only the weights live in host memory.
 
 A stage that replaces the graph calls `replace_graph`, which drops the arrays of the old one.
 `compile_taskgraph` (passes/pipeline.py) and `turnip-opt` run their stages on one `Compilation`, in
@@ -40,6 +42,7 @@ class Compilation:
     arrays: MemArrays | None = None
     cost: CostModel = field(default_factory=CostModel)
     kept: dict = field(default_factory=dict)
+    start_on_gpu: frozenset[str] = frozenset()
 
     def replace_graph(self, graph: TaskGraph | MemGraph) -> None:
         """Make `graph` the graph so far; the arrays of the old one no longer describe it."""

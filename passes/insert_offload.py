@@ -41,6 +41,7 @@ def insert_offload(
     remat: CostModel | None = None,
     kept: dict | None = None,
     spread: bool = True,
+    start_on_gpu: frozenset[str] = frozenset(),
 ) -> MemGraph:
     """The memgraph of one simulated run of the placed `graph` in `schedule` under a per-GPU `budget`.
 
@@ -49,10 +50,14 @@ def insert_offload(
     lets the planner recompute an evicted tensor at its next use instead of offloading and reloading
     it, where that model says recomputing is cheaper; None never recomputes. `spread` (inputs="recur"
     only): the inputs that stay on the GPU are spread over the run (`plan_recurring`); False keeps the
-    first-used ones, for comparison.
+    first-used ones, for comparison. `start_on_gpu` (inputs="host" only) names inputs that start on
+    their GPU all the same, in first-use order while they fit: the activations a run is fed from GPU
+    work before it, where only the weights live in host memory.
     """
     if inputs not in INPUTS_START:
         raise InputError(f"unknown inputs start '{inputs}' (known: {', '.join(INPUTS_START)})")
+    if start_on_gpu:
+        _check_start_on_gpu(graph, inputs, start_on_gpu)
     for node in graph.nodes.values():
         if node.device is None:
             raise InputError(f"op '{node.id}' ({node.op}) has no device: run turnip-place-devices first")
@@ -62,10 +67,21 @@ def insert_offload(
     align = alignment(graph, view, budget)
     order = scheduled_tasks(view, schedule)
     if inputs != "recur":
-        return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu", remat=remat).run()
+        named = set(start_on_gpu) if start_on_gpu else None
+        return Planner(graph, view, budget, order, placement, align, inputs_on_gpu=inputs == "gpu" or named is not None,
+                       gpu_start=named, remat=remat).run()
     first_used = _inputs_by_first_use(graph, view, order) if spread else None
     return plan_recurring(lambda allowed: Planner(graph, view, budget, order, placement, align, recur=True, gpu_start=allowed,
                                                   remat=remat, preferred=kept).run(), first_used)
+
+
+def _check_start_on_gpu(graph: TaskGraph, inputs: str, names: frozenset[str]) -> None:
+    if inputs != "host":
+        raise InputError(f"inputs named to start on the GPU need inputs=host, not '{inputs}'")
+    for name in sorted(names):
+        node = graph.nodes.get(name)
+        if node is None or node.op != "input":
+            raise InputError(f"'{name}', named to start on the GPU, is not an input of the taskgraph")
 
 
 def plan_recurring(plan, first_used: list[tuple[str, int, int]] | None = None) -> MemGraph:
@@ -205,7 +221,7 @@ class InsertOffloadPass(GraphPass):
     """
 
     name = "turnip-insert-offload"
-    reads = ("graph", "cost")
+    reads = ("graph", "cost", "kept", "start_on_gpu")
     adds = ("graph", "source")
     budget: int
     """Bytes per GPU, a positive number."""
@@ -230,7 +246,8 @@ class InsertOffloadPass(GraphPass):
         graph = taskgraph_of(state.graph, self.name)
         with timed(state.stats, "simulate"):
             remat = state.cost if self.remat else None
-            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat, state.kept)
+            memgraph = insert_offload(graph, self.budget, self.schedule, self.placement, self.inputs, remat, state.kept,
+                                      start_on_gpu=state.start_on_gpu)
         state.stats.record_graph(memgraph, state.cost)  # the later passes add and drop edges only: these counts stay
         state.replace_graph(memgraph)
         state.source = graph

@@ -40,6 +40,7 @@ def compile_taskgraph(
     stats: CompileStats | None = None,
     cost: CostModel | None = None,
     kept: dict | None = None,
+    start_on_gpu: Iterable[str] = (),
     **options,
 ) -> MemGraph:
     """Plan `graph` under a per-GPU `budget` in bytes; raises `BudgetError`, `InputError` or `VerifyError`.
@@ -47,11 +48,13 @@ def compile_taskgraph(
     `schedule` is the simulated schedule (`given`, `dfs`, `memory`); `stats`, when given, receives the
     counts and seconds; `cost` is the cost model `remat=True` weighs with (None: the H200 defaults);
     `kept` is where a prepared backend holds inputs now (`Compilation.kept`: inputs=recur starts them
-    there again where it can); `options` are `memgraph_stages`'s.
+    there again where it can); `start_on_gpu` names inputs that start on their GPU with inputs=host
+    (`Compilation.start_on_gpu`); `options` are `memgraph_stages`'s.
     """
     if budget <= 0:
         raise InputError(f"budget must be a positive number of bytes, got {budget}")
-    state = Compilation(graph, stats if stats is not None else CompileStats(), cost=cost or CostModel(), kept=dict(kept or {}))
+    state = Compilation(graph, stats if stats is not None else CompileStats(), cost=cost or CostModel(), kept=dict(kept or {}),
+                        start_on_gpu=frozenset(start_on_gpu))
     with _cyclic_gc_paused():
         run_stages(state, memgraph_stages(budget, schedule, **options))
         memgraph = state.graph

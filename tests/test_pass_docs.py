@@ -26,7 +26,7 @@ def test_every_registered_pass_and_option_is_in_the_reference() -> None:
         assert f"### `{name}`" in reference
     assert "| `schedule` | `given` |" in reference and "| `budget` | required |" in reference
     assert "`order`" not in reference
-    assert "Stage: reads `graph`, `cost`; adds `graph`, `source`.\n" in reference  # turnip-insert-offload
+    assert "Stage: reads `graph`, `cost`, `kept`, `start_on_gpu`; adds `graph`, `source`.\n" in reference  # turnip-insert-offload
     assert "Stage: reads `graph`, `source`; adds nothing.\n" in reference  # turnip-verify-memgraph
 
 

@@ -96,6 +96,10 @@ def plan(config: LlamaConfig, placement: str, gpus: int, layer: int) -> Plan:
     raise InputError(f"unknown llama placement '{placement}' (known: {', '.join(PLACEMENTS)})")
 
 
+ACTIVATIONS = ("hidden", "rope.cos", "rope.sin")
+"""The inputs a prefill is fed besides its weights: the embedded tokens and the RoPE tables."""
+
+
 @dataclass
 class LlamaGraph:
     """A built prefill: the frontend program (inputs, outputs, taskgraph) and how to feed and read it."""
@@ -114,6 +118,11 @@ class LlamaGraph:
     def graph(self) -> TaskGraph:
         return self.program.graph
 
+    @property
+    def activation_ids(self) -> set[str]:
+        """The taskgraph ids of the inputs `feed` makes from the tokens (ACTIVATIONS); the rest are weights."""
+        return self.program.input_ids(name for name in ACTIVATIONS if name in self.program.inputs)
+
     def feed(self, weights: Mapping[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
         """The run's inputs by taskgraph id: embedded tokens, RoPE tables and weight blocks. Weights that
         offer `lazy(name)` (weights.py: a checkpoint, random ones) are fed as lazy inputs, read or drawn
@@ -121,7 +130,7 @@ class LlamaGraph:
         if len(ids) != self.tokens:
             raise InputError(f"{len(ids)} token ids given, the graph was built for {self.tokens}")
         cos, sin = rope_tables(self.config, self.tokens)
-        extra = {"hidden": embed(weights, ids, self.config), "rope.cos": cos, "rope.sin": sin}
+        extra = dict(zip(ACTIVATIONS, (embed(weights, ids, self.config), cos, sin)))
         lazy = {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
         return self.program.feed(ChainMap(extra, lazy))
 

@@ -49,7 +49,11 @@
 # pair8k (8k at 1 and 4 GiB in one process, halves, query groups of 2, the memory schedule, torch-cudnn), pair128k (128k
 # at 2 and 16 GiB in one process, halves, query groups of 8; one run each), smallest (128k at 1 GiB in halves and
 # query groups of 8, 32k at 0.5 GiB in halves: below the smallest budgets measured before; one run each),
-# pair32ktriton (pair32k with the triton attention provider, which `--attention auto` ranks against torch-cudnn).
+# pair32ktriton (pair32k with the triton attention provider, which `--attention auto` ranks against torch-cudnn),
+# floor8k (8k at 2 GiB in the defaults, 5 runs, with only the weights in host memory (`--inputs weights`, the
+# default) and then every input (`--inputs host`): the target within 1.02x of the PCIe floor), cli8ktriton
+# (`turnip llama` at 8k / 1 GiB in halves, query groups of 2 and the memory schedule with the triton provider
+# named, for the plan whose auto choice took torch-cudnn).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -166,6 +170,12 @@ for s in "$@"; do
              --attention triton --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces32ktriton" --json "$OUT/pair32ktriton.json" ;;
     pair8k) stage pair8k 150 python3 bench/run.py llama --tokens 8192 --budgets 1 4 --layer-order halves --query-group 2 --schedule memory \
              --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/pair8k.json" ;;
+    floor8k) stage floor8k 150 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 5 --inputs weights \
+             --systems turnip-nondet turnip-fixed floor --json "$OUT/floor8k.json"
+             stage floor8khost 150 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 5 --inputs host \
+             --systems turnip-nondet turnip-fixed floor --json "$OUT/floor8khost.json" ;;
+    cli8ktriton) stage cli8ktriton 120 python3 -m turnip_cli.main llama --config 7b --tokens 8192 --memory 1GiB --layer-order halves \
+             --query-group 2 --schedule memory --attention triton --repeats 3 ;;
     pair128k) stage pair128k 300 python3 bench/run.py llama --tokens 131072 --budgets 2 16 --layer-order halves --query-group 8 --repeats 1 \
              --systems turnip-nondet floor --json "$OUT/pair128k.json" ;;
     smallest) stage smallest128k 200 python3 bench/run.py llama --tokens 131072 --budgets 1 --layer-order halves --query-group 8 --repeats 1 \

@@ -52,7 +52,8 @@ class Recorder(Callback):
         self.completions.append(completion)
 
     def trace_events(self) -> list[dict]:
-        """Chrome trace events: one process per GPU, one thread (track) per lane, times in microseconds."""
+        """Chrome trace events: one process per GPU, one thread (track) per lane, times in microseconds;
+        each vertex's `args` name its memgraph node, its bytes and when the loop submitted it."""
         graph = self.graph
         events: list[dict] = []
         for device in range(graph.memgraph.devices):
@@ -70,9 +71,15 @@ class Recorder(Callback):
                 "tid": lane.index,
                 "ts": done.start * 1e6,
                 "dur": max(done.end - done.start, 0.0) * 1e6,
-                "args": {"node": node.id, "bytes": node.nbytes},
+                "args": {"node": node.id, "bytes": node.nbytes, **self._submitted(done.vertex)},
             })
         return events
+
+    def _submitted(self, vertex: int) -> dict:
+        """When the loop handed the vertex to its lane, in trace microseconds (the backend's clock: on the
+        cuda backend host time from the clock's origin, close to the device times' zero)."""
+        submitted = self.started.get(vertex)
+        return {} if submitted is None else {"submitted": submitted * 1e6}
 
     def trace_json(self) -> str:
         """The trace as Chrome/Perfetto JSON (open at ui.perfetto.dev)."""

@@ -3,7 +3,7 @@ next copy back (issue 26, "start streaming at once").
 
 The plan is compiled again on the CPU as bench/run.py compiled it (the same build, arena and `--inputs`),
 so each trace event's `node` names its memgraph vertex and so its dependencies. For the copy after a
-gap (from the end of the copy before, or the run's start, to its start), the later of two times
+gap (from the end of the copy before, or the run's first event, to its start), the later of two times
 held it back where either falls inside the gap:
 - `dependencies`: the last of its dependencies (the kernels whose room it takes) ended inside the gap,
   after the loop submitted the copy (the loop queues a copy ahead of dependencies it has submitted);
@@ -38,14 +38,15 @@ def link_gaps(events: list[dict], nodes, least_us: float = 5.0) -> tuple[dict[st
     totals: dict[str, float] = collections.defaultdict(float)
     rows = []
     previous: dict[int, float] = {}
+    began = min((e["ts"] for e in events), default=0.0)  # the run's start (the clock's origin is earlier)
     for event in copies:
         node = nodes[event["args"]["node"]]
-        before = previous.get(event["pid"], 0.0)
+        before = previous.get(event["pid"], began)
         gap = event["ts"] - before
         previous[event["pid"]] = event["ts"] + event["dur"]
         if gap < least_us:
             continue
-        ready = max((ends.get(d, 0.0) for d in (*node.inputs, *node.mem_deps)), default=0.0)
+        ready = max((ends.get(d, began) for d in (*node.inputs, *node.mem_deps)), default=began)
         submitted = event["args"].get("submitted", event["ts"])
         if max(ready, submitted) <= before:
             cause = "device"

@@ -80,3 +80,27 @@ def test_a_named_provider_or_a_single_candidate_is_not_ranked(config, monkeypatc
             assert session.attention == "cublas" and session.attention_scores == {}
             assert session._machine.attention == "cublas"
         assert (result.tokens == expected).all()
+
+
+def test_turnip_generate_prints_autos_choice_and_passes_a_named_provider(config, monkeypatch, capsys):
+    from runtime.backends.cuda import CudaBackend
+    from turnip_cli.main import main as turnip
+
+    args = ["generate", "--config", config, "--prompt-tokens", "3", "--batch", "2", "--max-new-tokens", "2",
+            "--memory", str(40_000 + CUDA_RESERVE), "--backend", "cuda"]
+    monkeypatch.setattr(CudaBackend, "attention_candidates", staticmethod(lambda provider="auto": ("cublas", "torch-cudnn")))
+    assert turnip(args) == 0, capsys.readouterr().err
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("attention auto:"))
+    assert line.startswith("attention auto: cublas (sim predictions: cublas ") and ", torch-cudnn " in line
+    monkeypatch.setattr(Session, "generate", lambda self, *a, **k: pytest.fail(f"ran with {self.backend_options}"))
+    with pytest.raises(pytest.fail.Exception, match="'attention_provider': 'cublas'"):
+        turnip(args + ["--attention", "cublas"])
+
+
+def test_turnip_generate_warns_that_a_provider_means_nothing_to_the_cpu_backend(config, capsys):
+    from turnip_cli.main import main as turnip
+
+    assert turnip(["generate", "--config", config, "--prompt-tokens", "3", "--max-new-tokens", "1", "--memory", "1MiB",
+                   "--backend", "cpu", "--attention", "triton"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: --attention triton is ignored" in captured.err and "attention auto:" not in captured.out

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from turnip_cli.planning import (
     compile_printing_choice,
     parse_size,
     print_attention_choice,
+    warn_ignored_attention,
 )
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
@@ -89,9 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_positive_options(args, "tokens", "block", "gpus", "query_group", "repeats")
     backend = resolve_backend(args.backend)
-    if args.attention != "auto" and backend != "cuda":
-        print(f"warning: --attention {args.attention} is ignored: it picks the cuda backend's attention provider, "
-              f"and the {backend} backend has one", file=sys.stderr)
+    warn_ignored_attention(args.attention, backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run

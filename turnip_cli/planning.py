@@ -25,6 +25,8 @@ The commands' shared option readers live here too: `parse_size` for `--memory`, 
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import re
 from collections.abc import Callable
@@ -223,6 +225,13 @@ def load_plan(path: str, memory: str | None, backend: str, streams: int, attenti
                                      backend, streams, attention)
     print_attention_choice(choice)
     return choice.memgraph, True, choice.provider
+
+
+def warn_ignored_attention(attention: str, backend: str) -> None:
+    """One warning line on stderr when `--attention` names a provider for a backend without providers."""
+    if attention != "auto" and backend != "cuda":
+        print(f"warning: --attention {attention} is ignored: it picks the cuda backend's attention provider, "
+              f"and the {backend} backend has one", file=sys.stderr)
 
 
 def print_attention_choice(choice: AttentionChoice) -> None:

@@ -215,7 +215,7 @@ class Session:
             cache = _given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
         else:
             if caches is None:
-                self._fit_longest_prefill(prompts)
+                self._fit_longest_prefill(prompts, stats)
                 caches = [self._prefill_kv(p, stats) for p in prompts]
             else:
                 caches = _given_caches(caches, prompts, self.config)
@@ -475,12 +475,16 @@ class Session:
         self.cache.clear()
         self._drop_backend()
 
-    def _fit_longest_prefill(self, prompts: list[np.ndarray]) -> None:
+    def _fit_longest_prefill(self, prompts: list[np.ndarray], stats: GenerateResult) -> None:
         """Size the arena for the call's longest prefill before any runs (cuda: a prefill's workspace grows
-        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another."""
+        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another.
+        The session's first call ranks the attention providers here, on that prefill: its seconds count
+        as compile time."""
         longest = max(len(p) for p in prompts) - 1
         if self.backend == "cuda" and longest > 0:
+            began = time.perf_counter()
             self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
+            stats.compile_seconds += time.perf_counter() - began
 
     def _backend(self) -> Backend | str:
         """The session's prepared backend (made at the first run, and after a failed one)."""

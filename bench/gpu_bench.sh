@@ -54,7 +54,9 @@
 # default) and then every input (`--inputs host`): the target within 1.02x of the PCIe floor), cli8ktriton
 # (`turnip llama` at 8k / 1 GiB in halves, query groups of 2 and the memory schedule with the triton provider
 # named, for the plan whose auto choice took torch-cudnn), floor8ktrace (floor8k's weights run with its nondet
-# trace in $OUT/traces8k, for bench/investigations/link_gaps.py, then the same with the copy lanes 8 deep).
+# trace in $OUT/traces8k, for bench/investigations/link_gaps.py, then the same with the copy lanes 8 deep),
+# gensession (`turnip generate --config 7b`, 4 prompts of 2048 tokens, 4 new tokens, at 1 and at 4 GiB: the
+# session ranks the attention providers at its first plan and prints its choice).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -179,6 +181,10 @@ for s in "$@"; do
              --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces8k" --json "$OUT/floor8ktrace.json"
              stage floor8kdepth8 150 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 5 --copy-depth 8 \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/floor8kdepth8.json" ;;
+    gensession) stage gensession1 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \
+             --max-new-tokens 4 --memory 1GiB
+             stage gensession4 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \
+             --max-new-tokens 4 --memory 4GiB ;;
     cli8ktriton) stage cli8ktriton 120 python3 -m turnip_cli.main llama --config 7b --tokens 8192 --memory 1GiB --layer-order halves \
              --query-group 2 --schedule memory --attention triton --repeats 3 ;;
     pair128k) stage pair128k 300 python3 bench/run.py llama --tokens 131072 --budgets 2 16 --layer-order halves --query-group 8 --repeats 1 \

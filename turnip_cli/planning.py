@@ -201,7 +201,7 @@ def _seconds(value: float) -> str:
 
 
 ATTENTION_HELP = ("the cuda backend's attention provider; auto: torch-cudnn, or triton where both can run and the sim "
-                  "predicts its plan 2%% faster (its workspace is smaller)")
+                  "predicts its plan 1%% faster (its workspace is smaller)")
 """`--attention`'s help in the commands that plan for the cuda backend (`runtime.api.PROVIDER_MARGIN`)."""
 
 

@@ -8,9 +8,9 @@ of random length and spacing, drawn from `--seed` (`bursts`): during a burst it 
 copies back to back on its own stream, between bursts it sleeps. It measures its own bytes and busy
 time and reports them when it stops. Meanwhile each point (`--points`, TOKENS@BUDGET) is compiled as
 bench/run.py compiles the turnip systems (`run.compile_turnip`: the cuda arena, weights in host memory,
-the activations on the GPU) and run by the cuda backend through `cuda_common.loops`, nondet and fixed taking turns run by run
-(a warm-up of each, then `--repeats` of each), so the bursts fall on both orders alike. Inputs are
-cheap tiled arrays (timing does not depend on their values).
+the activations on the GPU) and run by the cuda backend through `cuda_common.loops`, nondet and fixed
+taking turns run by run (a warm-up of each, then `--repeats` of each), so the bursts fall on both orders
+alike. Inputs are cheap tiled arrays (timing does not depend on their values).
 
 `--backend sim` needs no GPU: the same bursts (one schedule per repeat, from the seed) become the sim
 backend's `interference` windows, in which this run's copies get `--share` of the link and the other

@@ -215,7 +215,7 @@ def compile_point(point: Point):
 
     built = build_program(point.workload, point.dtype, point.tokens, point.block, point.layer_order, point.query_group)
     graph = built.graph if point.workload == "llama" else built.taskgraph()
-    on_gpu = () if point.inputs == "host" else (built.activation_ids if point.workload == "llama" else built.input_ids(["x"]))
+    on_gpu = () if point.inputs == "host" else activation_ids(point.workload, built)
     compile_at = lambda arena: compile_taskgraph(graph, arena, point.schedule, inputs="host", start_on_gpu=on_gpu)  # noqa: E731
     if point.arena is not None:
         return compile_at(point.arena)
@@ -227,6 +227,16 @@ def build_taskgraph(workload: str, dtype: str, tokens: int, block: int | None = 
     """bench/run.py's taskgraph of a workload, without its weights."""
     built = build_program(workload, dtype, tokens, block, layer_order, query_group)
     return built.graph if workload == "llama" else built.taskgraph()
+
+
+def activation_ids(workload: str, built) -> set[str]:
+    """The taskgraph ids of `build_program`'s inputs that are not weights (bench/run.py's `--inputs weights`
+    starts them on the GPU)."""
+    if workload == "ffn":
+        from frontend.workloads import ffn
+
+        return built.input_ids(ffn.ACTIVATIONS)
+    return built.activation_ids
 
 
 def build_program(workload: str, dtype: str, tokens: int, block: int | None = None, layer_order: str = "blocks",

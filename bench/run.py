@@ -136,7 +136,7 @@ class Ffn:
         program = ffn.build(self.config)
         self.program = program
         self.graph = program.taskgraph()
-        self.activations = program.input_ids(["x"])
+        self.activations = program.input_ids(ffn.ACTIVATIONS)
         rng = np.random.default_rng(seed)
         self.weights = {}
         for layer in range(16):

@@ -41,6 +41,10 @@ PRESETS = {
 }
 
 
+ACTIVATIONS = ("x",)
+"""The stack's inputs besides its weights (`Program.input_ids(ACTIVATIONS)`: their blocks' ids)."""
+
+
 def build(config: FfnConfig) -> Program:
     """The FFN stack as a frontend program: input `x`, weights `w1.{l}` and `w2.{l}`, output `y`."""
     check_positive(config, "layers", "tokens", "hidden", "ffn", "block", "ffn_blocks", "gpus")

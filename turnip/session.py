@@ -11,9 +11,9 @@ far, so each fits the prepared arena; a graph that needs a larger workspace shri
 drops the plans and the backend (they were sized for the old split). So does a plan that pins more host
 memory than `arena_budget`'s estimate left GPU page tables for (`refit_arena`): it is compiled again at
 the smaller arena. The cuda workspace depends on the attention provider: one named in `backend_options`
-(`attention_provider`) is sized and run as named; with `auto`, the session's first plan ranks the
-candidates (torch-cudnn and triton where both can run) by the sim, each at its own arena
-(runtime.api, `plan_choosing_attention`), and the session keeps the winner for every plan after.
+(`attention_provider`) is sized and run as named; `auto` takes the first of `auto`'s candidates
+(torch-cudnn where torch with CUDA runs) without ranking them: a ranking that took triton cost a 7b
+session at 1 GiB 15 s more set-up on the H200 for prefills the sim put 1.3% faster (docs/generation.md).
 Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
 whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
@@ -49,7 +49,7 @@ from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_s
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.api import plan_choosing_attention, refit_arena
+from runtime.api import refit_arena
 from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import Recorder
 from runtime.inputs import fill, mapped
@@ -149,9 +149,7 @@ class Session:
         """The arena bytes every plan of the session is compiled under (module docstring)."""
         self.attention = self.backend_options.get("attention_provider", "auto")
         """The attention provider the arena is sized for and the cuda backend runs; `auto` until the first
-        plan ranks the candidates (`_choose_attention`)."""
-        self.attention_scores: dict[str, float] = {}
-        """The sim's makespan of the first plan per candidate provider, where `auto` ranked two or more."""
+        plan resolves it (`_resolve_attention`)."""
         self.closed = False
         self._runs = 0
         self._calls = 0
@@ -215,7 +213,7 @@ class Session:
             cache = _given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
         else:
             if caches is None:
-                self._fit_longest_prefill(prompts, stats)
+                self._fit_longest_prefill(prompts)
                 caches = [self._prefill_kv(p, stats) for p in prompts]
             else:
                 caches = _given_caches(caches, prompts, self.config)
@@ -414,7 +412,7 @@ class Session:
             stats.cache_hits += 1
             return self.cache[key]
         began = time.perf_counter()
-        self._fit_arena(graph, inputs)
+        self._fit_arena(graph)
         memgraph = self._plan(graph, inputs, stats)
         smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
         if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
@@ -444,29 +442,21 @@ class Session:
         stats.compiles += 1
         return memgraph
 
-    def _fit_arena(self, graph: TaskGraph, inputs: str = "gpu") -> None:
+    def _fit_arena(self, graph: TaskGraph) -> None:
         """Shrink the session's arena when `graph` needs a larger workspace than any graph before: every
         plan then gets the smaller arena, and the plans and backend made for the larger one go. The first
-        graph of a cuda session with `auto` attention chooses the provider first."""
+        graph of a cuda session with `auto` attention resolves the provider first."""
         if self.attention == "auto" and self.backend == "cuda":
-            self._choose_attention(graph, inputs)
+            self._resolve_attention()
         arena = arena_budget(graph, self.memory, self.backend, attention=self.attention)
         if arena < self.arena:
             self._shrink_arena(arena)
 
-    def _choose_attention(self, graph: TaskGraph, inputs: str) -> None:
-        """The provider for the session, ranked on `graph`'s plans where `auto` has two or more candidates
-        (each plan of the ranking is compiled once more than the session's own; the plans are not kept).
-        The backend is made with it."""
+    def _resolve_attention(self) -> None:
+        """`auto`'s first candidate, unranked (module docstring), for the arena and the backend."""
         from runtime.backends.cuda import CudaBackend
 
-        candidates = CudaBackend.attention_candidates("auto")
-        if len(candidates) > 1:
-            choice = plan_choosing_attention(graph, self.memory, lambda arena: compile_taskgraph(graph, arena, self.schedule, inputs=inputs),
-                                             "cuda", candidates=candidates)
-            self.attention, self.attention_scores = choice.provider, dict(choice.scores)
-        else:
-            self.attention = candidates[0]
+        self.attention = CudaBackend.attention_candidates("auto")[0]
         self.backend_options["attention_provider"] = self.attention
 
     def _shrink_arena(self, arena: int) -> None:
@@ -475,16 +465,12 @@ class Session:
         self.cache.clear()
         self._drop_backend()
 
-    def _fit_longest_prefill(self, prompts: list[np.ndarray], stats: GenerateResult) -> None:
+    def _fit_longest_prefill(self, prompts: list[np.ndarray]) -> None:
         """Size the arena for the call's longest prefill before any runs (cuda: a prefill's workspace grows
-        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another.
-        The session's first call ranks the attention providers here, on that prefill: its seconds count
-        as compile time."""
+        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another."""
         longest = max(len(p) for p in prompts) - 1
         if self.backend == "cuda" and longest > 0:
-            began = time.perf_counter()
             self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
-            stats.compile_seconds += time.perf_counter() - began
 
     def _backend(self) -> Backend | str:
         """The session's prepared backend (made at the first run, and after a failed one)."""

@@ -20,7 +20,7 @@ from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip import Session
 from turnip_cli.llama_cmd import model_input_files
-from turnip_cli.planning import ATTENTION_HELP, check_positive_options, parse_size, print_auto_choice, warn_ignored_attention
+from turnip_cli.planning import check_positive_options, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs, write_all
@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
                         "config's); bfloat16 is computed in float32 on the cpu backend")
     parser.add_argument("--stop-at-eos", action="store_true", help="after an end-of-sequence id, a prompt emits that id to the end")
-    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help=ATTENTION_HELP)
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="the cuda backend's attention provider "
+                        "for the prefills; auto: torch-cudnn where torch with CUDA runs (a session does not rank the "
+                        "providers: triton's first use in a process costs seconds)")
     parser.add_argument("--plan-dir", metavar="DIR", help="keep compiled plans in DIR and read them from there in later runs "
                         "(each verified when read)")
 
@@ -75,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
               f"{args.max_new_tokens} new tokens each; budget {args.memory} per GPU on {backend}")
         result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos)
-        if session.attention_scores:  # auto ranked the providers at the first plan
-            print_auto_choice("attention", session.attention, session.attention_scores)
     written = write_all(run_files(args.outputs, lambda: {"generated": result.tokens}, args.trace, result.recorder))
     print("\n".join(summary_lines(result)))
     for path in written:

@@ -59,7 +59,7 @@ from turnip_ir.files import atomic_write  # noqa: E402
 
 GIB = 1 << 30
 TRACES = None
-"""A folder for the turnip nondet runs' traces (--traces)."""
+"""A folder for the turnip runs' traces, the last run of each order (--traces)."""
 COPY_DEPTH = None
 """Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 ATTENTION = "auto"
@@ -201,9 +201,11 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
     backend = CudaBackend(attention_provider=attention.provider, notifier=NOTIFIER, **depth)
     runs = loops(memgraph, backend, orders=ORDERS, repeats=repeats, inputs=work.inputs)
     if TRACES:
-        name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu.json"
         Path(TRACES).mkdir(parents=True, exist_ok=True)
-        runs["nondet"]["recorder"].write_trace(Path(TRACES) / name)
+        for order in ORDERS:  # nondet's keeps the name it had before fixed's was written too
+            suffix = "" if order == "nondet" else f"-{order}"
+            name = f"trace-{type(work).__name__.lower()}-{work.tokens}-{budget_gib:g}gib-{work.graph.devices}gpu{suffix}.json"
+            runs[order]["recorder"].write_trace(Path(TRACES) / name)
     output = work.output(runs["outputs"]).astype(np.float32)
     for order in ORDERS:
         run = runs[order]
@@ -435,7 +437,7 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", default=INPUTS, choices=tuple(INPUT_STARTS), help="where turnip's plan starts its inputs: "
                         + "; ".join(f"{name}: {meaning}" for name, meaning in INPUT_STARTS.items()).replace("%", "%%"))
     parser.add_argument("--json")
-    parser.add_argument("--traces", help="write each turnip nondet run's trace into this folder")
+    parser.add_argument("--traces", help="write each turnip order's last run's trace into this folder (fixed's named -fixed)")
     parser.add_argument("--save-outputs", metavar="DIR", help="write turnip-nondet's output of each length and budget into DIR (.npy)")
     parser.add_argument("--compare-outputs", metavar="DIR", help="compare each turnip output with the one --save-outputs wrote "
                         "into DIR for the same length and budget (another run's, e.g. one GPU's): 'agreement_saved'")

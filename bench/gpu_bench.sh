@@ -56,7 +56,9 @@
 # named, for the plan whose auto choice took torch-cudnn), floor8ktrace (floor8k's weights run with its nondet
 # trace in $OUT/traces8k, for bench/investigations/link_gaps.py, then the same with the copy lanes 8 deep),
 # gensession (`turnip generate --config 7b`, 4 prompts of 2048 tokens, 4 new tokens, at 1 and at 4 GiB: the
-# session ranks the attention providers at its first plan and prints its choice).
+# session ranks the attention providers at its first plan and prints its choice), kerneltraces (issue 26: both
+# orders' traces of 7b at 8k / 4 GiB, 32k / 8 GiB in halves and 128k / 16 GiB in halves and query groups of 8,
+# torch-cudnn named, into $OUT/ktraces.tgz, for bench/investigations/kernel_rates.py).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -181,6 +183,11 @@ for s in "$@"; do
              --systems turnip-nondet turnip-fixed floor --traces "$OUT/traces8k" --json "$OUT/floor8ktrace.json"
              stage floor8kdepth8 150 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 5 --copy-depth 8 \
              --systems turnip-nondet turnip-fixed floor --json "$OUT/floor8kdepth8.json" ;;
+    kerneltraces) for spec in "8192 4 blocks 1 100" "32768 8 halves 1 150" "131072 16 halves 8 240"; do set -- $spec
+             stage "ktrace$(($1 / 1024))k" $5 python3 bench/run.py llama --tokens $1 --budgets $2 --layer-order $3 --query-group $4 \
+             --repeats $([ $1 -gt 32768 ] && echo 1 || echo 3) --attention torch-cudnn --systems turnip-nondet turnip-fixed floor \
+             --traces "$OUT/ktraces" --json "$OUT/ktrace$(($1 / 1024))k.json"; done
+             tar -czf "$OUT/ktraces.tgz" -C "$OUT" ktraces && rm -r "$OUT/ktraces"; ls -la "$OUT" ;;
     gensession) stage gensession1 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \
              --max-new-tokens 4 --memory 1GiB
              stage gensession4 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \

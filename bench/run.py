@@ -19,7 +19,7 @@ Systems (all under the same per-GPU budget, in GiB; `--systems` picks):
                                (report.floor_seconds): every system starts with its weights in host memory,
                                so each weight crosses PCIe at least once.
 Each time is the median of `--repeats` timed runs after a warm-up, with CUDA events (or device event
-times, for turnip). Outputs of every system are compared with torch-resident's (or turnip-nondet's), and with
+times, for turnip; the JSON keeps turnip's every timed run too, `makespans`). Outputs of every system are compared with torch-resident's (or turnip-nondet's), and with
 `--compare-outputs` against turnip's output that another run saved with `--save-outputs` (one GPU's
 against two GPUs', say).
 Prints markdown tables; `--json` keeps every figure, for docs/benchmarks.md.
@@ -213,7 +213,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
         predicted = sim_makespan(memgraph, order=order, cost=CostModel().for_attention(attention.provider))
         busy = engine_busy(run)
         results[f"turnip-{order}"] = {
-            "seconds": run["makespan"], "wall": run["wall"], "sim": predicted, "compile_s": compile_s,
+            "seconds": run["makespan"], "makespans": run["makespans"], "wall": run["wall"], "sim": predicted, "compile_s": compile_s,
             "offloaded": summary.bytes_offloaded, "reloaded": summary.bytes_reloaded,
             "planned_reload": sum(n.nbytes for n in memgraph.nodes if n.op == "reload"),
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,

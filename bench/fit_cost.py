@@ -105,9 +105,10 @@ class Point:
 
 
 def current(run: dict) -> bool:
-    """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy depth, one GPU."""
+    """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy and compute depths,
+    one GPU."""
     return (run.get("notifier") == "hostfunc-side" and run.get("attention", "auto") in ("auto", "torch-cudnn")
-            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1 and run.get("inputs", "host") in ("host", "weights"))
+            and run.get("copy_depth", 4) == 4 and run.get("queue_depth", 2) == 2 and run.get("gpus", 1) == 1 and run.get("inputs", "host") in ("host", "weights"))
 
 
 def earlier_runtime(run: dict) -> bool:

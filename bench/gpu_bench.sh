@@ -58,7 +58,10 @@
 # gensession (`turnip generate --config 7b`, 4 prompts of 2048 tokens, 4 new tokens, at 1 and at 4 GiB: the
 # session ranks the attention providers at its first plan and prints its choice), kerneltraces (issue 26: both
 # orders' traces of 7b at 8k / 4 GiB, 32k / 8 GiB in halves and 128k / 16 GiB in halves and query groups of 8,
-# torch-cudnn named, into $OUT/ktraces.tgz, for bench/investigations/kernel_rates.py).
+# torch-cudnn named, into $OUT/ktraces.tgz, for bench/investigations/kernel_rates.py), ktracetriton (the same at
+# 32k / 8 GiB with the triton provider, into $OUT/ttraces.tgz), loose32khost (32k at 8 GiB in halves with every
+# input from the host, a third call for that point of bench/fit_cost.py), depth3 (32k at 8 GiB and 1 GiB in halves, 8k at
+# 2 GiB, with the compute lanes 3 deep instead of 2).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -188,6 +191,14 @@ for s in "$@"; do
              --repeats $([ $1 -gt 32768 ] && echo 1 || echo 3) --attention torch-cudnn --systems turnip-nondet turnip-fixed floor \
              --traces "$OUT/ktraces" --json "$OUT/ktrace$(($1 / 1024))k.json"; done
              tar -czf "$OUT/ktraces.tgz" -C "$OUT" ktraces && rm -r "$OUT/ktraces"; ls -la "$OUT" ;;
+    ktracetriton) stage ktracetriton 150 python3 bench/run.py llama --tokens 32768 --budgets 8 --layer-order halves --repeats 3 \
+             --attention triton --systems turnip-nondet turnip-fixed floor --traces "$OUT/ttraces" --json "$OUT/ktracetriton.json"
+             tar -czf "$OUT/ttraces.tgz" -C "$OUT" ttraces && rm -r "$OUT/ttraces" ;;
+    loose32khost) stage loose32khost 120 python3 bench/run.py llama --tokens 32768 --budgets 8 --layer-order halves --repeats 3 \
+             --inputs host --systems turnip-nondet turnip-fixed floor --json "$OUT/loose32khost.json" ;;
+    depth3) for spec in "32768 8 halves" "8192 2 blocks" "32768 1 halves"; do set -- $spec
+             stage "depth3-$(($1 / 1024))k$2" 150 python3 bench/run.py llama --tokens $1 --budgets $2 --layer-order $3 --repeats 3 \
+             --queue-depth 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/depth3-$(($1 / 1024))k$2.json"; done ;;
     gensession) stage gensession1 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \
              --max-new-tokens 4 --memory 1GiB
              stage gensession4 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \

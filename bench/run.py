@@ -61,6 +61,8 @@ GIB = 1 << 30
 TRACES = None
 """A folder for the turnip runs' traces, the last run of each order (--traces)."""
 COPY_DEPTH = None
+QUEUE_DEPTH = None
+"""Queue depth of the compute lanes (--queue-depth; None: CudaBackend's default)."""
 """Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 ATTENTION = "auto"
 """Turnip's attention provider (--attention)."""
@@ -198,6 +200,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             results[f"turnip-{order}"] = {"error": f"does not fit: {err}"}
         return
     depth = {} if COPY_DEPTH is None else {"copy_queue_depth": COPY_DEPTH}  # None: the backend's default, not its lane depth
+    depth |= {} if QUEUE_DEPTH is None else {"queue_depth": QUEUE_DEPTH}
     backend = CudaBackend(attention_provider=attention.provider, notifier=NOTIFIER, **depth)
     runs = loops(memgraph, backend, orders=ORDERS, repeats=repeats, inputs=work.inputs)
     if TRACES:
@@ -219,7 +222,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run, busy), "engine_busy": busy, "lines": summary.lines() + runs["notes"], "output": output,
-            "copy_depth": backend.copy_queue_depth, "attention": attention.provider, "attention_asked": ATTENTION,
+            "copy_depth": backend.copy_queue_depth, "queue_depth": backend.queue_depth, "attention": attention.provider, "attention_asked": ATTENTION,
             "attention_scores": attention.scores, "notifier": NOTIFIER,
             "schedule": schedule, "schedule_scores": scores, "inputs": INPUTS,
         }
@@ -412,7 +415,7 @@ def agreement(a, b) -> float:
 
 
 def main(argv=None) -> int:
-    global TRACES, ORDERS, COPY_DEPTH, ATTENTION, NOTIFIER, SCHEDULE, INPUTS
+    global TRACES, ORDERS, COPY_DEPTH, QUEUE_DEPTH, ATTENTION, NOTIFIER, SCHEDULE, INPUTS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workload", choices=("llama", "ffn"))
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192])
@@ -424,6 +427,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs for turnip's llama (torch baselines use one)")
     parser.add_argument("--placement", default="sequence", help="llama placement over --gpus: sequence, layers or heads")
     parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
+    parser.add_argument("--queue-depth", type=int, help="queue depth of turnip's compute lanes (default: the backend's, 2)")
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")
@@ -447,6 +451,7 @@ def main(argv=None) -> int:
         args.systems = [s for s in args.systems if s.startswith("turnip") or s == "floor"]
     TRACES = args.traces
     COPY_DEPTH = args.copy_depth
+    QUEUE_DEPTH = args.queue_depth
     ATTENTION = args.attention
     NOTIFIER = args.notifier
     SCHEDULE = args.schedule

@@ -201,6 +201,32 @@ def test_cost_model_rates_a_partial_at_its_operands_dtype() -> None:
     assert model.kernel_time(partial, [fp32[0], fp32[1], fp32[1]]) == pytest.approx(flops / model.fp32_flops)
 
 
+def test_cost_model_prices_causal_blocks_and_slow_memory_kernels_at_their_own_rates() -> None:
+    """A causal (diagonal) block at `causal_attention_flops` on the half FLOPs it is counted at, a full one at
+    `attention_flops`; rope and rmsnorm at their share of HBM, other memory-bound kernels at all of it."""
+    q = MemNode(0, "input", "q", 0, (0, 0), None, (), shape=(4096, 4096), dtype="float16")
+    k = MemNode(1, "input", "k", 0, (0, 0), None, (), shape=(4096, 1024), dtype="float16")
+    model = CostModel(launch=0.0)
+    flops = 4 * 4096 * 4096 * 4096
+
+    def block(causal: bool) -> float:
+        attrs = {"heads": 32, "kv_heads": 8, "causal": causal}
+        node = MemNode(2, "kernel", "a", 0, (0, 0), None, (0, 1, 1), kernel="attention", shape=(4096, 4096), dtype="float16", attrs=attrs)
+        return model.kernel_time(node, [q, k, k])
+
+    assert block(False) == pytest.approx(flops / model.attention_flops)
+    assert block(True) == pytest.approx(flops / 2 / model.causal_attention_flops)
+    assert model.causal_attention_flops < model.attention_flops  # measured: 0.75 of a full block's time for half its work
+    table = MemNode(1, "input", "t", 0, (0, 0), None, (), shape=(4096, 64), dtype="float32")
+    traffic = {"rope": 2 * q.nbytes + 2 * table.nbytes, "rmsnorm": 2 * q.nbytes + 4096 * 2, "add": 3 * q.nbytes}
+    weight = MemNode(1, "input", "w", 0, (0, 0), None, (), shape=(4096,), dtype="float16")
+    operands = {"rope": [q, table, table], "rmsnorm": [q, weight], "add": [q, q]}
+    for kernel, share in (("rope", model.memory_share("rope")), ("rmsnorm", model.memory_share("rmsnorm")), ("add", 1.0)):
+        node = MemNode(3, "kernel", kernel, 0, (0, 0), None, (0,), kernel=kernel, shape=(4096, 4096), dtype="float16", attrs={})
+        assert model.kernel_time(node, operands[kernel]) == pytest.approx(traffic[kernel] / (model.hbm_bw * share))
+    assert model.memory_share("rope") < model.memory_share("rmsnorm") < 1.0 == model.memory_share("add")
+
+
 # ----- compiled graphs on the cpu backend ------------------------------------------------------------------
 
 

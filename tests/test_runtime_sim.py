@@ -191,16 +191,16 @@ def test_kernels_on_two_streams_of_one_gpu_share_it_but_overlap_a_reload():
         ("k2", "kernel", 0, [0], n, "exp"),
         ("r", "reload", 0, [1], n, None),
     ]
-    for efficiency in (1.0, COST.overlap_efficiency):
+    for efficiency in (0.95, 1.0, COST.overlap_efficiency):
         result = execute(_memgraph(rows), backend="sim", streams=2, cost=replace(COST, overlap_efficiency=efficiency))
         # k1 and k2 start together and drain at half of `efficiency` each: both end at 2 x one kernel's
-        # time / efficiency; the reload (1 ms on the host link) runs beside them at full speed.
+        # time / efficiency (sooner than one after the other where it is above 1, later where below);
+        # the reload (1 ms on the host link) runs beside them at full speed.
         both = 2 * _relu_time(n) / efficiency
         assert result.summary.makespan == pytest.approx(max(both, 1e-3), rel=1e-9)
         ends = {c.vertex: c.end for c in result.recorder.completions}
         assert ends[2] == pytest.approx(both, rel=1e-9) and ends[3] == pytest.approx(both, rel=1e-9)
         assert ends[4] == pytest.approx(1e-3, rel=1e-9)
-    assert COST.overlap_efficiency < 1.0
 
 
 def test_execute_by_name_runs_the_sim_on_the_cost_model_it_is_given():

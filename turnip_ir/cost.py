@@ -4,8 +4,8 @@ The sim backend uses it as its clock, and the `nondet` policy uses it for critic
 A kernel costs max(FLOPs / GEMM rate, bytes read and written / HBM bandwidth) plus a launch overhead;
 a transfer costs its bytes over the link that carries it (H2D, D2H, or the peer link for a move). The
 runtime's event loop costs host time per vertex, which the sim backend serializes. The defaults are
-measured rates where a benchmark gives one, and two figures fitted to the measured makespans of the
-benchmark matrix (attention_flops, launch): docs/runtime.md, "The cost model", says which is which.
+measured rates where a benchmark or a trace gives one, and the figures fitted to the measured makespans of
+the benchmark matrix (launch, host_per_attention): docs/runtime.md, "The cost model", says which is which.
 """
 
 from __future__ import annotations
@@ -37,14 +37,22 @@ class CostModel:
     half_flops: float = 701e12
     """fp16 and bf16 GEMM rate as a pipeline gets it: the GEMMs of the H200 FFN trace, their FLOPs over
     the time some stream ran one (bench/fit_cost.py, `trace_gemm_rate`); an 8192^3 GEMM alone runs 782."""
-    attention_flops: float = 500e12
-    """fp16 attention blocks as the cuda backend runs them (cuDNN's fused op plus the merge into the packed
-    partial), one rate for full and causal blocks, fitted with `overlap_efficiency` to every measured
-    llama and FFN point by a grid (bench/fit_cost.py's points; docs/benchmarks-log.md, the fifth session
-    of 2026-12-03: 478 before, without the overlap loss). It is below the rate of blocks queued alone
-    (docs/benchmarks.md, "Attention providers on 7B blocks") because in a prefill the blocks share the
-    GPU with the GEMMs of the other stream; with the GEMM rate instead, the sim predicted llama prefill
-    faster than measured."""
+    attention_flops: float = 488e12
+    """fp16 full (off-diagonal) attention blocks as the cuda backend runs them (cuDNN's fused op plus the
+    merge into the packed partial): 712 blocks of 7b at 32k / 8 GiB that ran with no other kernel beside
+    them, in the fixed order's trace (bench/investigations/kernel_rates.py; docs/benchmarks-log.md, the
+    seventh session of 2026-12-03). Until then one rate for full and causal blocks, 500, fitted to the
+    makespans with the overlap loss."""
+    causal_attention_flops: float = 366e12
+    """fp16 causal (diagonal) blocks, the last of each query block's row (they also fold the partial and
+    write the output), at half a block's FLOPs as the kernels' table counts them: 514 blocks alone in the
+    fixed traces of 7b at 8k, 32k and 128k (366-372; kernel_rates.py). A diagonal block takes 0.75 of a
+    full block's time for half its work: the mask's tiles and the final merge."""
+    memory_efficiency: tuple[tuple[str, float], ...] = (("rmsnorm", 0.54), ("rope", 0.31))
+    """The share of `hbm_bw` that these kernels reach on llama's blocks (4096 tokens by 4096), where the
+    others reach about all of it: their kernels alone in the same traces (rmsnorm 0.52-0.58 over 812
+    kernels, rope 0.30-0.36 over 278 alone in the nondet traces too). At `hbm_bw` the sim had llama's
+    rope three times faster than the GPU ran it."""
     triton_attention_flops: float = 409e12
     """fp16 attention blocks under the `triton` provider (one kernel per block, no merge), what
     `for_attention("triton")` prices them at: 7b at 32k / 4 GiB ran 1.464 s with triton against 1.331 s
@@ -59,14 +67,17 @@ class CostModel:
     (sequence, head) reads its rows by warps, a quarter of HBM's rate; at `hbm_bw` the sim had a 7b decode
     step's resident layers finish three times sooner than measured."""
     fp64_flops: float = 0.8e12
-    overlap_efficiency: float = 0.95
+    overlap_efficiency: float = 1.0
     """The share of one GPU's throughput that k > 1 kernels running at once on its compute streams get
-    together: each drains at overlap_efficiency / k (alone, at 1). Fitted with `attention_flops` over the
-    matrix (a grid of 0.93 to 1.0 against 478 to 525 TFLOP/s): at 1.0 the sim was 4-6% fast at every loose
-    32k point and 2-3% slow at the tight ones; at 0.95 it is within 5% at 58 of 62 points, against 53.
-    The traces of 7b at 32k (2026-12-03, fifth session) agree: over the GPU's busy time the kernels did
-    0.959 of this model's work per second at 8 GiB, where two ran at once 81% of that time, and 1.004 at
-    1 GiB, where they did 21% (docs/benchmarks-log.md)."""
+    together: each drains at overlap_efficiency / k (alone, at 1). With the kernel rates above measured on
+    kernels that ran alone, 1.0: two of llama's kernels at once run as fast together as one after the
+    other. The traces say slightly more (over the GPU's busy time the kernels of 7b at 8k, 32k and 128k did
+    1.004-1.033 of this model's work per second, where two ran at once 22-91% of it: overlap_trace.py), but
+    at 1.03 the sim put nondet at 32k / 8 GiB 4-7% fast, where the GPU idled 49 ms waiting for the loop
+    (GPU-side gaps the sim does not make); over bench/fit_cost.py's 80 points 1.0 is within 5% at 78, 0.97
+    at 73, 1.015 at 76, 1.03 at 72 (bench/investigations/model_scan.py). Until the per-kernel rates were
+    measured it was 0.95, fitted with one attention rate: it stood for the diagonal blocks and the slow rope
+    and rmsnorm, whose time it charged only where kernels overlapped."""
     launch: float = 3.1e-6
     """Per-kernel cost beside its work, on the GPU, fitted (3.07 us). The launch's host time is
     `host_per_vertex`; queued ahead, dependent GEMMs start 3.0 us apart (bench_cuda.py lookahead), the
@@ -91,7 +102,9 @@ class CostModel:
         """This model for a run whose attention blocks go through `provider` (a resolved cuda provider):
         `triton` has its own rate; torch's fused ops are priced at `attention_flops`, as is `cublas`,
         which runs about 5x slower (not modelled: the sim ranks no plan for it)."""
-        return replace(self, attention_flops=self.triton_attention_flops) if provider == "triton" else self
+        if provider == "triton":  # one rate for its full and causal blocks, as it was fitted
+            return replace(self, attention_flops=self.triton_attention_flops, causal_attention_flops=self.triton_attention_flops)
+        return self
 
     def flop_rate(self, dtype: str) -> float:
         if dtype in ("float16", "bfloat16"):
@@ -105,10 +118,17 @@ class CostModel:
         traffic = node.nbytes + sum(src.nbytes for src in inputs)
         # the rate of the operands' dtype: a non-final attention multiplies fp16 into a float32 partial
         dtype = inputs[0].dtype if inputs else node.dtype
-        rate = self.attention_flops if _half_attention(node, inputs) else self.flop_rate(dtype)
+        if _half_attention(node, inputs):
+            rate = self.causal_attention_flops if node.attrs.get("causal", False) else self.attention_flops
+        else:
+            rate = self.flop_rate(dtype)
         if node.kernel == "decode_attention":
             return max(flops / rate, traffic / self.decode_attention_bw) + self.launch
-        return max(flops / rate, traffic / self.hbm_bw) + self.launch
+        return max(flops / rate, traffic / (self.hbm_bw * self.memory_share(node.kernel))) + self.launch
+
+    def memory_share(self, kernel: str) -> float:
+        """The share of `hbm_bw` that `kernel` reaches (`memory_efficiency`; 1 for kernels it does not name)."""
+        return next((share for name, share in self.memory_efficiency if name == kernel), 1.0)
 
     def host_time(self, node: MemNode, inputs: list[MemNode]) -> float:
         """Seconds of the runtime's loop to submit `node` and handle its completion."""

@@ -79,6 +79,32 @@ def kernel_rates(events: list[dict], nodes, cost: CostModel) -> dict[str, dict[s
     return {name: dict(row) for name, row in table.items()}
 
 
+def implied_rates(events: list[dict], nodes, cost: CostModel) -> dict[str, tuple[int, float]]:
+    """What the kernels that ran alone imply, with `cost.launch` taken off each: the FLOP/s of full and of
+    causal fp16 attention blocks (causal at half a block's FLOPs, as the model counts them), and each
+    memory-bound kernel's bytes per second as a share of `cost.hbm_bw`; name -> (kernels, figure)."""
+    from turnip_ir.kernels import KERNELS
+
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    sums: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])  # kernels, work, seconds
+    for event, alone in zip(kernels, alone_flags(kernels)):
+        node = nodes[event["args"]["node"]]
+        inputs = [nodes[i] for i in node.inputs]
+        seconds = max(event["dur"] * 1e-6 - cost.launch, 1e-9)
+        if not alone or node.kernel in ("einsum", "matmul"):
+            continue
+        if node.kernel == "attention":
+            name = "causal_attention_flops" if node.attrs.get("causal", False) else "attention_flops"
+            work = KERNELS[node.kernel].flops([tuple(i.shape) for i in inputs], tuple(node.shape), node.attrs)
+        else:
+            name, work = f"memory_efficiency {node.kernel}", (node.nbytes + sum(i.nbytes for i in inputs)) / cost.hbm_bw
+        row = sums[name]
+        row[0] += 1
+        row[1] += work
+        row[2] += seconds
+    return {name: (int(n), work / seconds) for name, (n, work, seconds) in sums.items()}
+
+
 def span_us(events: list[dict]) -> float:
     """The union of the compute events' times, microseconds."""
     busy, reach = 0.0, float("-inf")
@@ -113,6 +139,8 @@ def main(argv=None) -> int:
         print(f"| {name} | {alone:.0f} / {row['all_n']:.0f} | {row.get('alone_us', 0) / 1e3:.2f} | {row.get('alone_model_us', 0) / 1e3:.2f} | "
               f"{ratio} | {row['all_us'] / 1e3:.2f} | {row['all_model_us'] / 1e3:.2f} | {row['all_us'] / row['all_model_us']:.3f} |")
     model = sum(row["all_model_us"] for row in table.values())
+    print("\nimplied by the kernels that ran alone: " + "; ".join(f"{name} {figure:.4g} ({n} kernels)" for name, (n, figure)
+                                                                    in sorted(implied_rates(events, memgraph.nodes, cost).items())))
     print(f"\ncompute span {span_us(events) / 1e3:.2f} ms; the model's kernel times summed {model / 1e3:.2f} ms")
     return 0
 

@@ -1,13 +1,12 @@
 """How much of the cost model's kernel work a traced llama run did per second of GPU busy time, split by
 how many kernels ran at once: the check behind `CostModel.overlap_efficiency`.
 
-The plan is compiled again on the CPU exactly as bench/run.py compiled it (same build and arena, weights in
-host memory), so each trace event's `node` names its memgraph vertex and the model's time for it. Each
+The plan is compiled again on the CPU exactly as bench/run.py compiled it (same build, arena and `--inputs`), so each trace event's `node` names its memgraph vertex and the model's time for it. Each
 kernel is taken to progress evenly over its span; that is not so inside an interval (a kernel launched
 beside another waits for SMs within its span), so only the totals are meaningful: the model-seconds of
 work over the busy seconds, in all and per count of kernels at once.
 
-    python3 bench/investigations/overlap_trace.py TRACE.json --tokens 32768 --layer-order halves --arena-mib 7997
+    python3 bench/investigations/overlap_trace.py TRACE.json --tokens 32768 --layer-order halves --arena-mib 7997 --inputs host
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.fit_cost import build_taskgraph  # noqa: E402
-from passes.pipeline import compile_taskgraph  # noqa: E402
+from bench.fit_cost import Point, compile_point  # noqa: E402
 from turnip_ir.cost import CostModel  # noqa: E402
 
 
@@ -57,10 +55,12 @@ def main(argv=None) -> int:
     parser.add_argument("--layer-order", default="blocks")
     parser.add_argument("--query-group", type=int, default=1)
     parser.add_argument("--schedule", default="given")
+    parser.add_argument("--inputs", default="weights", choices=("weights", "host"), help="bench/run.py's --inputs of the run")
     parser.add_argument("--arena-mib", type=int, required=True, help="the run's `per GPU arena` from its summary, in MiB")
     args = parser.parse_args(argv)
-    graph = build_taskgraph("llama", "float16", args.tokens, args.block, args.layer_order, args.query_group)
-    memgraph = compile_taskgraph(graph, args.arena_mib << 20, args.schedule, inputs="host")
+    point = Point("llama", "float16", args.tokens, 0.0, "nondet", args.schedule, 1.0, (1.0,), (), args.block, args.layer_order,
+                  args.query_group, args.arena_mib << 20, args.inputs)
+    memgraph = compile_point(point)
     events = [e for e in json.loads(Path(args.trace).read_text())["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
     totals = work_rates(events, memgraph.nodes, CostModel())
     busy = sum(b for b, _ in totals.values())

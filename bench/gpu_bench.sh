@@ -61,7 +61,9 @@
 # torch-cudnn named, into $OUT/ktraces.tgz, for bench/investigations/kernel_rates.py), ktracetriton (the same at
 # 32k / 8 GiB with the triton provider, into $OUT/ttraces.tgz), loose32khost (32k at 8 GiB in halves with every
 # input from the host, a third call for that point of bench/fit_cost.py), depth3 (32k at 8 GiB and 1 GiB in halves, 8k at
-# 2 GiB, with the compute lanes 3 deep instead of 2).
+# 2 GiB, with the compute lanes 3 deep instead of 2), depthab (32k at 8 and 1 GiB in halves, 8k at 2 GiB, 8k at 1 GiB in
+# halves, query groups of 2 and the memory schedule: each with the compute lanes 2 and then 3 deep, in one call; the
+# JSON in $OUT/depthab.tgz).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -199,6 +201,11 @@ for s in "$@"; do
     depth3) for spec in "32768 8 halves" "8192 2 blocks" "32768 1 halves"; do set -- $spec
              stage "depth3-$(($1 / 1024))k$2" 150 python3 bench/run.py llama --tokens $1 --budgets $2 --layer-order $3 --repeats 3 \
              --queue-depth 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/depth3-$(($1 / 1024))k$2.json"; done ;;
+    depthab) mkdir -p "$OUT/ab"; for spec in "32768 8 halves 1 given" "32768 1 halves 1 given" "8192 2 blocks 1 given" "8192 1 halves 2 memory"; do set -- $spec
+             for q in 2 3; do stage "depthab-$(($1 / 1024))k$2-q$q" 120 python3 bench/run.py llama --tokens $1 --budgets $2 --layer-order $3 \
+             --query-group $4 --schedule $5 --repeats 3 --queue-depth $q --systems turnip-nondet turnip-fixed floor \
+             --json "$OUT/ab/depthab-$(($1 / 1024))k$2-q$q.json"; done; done
+             mv "$OUT"/depthab-*.log "$OUT/ab/"; tar -czf "$OUT/depthab.tgz" -C "$OUT" ab && rm -r "$OUT/ab" ;;
     gensession) stage gensession1 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \
              --max-new-tokens 4 --memory 1GiB
              stage gensession4 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \

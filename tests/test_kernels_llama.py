@@ -216,7 +216,7 @@ def test_cost_model_prices_causal_blocks_and_slow_memory_kernels_at_their_own_ra
 
     assert block(False) == pytest.approx(flops / model.attention_flops)
     assert block(True) == pytest.approx(flops / 2 / model.causal_attention_flops)
-    assert model.causal_attention_flops < model.attention_flops  # measured: 0.75 of a full block's time for half its work
+    assert model.causal_attention_flops < model.attention_flops  # measured: 0.67 of a full block's time for half its work
     table = MemNode(1, "input", "t", 0, (0, 0), None, (), shape=(4096, 64), dtype="float32")
     traffic = {"rope": 2 * q.nbytes + 2 * table.nbytes, "rmsnorm": 2 * q.nbytes + 4096 * 2, "add": 3 * q.nbytes}
     weight = MemNode(1, "input", "w", 0, (0, 0), None, (), shape=(4096,), dtype="float16")

@@ -46,20 +46,22 @@ class CostModel:
     causal_attention_flops: float = 366e12
     """fp16 causal (diagonal) blocks, the last of each query block's row (they also fold the partial and
     write the output), at half a block's FLOPs as the kernels' table counts them: 514 blocks alone in the
-    fixed traces of 7b at 8k, 32k and 128k (366-372; kernel_rates.py). A diagonal block takes 0.75 of a
+    fixed traces of 7b at 8k, 32k and 128k (366-372; kernel_rates.py). A diagonal block takes 0.67 of a
     full block's time for half its work: the mask's tiles and the final merge."""
     memory_efficiency: tuple[tuple[str, float], ...] = (("rmsnorm", 0.54), ("rope", 0.31))
     """The share of `hbm_bw` that these kernels reach on llama's blocks (4096 tokens by 4096), where the
     others reach about all of it: their kernels alone in the same traces (rmsnorm 0.52-0.58 over 812
     kernels, rope 0.30-0.36 over 278 alone in the nondet traces too). At `hbm_bw` the sim had llama's
     rope three times faster than the GPU ran it."""
-    triton_attention_flops: float = 409e12
-    """fp16 attention blocks under the `triton` provider (one kernel per block, no merge), what
-    `for_attention("triton")` prices them at: 7b at 32k / 4 GiB ran 1.464 s with triton against 1.331 s
-    with torch-cudnn in one sitting (docs/results/h200-2026-12-01b-llama-32k-{triton,torch-cudnn}.json),
-    1.100x, and at this rate the sim gives that plan (layers in blocks, today's arenas) 1.100x its
-    torch-cudnn makespan (1.433 against 1.303 s; 392 before `overlap_efficiency`). Queued alone, a 7b block runs at 0.81-0.82 of torch's best SDPA under triton against
-    0.90-0.96 under torch-cudnn (docs/runtime.md, "Attention providers")."""
+    triton_attention_flops: float = 390e12
+    """fp16 full attention blocks under the `triton` provider (one kernel per block, no merge), what
+    `for_attention("triton")` prices them at: 725 blocks of 7b at 32k / 8 GiB that ran alone in the fixed
+    order's trace (kernel_rates.py; docs/benchmarks-log.md, the seventh session of 2026-12-03). Until then
+    409, one rate for full and causal blocks, fitted to a 32k makespan against torch-cudnn's."""
+    triton_causal_attention_flops: float = 332e12
+    """The same for its causal (diagonal) blocks, at half a block's FLOPs: 256 blocks alone in that trace.
+    Triton's diagonal block takes 0.59 of its full block's time (torch-cudnn's 0.67); queued alone (docs/
+    runtime.md, "Attention providers") it runs 0.80 of its full blocks' rate."""
     decode_attention_bw: float = 0.92e12
     """Bytes per second of the cuda backend's `decode_attention` launches (its operands and output over its
     time): 7b, B = 16, two 1024-row columns a layer, 64 such launches plus 32 one-row ones took 18.9 ms for
@@ -100,10 +102,11 @@ class CostModel:
 
     def for_attention(self, provider: str) -> CostModel:
         """This model for a run whose attention blocks go through `provider` (a resolved cuda provider):
-        `triton` has its own rate; torch's fused ops are priced at `attention_flops`, as is `cublas`,
+        `triton` has its own rates (full and causal blocks); torch's fused ops are priced at `attention_flops` and
+        `causal_attention_flops`, as is `cublas`,
         which runs about 5x slower (not modelled: the sim ranks no plan for it)."""
-        if provider == "triton":  # one rate for its full and causal blocks, as it was fitted
-            return replace(self, attention_flops=self.triton_attention_flops, causal_attention_flops=self.triton_attention_flops)
+        if provider == "triton":
+            return replace(self, attention_flops=self.triton_attention_flops, causal_attention_flops=self.triton_causal_attention_flops)
         return self
 
     def flop_rate(self, dtype: str) -> float:

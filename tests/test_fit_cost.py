@@ -86,6 +86,27 @@ def test_points_carry_llamas_build_and_leave_out_plans_that_start_weights_on_the
     assert (built.block, built.layer_order, built.query_group) == (2048, "halves", 2)
 
 
+def test_runs_on_a_disturbed_link_are_not_points_and_the_lanes_depth_is_part_of_a_point(tmp_path):
+    """A run whose copies moved under 90% of its call's H2D ceiling while its copy engine was busy 90% or
+    more is tabled apart (`on_disturbed_link`); so slow a rate on an idle engine, or a rate at 90%, counts.
+    The compute lanes' depth splits points, and the sim runs each at its own."""
+    busy, idle = {"h2d": 0.99}, {"h2d": 0.5}
+    runs = [_run(seconds=0.25, h2d_rate=54.9e9, engine_busy=busy),
+            _run(system="turnip-fixed", seconds=0.27, h2d_rate=48.1e9, engine_busy=busy),
+            _run(budget=4.0, seconds=0.24, h2d_rate=48.1e9, engine_busy=idle),
+            _run(budget=8.0, seconds=0.24, h2d_rate=49.9e9, engine_busy=busy),
+            _run(budget=8.0, seconds=0.22, queue_depth=3)]
+    path = tmp_path / "h200-call.json"
+    path.write_text(json.dumps({"ceilings": {"h2d": 55.4e9}, "runs": runs}))
+    points = {p.label: p for p in fit_cost.measured_points([path])}
+    assert set(points) == {"llama 8k 2 GiB nondet", "llama 8k 4 GiB nondet", "llama 8k 8 GiB nondet", "llama 8k 8 GiB nondet, lanes 3 deep"}
+    assert points["llama 8k 8 GiB nondet, lanes 3 deep"].queue_depth == 3 and points["llama 8k 8 GiB nondet"].queue_depth == 2
+    assert {p.label for p in fit_cost.measured_points([path], keep=fit_cost.on_disturbed_link)} == {"llama 8k 2 GiB fixed"}
+    unknown = tmp_path / "h200-old.json"  # no ceiling in the file: nothing to judge the rate by
+    unknown.write_text(json.dumps({"runs": runs[1:2]}))
+    assert {p.label for p in fit_cost.measured_points([unknown])} == {"llama 8k 2 GiB fixed"}
+
+
 def test_the_sim_charges_the_loop_more_for_half_precision_attention_links():
     def links(dtype: str):
         g = TaskGraph(devices=1)

@@ -168,7 +168,7 @@ def test_the_sim_queues_compute_lanes_deeper_only_for_plans_that_move_nothing():
     """RESIDENT_QUEUE_DEPTH: a plan with no reload or offload queues its compute lanes that deep; a
     streaming plan keeps `queue_depth`; without lookahead every lane holds one vertex."""
     from passes.pipeline import compile_taskgraph
-    from runtime.backends.base import RESIDENT_QUEUE_DEPTH
+    from runtime.backends.base import RESIDENT_QUEUE_DEPTH, STREAMING_QUEUE_DEPTH
     from runtime.backends.sim import SimBackend
     from turnip_ir.taskgraph import TaskGraph
 
@@ -180,7 +180,7 @@ def test_the_sim_queues_compute_lanes_deeper_only_for_plans_that_move_nothing():
     g.output(x)
     roomy, tight = (compile_taskgraph(g, budget) for budget in (1 << 20, 3 * 64 * 64 * 4))
     assert not any(n.op == "reload" for n in roomy.nodes) and any(n.op == "reload" for n in tight.nodes)
-    for plan, depth in ((roomy, RESIDENT_QUEUE_DEPTH), (tight, 2)):
+    for plan, depth in ((roomy, RESIDENT_QUEUE_DEPTH), (tight, STREAMING_QUEUE_DEPTH)):
         sim = SimBackend()
         graph = build_exec_graph(plan)
         sim.prepare(graph, {})

@@ -4,7 +4,7 @@ The sim puts 7b's fixed-order runs 2% faster than measured on average (nondet: 0
 where fixed runs one kernel at a time and its chain of dependencies crosses the two compute streams in
 about 60% of its links. The sim charges a kernel only the launch gap measured on one stream (3 us). This
 study adds a wait where a kernel's dependency ended on the other compute lane (a subclass of the sim
-backend, used by `sim_makespan` for the run of this script) and tables bench/fit_cost.py's points at
+backend, used by fit_cost's Simulator for the run of this script) and tables bench/fit_cost.py's points at
 each wait: how many are within 5%, and the mean error per order. It changes nothing in the runtime.
 
     .venv/bin/python bench/investigations/stream_wait.py 0 5e-6 10e-6 20e-6      # about 1 minute a value
@@ -22,8 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
-import runtime.api as api  # noqa: E402
-import runtime.backends as backends  # noqa: E402
+import runtime.backends.sim as sim_module  # noqa: E402
 from runtime.backends.base import Completion  # noqa: E402
 from runtime.backends.sim import EPSILON, Active, SimBackend  # noqa: E402
 from turnip_ir.cost import CostModel  # noqa: E402
@@ -78,14 +77,7 @@ def main(argv=None) -> int:
     import fit_cost
 
     waits = [float(x) for x in (argv if argv is not None else sys.argv[1:])] or [0.0, 10e-6]
-    make = api.make_backend
-
-    def make_backend(name, jitter=0.0, seed=0, cost=None, **options):
-        if backends.resolve_backend(name) == "sim":
-            return WaitSim(cost=cost, jitter=jitter, seed=seed)
-        return make(name, jitter, seed, cost, **options)
-
-    api.make_backend = make_backend  # what `execute`, and so `sim_makespan`, makes its backend with
+    sim_module.SimBackend = WaitSim  # what fit_cost's Simulator makes its backend with
     points = fit_cost.measured_points(sorted(fit_cost.RESULTS.glob("*.json")))
     simulate = fit_cost.Simulator()
     began = time.perf_counter()

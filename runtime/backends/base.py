@@ -22,13 +22,22 @@ and a run planned under a budget ranks torch-cudnn against triton by the sim whe
 (runtime.api, `plan_choosing_attention`)."""
 
 
+STREAMING_QUEUE_DEPTH = 3
+"""Vertices per compute lane (`queue_depth`) of the cuda and sim backends by default, for a plan that
+streams. Measured in one call on the H200 (2026-12-03, seventh session; docs/benchmarks-log.md), 7b
+nondet and fixed, three runs each, against 2: 32k at 8 GiB 1.300 s against 1.334 (fixed 1.317 against
+1.342), 8k at 1 GiB 0.269 against 0.276 (0.264 against 0.272), 8k at 2 GiB 0.238 both, 32k at 1 GiB
+1.518 against 1.508 (1.507 against 1.502). Two deep, a lane of short kernels (rope, rmsnorm, the adds)
+drained while the loop was late: at 32k / 8 GiB the GPU idled 49 ms waiting for it under nondet. The
+sim puts 3 within -4.6% and +1.0% of 2 over bench/fit_cost.py's points. 4 was not measured on the GPU."""
+
 RESIDENT_QUEUE_DEPTH = 8
 """Vertices per compute lane (`lane_depth`) of the cuda and sim backends for a plan that moves nothing
 between host and GPUs: its compute lanes run kernel after small kernel (a 7b decode step with everything
 resident is some 700 of them), and a lane two deep drains before the host has learned of a completion
 and queued the next. Measured on the H200 (7b, B=16, 2048 tokens, 40 GiB): a step's run took 53.8 ms two
-deep and 33.7 ms eight deep. Plans that stream keep `queue_depth`: a vertex queued early on a compute
-stream can wait there for a reload while another could have run (the sim shows no gain for them)."""
+deep and 33.7 ms eight deep. Plans that stream keep `queue_depth` (STREAMING_QUEUE_DEPTH): a vertex
+queued early on a compute stream can wait there for a reload while another could have run."""
 
 
 def compute_depth(queue_depth: int, lookahead: bool, graph: ExecGraph | None) -> int:

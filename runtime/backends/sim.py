@@ -42,14 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.backends.base import Backend, Completion, compute_depth
+from runtime.backends.base import STREAMING_QUEUE_DEPTH, Backend, Completion, compute_depth
 from turnip_ir.cost import CostModel
 from runtime.graph import ExecGraph, Lane
 from runtime.residency import limited_bytes
 from turnip_ir.errors import InputError
 
 EPSILON = 1e-12
-QUEUE_DEPTH = 2
+QUEUE_DEPTH = STREAMING_QUEUE_DEPTH
 """Vertices per compute lane: the cuda backend's `queue_depth` default."""
 COPY_QUEUE_DEPTH = 4
 """Vertices per copy engine: the cuda backend's `copy_queue_depth` default."""

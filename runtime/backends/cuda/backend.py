@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from runtime.backends.base import Backend, Completion, compute_depth, resident_depth
+from runtime.backends.base import STREAMING_QUEUE_DEPTH, Backend, Completion, compute_depth, resident_depth
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
@@ -57,7 +57,7 @@ class CudaBackend(Backend):
     name = "cuda"
     device_deps = True
 
-    def __init__(self, notifier: str = DEFAULT_NOTIFIER, queue_depth: int = 2, lookahead: bool = True, attention_provider: str = "auto",
+    def __init__(self, notifier: str = DEFAULT_NOTIFIER, queue_depth: int = STREAMING_QUEUE_DEPTH, lookahead: bool = True, attention_provider: str = "auto",
                  chunk_bytes: int = CHUNK_BYTES, sample_memory: float = 0.0, copy_queue_depth: int | None = 4,
                  release_at_close: bool = True, detach_at_close: bool = True, external_inputs: bool = True):
         """`sample_memory`: seconds between samples of each GPU's free memory while running (0: off).

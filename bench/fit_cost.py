@@ -15,7 +15,7 @@ its calls. Runs of the earlier runtime (the in-stream notifier, before the merge
 apart, with the new model's prediction, and not fitted: their time includes costs the code no longer has.
 So are runs on a disturbed link (`disturbed_link`): their copies moved at least 10% slower than the H2D
 ceiling measured in the same call while the copy engine was busy 90% of the run or more. The sim's link
-runs at the ceiling, and another tenant's traffic is not the model's to predict; of 150 runs one qualifies
+runs at the ceiling, and another tenant's traffic is not the model's to predict; of 172 runs one qualifies
 (the fixed order of 8k / 4 GiB on 2026-12-03d: 48.1 GB/s against 55.4, 99% busy; its nondet run in the
 same process moved 54.9).
 Each point's memgraph is compiled here as bench/run.py compiled it (at the arena its summary names, to

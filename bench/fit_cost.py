@@ -163,8 +163,11 @@ def measured_points(paths, keep=current) -> list[Point]:
     calls: dict[tuple, list[tuple[float, str]]] = {}
     for path in paths:
         doc = json.loads(Path(path).read_text())
+        ceiling = (doc.get("ceilings") or {}).get("h2d") if isinstance(doc, dict) else None  # the call's H2D ceiling
         for run in doc.get("runs", []) if isinstance(doc, dict) else []:
-            if not isinstance(run, dict) or not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float) or not keep(dict(run, file=Path(path).name, h2d_ceiling=(doc.get("ceilings") or {}).get("h2d"))):
+            if not isinstance(run, dict) or not run.get("system", "").startswith("turnip-") or not isinstance(run.get("seconds"), float):
+                continue
+            if not keep(dict(run, file=Path(path).name, h2d_ceiling=ceiling)):
                 continue
             workload, _, dtype = run["workload"].partition("-")
             built = doc.get("workloads", {}).get(str(run["tokens"]), {})

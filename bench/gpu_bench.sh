@@ -63,7 +63,8 @@
 # input from the host, a third call for that point of bench/fit_cost.py), depth3 (32k at 8 GiB and 1 GiB in halves, 8k at
 # 2 GiB, with the compute lanes 3 deep instead of 2), depthab (32k at 8 and 1 GiB in halves, 8k at 2 GiB, 8k at 1 GiB in
 # halves, query groups of 2 and the memory schedule: each with the compute lanes 2 and then 3 deep, in one call; the
-# JSON in $OUT/depthab.tgz).
+# JSON in $OUT/depthab.tgz), ropecheck (rope by quads: the PTX test, the llama GPU tests on torch-cudnn, 32k at 8 GiB
+# in halves with both orders' traces in $OUT/rtraces.tgz, then the memory-bound kernels' rates).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -206,6 +207,12 @@ for s in "$@"; do
              --query-group $4 --schedule $5 --repeats 3 --queue-depth $q --systems turnip-nondet turnip-fixed floor \
              --json "$OUT/ab/depthab-$(($1 / 1024))k$2-q$q.json"; done; done
              mv "$OUT"/depthab-*.log "$OUT/ab/"; tar -czf "$OUT/depthab.tgz" -C "$OUT" ab && rm -r "$OUT/ab" ;;
+    ropecheck) stage ropeptx 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_ptx.py
+             stage ropegpu 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/test_cuda_gpu.py -k "llama_prefill and torch-cudnn"
+             stage rope32k 120 python3 bench/run.py llama --tokens 32768 --budgets 8 --layer-order halves --repeats 3 \
+             --systems turnip-nondet turnip-fixed floor --traces "$OUT/rtraces" --json "$OUT/rope32k.json"
+             tar -czf "$OUT/rtraces.tgz" -C "$OUT" rtraces && rm -r "$OUT/rtraces"
+             stage ropekernels 100 python3 bench/bench_cuda.py kernels --json "$OUT/ropekernels.json" ;;
     gensession) stage gensession1 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \
              --max-new-tokens 4 --memory 1GiB
              stage gensession4 150 python3 -m turnip_cli.main generate --config 7b --prompt-tokens 2048 --batch 4 \

@@ -42,7 +42,8 @@ for dt in sys.argv[1].split(","):
             ptx(K.rmsnorm(dt, weighted, vector), (arr(dt, 1),) * 3 + (T.int64, T.float64))
     for name in K.BINARY:
         ptx(K.binary_broadcast(name, dt), (arr(dt, 1),) * 3 + (T.int64,) * 11)
-    ptx(K.rope(dt), (arr(dt, 2),) * 4)
+    for vector in (True, False):
+        ptx(K.rope(dt, vector), (arr(dt, 2),) * 4)
     for causal in (True, False):
         for windowed in (True, False):
             ptx(K.attention_scores_softmax(dt, causal, windowed), (arr(dt, 3), arr("float32", 2), T.int64, T.int64))
@@ -70,6 +71,10 @@ for vector in (True, False):
     text = ptx(K.attention_merge("float32", True, False, vector), (arr("float16", 3, "A"), arr("float32", 2, "A"), arr("float32", 2, "A"), arr("float32", 2), T.int64, T.int64))
     found = [bool(re.search(pattern, text)) for pattern in (r"ld(\.global)?\.v4\.u16", r"ld(\.global)?\.v4\.f32", r"st(\.global)?\.v4\.f32")]
     assert found == [vector] * 3, (vector, found)
+    # rope by quads: one vector load per quad of x, cos and sin, one vector store per quad of out
+    text = ptx(K.rope("float16", vector), (arr("float16", 2),) * 4)
+    found = [bool(re.search(pattern, text)) for pattern in (r"ld(\.global)?\.v4\.u16", r"st(\.global)?\.v4\.u16")]
+    assert found == [vector] * 2, ("rope", vector, found)
 # bfloat16 (uint16 words) is rounded by one cvt.rn.bf16.f32 per stored element, not integer arithmetic
 text = ptx(K.rope("bfloat16"), (arr("bfloat16", 2),) * 4)
 assert text.count("cvt.rn.bf16.f32") >= 4, text.count("cvt.rn.bf16.f32")

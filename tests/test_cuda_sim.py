@@ -205,6 +205,47 @@ def test_rope_matches_the_formula_per_head():
     _close(result.outputs["kr"], formulas.rope(drawn["k"], cos, sin), "float32")
 
 
+@pytest.mark.parametrize("width, vector", [(4, False), (16, True)])
+def test_rope_runs_by_quads_where_heads_allow_and_matches_the_formula(monkeypatch, width, vector):
+    """Heads of a multiple of 8 columns run the quad build (four pairs a thread, one vector load each);
+    narrower heads the element build. Both give the formula's values, over more heads than a sweep covers.
+    (The simulator's driver turns vector loads off, and its arrays have no device pointers: here they are
+    on and every row taken as aligned; the simulator reads the quads element by element.)"""
+    from runtime.backends.cuda.driver import SimDriver
+
+    monkeypatch.setattr(SimDriver, "vector_loads", True)
+    monkeypatch.setattr(builders, "device_pointer", lambda array: 0)
+    monkeypatch.setattr(builders, "aligned", lambda *arrays: False)  # the other kernels keep their element builds
+    built = []
+    rope = kernels_numba.rope
+    monkeypatch.setattr(kernels_numba, "rope", lambda dtype, vector=False: built.append(vector) or rope(dtype, vector))
+    tokens, heads = 5, 11
+    g = TaskGraph(devices=1)
+    cos, sin = formulas.rope_tables(tokens, width)
+    q = g.input((tokens, heads * width), "float32", device=0, id="q")
+    c = g.input((tokens, width), "float32", device=0, id="cos")
+    s = g.input((tokens, width), "float32", device=0, id="sin")
+    g.output(g.rope(q, c, s, device=0, id="qr"))
+    _, drawn, result = _run(g, factor=3.0, inputs={"cos": cos.astype(np.float32), "sin": sin.astype(np.float32)})
+    assert built == [vector]
+    _close(result.outputs["qr"], formulas.rope(drawn["q"], cos, sin), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rope_quad_and_element_builds_agree(dtype):
+    tokens, heads, width = 4, 5, 16
+    cos, sin = formulas.rope_tables(tokens, width)
+    x = np.random.default_rng(1).standard_normal((tokens, heads * width)).astype(dtype)
+    tables = [cuda.to_device(t.astype(dtype)) for t in (cos, sin)]
+    outs = []
+    for vector in (False, True):
+        out = cuda.to_device(np.zeros_like(x))
+        kernels_numba.rope(dtype, vector)[kernels_numba.rope_grid(tokens, width, vector)](cuda.to_device(x), *tables, out)
+        outs.append(out.copy_to_host())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    _close(outs[1], formulas.rope(x.astype(np.float64), cos, sin), dtype)
+
+
 @pytest.mark.parametrize("dtype, heads, kv_heads", [("float32", 4, 2), ("float16", 2, 2)])
 def test_blocked_attention_on_the_cublas_provider_equals_full_causal_attention(dtype, heads, kv_heads):
     tokens, block, width = 6, 3, 2

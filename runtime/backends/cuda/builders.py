@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, plan_einsum
-from runtime.backends.cuda.vector import aligned
+from runtime.backends.cuda.memory import device_pointer
+from runtime.backends.cuda.vector import aligned, rows_aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
 
@@ -112,8 +113,11 @@ def build_rmsnorm(node, inputs, out, env: KernelEnv) -> Work:
 
 def build_rope(node, inputs, out, env: KernelEnv) -> Work:
     x, cos, sin = inputs
-    blocks, threads = kn.rope_grid(tuple(x.shape)[0], tuple(cos.shape)[1])
-    go = env.launch(kn.rope(node.dtype), blocks, threads, (x, cos, sin, out))
+    width = tuple(cos.shape)[1]
+    vector = env.vector_loads and kn.rope_vector(width) and all(
+        rows_aligned(device_pointer(a), a.strides, a.dtype.itemsize) for a in (x, cos, sin, out))
+    blocks, threads = kn.rope_grid(tuple(x.shape)[0], width, vector)
+    go = env.launch(kn.rope(node.dtype, vector), blocks, threads, (x, cos, sin, out))
     return lambda lane: go(env.launch_streams[lane])
 
 

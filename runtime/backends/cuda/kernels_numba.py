@@ -322,18 +322,21 @@ def rope(dtype: str, vector: bool = False):
         first = tid // per_head
         if first >= span:
             return
-        c0, c1, c2, c3 = ld(cos, t, j)
-        s0, s1, s2, s3 = ld(sin, t, j)
-        k0, k1, k2, k3 = ld(cos, t, j + half)
-        r0, r1, r2, r3 = ld(sin, t, j + half)
-        c0, c1, c2, c3, s0, s1, s2, s3 = get(c0), get(c1), get(c2), get(c3), get(s0), get(s1), get(s2), get(s3)
-        k0, k1, k2, k3, r0, r1, r2, r3 = get(k0), get(k1), get(k2), get(k3), get(r0), get(r1), get(r2), get(r3)
+        w0, w1, w2, w3 = ld(cos, t, j)  # raw words (the codec's storage type), decoded once below
+        v0, v1, v2, v3 = ld(sin, t, j)
+        y0, y1, y2, y3 = ld(cos, t, j + half)
+        z0, z1, z2, z3 = ld(sin, t, j + half)
+        c0, c1, c2, c3 = get(w0), get(w1), get(w2), get(w3)
+        s0, s1, s2, s3 = get(v0), get(v1), get(v2), get(v3)
+        k0, k1, k2, k3 = get(y0), get(y1), get(y2), get(y3)
+        r0, r1, r2, r3 = get(z0), get(z1), get(z2), get(z3)
         h = first
         while h < heads:
             base = h * d
-            a0, a1, a2, a3 = ld(x, t, base + j)
-            b0, b1, b2, b3 = ld(x, t, base + j + half)
-            a0, a1, a2, a3, b0, b1, b2, b3 = get(a0), get(a1), get(a2), get(a3), get(b0), get(b1), get(b2), get(b3)
+            p0, p1, p2, p3 = ld(x, t, base + j)
+            q0, q1, q2, q3 = ld(x, t, base + j + half)
+            a0, a1, a2, a3 = get(p0), get(p1), get(p2), get(p3)
+            b0, b1, b2, b3 = get(q0), get(q1), get(q2), get(q3)
             st(out, t, base + j, put(a0 * c0 - b0 * s0), put(a1 * c1 - b1 * s1), put(a2 * c2 - b2 * s2), put(a3 * c3 - b3 * s3))
             st(out, t, base + j + half, put(b0 * k0 + a0 * r0), put(b1 * k1 + a1 * r1), put(b2 * k2 + a2 * r2), put(b3 * k3 + a3 * r3))
             h += span

@@ -45,7 +45,8 @@ not by this search, which takes hours on 2 cores. The points carry llama's block
 group and where the inputs started (`--inputs`: every input in host memory, or only the weights) as
 bench/run.py recorded them; runs whose weights started on the GPU (`--inputs gpu`) and runs on a
 disturbed link are left out; each point is simulated at its runs' compute-lane depth
-(`queue_depth`: 2 before the seventh session of 2026-12-03, 3 since).
+(`queue_depth`: 2 before the seventh session of 2026-12-03, 3 since) and with the rope kernel of its
+runs (`rope`: element by element before that session's last call, by quads since).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ PREVIOUS = CostModel(h2d_bw=55.3e9, d2h_bw=55.3e9, duplex_bw=93.4e9, peer_bw=360
                      half_flops=750e12, attention_flops=460e12, fp64_flops=0.8e12, launch=10e-6,
                      host_per_vertex=0.0, notify_latency=0.0)
 """The defaults before this fit (2026-12-01), which the sim ran as a plain event loop (`plain_loop`)."""
+ELEMENT_ROPE_SHARE = 0.31
+"""The share of HBM bandwidth rope reached element by element on llama's blocks (the fixed traces of the
+seventh session of 2026-12-03; kernel_rates.py), before it ran by quads."""
 FREE = ("launch", "host_per_attention", "overlap_efficiency")
 """The cost model's fields fitted to makespans; the others come from measured rates (`physical_rates`)."""
 
@@ -104,6 +108,9 @@ class Point:
     queue_depth: int = 2
     """The compute lanes' depth the runs had (bench/run.py's `queue_depth`; runs before it was recorded were
     2 deep), which the sim runs the point at."""
+    rope: str = "elements"
+    """How the runs' rope kernel read its operands (bench/run.py's `rope`; runs before it was recorded read
+    element by element): the sim prices an `elements` point's rope at ELEMENT_ROPE_SHARE of HBM."""
 
     @property
     def label(self) -> str:
@@ -115,6 +122,7 @@ class Point:
         build += "" if self.arena is None else f", arena {self.arena / 2**20:.0f} MiB"
         build += "" if self.inputs == "host" else f", {self.inputs} from the host"
         build += "" if self.queue_depth == 2 else f", lanes {self.queue_depth} deep"
+        build += "" if self.rope == "elements" else f", rope by {self.rope}"
         return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}{build}"
 
 
@@ -173,7 +181,7 @@ def measured_points(paths, keep=current) -> list[Point]:
             built = doc.get("workloads", {}).get(str(run["tokens"]), {})
             block = built.get("block") if workload == "llama" else None
             build = (None if block == 4096 else block, built.get("layer_order", "blocks"), built.get("query_group", 1), run_arena(run),
-                     run.get("inputs", "host"), run.get("queue_depth", 2))
+                     run.get("inputs", "host"), run.get("queue_depth", 2), run.get("rope", "elements"))
             key = (workload, dtype or "float16", run["tokens"], run["budget"], run["system"].removeprefix("turnip-"), run.get("schedule", "given"))
             calls.setdefault(key + build, []).append((run["seconds"], Path(path).name))
     points = []
@@ -251,6 +259,8 @@ class Simulator:
         from runtime import execute
         from runtime.backends.sim import SimBackend
 
+        if point.rope == "elements":  # the runtime of the run's day
+            cost = replace(cost, memory_efficiency=tuple((k, ELEMENT_ROPE_SHARE if k == "rope" else v) for k, v in cost.memory_efficiency))
         backend = SimBackend(cost=cost, queue_depth=point.queue_depth)
         return execute(self.memgraph(point), backend=backend, order=point.order, cost=cost, verify=False).summary.makespan
 

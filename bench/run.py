@@ -50,6 +50,7 @@ from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
+from runtime.backends.cuda.kernels_numba import ROPE_BUILD  # noqa: E402
 from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
 from frontend.workloads.llama.graph import LAYER_ORDERS  # noqa: E402
 from runtime.summary import union_length  # noqa: E402
@@ -61,9 +62,9 @@ GIB = 1 << 30
 TRACES = None
 """A folder for the turnip runs' traces, the last run of each order (--traces)."""
 COPY_DEPTH = None
+"""Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 QUEUE_DEPTH = None
 """Queue depth of the compute lanes (--queue-depth; None: CudaBackend's default)."""
-"""Queue depth of the copy-engine lanes (--copy-depth; None: CudaBackend's default)."""
 ATTENTION = "auto"
 """Turnip's attention provider (--attention)."""
 NOTIFIER = DEFAULT_NOTIFIER
@@ -222,7 +223,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "h2d_rate": summary.h2d_bandwidth, "peak": runs["stats"].get("peak_drop", 0) or budget,
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run, busy), "engine_busy": busy, "lines": summary.lines() + runs["notes"], "output": output,
-            "copy_depth": backend.copy_queue_depth, "queue_depth": backend.queue_depth, "attention": attention.provider, "attention_asked": ATTENTION,
+            "copy_depth": backend.copy_queue_depth, "queue_depth": backend.queue_depth, "rope": ROPE_BUILD, "attention": attention.provider, "attention_asked": ATTENTION,
             "attention_scores": attention.scores, "notifier": NOTIFIER,
             "schedule": schedule, "schedule_scores": scores, "inputs": INPUTS,
         }

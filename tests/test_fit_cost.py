@@ -107,6 +107,27 @@ def test_runs_on_a_disturbed_link_are_not_points_and_the_lanes_depth_is_part_of_
     assert {p.label for p in fit_cost.measured_points([unknown])} == {"llama 8k 2 GiB fixed"}
 
 
+def test_the_sim_prices_rope_as_the_runs_read_it(tmp_path):
+    """Runs that do not say how rope ran read it element by element, and the sim prices their rope at
+    ELEMENT_ROPE_SHARE of HBM; runs by quads at the model's own share."""
+    path = tmp_path / "h200-call.json"
+    path.write_text(json.dumps({"runs": [_run(seconds=0.25), _run(seconds=0.24, rope="quads")]}))
+    points = {p.rope: p for p in fit_cost.measured_points([path])}
+    assert set(points) == {"elements", "quads"} and points["quads"].label == "llama 8k 2 GiB nondet, rope by quads"
+    g = TaskGraph(devices=1)
+    x = g.input((4096, 4096), "float16", device=0, id="x")
+    c = g.input((4096, 128), "float16", device=0, id="c")
+    g.output(g.rope(x, c, c, device=0))
+    memgraph = compile_taskgraph(g, 1 << 30)
+    simulate = fit_cost.Simulator()
+    simulate.memgraphs = {k: memgraph for k in ((p.workload, p.dtype, p.tokens, p.budget, p.schedule, p.block, p.layer_order,
+                                                 p.query_group, p.arena, p.inputs) for p in points.values())}
+    cost = CostModel(host_per_vertex=0.0, notify_latency=0.0)
+    slow, fast = simulate(points["elements"], cost), simulate(points["quads"], cost)
+    assert cost.memory_share("rope") > fit_cost.ELEMENT_ROPE_SHARE
+    assert slow / fast == pytest.approx(cost.memory_share("rope") / fit_cost.ELEMENT_ROPE_SHARE, rel=0.05)
+
+
 def test_the_sim_charges_the_loop_more_for_half_precision_attention_links():
     def links(dtype: str):
         g = TaskGraph(devices=1)

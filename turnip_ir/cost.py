@@ -48,11 +48,12 @@ class CostModel:
     write the output), at half a block's FLOPs as the kernels' table counts them: 514 blocks alone in the
     fixed traces of 7b at 8k, 32k and 128k (366-372; kernel_rates.py). A diagonal block takes 0.67 of a
     full block's time for half its work: the mask's tiles and the final merge."""
-    memory_efficiency: tuple[tuple[str, float], ...] = (("rmsnorm", 0.54), ("rope", 0.31))
+    memory_efficiency: tuple[tuple[str, float], ...] = (("rmsnorm", 0.54), ("rope", 0.57))
     """The share of `hbm_bw` that these kernels reach on llama's blocks (4096 tokens by 4096), where the
     others reach about all of it: their kernels alone in the same traces (rmsnorm 0.52-0.58 over 812
-    kernels, rope 0.30-0.36 over 278 alone in the nondet traces too). At `hbm_bw` the sim had llama's
-    rope three times faster than the GPU ran it."""
+    kernels). Rope reached 0.30-0.36 element by element (278 kernels alone, nondet traces too), three
+    times slower than `hbm_bw` said; by quads (runtime/backends/cuda/kernels_numba.py `rope`, since the
+    seventh session of 2026-12-03) 0.57 (77 kernels alone in both orders' traces of 32k / 8 GiB)."""
     triton_attention_flops: float = 390e12
     """fp16 full attention blocks under the `triton` provider (one kernel per block, no merge), what
     `for_attention("triton")` prices them at: 725 blocks of 7b at 32k / 8 GiB that ran alone in the fixed

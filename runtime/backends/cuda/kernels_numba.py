@@ -344,6 +344,10 @@ def rope(dtype: str, vector: bool = False):
     return by_quads if vector else by_elements
 
 
+ROPE_BUILD = "quads"
+"""How rope runs where heads allow it (bench/run.py records it: the cost model's rope share depends on it)."""
+
+
 def rope_vector(width: int) -> bool:
     """Whether rope may run by quads on heads of `width` columns (the operands' rows aligned to four
     elements aside, which the builder checks)."""

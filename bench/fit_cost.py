@@ -265,6 +265,26 @@ class Simulator:
         return execute(self.memgraph(point), backend=backend, order=point.order, cost=cost, verify=False).summary.makespan
 
 
+def add_trace_arguments(parser) -> None:
+    """The flags that name a traced 7b run's plan as bench/run.py built it (the investigations that read
+    traces: link_gaps, kernel_rates, overlap_trace); `traced_plan` compiles it again from them."""
+    parser.add_argument("trace")
+    parser.add_argument("--tokens", type=int, required=True)
+    parser.add_argument("--block", type=int)
+    parser.add_argument("--layer-order", default="blocks")
+    parser.add_argument("--query-group", type=int, default=1)
+    parser.add_argument("--schedule", default="given")
+    parser.add_argument("--inputs", default="weights", choices=("weights", "host"), help="bench/run.py's --inputs of the run")
+    parser.add_argument("--arena-mib", type=int, required=True, help="the run's `per GPU arena` from its summary, in MiB")
+
+
+def traced_plan(args):
+    """The memgraph of the run `add_trace_arguments`' flags name, compiled as bench/run.py compiled it, so that
+    each trace event's `node` is its vertex."""
+    return compile_point(Point("llama", "float16", args.tokens, 0.0, "nondet", args.schedule, 1.0, (1.0,), (), args.block,
+                               args.layer_order, args.query_group, args.arena_mib << 20, args.inputs))
+
+
 def compile_point(point: Point):
     from passes.pipeline import compile_taskgraph
     from runtime.api import plan_within

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from fit_cost import Point, compile_point  # noqa: E402
+from fit_cost import add_trace_arguments, traced_plan  # noqa: E402
 
 
 def link_gaps(events: list[dict], nodes, least_us: float = 5.0) -> tuple[dict[str, float], list[dict]]:
@@ -60,20 +60,11 @@ def link_gaps(events: list[dict], nodes, least_us: float = 5.0) -> tuple[dict[st
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace")
-    parser.add_argument("--tokens", type=int, required=True)
-    parser.add_argument("--block", type=int)
-    parser.add_argument("--layer-order", default="blocks")
-    parser.add_argument("--query-group", type=int, default=1)
-    parser.add_argument("--schedule", default="given")
-    parser.add_argument("--inputs", default="weights", choices=("weights", "host"))
-    parser.add_argument("--arena-mib", type=int, required=True, help="the run's `per GPU arena` from its summary, in MiB")
+    add_trace_arguments(parser)
     parser.add_argument("--least-us", type=float, default=5.0, help="gaps shorter than this are left out")
     parser.add_argument("--rows", type=int, default=10, help="print the longest gaps")
     args = parser.parse_args(argv)
-    point = Point("llama", "float16", args.tokens, 0.0, "nondet", args.schedule, 1.0, (1.0,), (), args.block, args.layer_order,
-                  args.query_group, args.arena_mib << 20, args.inputs)
-    memgraph = compile_point(point)
+    memgraph = traced_plan(args)
     events = [e for e in json.loads(Path(args.trace).read_text())["traceEvents"] if e.get("ph") == "X"]
     totals, rows = link_gaps(events, memgraph.nodes, args.least_us)
     print(f"{len(rows)} gaps of at least {args.least_us:g} us, {sum(totals.values()) / 1e3:.3f} ms: "

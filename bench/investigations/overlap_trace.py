@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.fit_cost import Point, compile_point  # noqa: E402
+from bench.fit_cost import add_trace_arguments, traced_plan  # noqa: E402
 from turnip_ir.cost import CostModel  # noqa: E402
 
 
@@ -49,18 +49,9 @@ def work_rates(events, nodes, cost: CostModel) -> dict[int, tuple[float, float]]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace")
-    parser.add_argument("--tokens", type=int, required=True)
-    parser.add_argument("--block", type=int)
-    parser.add_argument("--layer-order", default="blocks")
-    parser.add_argument("--query-group", type=int, default=1)
-    parser.add_argument("--schedule", default="given")
-    parser.add_argument("--inputs", default="weights", choices=("weights", "host"), help="bench/run.py's --inputs of the run")
-    parser.add_argument("--arena-mib", type=int, required=True, help="the run's `per GPU arena` from its summary, in MiB")
+    add_trace_arguments(parser)
     args = parser.parse_args(argv)
-    point = Point("llama", "float16", args.tokens, 0.0, "nondet", args.schedule, 1.0, (1.0,), (), args.block, args.layer_order,
-                  args.query_group, args.arena_mib << 20, args.inputs)
-    memgraph = compile_point(point)
+    memgraph = traced_plan(args)
     events = [e for e in json.loads(Path(args.trace).read_text())["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
     totals = work_rates(events, memgraph.nodes, CostModel())
     busy = sum(b for b, _ in totals.values())

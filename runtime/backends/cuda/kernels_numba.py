@@ -258,7 +258,6 @@ def swiglu(dtype: str, vector: bool = True):
     return _two_operand(op, dtype, vector, fastmath=True)
 
 
-@lru_cache(maxsize=None)
 def rope(dtype: str, vector: bool = False):
     """Hugging Face rotate_half rope on x [t, n] with cos, sin [t, d]: each head is d columns of x.
 
@@ -269,11 +268,13 @@ def rope(dtype: str, vector: bool = False):
     consecutive pairs and reads and writes them with one vector instruction each: four times the bytes in
     flight per load. Element by element, rope on 7b's 4096 x 4096 blocks reached 0.31 of the HBM copy
     rate (docs/runtime.md, "The cost model")."""
+    return _rope_quads(dtype) if vector else _rope_elements(dtype)
+
+
+@lru_cache(maxsize=None)
+def _rope_elements(dtype: str):
+    """`rope` element by element."""
     get, put = codec(dtype)
-    if vector:
-        ld, st = V.load4_2, V.store4_2
-    else:
-        ld, st = V.element_load4_2, V.element_store4_2
 
     @cached_kernel(fastmath=True)
     def by_elements(x, cos, sin, out):
@@ -306,6 +307,15 @@ def rope(dtype: str, vector: bool = False):
             a, b = get(x[t, base + j]), get(x[t, base + j + half])
             out[t, base + j] = put(a * c1 - b * s1)
             out[t, base + j + half] = put(b * c2 + a * s2)
+
+    return by_elements
+
+
+@lru_cache(maxsize=None)
+def _rope_quads(dtype: str):
+    """`rope` by quads (on the simulator `vector.load4_2` reads them element by element)."""
+    get, put = codec(dtype)
+    ld, st = V.load4_2, V.store4_2
 
     @cached_kernel(fastmath=True)
     def by_quads(x, cos, sin, out):
@@ -341,7 +351,7 @@ def rope(dtype: str, vector: bool = False):
             st(out, t, base + j + half, put(b0 * k0 + a0 * r0), put(b1 * k1 + a1 * r1), put(b2 * k2 + a2 * r2), put(b3 * k3 + a3 * r3))
             h += span
 
-    return by_quads if vector else by_elements
+    return by_quads
 
 
 ROPE_BUILD = "quads"

@@ -214,7 +214,7 @@ def test_rope_runs_by_quads_where_heads_allow_and_matches_the_formula(monkeypatc
     from runtime.backends.cuda.driver import SimDriver
 
     monkeypatch.setattr(SimDriver, "vector_loads", True)
-    monkeypatch.setattr(builders, "device_pointer", lambda array: 0)
+    monkeypatch.setattr(builders, "arrays_rows_aligned", lambda *arrays: True)
     monkeypatch.setattr(builders, "aligned", lambda *arrays: False)  # the other kernels keep their element builds
     built = []
     rope = kernels_numba.rope

@@ -44,6 +44,7 @@ from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, Matrix
 from runtime.backends.cuda.launch import array_args, compiled_launch
 from runtime.backends.cuda.memory import device_dtype, device_pointer, dtype_name
+from runtime.backends.cuda.vector import arrays_rows_aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import DTYPE_BYTES, softmax_scale
 
@@ -190,7 +191,7 @@ def _merge_kernel(out_dtype: str, has_prev: bool, final: bool, o_dtype: str, vec
 
 def _merge_quads(d: int, *arrays) -> bool:
     """Whether the merge may read and write these numba arrays (None: absent) with vector instructions."""
-    return kn.merge_vector_ok(d, *((device_pointer(a), a.strides, a.dtype.itemsize) for a in arrays if a is not None))
+    return kn.merge_vector_ok(d) and arrays_rows_aligned(*arrays)
 
 
 def cublas_plan(tq: int, tk: int, d: int, heads: int, kv_heads: int, dtype: str, causal: bool, windowed: bool = False):

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from runtime.backends.cuda import attention
 from runtime.backends.cuda import kernels_numba as kn
 from runtime.backends.cuda.gemm import GemmPlan, plan_einsum
-from runtime.backends.cuda.memory import device_pointer
-from runtime.backends.cuda.vector import aligned, rows_aligned
+from runtime.backends.cuda.vector import aligned, arrays_rows_aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
 
@@ -114,8 +113,7 @@ def build_rmsnorm(node, inputs, out, env: KernelEnv) -> Work:
 def build_rope(node, inputs, out, env: KernelEnv) -> Work:
     x, cos, sin = inputs
     width = tuple(cos.shape)[1]
-    vector = env.vector_loads and kn.rope_vector(width) and all(
-        rows_aligned(device_pointer(a), a.strides, a.dtype.itemsize) for a in (x, cos, sin, out))
+    vector = env.vector_loads and kn.rope_vector(width) and arrays_rows_aligned(x, cos, sin, out)
     blocks, threads = kn.rope_grid(tuple(x.shape)[0], width, vector)
     go = env.launch(kn.rope(node.dtype, vector), blocks, threads, (x, cos, sin, out))
     return lambda lane: go(env.launch_streams[lane])

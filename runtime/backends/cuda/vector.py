@@ -141,6 +141,14 @@ def aligned(*arrays) -> bool:
     return all(device_pointer(a) % (4 * a.dtype.itemsize) == 0 for a in arrays)
 
 
+def arrays_rows_aligned(*arrays) -> bool:
+    """`rows_aligned` for every numba array (device array or view; None: absent) through its own pointer
+    and strides: whether kernels may read and write them by quads along their rows."""
+    from runtime.backends.cuda.memory import device_pointer
+
+    return all(rows_aligned(device_pointer(a), a.strides, a.dtype.itemsize) for a in arrays if a is not None)
+
+
 def rows_aligned(pointer: int, strides, itemsize: int) -> bool:
     """Whether an array at `pointer` with these byte strides, its last axis contiguous, may be read four
     elements at a time at every index whose last coordinate is a multiple of 4."""

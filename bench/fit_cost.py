@@ -232,12 +232,10 @@ FFN_GEMM_FLOPS = 2 * 2048 * 8192 * 32768
 def trace_gemm_rate(path: Path) -> float:
     """FLOP/s of the traced FFN's GEMMs: their FLOPs over the union of the times a GEMM ran (two streams
     share the GPU, so a kernel's own duration would halve the rate where two overlap)."""
+    from runtime.summary import union_length
+
     events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X" and e["name"].endswith(" einsum")]
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events)
-    busy, end = 0.0, -math.inf
-    for start, stop in spans:
-        busy += max(0.0, stop - max(start, end))
-        end = max(end, stop)
+    busy = union_length([(e["ts"], e["ts"] + e["dur"]) for e in events])
     return len(events) * FFN_GEMM_FLOPS / (busy * 1e-6)
 
 

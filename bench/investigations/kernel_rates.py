@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from fit_cost import add_trace_arguments, traced_plan  # noqa: E402
+from runtime.summary import union_length  # noqa: E402
 from turnip_ir.cost import CostModel  # noqa: E402
 
 
@@ -89,10 +90,10 @@ def implied_rates(events: list[dict], nodes, cost: CostModel) -> dict[str, tuple
     sums: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])  # kernels, work, seconds
     for event, alone in zip(kernels, alone_flags(kernels)):
         node = nodes[event["args"]["node"]]
-        inputs = [nodes[i] for i in node.inputs]
-        seconds = max(event["dur"] * 1e-6 - cost.launch, 1e-9)
         if not alone or node.kernel in ("einsum", "matmul"):
             continue
+        inputs = [nodes[i] for i in node.inputs]
+        seconds = max(event["dur"] * 1e-6 - cost.launch, 1e-9)
         if node.kernel == "attention":
             name = "causal_attention_flops" if node.attrs.get("causal", False) else "attention_flops"
             work = KERNELS[node.kernel].flops([tuple(i.shape) for i in inputs], tuple(node.shape), node.attrs)
@@ -107,11 +108,7 @@ def implied_rates(events: list[dict], nodes, cost: CostModel) -> dict[str, tuple
 
 def span_us(events: list[dict]) -> float:
     """The union of the compute events' times, microseconds."""
-    busy, reach = 0.0, float("-inf")
-    for start, end in sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] == "kernel"):
-        busy += max(0.0, end - max(start, reach))
-        reach = max(reach, end)
-    return busy
+    return union_length([(e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] == "kernel"])
 
 
 def main(argv=None) -> int:

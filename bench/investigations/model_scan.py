@@ -21,29 +21,39 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 from turnip_ir.cost import CostModel  # noqa: E402
 
 
-def main(argv=None) -> int:
+def compiled_points():
+    """bench/fit_cost.py's points and a Simulator with every point's memgraph compiled (printing how long)."""
     import fit_cost
 
-    grid = {}
-    for item in argv if argv is not None else sys.argv[1:]:
-        name, _, values = item.partition("=")
-        grid[name] = [float(v) for v in values.split(",")]
     points = fit_cost.measured_points(sorted(fit_cost.RESULTS.glob("*.json")))
     simulate = fit_cost.Simulator()
     began = time.perf_counter()
     for point in points:
         simulate.memgraph(point)
     print(f"{len(points)} points compiled in {time.perf_counter() - began:.0f} s", flush=True)
+    return points, simulate
+
+
+def report(label: str, points, errors: list[float]) -> None:
+    """One model's line: within 5% at how many points, the worst, the mean per order; then the points outside."""
+    mean = {order: sum(e for e, p in zip(errors, points) if p.order == order) / max(1, sum(p.order == order for p in points))
+            for order in ("nondet", "fixed")}
+    print(f"{label}: within 5% at {sum(abs(e) <= 0.05 for e in errors)} of {len(points)}, worst {max(map(abs, errors)):.1%}, "
+          f"mean nondet {mean['nondet']:+.1%}, mean fixed {mean['fixed']:+.1%}", flush=True)
+    print("  over 5%: " + "; ".join(f"{p.label} {e:+.1%}" for p, e in zip(points, errors) if abs(e) > 0.05), flush=True)
+
+
+def main(argv=None) -> int:
+    grid = {}
+    for item in argv if argv is not None else sys.argv[1:]:
+        name, _, values = item.partition("=")
+        grid[name] = [float(v) for v in values.split(",")]
+    points, simulate = compiled_points()
     for combination in itertools.product(*grid.values()):
         changes = dict(zip(grid, combination))
         cost = replace(CostModel(), **changes)
-        errors = [simulate(p, cost) / p.measured - 1 for p in points]
-        mean = {order: sum(e for e, p in zip(errors, points) if p.order == order) / max(1, sum(p.order == order for p in points))
-                for order in ("nondet", "fixed")}
-        label = ", ".join(f"{k}={v:g}" for k, v in changes.items()) or "the defaults"
-        print(f"{label}: within 5% at {sum(abs(e) <= 0.05 for e in errors)} of {len(points)}, worst {max(map(abs, errors)):.1%}, "
-              f"mean nondet {mean['nondet']:+.1%}, mean fixed {mean['fixed']:+.1%}", flush=True)
-        print("  over 5%: " + "; ".join(f"{p.label} {e:+.1%}" for p, e in zip(points, errors) if abs(e) > 0.05), flush=True)
+        report(", ".join(f"{k}={v:g}" for k, v in changes.items()) or "the defaults", points,
+               [simulate(p, cost) / p.measured - 1 for p in points])
     return 0
 
 

@@ -16,7 +16,6 @@ wait on the GPU.
 """
 
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,24 +73,14 @@ class WaitSim(SimBackend):
 
 
 def main(argv=None) -> int:
-    import fit_cost
+    from model_scan import compiled_points, report
 
     waits = [float(x) for x in (argv if argv is not None else sys.argv[1:])] or [0.0, 10e-6]
     sim_module.SimBackend = WaitSim  # what fit_cost's Simulator makes its backend with
-    points = fit_cost.measured_points(sorted(fit_cost.RESULTS.glob("*.json")))
-    simulate = fit_cost.Simulator()
-    began = time.perf_counter()
-    for point in points:
-        simulate.memgraph(point)
-    print(f"{len(points)} points compiled in {time.perf_counter() - began:.0f} s", flush=True)
+    points, simulate = compiled_points()
     for wait in waits:
         WaitSim.cross_wait = wait
-        errors = [simulate(p, CostModel()) / p.measured - 1 for p in points]
-        mean = {order: sum(e for e, p in zip(errors, points) if p.order == order) / sum(p.order == order for p in points)
-                for order in ("nondet", "fixed")}
-        print(f"wait {wait * 1e6:.0f} us: within 5% at {sum(abs(e) <= 0.05 for e in errors)} of {len(points)}, worst "
-              f"{max(map(abs, errors)):.1%}, mean nondet {mean['nondet']:+.1%}, mean fixed {mean['fixed']:+.1%}", flush=True)
-        print("  over 5%: " + "; ".join(f"{p.label} {e:+.1%}" for p, e in zip(points, errors) if abs(e) > 0.05), flush=True)
+        report(f"wait {wait * 1e6:.0f} us", points, [simulate(p, CostModel()) / p.measured - 1 for p in points])
     return 0
 
 

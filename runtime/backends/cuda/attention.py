@@ -9,10 +9,14 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
 
 - `torch-cudnn`, `torch-flash`, `torch-efficient` (float16 and bfloat16 blocks; other dtypes take `cublas`): torch's
   fused attention ops that return the log-sum-exp
-  (`aten._scaled_dot_product_{cudnn,flash,efficient}_attention`), launched on the lane's stream through
-  `torch.cuda.ExternalStream`, reading q, k and v as zero-copy views of the arena (heads as a strided
-  dimension: no transpose is copied). Their outputs come from torch's caching allocator, which `prepare`
-  warms up on every compute lane and which counts in the workspace; no segment is allocated in the loop.
+  (`aten._scaled_dot_product_{cudnn,flash,efficient}_attention`), reading q, k and v as zero-copy views
+  of the arena (heads as a strided dimension: no transpose is copied). Whatever the lane, the op and its
+  merge run on the GPU's one attention stream (`KernelEnv.attention_stream`, through
+  `torch.cuda.ExternalStream`), which waits for the lane's stream first and which the lane waits for
+  after. Their outputs come from torch's caching allocator, which keeps blocks per stream: one stream
+  holds one set per GPU instead of one per compute lane (devices.library_allowance), and two lanes'
+  attention blocks run one after the other, as on one GPU they nearly do anyway (the sim finds no
+  difference at 7b's 32k). `prepare` warms the allocator up; no segment is allocated in the loop.
   Grouped-query heads are expanded to full heads by torch (a copy of the k and v block).
 - `cublas`: per key-value head group, S = scale·Q·Kᵀ as one strided batched GEMM into the lane's scratch,
   a numba masked softmax in place that also writes the log-sum-exp, O = P·V as a second batched GEMM.
@@ -34,6 +38,7 @@ heads interleave, does), element by element otherwise. A bfloat16 block's arena 
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,6 +54,15 @@ from turnip_ir.errors import KernelError
 from turnip_ir.kernels import DTYPE_BYTES, softmax_scale
 
 HALF = ("float16", "bfloat16")
+STREAM_ENV = "TURNIP_ATTENTION_STREAM"
+"""`lane` runs torch's attention on each compute lane's own stream, as before the one attention stream per
+GPU, with an allowance for torch's blocks per lane: an ablation for A/B measurements (bench/run.py
+records it); anything else, or unset, the one stream per GPU."""
+
+
+def shared_stream() -> bool:
+    """Whether torch's attention runs on one stream per GPU (the default) rather than on each lane's."""
+    return os.environ.get(STREAM_ENV, "gpu") != "lane"
 """The dtypes torch's fused attention ops take."""
 
 if TYPE_CHECKING:  # services.py stands above the builders (through devices.py): its types only, for checking
@@ -151,18 +165,18 @@ def scratch_bytes(node, sources, provider: str) -> int:
 TORCH_BASE = 8 << 20
 """What torch's attention takes once per GPU beside the libraries' base: on the H200 a process's first
 plan with torch-cudnn and one lane held 7 MiB more than the triton provider's, beside that lane's own
-(`TORCH_LANE`; docs/benchmarks.md, "What the GPU holds beside the arena"; the GPU test's free-memory
+(`TORCH_STREAM`; docs/benchmarks.md, "What the GPU holds beside the arena"; the GPU test's free-memory
 bound checks it). `devices.library_allowance` adds it."""
-TORCH_LANE = 20 << 20
-"""What torch-cudnn takes per compute lane beside the blocks: each lane added 19 MiB plus half of its
-block's output and log-sum-exp (23 MiB for 8 MiB blocks, 35 MiB for 32 MiB blocks, from one to three
-lanes alike)."""
+TORCH_STREAM = 20 << 20
+"""What torch-cudnn takes per stream it runs on beside the blocks: when it ran on each compute lane's
+stream, each lane added 19 MiB plus half of its block's output and log-sum-exp (23 MiB for 8 MiB blocks,
+35 MiB for 32 MiB blocks, from one to three lanes alike). It runs on one stream per GPU now."""
 
 
 def library_bytes(node, sources, provider: str) -> int:
-    """Memory torch holds per compute lane for one attention vertex: `TORCH_LANE`, half the block's output
-    and log-sum-exp (what each lane added on the H200), and the expanded k and v when heads are grouped,
-    whole (`TORCH_BASE` comes once per GPU)."""
+    """Memory torch holds on its attention stream for one attention vertex: `TORCH_STREAM`, half the block's
+    output and log-sum-exp (what each stream added on the H200), and the expanded k and v when heads are
+    grouped, whole (`TORCH_BASE` comes once per GPU too)."""
     if not provider.startswith("torch") or sources[0].dtype not in HALF:
         return 0
     q, k = sources[0], sources[1]
@@ -170,7 +184,7 @@ def library_bytes(node, sources, provider: str) -> int:
     item = DTYPE_BYTES[q.dtype]
     tq, width = q.shape
     expanded = 0 if heads == kv_heads else 2 * k.shape[0] * width * item
-    return TORCH_LANE + (tq * width * item + heads * tq * 4) // 2 + expanded
+    return TORCH_STREAM + (tq * width * item + heads * tq * 4) // 2 + expanded
 
 
 
@@ -292,39 +306,52 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
     prev_params = None if prev is None else array_args(device_pointer(prev), prev.shape, prev.strides, 4)
     tail = [ctypes.c_int64(0), ctypes.c_int64(heads)]
 
-    def fused(lane):
+    def fused():
         keys, values = k4, v4
         if group > 1:
             keys = k4.repeat_interleave(group, dim=1)
             values = v4.repeat_interleave(group, dim=1)
         return op(torch, q4, keys, values, causal, scale)
 
+    shared = env.attention_stream(env.device_of(node))  # None: on the lane's own stream (STREAM_ENV=lane)
+
+    def block(launch_stream):  # after the lane's work so far (its waits on q, k, v, prev included)
+        result = fused()
+        o, lse = result[0][0], result[1][0]
+        if lse.dim() == 3:
+            lse = lse[..., 0]
+        lse = lse[:, :tq]
+        o_strides = tuple(s * o.element_size() for s in o.stride())
+        o_params = array_args(o.data_ptr(), tuple(o.shape), o_strides, o.element_size())
+        lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(s * 4 for s in lse.stride()), 4)
+        vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
+        merges[vector](launch_stream, o_params + lse_params + (prev_params or lse_params) + out_params + tail)
+
     def work(lane):
+        if shared is not None:
+            shared.run(env.torch_stream(lane), lambda: block(shared.launch))
+            return
         with torch.cuda.stream(env.torch_stream(lane)):
-            result = fused(lane)
-            o, lse = result[0][0], result[1][0]
-            if lse.dim() == 3:
-                lse = lse[..., 0]
-            lse = lse[:, :tq]
-            o_strides = tuple(s * o.element_size() for s in o.stride())
-            o_params = array_args(o.data_ptr(), tuple(o.shape), o_strides, o.element_size())
-            lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(s * 4 for s in lse.stride()), 4)
-            vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
-            merges[vector](env.launch_streams[lane], o_params + lse_params + (prev_params or lse_params) + out_params + tail)
+            block(env.launch_streams[lane])
 
     def warm(lane):
         """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""
+        if shared is not None:
+            shared.run(env.torch_stream(lane), fused)
+            return
         with torch.cuda.stream(env.torch_stream(lane)):
-            fused(lane)
+            fused()
 
     work.warm = warm
+    work.per_gpu = shared is not None  # warmed on the GPU's attention stream, whichever lane
     work.signature = (provider, q.shape, k.shape, causal, heads, kv_heads, str(q.dtype))
     return work
 
 
 def warm_up(works: list, graph) -> list[int]:
-    """Each distinct attention block shape once per compute lane (`works`: every vertex's work); then cap
-    torch's allocator where it is. Returns torch's count of segments allocated per GPU."""
+    """Each distinct attention block shape once per compute lane, or once per GPU for work that runs on the
+    GPU's attention stream (`work.per_gpu`; `works`: every vertex's work); then cap torch's allocator where
+    it is. Returns torch's count of segments allocated per GPU."""
     import torch
 
     seen = set()
@@ -334,7 +361,7 @@ def warm_up(works: list, graph) -> list[int]:
         if signature is None:
             continue
         for index, lane in enumerate(graph.lanes):
-            key = (signature, index)
+            key = (signature, ("gpu", lane.device) if getattr(work, "per_gpu", False) else index)
             if lane.kind == "compute" and lane.device == graph.node(vertex).device and key not in seen:
                 seen.add(key)
                 work.warm(index)

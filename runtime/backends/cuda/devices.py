@@ -24,7 +24,7 @@ LIBRARY_RESERVE = 4 << 20
 """Bytes per compute lane the libraries take for the lane's stream (cuBLAS's workspace on it, torch's
 stream): on the H200 each lane beyond the first added at most 2 MiB with the triton provider
 (docs/benchmarks.md, "What the GPU holds beside the arena"); torch's attention blocks are added per
-graph (attention.py)."""
+graph, once per GPU: torch's attention runs on the GPU's one attention stream (attention.py)."""
 LIBRARY_BASE = 80 << 20
 """Bytes per GPU the libraries take once, whatever the lanes (cuBLAS's handles and pool, torch's start,
 module loads): on the H200 a process's first plan took 72 MiB with one lane and the triton provider,
@@ -143,9 +143,9 @@ def scratch_per_lane(nodes, provider: str, rule=None) -> int:
 
 
 def reserve_bytes(nodes, streams: int, provider: str, pinned: int = 0) -> int:
-    """What to hold back from a per-GPU budget before planning the arena: per compute lane, the scratch,
-    cuBLAS's pool and what torch's attention keeps cached (`provider` resolved); per GPU, the libraries'
-    base and the page tables for `pinned` bytes of page-locked host memory."""
+    """What to hold back from a per-GPU budget before planning the arena: per compute lane, the scratch and
+    cuBLAS's pool; per GPU, what torch's attention keeps cached on its one stream (`provider` resolved),
+    the libraries' base and the page tables for `pinned` bytes of page-locked host memory."""
     nodes = list(nodes)
     return streams * scratch_per_lane(nodes, provider) + library_allowance(nodes, streams, provider, pinned)
 
@@ -154,9 +154,10 @@ def library_allowance(nodes, streams: int, provider: str, pinned: int = 0) -> in
     """The part of `reserve_bytes` held back for memory the backend does not allocate itself (cuBLAS's
     pools, torch's cached attention blocks, module loads, the page tables of `pinned` host bytes): what
     `DeviceSet.library_bytes` measures should stay below it."""
-    blocks = scratch_per_lane(nodes, provider, rule=builders.library_bytes)  # torch's attention blocks, per lane
+    blocks = scratch_per_lane(nodes, provider, rule=builders.library_bytes)  # torch's attention blocks, on one stream
+    blocks *= 1 if attention.shared_stream() else streams
     torch = attention.TORCH_BASE if blocks else 0
-    return LIBRARY_BASE + torch + streams * (LIBRARY_RESERVE + blocks) + page_table_bytes(pinned)
+    return LIBRARY_BASE + torch + blocks + streams * LIBRARY_RESERVE + page_table_bytes(pinned)
 
 
 @dataclass(frozen=True)

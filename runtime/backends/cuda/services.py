@@ -77,6 +77,9 @@ class KernelEnv(Protocol):
     def torch_stream(self, lane: int):
         """torch's view of the lane's stream (torch providers only)."""
 
+    def attention_stream(self, device: int):
+        """The GPU's one stream for torch's attention (libraries.AttentionStream; torch providers only; None with TURNIP_ATTENTION_STREAM=lane)."""
+
     def device_of(self, node) -> int:
         """The GPU a memgraph node lives on."""
 
@@ -110,6 +113,9 @@ class KernelServices:
 
     def torch_stream(self, lane: int):
         return self.libraries.torch_streams[lane]
+
+    def attention_stream(self, device: int):
+        return self.libraries.attention_stream(device)
 
     def device_of(self, node) -> int:
         return node.device

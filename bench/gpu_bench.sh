@@ -64,7 +64,11 @@
 # 2 GiB, with the compute lanes 3 deep instead of 2), depthab (32k at 8 and 1 GiB in halves, 8k at 2 GiB, 8k at 1 GiB in
 # halves, query groups of 2 and the memory schedule: each with the compute lanes 2 and then 3 deep, in one call; the
 # JSON in $OUT/depthab.tgz), ropecheck (rope by quads: the PTX test, the llama GPU tests on torch-cudnn, 32k at 8 GiB
-# in halves with both orders' traces in $OUT/rtraces.tgz, then the memory-bound kernels' rates).
+# in halves with both orders' traces in $OUT/rtraces.tgz, then the memory-bound kernels' rates), sharedstream (torch's
+# attention on one stream per GPU: the GPU tests of the torch providers, the llama prefill and the memory promise, then
+# library_probe.py for torch-cudnn at 1 and 3 lanes, blocks of 2048 and 4096), streamab (torch's attention on the GPU's
+# one stream against each lane's own, TURNIP_ATTENTION_STREAM=gpu|lane: 8k at 2 GiB twice each in turn, 32k at 1 GiB in
+# halves once each; the JSON and logs in $OUT/streamab.tgz).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -207,6 +211,14 @@ for s in "$@"; do
              --query-group $4 --schedule $5 --repeats 3 --queue-depth $q --systems turnip-nondet turnip-fixed floor \
              --json "$OUT/ab/depthab-$(($1 / 1024))k$2-q$q.json"; done; done
              mv "$OUT"/depthab-*.log "$OUT/ab/"; tar -czf "$OUT/depthab.tgz" -C "$OUT" ab && rm -r "$OUT/ab" ;;
+    sharedstream) stage sharedtests 180 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 150 tests/test_cuda_gpu.py \
+             -k "torch_attention or providers or allocated or (llama_prefill and not two)"
+             stage libprobe 130 python3 bench/investigations/library_probe.py --providers torch-cudnn --sizes 2048 4096 --streams 1 3 ;;
+    streamab) mkdir -p "$OUT/sab"; for run in gpu-1 lane-1 gpu-2 lane-2; do TURNIP_ATTENTION_STREAM=${run%-*} stage "streamab-8k2-$run" 90 \
+             python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 5 --systems turnip-nondet turnip-fixed floor --json "$OUT/sab/streamab-8k2-$run.json"; done
+             for mode in lane gpu; do TURNIP_ATTENTION_STREAM=$mode stage "streamab-32k1-$mode" 120 python3 bench/run.py llama --tokens 32768 \
+             --budgets 1 --layer-order halves --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/sab/streamab-32k1-$mode.json"; done
+             mv "$OUT"/streamab-*.log "$OUT/sab/"; tar -czf "$OUT/streamab.tgz" -C "$OUT" sab && rm -r "$OUT/sab" ;;
     ropecheck) stage ropeptx 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_ptx.py
              stage ropegpu 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/test_cuda_gpu.py -k "llama_prefill and torch-cudnn"
              stage rope32k 120 python3 bench/run.py llama --tokens 32768 --budgets 8 --layer-order halves --repeats 3 \

@@ -50,6 +50,7 @@ from runtime.backends.base import ATTENTION_PROVIDERS  # noqa: E402
 from runtime.backends.cuda import CudaBackend  # noqa: E402
 import notifiers  # noqa: E402,F401  (registers the alternative notifiers this script may pick)
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS  # noqa: E402
+from runtime.backends.cuda.attention import shared_stream  # noqa: E402
 from runtime.backends.cuda.kernels_numba import ROPE_BUILD  # noqa: E402
 from turnip_cli.planning import SCHEDULE_CHOICES, compile_choosing_schedule  # noqa: E402
 from frontend.workloads.llama.graph import LAYER_ORDERS  # noqa: E402
@@ -224,6 +225,7 @@ def turnip(work, budget_gib: float, repeats: int, results: dict) -> None:
             "moved": summary.bytes_moved, "busy": summary.busy, "gpus": work.graph.devices,
             "bound": bound_by(run, busy), "engine_busy": busy, "lines": summary.lines() + runs["notes"], "output": output,
             "copy_depth": backend.copy_queue_depth, "queue_depth": backend.queue_depth, "rope": ROPE_BUILD, "attention": attention.provider, "attention_asked": ATTENTION,
+            "attention_stream": "gpu" if shared_stream() else "lane",
             "attention_scores": attention.scores, "notifier": NOTIFIER,
             "schedule": schedule, "schedule_scores": scores, "inputs": INPUTS,
         }
@@ -428,7 +430,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs for turnip's llama (torch baselines use one)")
     parser.add_argument("--placement", default="sequence", help="llama placement over --gpus: sequence, layers or heads")
     parser.add_argument("--prefetch-budgets", type=float, nargs="+", help="budgets for torch-prefetch (default: --budgets)")
-    parser.add_argument("--queue-depth", type=int, help="queue depth of turnip's compute lanes (default: the backend's, 2)")
+    parser.add_argument("--queue-depth", type=int, help="queue depth of turnip's compute lanes (default: the backend's, 3 for plans that stream)")
     parser.add_argument("--copy-depth", type=int, help="queue depth of turnip's copy-engine lanes (default: the backend's)")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help="turnip's attention provider")
     parser.add_argument("--notifier", default=DEFAULT_NOTIFIER, choices=NOTIFIERS, help="how turnip's loop learns a vertex finished")

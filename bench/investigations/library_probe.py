@@ -5,13 +5,19 @@ finds taken already): a one-layer graph of `tests/test_cuda_gpu.py`'s kind (a GE
 attention of SIZE x SIZE in float16 with 64-wide heads, swiglu) planned with room to spare, run once under
 nondet. It prints, per case, the library memory the backend measured after warm-up (`library_bytes`), the
 largest drop in free GPU memory while running less the arena and workspace, and the allowance
-`devices.library_allowance` holds back for it. Usage: python3 bench/investigations/library_probe.py
-With OUT set, writes the lines to $OUT/library_probe.json.
+`devices.library_allowance` holds back for it. With OUT set, writes the lines to $OUT/library_probe.json.
+
+    python3 bench/investigations/library_probe.py
+    python3 bench/investigations/library_probe.py --providers torch-cudnn --sizes 4096 --streams 1 2 3
 """
+import argparse
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CASE = r'''
 import json, sys
@@ -42,17 +48,30 @@ print(json.dumps({"provider": backend.attention, "streams": streams, "size": siz
 '''
 
 
-def main() -> None:
+def measure(provider: str, streams: int, size: int) -> dict:
+    """One case in a fresh process: its row, or {"error": the last line of its stderr}."""
+    proc = subprocess.run([sys.executable, "-c", CASE, provider, str(streams), str(size)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--providers", nargs="+", default=["torch-cudnn", "triton"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[2048, 4096])
+    parser.add_argument("--streams", nargs="+", type=int, default=[1, 2, 3])
+    args = parser.parse_args(argv)
     rows = []
-    for provider in ("torch-cudnn", "triton"):
-        for size in (2048, 4096):
-            for streams in (1, 2, 3):
-                proc = subprocess.run([sys.executable, "-c", CASE, provider, str(streams), str(size)], capture_output=True, text=True, timeout=120)
-                line = proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else None
-                if line is None:
-                    print(f"{provider} streams {streams} size {size}: failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+    for provider in args.providers:
+        for size in args.sizes:
+            for streams in args.streams:
+                row = measure(provider, streams, size)
+                if "error" in row:
+                    print(f"{provider} streams {streams} size {size}: failed: {row['error']}", flush=True)
                     continue
-                row = json.loads(line)
                 rows.append(row)
                 mib = {k: row[k] / 2**20 for k in ("library", "peak_beside", "allowance")}
                 print(f"{row['provider']:12s} streams {streams} size {size}: library {mib['library']:.1f} MiB, peak beside the arena "

@@ -54,6 +54,7 @@ from turnip_ir.errors import KernelError
 from turnip_ir.kernels import DTYPE_BYTES, softmax_scale
 
 HALF = ("float16", "bfloat16")
+"""The dtypes torch's fused attention ops take."""
 STREAM_ENV = "TURNIP_ATTENTION_STREAM"
 """`lane` runs torch's attention on each compute lane's own stream, as before the one attention stream per
 GPU, with an allowance for torch's blocks per lane: an ablation for A/B measurements (bench/run.py
@@ -63,7 +64,7 @@ records it); anything else, or unset, the one stream per GPU."""
 def shared_stream() -> bool:
     """Whether torch's attention runs on one stream per GPU (the default) rather than on each lane's."""
     return os.environ.get(STREAM_ENV, "gpu") != "lane"
-"""The dtypes torch's fused attention ops take."""
+
 
 if TYPE_CHECKING:  # services.py stands above the builders (through devices.py): its types only, for checking
     from runtime.backends.cuda.services import KernelEnv, Work
@@ -109,7 +110,8 @@ def auto_candidates(on_gpu: bool = True) -> tuple[str, ...]:
     """The providers `auto` chooses among, by the sim, for a run under a budget (runtime.api,
     `plan_choosing_attention`): torch-cudnn, then triton where both can run. Triton's attention is
     slower (`CostModel.triton_attention_flops`) but its workspace is smaller (`reserve_bytes`), which
-    pays at tight budgets (7b at 8k / 1 GiB). Elsewhere the one provider `auto` resolves to."""
+    can pay at tight budgets (7b at 8k / 1 GiB while torch's blocks were held per lane; within the margin
+    since). Elsewhere the one provider `auto` resolves to."""
     if resolve("auto", on_gpu) == "torch-cudnn" and have_triton():
         return ("torch-cudnn", "triton")
     return (resolve("auto", on_gpu),)

@@ -88,7 +88,7 @@ def test_points_carry_llamas_build_and_leave_out_plans_that_start_weights_on_the
 
 def test_runs_on_a_disturbed_link_are_not_points_and_the_lanes_depth_is_part_of_a_point(tmp_path):
     """A run whose copies moved under 90% of its call's H2D ceiling while its copy engine was busy 90% or
-    more is tabled apart (`on_disturbed_link`); so slow a rate on an idle engine, or a rate at 90%, counts.
+    more is tabled apart (`on_disturbed_machine`); so slow a rate on an idle engine, or a rate at 90%, counts.
     The compute lanes' depth splits points, and the sim runs each at its own."""
     busy, idle = {"h2d": 0.99}, {"h2d": 0.5}
     runs = [_run(seconds=0.25, h2d_rate=54.9e9, engine_busy=busy),
@@ -101,10 +101,22 @@ def test_runs_on_a_disturbed_link_are_not_points_and_the_lanes_depth_is_part_of_
     points = {p.label: p for p in fit_cost.measured_points([path])}
     assert set(points) == {"llama 8k 2 GiB nondet", "llama 8k 4 GiB nondet", "llama 8k 8 GiB nondet", "llama 8k 8 GiB nondet, lanes 3 deep"}
     assert points["llama 8k 8 GiB nondet, lanes 3 deep"].queue_depth == 3 and points["llama 8k 8 GiB nondet"].queue_depth == 2
-    assert {p.label for p in fit_cost.measured_points([path], keep=fit_cost.on_disturbed_link)} == {"llama 8k 2 GiB fixed"}
+    assert {p.label for p in fit_cost.measured_points([path], keep=fit_cost.on_disturbed_machine)} == {"llama 8k 2 GiB fixed"}
     unknown = tmp_path / "h200-old.json"  # no ceiling in the file: nothing to judge the rate by
     unknown.write_text(json.dumps({"runs": runs[1:2]}))
     assert {p.label for p in fit_cost.measured_points([unknown])} == {"llama 8k 2 GiB fixed"}
+
+
+def test_runs_whose_repeats_spread_beyond_seven_percent_are_tabled_apart(tmp_path):
+    """Five repeats of one plan from 0.240 to 0.268 s (11.7%) are unsteady: not a point, tabled apart; 6%
+    is a point, and so is a run of two repeats however far apart (too few to judge)."""
+    runs = [_run(seconds=0.25, makespans=[0.240, 0.250, 0.268, 0.245, 0.25]),
+            _run(budget=4.0, seconds=0.24, makespans=[0.240, 0.2544, 0.245]),
+            _run(budget=8.0, seconds=0.24, makespans=[0.20, 0.30])]
+    path = tmp_path / "h200-call.json"
+    path.write_text(json.dumps({"ceilings": {"h2d": 55.4e9}, "runs": runs}))
+    assert {p.label for p in fit_cost.measured_points([path])} == {"llama 8k 4 GiB nondet", "llama 8k 8 GiB nondet"}
+    assert {p.label for p in fit_cost.measured_points([path], keep=fit_cost.on_disturbed_machine)} == {"llama 8k 2 GiB nondet"}
 
 
 def test_the_sim_prices_rope_as_the_runs_read_it(tmp_path):

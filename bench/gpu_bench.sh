@@ -43,7 +43,7 @@
 # sim ranks fastest there, then the loose points the targets compare with: 8k at 2 and 4 GiB, 32k at 2, 8 and 16
 # GiB), tight32k4096 (32k at 1 GiB in halves in the default 4096-token blocks), tight128k (issue 26: 128k at
 # 2 GiB in halves and query groups of 8, and at 16 GiB; one run each), tight8ktriton (8k at 1 and 4 GiB with the
-# triton attention provider, whose workspace is 160 MiB smaller than torch-cudnn's), start8k (8k at 2 GiB with
+# triton attention provider, whose workspace is smaller than torch-cudnn's), start8k (8k at 2 GiB with
 # the weights starting on the GPU while they fit, as `turnip llama` plans), autollama (`turnip llama` choosing block,
 # layer order and query group by the sim at 32k / 1 GiB, and layer order and query group at 128k / 2 GiB, then running),
 # pair8k (8k at 1 and 4 GiB in one process, halves, query groups of 2, the memory schedule, torch-cudnn), pair128k (128k

@@ -127,12 +127,16 @@ class Point:
         return f"{self.workload}{dtype} {self.tokens // 1024}k {self.budget:g} GiB {self.order}{schedule}{build}"
 
 
-def current(run: dict) -> bool:
-    """A run of today's runtime: the side-stream notifier, cuDNN attention, the default copy depth, one GPU,
-    on a quiet link (its compute depth is part of its point)."""
+def current_runtime(run: dict) -> bool:
+    """A run of today's runtime, disturbed or not: the side-stream notifier, cuDNN attention, the default
+    copy depth, one GPU (its compute depth is part of its point)."""
     return (run.get("notifier") == "hostfunc-side" and run.get("attention", "auto") in ("auto", "torch-cudnn")
-            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1 and run.get("inputs", "host") in ("host", "weights")
-            and not disturbed(run))
+            and run.get("copy_depth", 4) == 4 and run.get("gpus", 1) == 1 and run.get("inputs", "host") in ("host", "weights"))
+
+
+def current(run: dict) -> bool:
+    """A run of today's runtime that was not disturbed (`disturbed`): a point."""
+    return current_runtime(run) and not disturbed(run)
 
 
 DISTURBED_RATE = 0.90
@@ -167,11 +171,6 @@ def unsteady_repeats(run: dict) -> bool:
 def disturbed(run: dict) -> bool:
     """On a disturbed link (`disturbed_link`) or with unsteady repeats (`unsteady_repeats`)."""
     return disturbed_link(run) or unsteady_repeats(run)
-
-
-def current_runtime(run: dict) -> bool:
-    """A run of today's runtime, disturbed or not."""
-    return current(dict(run, h2d_ceiling=None, makespans=None))
 
 
 def on_disturbed_machine(run: dict) -> bool:

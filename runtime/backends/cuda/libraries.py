@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from runtime.backends.cuda.attention import shared_stream
 from runtime.backends.cuda.compat import cuda, stream_handle
 from runtime.backends.cuda.lanes import LaneAllocator
 
@@ -77,8 +78,6 @@ class Libraries:
 
             libraries.torch_streams = [torch.cuda.ExternalStream(stream_handle(s), device=torch.device("cuda", lane_device[i]))
                                        for i, s in enumerate(devices.streams)]
-            from runtime.backends.cuda.attention import shared_stream
-
             for device in range(devices.devices if shared_stream() else 0):
                 with driver.on(device):
                     stream = cuda.stream()

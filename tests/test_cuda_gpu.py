@@ -97,15 +97,22 @@ def test_attention_merge_matches_numpy(d, has_prev, vector, interleaved):
 @pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "triton", "cublas"])
 @pytest.mark.parametrize("kv_heads", [8, 2])
 def test_blocked_attention_providers_equal_full_causal_attention(provider, kv_heads):
-    tokens, block, heads, width = 512, 128, 8, 64
+    _blocked_attention_matches(provider, 512, kv_heads, input_seed=3)
+
+
+def _blocked_attention_matches(provider: str, tokens: int, kv_heads: int, input_seed: int, order: str = "nondet", seeds=(0,)) -> None:
+    """Causal attention over `tokens` in 128-token blocks (8 heads of 64) through `provider`, run in `order`
+    with each of `seeds`, equals the float64 formula over the whole sequence."""
+    block, heads, width = 128, 8, 64
     graph = attention_graph(tokens, block, heads, kv_heads, width, "float16")
     memgraph = compile_taskgraph(graph, 64 << 20)
-    inputs = make_inputs(input_specs(memgraph), None, 3)
-    result = execute(memgraph, backend=_backend(attention_provider=provider), order="nondet", inputs=inputs)
+    inputs = make_inputs(input_specs(memgraph), None, input_seed)
     cat = lambda p: np.concatenate([inputs[f"{p}{i}"] for i in range(tokens // block)])  # noqa: E731
     want = formulas.attention(cat("q"), cat("k"), cat("v"), heads, kv_heads, causal=True)
-    got = np.concatenate([result.outputs[f"a{i}.{i}"] for i in range(tokens // block)]).astype(np.float64)
-    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    for seed in seeds:
+        result = execute(memgraph, backend=_backend(attention_provider=provider), order=order, seed=seed, inputs=inputs)
+        got = np.concatenate([result.outputs[f"a{i}.{i}"] for i in range(tokens // block)]).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
 
 def _mixed_graph(size=2048):
@@ -152,16 +159,7 @@ def test_torch_attention_holds_one_set_of_blocks_per_gpu_whatever_the_lanes():
 def test_torch_attention_on_its_own_stream_matches_float64_in_any_order(order):
     """Query blocks on two lanes, their attention on the GPU's one attention stream: each lane waits for it,
     and it for the lane, in any dispatch order."""
-    tokens, block, heads, width = 1024, 128, 8, 64
-    graph = attention_graph(tokens, block, heads, 2, width, "float16")
-    memgraph = compile_taskgraph(graph, 64 << 20)
-    inputs = make_inputs(input_specs(memgraph), None, 5)
-    cat = lambda p: np.concatenate([inputs[f"{p}{i}"] for i in range(tokens // block)])  # noqa: E731
-    want = formulas.attention(cat("q"), cat("k"), cat("v"), heads, 2, causal=True)
-    for seed in range(3):
-        result = execute(memgraph, backend=_backend(attention_provider="torch-cudnn"), order=order, seed=seed, inputs=inputs)
-        got = np.concatenate([result.outputs[f"a{i}.{i}"] for i in range(tokens // block)]).astype(np.float64)
-        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    _blocked_attention_matches("torch-cudnn", 1024, 2, input_seed=5, order=order, seeds=range(3))
 
 
 def test_a_hundred_thousand_tiny_vertices_over_every_lane_finish_in_both_orders():

@@ -73,6 +73,20 @@ def test_an_interference_burst_slows_the_copies_in_flight_and_only_those():
     out = [("x", "input", 0, [], MB // 4, None), ("o", "offload", 0, [0], MB // 4, None)]
     offload = execute(_memgraph(out), backend=SimBackend(cost=COST, interference=[(0.0, 9.0)], share=0.5)).summary
     assert offload.makespan == pytest.approx(1e-3, rel=1e-9)  # nor do offloads: the other direction
+
+
+def test_interference_on_one_gpu_slows_only_that_gpus_reloads():
+    rows = [("s", "input", None, [], MB // 2, None), ("r0", "reload", 0, [0], MB // 2, None), ("r1", "reload", 1, [0], MB // 2, None)]
+    runs = {}
+    for name, windows in (("gpu1", {1: [(0.0, 9.0)]}), ("all", [(0.0, 9.0)]), ("gpu0 and all", {0: [(0.0, 9.0)], -1: [(0.0, 1e-3)]})):
+        recorder = execute(_memgraph(rows, devices=2), backend=SimBackend(cost=COST, interference=windows, share=0.5)).recorder
+        runs[name] = {recorder.graph.memgraph.nodes[c.vertex].task: c.end - c.start for c in recorder.completions}
+    assert runs["gpu1"]["r0"] == pytest.approx(2e-3, rel=1e-9) and runs["gpu1"]["r1"] == pytest.approx(4e-3, rel=1e-9)
+    assert runs["all"]["r0"] == runs["all"]["r1"] == pytest.approx(4e-3, rel=1e-9)
+    # GPU 1 under the every-GPU burst for 1 ms (0.5 ms of work), then at full rate; GPU 0 under its own all along
+    assert runs["gpu0 and all"]["r1"] == pytest.approx(2.5e-3, rel=1e-9) and runs["gpu0 and all"]["r0"] == pytest.approx(4e-3, rel=1e-9)
+    with pytest.raises(InputError, match="not overlapping"):
+        SimBackend(interference={0: [(2.0, 1.0)]})
     with pytest.raises(InputError, match="not overlapping"):
         SimBackend(interference=[(0.0, 2.0), (1.0, 3.0)])
 

@@ -27,7 +27,8 @@ the same durations; nothing else is random, so a run is a function of the memgra
 
 `interference` models another process copying host memory to the GPUs: a list of (start, end) bursts
 in seconds of the run's clock during which every GPU's reloads drain at `share` of their rate (the
-other process has the rest; offloads go the other way of the full-duplex link and keep theirs). The
+other process has the rest; offloads go the other way of the full-duplex link and keep theirs), or a
+mapping from GPU to its own list (a process copying to that GPU only; the others keep their links). The
 clock stops at each burst's edges, so rates change there as they do when a transfer starts or ends.
 Unlike jitter, which averages out over many vertices, a burst slows every copy in flight at once: what
 a fixed order cannot step around.
@@ -53,6 +54,15 @@ QUEUE_DEPTH = STREAMING_QUEUE_DEPTH
 """Vertices per compute lane: the cuda backend's `queue_depth` default."""
 COPY_QUEUE_DEPTH = 4
 """Vertices per copy engine: the cuda backend's `copy_queue_depth` default."""
+ALL_GPUS = -1
+"""The key of `interference` bursts that fall on every GPU's link."""
+
+
+def _burst_edges(bursts) -> list[float]:
+    edges = [t for burst in sorted(bursts) for t in burst]
+    if any(b < a for a, b in zip(edges, edges[1:])) or any(t < 0 for t in edges):
+        raise InputError("sim interference bursts are (start, end) pairs in seconds, start <= end, not overlapping")
+    return edges
 
 
 @dataclass
@@ -80,16 +90,15 @@ class SimBackend(Backend):
 
     def __init__(self, cost: CostModel | None = None, jitter: float = 0.0, seed: int = 0, lookahead: bool = True,
                  queue_depth: int = QUEUE_DEPTH, copy_queue_depth: int = COPY_QUEUE_DEPTH,
-                 interference: list[tuple[float, float]] = (), share: float = 0.5):
+                 interference: list[tuple[float, float]] | Mapping[int, list[tuple[float, float]]] = (), share: float = 0.5):
         if not 0.0 <= jitter < 1.0:
             raise InputError(f"sim jitter is a relative spread in [0, 1), got {jitter}")
         if not 0.0 < share <= 1.0:
             raise InputError(f"sim interference share is the run's part of the host link in (0, 1], got {share}")
-        edges = [t for burst in sorted(interference) for t in burst]
-        if any(b < a for a, b in zip(edges, edges[1:])) or any(t < 0 for t in edges):
-            raise InputError("sim interference bursts are (start, end) pairs in seconds, start <= end, not overlapping")
-        self.edges = edges
-        """Burst starts and ends in time order: the clock is inside a burst when an odd number lie at or before it."""
+        windows = interference if isinstance(interference, Mapping) else {ALL_GPUS: interference}
+        self.edges = {device: _burst_edges(bursts) for device, bursts in windows.items()}
+        """Per GPU (ALL_GPUS: every GPU), burst starts and ends in time order: the clock is inside a burst
+        when an odd number lie at or before it."""
         self.share = share
         if queue_depth < 1 or copy_queue_depth < 1:
             raise InputError(f"sim queue depths must be at least 1, got {queue_depth} and {copy_queue_depth}")
@@ -151,7 +160,10 @@ class SimBackend(Backend):
             rate = self.cost.duplex_bw / 2
         else:
             rate = self.cost.h2d_bw if kind == "h2d" else self.cost.d2h_bw
-        return rate * self.share if kind == "h2d" and bisect_right(self.edges, self.clock) % 2 else rate
+        return rate * self.share if kind == "h2d" and self._in_burst(job.lane.device) else rate
+
+    def _in_burst(self, device: int) -> bool:
+        return any(bisect_right(self.edges[d], self.clock) % 2 for d in (device, ALL_GPUS) if d in self.edges)
 
     def _start_heads(self) -> float:
         """Start every lane's first queued vertex that may start now; return the earliest time a head
@@ -182,9 +194,10 @@ class SimBackend(Backend):
                 first = min(self.active, key=lambda index: self.active[index].left / rates[index])
                 job_step = self.active[first].left / rates[first]
             step = min(job_step, issued - self.clock)
-            edge = bisect_right(self.edges, self.clock)
-            if edge < len(self.edges):  # a burst starts or ends: the host link's rate changes there
-                step = min(step, self.edges[edge] - self.clock)
+            for edges in self.edges.values():
+                edge = bisect_right(edges, self.clock)
+                if edge < len(edges):  # a burst starts or ends: the host link's rate changes there
+                    step = min(step, edges[edge] - self.clock)
             if self.unreported:
                 step = min(step, self.unreported[0][0] - self.clock)
             assert step < float("inf"), "sim deadlock: queued vertices wait on dependencies that never run"

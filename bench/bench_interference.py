@@ -2,6 +2,7 @@
 
     python3 bench/bench_interference.py --json out/interference.json                 # on a GPU machine
     python3 bench/bench_interference.py --backend sim --json /tmp/interference.json  # the same on the sim
+    python3 bench/bench_interference.py --gpus 2 --placement sequence --points 32768@1GiB   # nvidia-h200-x2
 
 A second process (this script with `--interferer`) copies pinned host memory to the same GPU in bursts
 of random length and spacing, drawn from `--seed` (`bursts`): during a burst it queues `--chunk-mib`
@@ -18,14 +19,17 @@ process the rest; both orders of a repeat see the same bursts. It is the script'
 CPU (tests/test_bench_interference.py) and the sim's prediction beside the measurement.
 
 `--block`, `--layer-order`, `--query-group` and `--schedule` build and plan every point as bench/run.py's
-flags of the same names do (the tight plans of docs/benchmarks.md: 32k at 1 GiB in `halves`).
+flags of the same names do (the tight plans of docs/benchmarks.md: 32k at 1 GiB in `halves`), and
+`--gpus N --placement P` spread llama over N GPUs as bench/run.py does (`sequence`, `layers`, `heads`).
+`--interfere-on` names the GPUs whose links get an interferer (default GPU 0 only: on two GPUs, the one
+that the other waits on); each GPU's process draws its own bursts (`burst_seed`).
 
 Prints one row per point: the interferer's achieved rate (bytes over the run's span, and while it was
 copying), the median makespan of each order, nondet's speed-up over fixed, and the bound: no order of
 this memgraph can finish before max(compute, path, link). Compute is the GPU's busy seconds; path the
 memgraph's critical path (its data and memory edges), each vertex taking the least time it took in the
-orders' last runs; link the bytes the plan reloads at the H2D ceiling measured before the interferer
-starts (not less the interferer's rate: two processes' copies together pass one copy's ceiling, so its
+orders' last runs; link the bytes the plan reloads to one GPU (the most of any GPU) at the H2D ceiling
+measured before the interferer starts (not less the interferer's rate: two processes' copies together pass one copy's ceiling, so its
 bytes do not all come out of this run's share). Fixed over the bound is
 the most any dispatch order could gain over fixed at that point. Last, nondet's median on a quiet link
 (on the GPU, `--repeats` runs before the interferer starts): fixed under interference over it is the
@@ -47,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from frontend.workloads.llama.graph import LAYER_ORDERS  # noqa: E402
+from frontend.workloads.llama.graph import LAYER_ORDERS, PLACEMENTS  # noqa: E402
 from turnip_cli.planning import SCHEDULE_CHOICES, parse_size  # noqa: E402
 from turnip_ir.errors import BudgetError, InputError  # noqa: E402
 from turnip_ir.files import atomic_write  # noqa: E402
@@ -75,6 +79,11 @@ def bursts_until(seed: int, burst_ms, gap_ms, horizon: float) -> list[tuple[floa
         out.append((start, end))
 
 
+def burst_seed(seed: int, gpu: int) -> int:
+    """The seed of GPU `gpu`'s interferer: GPU 0 keeps `seed` (one GPU's schedule is what it always was)."""
+    return seed + 7919 * gpu
+
+
 def point_of(text: str) -> tuple[int, int]:
     """'8192@2GiB' -> (8192, 2 GiB in bytes)."""
     tokens, _, budget = text.partition("@")
@@ -83,15 +92,27 @@ def point_of(text: str) -> tuple[int, int]:
     return int(tokens), parse_size(budget)
 
 
-def built_llama(preset: str, tokens: int, block: int | None = None, layer_order: str = "blocks", query_group: int = 1):
+def built_llama(preset: str, tokens: int, block: int | None = None, layer_order: str = "blocks", query_group: int = 1,
+                gpus: int = 1, placement: str = "sequence"):
     from frontend.workloads import llama
 
-    return llama.build_llama(llama.load_config(preset), tokens, block, layer_order=layer_order, query_group=query_group)
+    return llama.build_llama(llama.load_config(preset), tokens, block, gpus=gpus, placement=placement, layer_order=layer_order,
+                             query_group=query_group)
+
+
+def reloaded_per_gpu(memgraph) -> list[int]:
+    """The bytes the plan reloads to each GPU: each GPU has its own host link."""
+    out = [0] * memgraph.devices
+    for node in memgraph.nodes:
+        if node.op == "reload":
+            out[node.device] += node.nbytes
+    return out
 
 
 def bound(compute: float, path: float, reloaded: int, link: float, interferer: float) -> dict:
-    """The least makespan any order could reach, the longest of: the GPU's busy seconds; the memgraph's
-    critical path; the plan's reloaded bytes at the link's ceiling. Not less the interferer's rate: on the
+    """The least makespan any order could reach, the longest of: the busiest GPU's busy seconds; the
+    memgraph's critical path; the bytes reloaded to one GPU (`reloaded`, the most of any) at the link's
+    ceiling. Not less the interferer's rate: on the
     H200 two processes' copies together pass one copy's ceiling (2026-12-03: 50 + 10.5 GB/s against 55.4),
     so the interferer's bytes do not take their rate's worth of link from this run. `interferer` is kept
     in the figures."""
@@ -101,8 +122,8 @@ def bound(compute: float, path: float, reloaded: int, link: float, interferer: f
 
 
 def run_figures(runs) -> dict:
-    """What the bound reads of the orders' runs (each a (RunSummary, Recorder) pair): GPU 0's busy
-    seconds (the summary's busy fraction of its makespan) and the critical path, each vertex taking the
+    """What the bound reads of the orders' runs (each a (RunSummary, Recorder) pair): the busiest GPU's
+    busy seconds (the summary's busy fraction of its makespan, the least over the runs) and the critical path, each vertex taking the
     least time it took in any of the runs (the same work in any order; a run's own bursts only lengthen
     its copies)."""
     graph = runs[0][1].graph
@@ -114,7 +135,8 @@ def run_figures(runs) -> dict:
     for i in range(len(graph) - 1, -1, -1):
         own = least[i] if least[i] != float("inf") else 0.0  # inputs never run
         longest[i] = own + max((longest[d] for d in graph.dependents[i]), default=0.0)
-    compute = min(summary.busy[0] * summary.makespan for summary, _ in runs)
+    gpus = len(runs[0][0].busy)
+    compute = max(min(summary.busy[gpu] * summary.makespan for summary, _ in runs) for gpu in range(gpus))
     return {"compute_s": compute, "path_s": max(longest, default=0.0)}
 
 
@@ -130,15 +152,16 @@ def sim_point(memgraph, args) -> dict:
     calm = {order: execute(memgraph, backend="sim", order=order, verify=False).summary.makespan for order in ORDERS}
     horizon = 2 * max(calm.values()) / args.share  # bursts slow the copies at most to `share` of their rate
     for repeat in range(args.repeats):
-        windows = bursts_until(args.seed * 1000 + repeat, args.burst_ms, args.gap_ms, horizon)
+        windows = {gpu: bursts_until(burst_seed(args.seed * 1000 + repeat, gpu), args.burst_ms, args.gap_ms, horizon) for gpu in args.interfere_on}
         for order in ORDERS:
             backend = SimBackend(interference=windows, share=args.share)
             results.append(execute(memgraph, backend=backend, order=order, verify=False))
             spans[order].append(results[-1].summary.makespan)
         span = max(spans[order][-1] for order in ORDERS)
-        busy = sum(max(0.0, min(end, span) - start) for start, end in windows if start < span)
-        rates.append({"bytes": busy * link * (1 - args.share), "seconds": span, "busy_seconds": busy})
-    return {"makespans": spans, "quiet": [calm["nondet"]], "interferer": rates, "link": link, "reloaded": results[-1].summary.bytes_reloaded,
+        for bursts_of_gpu in windows.values():  # one interferer per GPU, as on the GPUs
+            busy = sum(max(0.0, min(end, span) - start) for start, end in bursts_of_gpu if start < span)
+            rates.append({"bytes": busy * link * (1 - args.share), "seconds": span, "busy_seconds": busy})
+    return {"makespans": spans, "quiet": [calm["nondet"]], "interferer": rates, "link": link, "reloaded": max(reloaded_per_gpu(memgraph)),
             **run_figures([(result.summary, result.recorder) for result in results])}
 
 
@@ -148,42 +171,49 @@ def gpu_point(memgraph, args, attention: str = "auto") -> dict:
     from cuda_common import h2d_ceiling, loops
     from runtime.backends.cuda import CudaBackend
 
-    stats = Path(args.scratch) / f"interferer-{time.time_ns()}.json"
-    stop = stats.with_suffix(".stop")
-    command = [sys.executable, __file__, "--interferer", "--seed", str(args.seed), "--stats", str(stats), "--stop", str(stop),
-               "--chunk-mib", str(args.chunk_mib), "--burst-ms", *map(str, args.burst_ms), "--gap-ms", *map(str, args.gap_ms)]
+    stamp = time.time_ns()
+    stats = {gpu: Path(args.scratch) / f"interferer-{stamp}-gpu{gpu}.json" for gpu in args.interfere_on}
+    stop = Path(args.scratch) / f"interferer-{stamp}.stop"
     children = []
 
-    def start_interferer():  # once the plan is loaded: the interferer's figures cover the runs only
-        children.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
-        line = children[0].stdout.readline()
-        if line.strip() != "ready":
-            raise InputError(f"the interfering process did not start (it said {line.strip()!r}, exit {children[0].poll()})")
+    def start_interferers():  # once the plan is loaded: the interferers' figures cover the runs only
+        for gpu, path in stats.items():
+            command = [sys.executable, __file__, "--interferer", "--device", str(gpu), "--seed", str(burst_seed(args.seed, gpu)),
+                       "--stats", str(path), "--stop", str(stop), "--chunk-mib", str(args.chunk_mib),
+                       "--burst-ms", *map(str, args.burst_ms), "--gap-ms", *map(str, args.gap_ms)]
+            children.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        for gpu, child in zip(stats, children):
+            line = child.stdout.readline()
+            if line.strip() != "ready":
+                raise InputError(f"the interfering process on GPU {gpu} did not start (it said {line.strip()!r}, exit {child.poll()})")
 
     link = h2d_ceiling()
     try:
         runs = loops(memgraph, CudaBackend(attention_provider=attention), orders=ORDERS, repeats=args.repeats, alternate=True,
-                     on_prepared=start_interferer, quiet=args.repeats)
+                     on_prepared=start_interferers, quiet=args.repeats)
     finally:
         stop.touch()
         for child in children:
             child.wait(timeout=60)
         stop.unlink()
-    if not stats.exists():
-        raise InputError(f"the interfering process left no figures (exit {children[0].returncode})")
-    own = json.loads(stats.read_text())
-    stats.unlink()
-    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": [own], "link": link,
-            "reloaded": runs[ORDERS[0]]["summary"].bytes_reloaded, **run_figures([(runs[order]["summary"], runs[order]["recorder"]) for order in ORDERS])}
+    own = []
+    for (gpu, path), child in zip(stats.items(), children):
+        if not path.exists():
+            raise InputError(f"the interfering process on GPU {gpu} left no figures (exit {child.returncode})")
+        own.append(json.loads(path.read_text()))
+        path.unlink()
+    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": own, "link": link,
+            "reloaded": max(reloaded_per_gpu(memgraph)), **run_figures([(runs[order]["summary"], runs[order]["recorder"]) for order in ORDERS])}
 
 
 def interfere(args) -> int:
-    """The second process: pinned H2D copies on GPU 0 in seeded bursts until the stop file appears."""
+    """A second process: pinned H2D copies to GPU `--device` in seeded bursts until the stop file appears."""
     import torch
 
     chunk = args.chunk_mib * MIB
+    torch.cuda.set_device(args.device)
     host = torch.empty(chunk, dtype=torch.uint8, pin_memory=True)
-    device = torch.empty(chunk, dtype=torch.uint8, device="cuda")
+    device = torch.empty(chunk, dtype=torch.uint8, device=f"cuda:{args.device}")
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         device.copy_(host, non_blocking=True)
@@ -225,8 +255,12 @@ def main(argv=None) -> int:
     parser.add_argument("--layer-order", default=LAYER_ORDERS[0], choices=LAYER_ORDERS, help="llama's task order inside a layer")
     parser.add_argument("--query-group", type=int, default=1, help="llama's query group (token blocks run together)")
     parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES, help="the compiler's simulated schedule")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs llama is spread over (bench/run.py's --gpus)")
+    parser.add_argument("--placement", default=PLACEMENTS[0], choices=PLACEMENTS, help="llama's placement over --gpus")
+    parser.add_argument("--interfere-on", type=int, nargs="+", default=[0], metavar="GPU", help="the GPUs whose host links get an interferer")
     parser.add_argument("--json")
     parser.add_argument("--interferer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--device", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--stats", help=argparse.SUPPRESS)
     parser.add_argument("--stop", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -238,6 +272,8 @@ def main(argv=None) -> int:
             raise InputError("--repeats must be at least 1, and --burst-ms and --gap-ms ranges LO <= HI with some gap")
         if not 0 < args.share <= 1 or args.chunk_mib < 1:
             raise InputError("--share is this run's part of the link in (0, 1], --chunk-mib at least 1")
+        if args.gpus < 1 or not all(0 <= gpu < args.gpus for gpu in args.interfere_on) or len(set(args.interfere_on)) < len(args.interfere_on):
+            raise InputError(f"--interfere-on names distinct GPUs of the {args.gpus} of --gpus (0 to {args.gpus - 1}), got {args.interfere_on}")
     except InputError as err:
         print(f"bench_interference: error: {err}", file=sys.stderr)
         return 1
@@ -247,19 +283,22 @@ def main(argv=None) -> int:
     run.SCHEDULE = args.schedule
 
     report = {"command": " ".join(sys.argv), "backend": args.backend, "date": time.strftime("%Y-%m-%d"), "burst_ms": args.burst_ms,
-              "gap_ms": args.gap_ms, "seed": args.seed,
+              "gap_ms": args.gap_ms, "seed": args.seed, "gpus": args.gpus, "placement": args.placement, "interfere_on": args.interfere_on,
               "build": {"block": args.block, "layer_order": args.layer_order, "query_group": args.query_group, "schedule": args.schedule},
               "points": []}
     print("| point | interference GB/s (while copying) | nondet median s | fixed median s | fixed / nondet | bound s (compute, path, link) | fixed / bound | quiet nondet s | fixed / quiet nondet |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (tokens, budget), text in zip(points, args.points):
         try:
-            built = built_llama(args.config, tokens, args.block, args.layer_order, args.query_group)
+            built = built_llama(args.config, tokens, args.block, args.layer_order, args.query_group, args.gpus, args.placement)
             memgraph, _, _, attention = compile_turnip(built.graph, budget, built.activation_ids)
         except BudgetError as err:
             report["points"].append({"point": text, "error": f"does not fit: {err}"})
             print(f"| {text} | does not fit: {err} | | | | | | | |", flush=True)
             continue
+        except InputError as err:  # a llama that cannot be built so (heads over GPUs that do not divide them)
+            print(f"bench_interference: error: {err}", file=sys.stderr)
+            return 1
         try:
             measured = sim_point(memgraph, args) if args.backend == "sim" else gpu_point(memgraph, args, attention.provider)
         except InputError as err:

@@ -87,3 +87,34 @@ def test_the_build_options_reach_the_plan_and_the_report(tmp_path):
     report = json.loads(out.read_text())
     assert report["build"] == {"block": None, "layer_order": "halves", "query_group": 1, "schedule": "memory"}
     assert report["points"][0]["medians"]["nondet"] > 0
+
+
+def test_two_gpus_with_an_interferer_on_one_link(tmp_path):
+    """--gpus/--placement spread llama as bench/run.py does; --interfere-on 1 puts the bursts on GPU 1's link
+    only (one interferer's figures per repeat), and the link floor is the bytes of the GPU that reloads most."""
+    out = tmp_path / "interference.json"
+    assert bench_interference.main(ARGS + ["--gpus", "2", "--placement", "layers", "--interfere-on", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["gpus"], report["placement"], report["interfere_on"]) == (2, "layers", [1])
+    row = report["points"][0]
+    assert len(row["interferer"]) == 2 and row["medians"]["nondet"] > 0
+    built = bench_interference.built_llama("7b", 128, gpus=2, placement="layers")
+    import run
+
+    memgraph = run.compile_turnip(built.graph, 2 << 30, built.activation_ids)[0]
+    per_gpu = bench_interference.reloaded_per_gpu(memgraph)
+    assert len(per_gpu) == 2 and min(per_gpu) > 0 and row["bound"]["reloaded"] == max(per_gpu)
+    both = tmp_path / "both.json"
+    assert bench_interference.main(ARGS + ["--gpus", "2", "--placement", "layers", "--interfere-on", "0", "1", "--json", str(both)]) == 0
+    assert len(json.loads(both.read_text())["points"][0]["interferer"]) == 4  # two processes, two repeats
+
+
+def test_each_gpu_draws_its_own_bursts_and_gpu_0_keeps_the_one_gpu_schedule():
+    assert bench_interference.burst_seed(5, 0) == 5
+    assert len({bench_interference.burst_seed(5, gpu) for gpu in range(8)}) == 8
+
+
+def test_an_interferer_on_a_gpu_that_is_not_there_is_one_line(capsys):
+    assert bench_interference.main(ARGS + ["--gpus", "2", "--interfere-on", "2"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "bench_interference: error: --interfere-on names distinct GPUs of the 2 of --gpus (0 to 1), got [2]"]

@@ -30,7 +30,9 @@
 # at 4 GiB beside the torch decoders and turnip, B=16 P=2048),
 # interference (issue 26: llama 7b at 8k / 2 GiB, and 32k / 1 GiB in halves, 5 quiet nondet runs, then nondet and
 # fixed taking turns, 5 runs each, while a second process copies pinned memory to the same GPU in seeded bursts;
-# its rate and the bound on any order are reported),
+# its rate and the bound on any order are reported), interference2gpu (nvidia-h200-x2: the same over two GPUs in
+# the sequence placement, 8k and 32k at 4 GiB and 32k at 1 GiB per GPU, with the interferer on GPU 0's link, the one
+# GPU 1 waits on),
 # coldstart (issue 25: bench/bench_coldstart.py, a 7b fp16 safetensors folder written to /tmp, `cp` of it
 # to /dev/null, `turnip llama --weights` at 8k / 2 GiB in two fresh processes with their phases, and a torch
 # script loading the same files into pinned memory and running the prefetch prefill; 5 minutes at most),
@@ -161,6 +163,8 @@ for s in "$@"; do
              --json "$OUT/interference8k.json"
              stage interference32k 250 python3 bench/bench_interference.py --points 32768@1GiB --layer-order halves --repeats 5 \
              --json "$OUT/interference32k.json" ;;
+    interference2gpu) stage interference2gpu 420 python3 bench/bench_interference.py --gpus 2 --placement sequence \
+             --points 8192@4GiB 32768@4GiB 32768@1GiB --interfere-on 0 --repeats 3 --json "$OUT/interference2gpu.json" ;;
     tight) stage tight8k 110 python3 bench/run.py llama --tokens 8192 --budgets 1 --layer-order halves --query-group 2 --schedule memory \
              --repeats 3 --systems turnip-nondet turnip-fixed floor --json "$OUT/tight8k.json"
            stage loose8k 120 python3 bench/run.py llama --tokens 8192 --budgets 2 4 --repeats 3 --systems turnip-nondet turnip-fixed floor \

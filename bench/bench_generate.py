@@ -27,6 +27,10 @@ as numpy views. The KV prefix of every sequence (P-1 tokens, random) sits in pin
                    sitting of 2026-12-02, whatever D: the 40 GiB comparison was measured before that);
   ragged shapes    B x P:ragged draws prompt lengths uniformly in [P/2, P]: turnip only (the torch
                    decoders assume one length), nondet against fixed;
+  --interfere      (cuda) while the turnip systems of a shape run, a second process copies pinned memory
+                   to GPU 0 in seeded bursts (bench/bench_interference.py's `Interferers`, its default
+                   bursts: 2-20 ms long, 2-40 ms apart); its bytes and busy time go into the shape's
+                   "interferer" (issue 26: nondet against fixed under interference, on the ragged decode);
   hf-offload       (with --hf) transformers' LlamaForCausalLM through accelerate, weights capped at the
                    smallest budget, `--hf-steps` new tokens (prefill included in its wall time: the
                    per-step figure is the time after the first token), with the default cache (on
@@ -40,6 +44,7 @@ start after it, saying so, so a benchmark stage always ends with its table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -53,10 +58,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from frontend.workloads import llama  # noqa: E402
 from frontend.workloads.llama.decode import KV_BLOCK  # noqa: E402
 from frontend.workloads.llama.rope import inverse_frequencies  # noqa: E402
+from turnip_ir.errors import InputError  # noqa: E402
 
 GIB = 1 << 30
 BEGAN = time.perf_counter()
@@ -80,7 +87,10 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--time-limit", type=float, default=210.0, help="seconds after which nothing new starts")
     parser.add_argument("--json", default=None, help="default: $OUT/generate.json")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--interfere", action="store_true", help="(cuda) a second process copying to GPU 0 in bursts while turnip runs")
     args = parser.parse_args(argv)
+    if args.interfere and args.device != "cuda":
+        parser.error("--interfere copies to a GPU: it needs --device cuda")
     if args.quick:
         args.new_tokens, args.hf_steps = min(args.new_tokens, 4), min(args.hf_steps, 2)
     return args
@@ -399,13 +409,14 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
     attempt = functools.partial(attempt_system, save=save)
     turnip_steps = args.turnip_steps or steps
     if shape.get("ragged"):  # turnip only: nondet against fixed
-        for budget in args.budgets:
-            for order in args.orders:
-                name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}")
-                got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, np.zeros((batch, steps), np.int64),
-                                                                turnip_steps, False, order), limit)
-                if got:
-                    got.pop("logits")
+        with interference(args, shape):
+            for budget in args.budgets:
+                for order in args.orders:
+                    name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}")
+                    got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, np.zeros((batch, steps), np.int64),
+                                                                    turnip_steps, False, order), limit)
+                    if got:
+                        got.pop("logits")
         return
     first = np.array([p[-1] for p in prompts])
     resident = attempt(systems, "torch-resident", lambda: run_torch(torch, host, device, False, prefix, steps, first), limit)
@@ -419,19 +430,41 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
     if device == "cuda":
         torch.cuda.empty_cache()
     forced = resident["tokens"] if resident else np.zeros((batch, steps), np.int64)
-    for i, budget in enumerate(args.budgets):
-        for order, depth in [(order, depth) for order in args.orders for depth in args.queue_depths]:
-            prefill = i < args.prefills and order == args.orders[0] and depth == args.queue_depths[0]
-            name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}") + ("" if depth == args.queue_depths[0] else f"/q{depth}")
-            got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, forced, turnip_steps, prefill, order, depth), limit)
-            if got and resident:
-                got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
-            elif got:
-                got.pop("logits")
+    with interference(args, shape):
+        for i, budget in enumerate(args.budgets):
+            for order, depth in [(order, depth) for order in args.orders for depth in args.queue_depths]:
+                prefill = i < args.prefills and order == args.orders[0] and depth == args.queue_depths[0]
+                name = f"turnip@{budget:g}" + ("" if order == "nondet" else f"/{order}") + ("" if depth == args.queue_depths[0] else f"/q{depth}")
+                got = attempt(systems, name, lambda: run_turnip(host, device, budget, prompts, forced, turnip_steps, prefill, order, depth), limit)
+                if got and resident:
+                    got["logit_error_per_step"] = [float(np.abs(g - w).max()) for g, w in zip(got.pop("logits"), resident["logits"])]
+                elif got:
+                    got.pop("logits")
     if args.hf and device == "cuda":
         for cache in ("default", "offloaded"):
             name = f"hf-offload@{min(args.budgets):g}" + ("" if cache == "default" else "/offloaded")
             attempt(systems, name, lambda: run_hf(torch, host, min(args.budgets), prompts, args.hf_steps, cache), limit)
+
+
+@contextlib.contextmanager
+def interference(args, shape: dict):
+    """With --interfere on cuda, a process copying to GPU 0 in bursts for the block's duration; its figures
+    (bytes, busy seconds, seconds, and the bursts' ranges) go into shape["interferer"]."""
+    if not (args.interfere and args.device == "cuda"):
+        yield
+        return
+    from bench_interference import DEFAULT_BURST_MS, DEFAULT_GAP_MS, Interferers
+
+    interferers = Interferers([0], args.seed, DEFAULT_BURST_MS, DEFAULT_GAP_MS)
+    try:
+        interferers.start()
+        yield
+    except BaseException:
+        with contextlib.suppress(InputError):
+            interferers.stop()
+        raise
+    figures = interferers.stop()[0]
+    shape["interferer"] = {**figures, "rate": figures["bytes"] / figures["seconds"], "burst_ms": DEFAULT_BURST_MS, "gap_ms": DEFAULT_GAP_MS}
 
 
 def attempt_system(systems: dict, name: str, run, limit: float, save) -> dict | None:
@@ -477,6 +510,8 @@ def table(shapes: list[dict]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for shape in shapes:
         size = f"{shape['batch']} x {shape['prompt']}" + (" ragged" if shape.get("ragged") else "")
+        if "interferer" in shape:
+            size += f" (interferer {shape['interferer']['rate'] / 1e9:.1f} GB/s)"
         for name, f in shape["systems"].items():
             if "step_s" not in f:
                 lines.append(f"| {size} | {name} | {f.get('skipped') or f.get('error')} | | | | | | | |")

@@ -39,6 +39,7 @@ speed-up nondet would show if the bursts cost it nothing. `--json` keeps every r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -58,6 +59,8 @@ from turnip_ir.files import atomic_write  # noqa: E402
 
 ORDERS = ("nondet", "fixed")
 MIB = 1 << 20
+DEFAULT_BURST_MS = (2.0, 20.0)
+DEFAULT_GAP_MS = (2.0, 40.0)
 
 
 def bursts(seed: int, burst_ms: tuple[float, float], gap_ms: tuple[float, float]):
@@ -166,42 +169,59 @@ def sim_point(memgraph, args) -> dict:
 
 
 # ----- the GPU -------------------------------------------------------------------------------------------
+class Interferers:
+    """One interfering process per GPU in `gpus` (this script with `--interferer`), each with its own
+    bursts (`burst_seed`). `start()` returns once every one is copying-ready; `stop()` ends them and
+    returns their figures (bytes, busy seconds, seconds), or raises InputError naming a GPU whose process
+    left none. `stop()` is safe to call when `start()` failed part way or never ran."""
+
+    def __init__(self, gpus, seed: int, burst_ms, gap_ms, chunk_mib: int = 16, scratch: str = "/tmp"):
+        stamp = time.time_ns()
+        self.stats = {gpu: Path(scratch) / f"interferer-{stamp}-gpu{gpu}.json" for gpu in gpus}
+        self.stop_file = Path(scratch) / f"interferer-{stamp}.stop"
+        self.options = ["--chunk-mib", str(chunk_mib), "--burst-ms", *map(str, burst_ms), "--gap-ms", *map(str, gap_ms)]
+        self.seed = seed
+        self.children: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        for gpu, path in self.stats.items():
+            command = [sys.executable, __file__, "--interferer", "--device", str(gpu), "--seed", str(burst_seed(self.seed, gpu)),
+                       "--stats", str(path), "--stop", str(self.stop_file), *self.options]
+            self.children.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        for gpu, child in zip(self.stats, self.children):
+            line = child.stdout.readline()
+            if line.strip() != "ready":
+                raise InputError(f"the interfering process on GPU {gpu} did not start (it said {line.strip()!r}, exit {child.poll()})")
+
+    def stop(self) -> list[dict]:
+        self.stop_file.touch()
+        for child in self.children:
+            child.wait(timeout=60)
+        self.stop_file.unlink()
+        figures = []
+        for (gpu, path), child in zip(self.stats.items(), self.children):
+            if not path.exists():
+                raise InputError(f"the interfering process on GPU {gpu} left no figures (exit {child.returncode})")
+            figures.append(json.loads(path.read_text()))
+            path.unlink()
+        return figures
+
+
 def gpu_point(memgraph, args, attention: str = "auto") -> dict:
     """`attention`: the provider the plan's arena was sized for (`run.compile_turnip`'s choice)."""
     from cuda_common import h2d_ceiling, loops
     from runtime.backends.cuda import CudaBackend
 
-    stamp = time.time_ns()
-    stats = {gpu: Path(args.scratch) / f"interferer-{stamp}-gpu{gpu}.json" for gpu in args.interfere_on}
-    stop = Path(args.scratch) / f"interferer-{stamp}.stop"
-    children = []
-
-    def start_interferers():  # once the plan is loaded: the interferers' figures cover the runs only
-        for gpu, path in stats.items():
-            command = [sys.executable, __file__, "--interferer", "--device", str(gpu), "--seed", str(burst_seed(args.seed, gpu)),
-                       "--stats", str(path), "--stop", str(stop), "--chunk-mib", str(args.chunk_mib),
-                       "--burst-ms", *map(str, args.burst_ms), "--gap-ms", *map(str, args.gap_ms)]
-            children.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
-        for gpu, child in zip(stats, children):
-            line = child.stdout.readline()
-            if line.strip() != "ready":
-                raise InputError(f"the interfering process on GPU {gpu} did not start (it said {line.strip()!r}, exit {child.poll()})")
-
+    interferers = Interferers(args.interfere_on, args.seed, args.burst_ms, args.gap_ms, args.chunk_mib, args.scratch)
     link = h2d_ceiling()
-    try:
+    try:  # the interferers start once the plan is loaded: their figures cover the runs only
         runs = loops(memgraph, CudaBackend(attention_provider=attention), orders=ORDERS, repeats=args.repeats, alternate=True,
-                     on_prepared=start_interferers, quiet=args.repeats)
-    finally:
-        stop.touch()
-        for child in children:
-            child.wait(timeout=60)
-        stop.unlink()
-    own = []
-    for (gpu, path), child in zip(stats.items(), children):
-        if not path.exists():
-            raise InputError(f"the interfering process on GPU {gpu} left no figures (exit {child.returncode})")
-        own.append(json.loads(path.read_text()))
-        path.unlink()
+                     on_prepared=interferers.start, quiet=args.repeats)
+    except BaseException:
+        with contextlib.suppress(InputError):
+            interferers.stop()
+        raise
+    own = interferers.stop()
     return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": own, "link": link,
             "reloaded": max(reloaded_per_gpu(memgraph)), **run_figures([(runs[order]["summary"], runs[order]["recorder"]) for order in ORDERS])}
 
@@ -246,8 +266,8 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", choices=("cuda", "sim"), default="cuda")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each order per point (after one warm-up each on cuda)")
     parser.add_argument("--seed", type=int, default=0, help="the bursts' schedule")
-    parser.add_argument("--burst-ms", type=float, nargs=2, default=[2.0, 20.0], metavar=("LO", "HI"), help="burst length, uniform (ms)")
-    parser.add_argument("--gap-ms", type=float, nargs=2, default=[2.0, 40.0], metavar=("LO", "HI"), help="gap between bursts, uniform (ms)")
+    parser.add_argument("--burst-ms", type=float, nargs=2, default=list(DEFAULT_BURST_MS), metavar=("LO", "HI"), help="burst length, uniform (ms)")
+    parser.add_argument("--gap-ms", type=float, nargs=2, default=list(DEFAULT_GAP_MS), metavar=("LO", "HI"), help="gap between bursts, uniform (ms)")
     parser.add_argument("--chunk-mib", type=int, default=16, help="the interferer's copy size")
     parser.add_argument("--share", type=float, default=0.5, help="sim: this run's share of the link during a burst")
     parser.add_argument("--scratch", default="/tmp", help="where the interferer writes its figures")

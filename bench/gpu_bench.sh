@@ -26,7 +26,8 @@
 # largest error per step printed; the decode_attention kernel at 7b's head sizes), generate (issue 28:
 # bench/bench_generate.py, 7b B=16 P=2048 N=32, turnip at 4, 16 and 40 GiB against the torch streaming
 # and resident decoders and the PCIe floor), generate64 (B=64 P=512), generateragged (16 ragged prompts
-# of 1024-2048 tokens at 4 GiB, nondet against fixed), generatehf (HF transformers + accelerate offload, default and offloaded cache,
+# of 1024-2048 tokens at 4 GiB, nondet against fixed), generateinterfere (the same while a second process copies to
+# the GPU in bursts, bench_interference.py's interferer: issue 26), generatehf (HF transformers + accelerate offload, default and offloaded cache,
 # at 4 GiB beside the torch decoders and turnip, B=16 P=2048),
 # interference (issue 26: llama 7b at 8k / 2 GiB, and 32k / 1 GiB in halves, 5 quiet nondet runs, then nondet and
 # fixed taking turns, 5 runs each, while a second process copies pinned memory to the same GPU in seeded bursts;
@@ -141,6 +142,8 @@ for s in "$@"; do
              --json "$OUT/generate64.json" ;;
     generateragged) stage generateragged 200 python3 bench/bench_generate.py --shapes 16x2048:ragged --budgets 4 --orders nondet fixed \
              --time-limit 170 --json "$OUT/generateragged.json" ;;
+    generateinterfere) stage generateinterfere 200 python3 bench/bench_generate.py --shapes 16x2048:ragged --budgets 4 --orders nondet fixed \
+             --interfere --time-limit 170 --json "$OUT/generateinterfere.json" ;;
     generatehf) stage generatehf 300 python3 bench/bench_generate.py --budgets 4 --prefills 0 --hf --hf-steps 4 --time-limit 280 \
              --json "$OUT/generatehf.json" ;;
     coldstart) stage coldstart 300 python3 bench/bench_coldstart.py --tokens 8192 --memory 2GiB --timeout 100 --json "$OUT/coldstart.json" ;;

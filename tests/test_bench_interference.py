@@ -118,3 +118,39 @@ def test_an_interferer_on_a_gpu_that_is_not_there_is_one_line(capsys):
     assert bench_interference.main(ARGS + ["--gpus", "2", "--interfere-on", "2"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "bench_interference: error: --interfere-on names distinct GPUs of the 2 of --gpus (0 to 1), got [2]"]
+
+
+def test_interferers_that_cannot_start_say_which_gpu_and_leave_nothing_behind(tmp_path):
+    """Where the interfering process cannot copy (no GPU, or no torch), start() names the GPU in one line
+    and stop() ends the processes, removes the stop file and names the GPU that left no figures."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        pytest.skip("a GPU is here: the interferer would start")
+    interferers = bench_interference.Interferers([0], 0, (1.0, 2.0), (1.0, 2.0), scratch=str(tmp_path))
+    with pytest.raises(bench_interference.InputError, match="the interfering process on GPU 0 did not start"):
+        interferers.start()
+    with pytest.raises(bench_interference.InputError, match="the interfering process on GPU 0 left no figures"):
+        interferers.stop()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_generation_benchmark_takes_interference_on_a_gpu_only(capsys):
+    """bench_generate.py --interfere runs the shape's turnip systems with an interferer on GPU 0 (the GPU
+    stage); asked on the CPU it stops with one error line, and off it changes nothing."""
+    import bench_generate
+
+    with pytest.raises(SystemExit) as stopped:
+        bench_generate.parse(["--interfere", "--device", "cpu"])
+    assert stopped.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --interfere copies to a GPU: it needs --device cuda")
+    shape = {"batch": 2, "prompt": 8, "ragged": True, "systems": {}}
+    with bench_generate.interference(bench_generate.parse(["--device", "cpu"]), shape):
+        pass
+    assert "interferer" not in shape
+    shape["interferer"] = {"rate": 10.6e9}
+    assert bench_generate.table([shape]).splitlines()[-1] == "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    shape["systems"]["turnip@4"] = {"skipped": "past the time limit"}
+    assert "| 2 x 8 ragged (interferer 10.6 GB/s) | turnip@4 | past the time limit |" in bench_generate.table([shape])

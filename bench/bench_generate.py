@@ -63,7 +63,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 from frontend.workloads import llama  # noqa: E402
 from frontend.workloads.llama.decode import KV_BLOCK  # noqa: E402
 from frontend.workloads.llama.rope import inverse_frequencies  # noqa: E402
-from turnip_ir.errors import InputError  # noqa: E402
 
 GIB = 1 << 30
 BEGAN = time.perf_counter()
@@ -455,15 +454,10 @@ def interference(args, shape: dict):
         return
     from bench_interference import DEFAULT_BURST_MS, DEFAULT_GAP_MS, Interferers
 
-    interferers = Interferers([0], args.seed, DEFAULT_BURST_MS, DEFAULT_GAP_MS)
-    try:
+    with Interferers([0], args.seed, DEFAULT_BURST_MS, DEFAULT_GAP_MS) as interferers:
         interferers.start()
         yield
-    except BaseException:
-        with contextlib.suppress(InputError):
-            interferers.stop()
-        raise
-    figures = interferers.stop()[0]
+    figures = interferers.figures[0]
     shape["interferer"] = {**figures, "rate": figures["bytes"] / figures["seconds"], "burst_ms": DEFAULT_BURST_MS, "gap_ms": DEFAULT_GAP_MS}
 
 

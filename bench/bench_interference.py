@@ -26,12 +26,12 @@ that the other waits on); each GPU's process draws its own bursts (`burst_seed`)
 
 Prints one row per point: the interferer's achieved rate (bytes over the run's span, and while it was
 copying), the median makespan of each order, nondet's speed-up over fixed, and the bound: no order of
-this memgraph can finish before max(compute, path, link). Compute is the GPU's busy seconds; path the
-memgraph's critical path (its data and memory edges), each vertex taking the least time it took in the
-orders' last runs; link the bytes the plan reloads to one GPU (the most of any GPU) at the H2D ceiling
-measured before the interferer starts (not less the interferer's rate: two processes' copies together pass one copy's ceiling, so its
-bytes do not all come out of this run's share). Fixed over the bound is
-the most any dispatch order could gain over fixed at that point. Last, nondet's median on a quiet link
+this memgraph can finish before max(compute, path, link). Compute is the busiest GPU's busy seconds;
+path the memgraph's critical path (its data and memory edges), each vertex taking the least time it
+took in the orders' last runs; link the bytes the plan reloads to one GPU (the most of any GPU) at the
+H2D ceiling measured before the interferer starts (not less the interferer's rate: two processes'
+copies together pass one copy's ceiling, so its bytes do not all come out of this run's share). Fixed
+over the bound is the most any dispatch order could gain over fixed at that point. Last, nondet's median on a quiet link
 (on the GPU, `--repeats` runs before the interferer starts): fixed under interference over it is the
 speed-up nondet would show if the bursts cost it nothing. `--json` keeps every run.
 """
@@ -115,10 +115,9 @@ def reloaded_per_gpu(memgraph) -> list[int]:
 def bound(compute: float, path: float, reloaded: int, link: float, interferer: float) -> dict:
     """The least makespan any order could reach, the longest of: the busiest GPU's busy seconds; the
     memgraph's critical path; the bytes reloaded to one GPU (`reloaded`, the most of any) at the link's
-    ceiling. Not less the interferer's rate: on the
-    H200 two processes' copies together pass one copy's ceiling (2026-12-03: 50 + 10.5 GB/s against 55.4),
-    so the interferer's bytes do not take their rate's worth of link from this run. `interferer` is kept
-    in the figures."""
+    ceiling. Not less the interferer's rate: on the H200 two processes' copies together pass one copy's
+    ceiling (2026-12-03: 50 + 10.5 GB/s against 55.4), so the interferer's bytes do not take their rate's
+    worth of link from this run. `interferer` is kept in the figures."""
     link_s = reloaded / link
     return {"compute_s": compute, "path_s": path, "link_s": link_s, "seconds": max(compute, path, link_s), "link": link,
             "reloaded": reloaded, "interferer": interferer}
@@ -126,9 +125,9 @@ def bound(compute: float, path: float, reloaded: int, link: float, interferer: f
 
 def run_figures(runs) -> dict:
     """What the bound reads of the orders' runs (each a (RunSummary, Recorder) pair): the busiest GPU's
-    busy seconds (the summary's busy fraction of its makespan, the least over the runs) and the critical path, each vertex taking the
-    least time it took in any of the runs (the same work in any order; a run's own bursts only lengthen
-    its copies)."""
+    busy seconds (the summary's busy fraction of its makespan, the least over the runs) and the critical
+    path, each vertex taking the least time it took in any of the runs (the same work in any order; a
+    run's own bursts only lengthen its copies)."""
     graph = runs[0][1].graph
     least = [float("inf")] * len(graph)
     for _, recorder in runs:
@@ -155,7 +154,8 @@ def sim_point(memgraph, args) -> dict:
     calm = {order: execute(memgraph, backend="sim", order=order, verify=False).summary.makespan for order in ORDERS}
     horizon = 2 * max(calm.values()) / args.share  # bursts slow the copies at most to `share` of their rate
     for repeat in range(args.repeats):
-        windows = {gpu: bursts_until(burst_seed(args.seed * 1000 + repeat, gpu), args.burst_ms, args.gap_ms, horizon) for gpu in args.interfere_on}
+        windows = {gpu: bursts_until(burst_seed(args.seed * 1000 + repeat, gpu), args.burst_ms, args.gap_ms, horizon)
+                   for gpu in args.interfere_on}
         for order in ORDERS:
             backend = SimBackend(interference=windows, share=args.share)
             results.append(execute(memgraph, backend=backend, order=order, verify=False))
@@ -171,9 +171,10 @@ def sim_point(memgraph, args) -> dict:
 # ----- the GPU -------------------------------------------------------------------------------------------
 class Interferers:
     """One interfering process per GPU in `gpus` (this script with `--interferer`), each with its own
-    bursts (`burst_seed`). `start()` returns once every one is copying-ready; `stop()` ends them and
-    returns their figures (bytes, busy seconds, seconds), or raises InputError naming a GPU whose process
-    left none. `stop()` is safe to call when `start()` failed part way or never ran."""
+    bursts (`burst_seed`), as a context manager: `start()` inside it (when the runs are about to begin)
+    returns once every process is ready to copy; leaving it stops them, and `figures` holds each one's
+    bytes, busy seconds and seconds, or InputError names a GPU whose process left none. Leaving on an
+    error stops whatever started and raises that error."""
 
     def __init__(self, gpus, seed: int, burst_ms, gap_ms, chunk_mib: int = 16, scratch: str = "/tmp"):
         stamp = time.time_ns()
@@ -182,6 +183,17 @@ class Interferers:
         self.options = ["--chunk-mib", str(chunk_mib), "--burst-ms", *map(str, burst_ms), "--gap-ms", *map(str, gap_ms)]
         self.seed = seed
         self.children: list[subprocess.Popen] = []
+        self.figures: list[dict] = []
+
+    def __enter__(self) -> Interferers:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is None:
+            self.figures = self._stop()
+            return
+        with contextlib.suppress(InputError):  # the error that ended the block is the one to report
+            self._stop()
 
     def start(self) -> None:
         for gpu, path in self.stats.items():
@@ -193,7 +205,7 @@ class Interferers:
             if line.strip() != "ready":
                 raise InputError(f"the interfering process on GPU {gpu} did not start (it said {line.strip()!r}, exit {child.poll()})")
 
-    def stop(self) -> list[dict]:
+    def _stop(self) -> list[dict]:
         self.stop_file.touch()
         for child in self.children:
             child.wait(timeout=60)
@@ -212,18 +224,14 @@ def gpu_point(memgraph, args, attention: str = "auto") -> dict:
     from cuda_common import h2d_ceiling, loops
     from runtime.backends.cuda import CudaBackend
 
-    interferers = Interferers(args.interfere_on, args.seed, args.burst_ms, args.gap_ms, args.chunk_mib, args.scratch)
     link = h2d_ceiling()
-    try:  # the interferers start once the plan is loaded: their figures cover the runs only
+    with Interferers(args.interfere_on, args.seed, args.burst_ms, args.gap_ms, args.chunk_mib, args.scratch) as interferers:
+        # they start once the plan is loaded: their figures cover the runs only
         runs = loops(memgraph, CudaBackend(attention_provider=attention), orders=ORDERS, repeats=args.repeats, alternate=True,
                      on_prepared=interferers.start, quiet=args.repeats)
-    except BaseException:
-        with contextlib.suppress(InputError):
-            interferers.stop()
-        raise
-    own = interferers.stop()
-    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": own, "link": link,
-            "reloaded": max(reloaded_per_gpu(memgraph)), **run_figures([(runs[order]["summary"], runs[order]["recorder"]) for order in ORDERS])}
+    return {"makespans": {order: runs[order]["makespans"] for order in ORDERS}, "quiet": runs["quiet"], "interferer": interferers.figures,
+            "link": link, "reloaded": max(reloaded_per_gpu(memgraph)),
+            **run_figures([(runs[order]["summary"], runs[order]["recorder"]) for order in ORDERS])}
 
 
 def interfere(args) -> int:

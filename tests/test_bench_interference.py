@@ -121,19 +121,25 @@ def test_an_interferer_on_a_gpu_that_is_not_there_is_one_line(capsys):
 
 
 def test_interferers_that_cannot_start_say_which_gpu_and_leave_nothing_behind(tmp_path):
-    """Where the interfering process cannot copy (no GPU, or no torch), start() names the GPU in one line
-    and stop() ends the processes, removes the stop file and names the GPU that left no figures."""
+    """Where the interfering process cannot copy (no GPU, or no torch), start() names the GPU in one line,
+    and leaving the block ends the processes, removes the stop file and reports start()'s error; leaving it
+    without an error names the GPU whose process left no figures."""
     try:
         import torch
     except ImportError:
         torch = None
     if torch is not None and torch.cuda.is_available():
         pytest.skip("a GPU is here: the interferer would start")
-    interferers = bench_interference.Interferers([0], 0, (1.0, 2.0), (1.0, 2.0), scratch=str(tmp_path))
     with pytest.raises(bench_interference.InputError, match="the interfering process on GPU 0 did not start"):
-        interferers.start()
+        with bench_interference.Interferers([0], 0, (1.0, 2.0), (1.0, 2.0), scratch=str(tmp_path)) as interferers:
+            interferers.start()
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(bench_interference.InputError, match="the interfering process on GPU 0 left no figures"):
-        interferers.stop()
+        with bench_interference.Interferers([0], 0, (1.0, 2.0), (1.0, 2.0), scratch=str(tmp_path)) as interferers:
+            try:
+                interferers.start()
+            except bench_interference.InputError:
+                pass  # the process ran and ended without copying
     assert list(tmp_path.iterdir()) == []
 
 

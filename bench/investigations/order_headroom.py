@@ -138,7 +138,8 @@ def main(argv=None) -> int:
         quiet = makespan(graph, make_policy("fixed", graph), [], args.share)
         for seed in range(1 if args.quiet else args.bursts):
             horizon = 4 * quiet / args.share
-            windows = {} if args.quiet else {gpu: bursts_until(burst_seed(seed, gpu), args.burst_ms, args.gap_ms, horizon) for gpu in args.interfere_on}
+            windows = {} if args.quiet else {gpu: bursts_until(burst_seed(seed, gpu), args.burst_ms, args.gap_ms, horizon)
+                                             for gpu in args.interfere_on}
             spans = headroom(graph, windows, args.share, args.random, args.steps, args.moves, args.reach, random.Random(seed))
             best = min(v for k, v in spans.items() if k != "climb_kept" and v is not None)
             row = {"point": text, "bursts": None if args.quiet else seed, **spans, "fixed_over_best": spans["fixed"] / best}

@@ -2,10 +2,11 @@
 (issue 26: "nondet at least 1.15x faster than fixed under interference").
 
 bench/bench_interference.py measures nondet against fixed and bounds every order from below by
-max(compute, path, link). That bound leaves room at 32k / 1 GiB (1.32x on the H200), so it cannot say
-whether some order would reach 1.15x there. This script looks for one on the sim, which predicts both
-orders within 1-4% of the GPU at these points (docs/runtime.md): an oracle that knows the bursts'
-schedule searches over list-scheduling orders and keeps the fastest it finds.
+max(compute, path, link). That bound leaves room at 32k / 1 GiB (1.27-1.32x on the H200), so it cannot
+say whether some order would reach 1.15x there. This script looks for one on the sim, whose cost model
+is within 5% of every measured llama point on a quiet link (docs/runtime.md, "The cost model"): an
+oracle that knows the bursts' schedule searches over list-scheduling orders and keeps the fastest it
+finds.
 
 Every order here is a key per vertex: a free lane of a resource class starts its ready vertex with the
 least key, as nondet does with its own keys. The candidates:

@@ -329,20 +329,21 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
         vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
         merges[vector](launch_stream, o_params + lse_params + (prev_params or lse_params) + out_params + tail)
 
-    def work(lane):
+    def on_stream(lane, body):
+        """`body(launch_stream)` on the stream torch's attention runs on for `lane`: the GPU's shared one
+        (after the lane's work so far, the lane waiting for it), or the lane's own."""
         if shared is not None:
-            shared.run(env.torch_stream(lane), lambda: block(shared.launch))
+            shared.run(env.torch_stream(lane), lambda: body(shared.launch))
             return
         with torch.cuda.stream(env.torch_stream(lane)):
-            block(env.launch_streams[lane])
+            body(env.launch_streams[lane])
+
+    def work(lane):
+        on_stream(lane, block)
 
     def warm(lane):
         """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""
-        if shared is not None:
-            shared.run(env.torch_stream(lane), fused)
-            return
-        with torch.cuda.stream(env.torch_stream(lane)):
-            fused()
+        on_stream(lane, lambda _launch: fused())
 
     work.warm = warm
     work.per_gpu = shared is not None  # warmed on the GPU's attention stream, whichever lane

@@ -96,9 +96,11 @@ class SimBackend(Backend):
         if not 0.0 < share <= 1.0:
             raise InputError(f"sim interference share is the run's part of the host link in (0, 1], got {share}")
         windows = interference if isinstance(interference, Mapping) else {ALL_GPUS: interference}
-        self.edges = {device: _burst_edges(bursts) for device, bursts in windows.items()}
-        """Per GPU (ALL_GPUS: every GPU), burst starts and ends in time order: the clock is inside a burst
-        when an odd number lie at or before it."""
+        edges = {device: _burst_edges(bursts) for device, bursts in windows.items()}
+        self.edges = {device: times for device, times in edges.items() if times}
+        """Per GPU with bursts (ALL_GPUS: every GPU), burst starts and ends in time order: the clock is inside
+        a burst when an odd number lie at or before it. A run with none has none here, so the clock's loop
+        looks at no burst edges."""
         self.share = share
         if queue_depth < 1 or copy_queue_depth < 1:
             raise InputError(f"sim queue depths must be at least 1, got {queue_depth} and {copy_queue_depth}")

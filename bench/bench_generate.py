@@ -447,9 +447,10 @@ def bench_shape(torch, host: Host, args, shape: dict, save) -> None:
 
 @contextlib.contextmanager
 def interference(args, shape: dict):
-    """With --interfere on cuda, a process copying to GPU 0 in bursts for the block's duration; its figures
-    (bytes, busy seconds, seconds, and the bursts' ranges) go into shape["interferer"]."""
-    if not (args.interfere and args.device == "cuda"):
+    """With --interfere (cuda only: `parse` refuses it on the CPU), a process copying to GPU 0 in bursts for
+    the block's duration; its figures (bytes, busy seconds, seconds, and the bursts' ranges) go into
+    shape["interferer"]."""
+    if not args.interfere:
         yield
         return
     from bench_interference import DEFAULT_BURST_MS, DEFAULT_GAP_MS, Interferers

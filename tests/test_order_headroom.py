@@ -34,11 +34,8 @@ def test_the_plan_key_and_nondets_keys_run_as_their_policies():
     assert spans["climb"] == min(spans["plan"], spans["nondet"], spans["critical"])  # no steps: the best start
     nondet = order_headroom.makespan(graph, make_policy("nondet", graph), windows, 0.5)
     assert spans["nondet"] == nondet
-    key = [-p for p in graph.priority]
-    for vertex, resource in enumerate(graph.resource):
-        if resource >= 0 and graph.lanes[graph.lanes_of[resource][0]].kind != "compute":
-            key[vertex] = float(min(graph.dependents[vertex], default=len(graph)))
-    assert order_headroom.makespan(graph, order_headroom.KeyPolicy(graph, key), windows, 0.5) == nondet
+    keys = order_headroom.nondet_keys(graph)
+    assert order_headroom.makespan(graph, order_headroom.KeyPolicy(graph, keys), windows, 0.5) == nondet
 
 
 def test_the_climb_keeps_only_what_ends_sooner(tmp_path, capsys):

@@ -45,7 +45,7 @@ from bench_interference import built_llama, burst_seed, bursts_until, point_of  
 from frontend.workloads.llama.graph import LAYER_ORDERS, PLACEMENTS  # noqa: E402
 from runtime.executor import Executor  # noqa: E402
 from runtime.graph import build_exec_graph  # noqa: E402
-from runtime.policies import Policy, make_policy  # noqa: E402
+from runtime.policies import NondetPolicy, Policy, make_policy  # noqa: E402
 from turnip_ir.files import atomic_write  # noqa: E402
 
 
@@ -77,16 +77,29 @@ def makespan(graph, policy, windows, share: float) -> float:
     return max(c.end for c in recorder.completions)
 
 
+def nondet_keys(graph) -> list[float]:
+    """The keys NondetPolicy orders each resource's ready vertices by (kernels by critical path, copies by
+    their first dependent's position), read from the policy itself: every vertex made ready once."""
+    policy = NondetPolicy(graph)
+    for vertex, resource in enumerate(graph.resource):
+        if resource >= 0:
+            policy.ready(vertex)
+    keys = [0.0] * len(graph)
+    for heap in policy.heaps:
+        for key, vertex in heap:
+            keys[vertex] = float(key)
+    return keys
+
+
 def headroom(graph, windows, share: float, seeds: int, steps: int, moves: int, reach: int, rng: random.Random) -> dict:
     """Each candidate's makespan under `windows`, and the climb's."""
     spans = {name: makespan(graph, make_policy(name, graph), windows, share) for name in ("fixed", "nondet")}
     spans["random"] = min(makespan(graph, make_policy("random", graph, seed), windows, share) for seed in range(seeds)) if seeds else None
-    copies = [v for v, r in enumerate(graph.resource) if r >= 0 and graph.lanes[graph.lanes_of[r][0]].kind != "compute"]
+    nondet = nondet_keys(graph)
+    probe = NondetPolicy(graph)
+    copies = [v for v, r in enumerate(graph.resource) if r >= 0 and probe.copies[r]]
     plan = [float(i) for i in range(len(graph))]
     critical = [-p for p in graph.priority]
-    nondet = list(critical)  # nondet's own keys: kernels by critical path, copies by their first dependent's position
-    for vertex in copies:
-        nondet[vertex] = float(min(graph.dependents[vertex], default=len(graph)))
     spans["plan"] = makespan(graph, KeyPolicy(graph, plan), windows, share)
     spans["critical"] = makespan(graph, KeyPolicy(graph, critical), windows, share)
     starts = [(spans["plan"], plan, 1.0), (spans["nondet"], nondet, 1.0),

@@ -32,9 +32,6 @@ is -1; `GenerateResult.computed` is False).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -50,15 +47,15 @@ from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.api import refit_arena
-from runtime.backends import Backend, compute_dtype, make_backend, resolve_backend
+from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
-from runtime.inputs import fill, mapped
+from turnip.host import HostMemory, Materialized
+from turnip.inputs import checked_prompts, forced_tokens, given_cache, given_caches, load_model
+from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
-from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.json_memgraph import memgraph_from_json
+from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.verifier import verify_memgraph
 from turnip_ir.taskgraph import TaskGraph
 
 CACHE_ENTRIES = 256
@@ -135,11 +132,11 @@ class Session:
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
         if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
             raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
-        self.config, source = _model(config, weights, seed, dtype, self.backend)
+        self.config, source = load_model(config, weights, seed, dtype, self.backend)
         self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
         self.schedule, self.kv_block = schedule, kv_block
-        self.host = _HostMemory(self.backend)
-        self.weights = _Materialized(source, self.config.dtype, self.host)
+        self.host = HostMemory(self.backend)
+        self.weights = Materialized(source, self.config.dtype, self.host)
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0
@@ -177,7 +174,7 @@ class Session:
         self._drop_backend()
         self.cache.clear()
         self._steps.clear()
-        self.weights = _Materialized({}, self.config.dtype, self.host)
+        self.weights = Materialized({}, self.config.dtype, self.host)
         self.host.release()
 
     # ----- calls ------------------------------------------------------------------------------------
@@ -186,7 +183,7 @@ class Session:
         self._check_open()
         if self.backend == "sim":
             raise InputError("the sim backend computes no values, so prefill needs a backend that computes")
-        ids = _prompts([ids], self.config)[0]
+        ids = checked_prompts([ids], self.config)[0]
         built = llama.build_llama(self.config, len(ids), gpus=self.gpus, placement=self._placement())
         result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
         return built.gather(result.outputs)
@@ -206,17 +203,17 @@ class Session:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
-        prompts = _prompts(prompts, self.config)
-        forced = None if forced is None else _forced(forced, len(prompts), int(max_new_tokens), self.config)
+        prompts = checked_prompts(prompts, self.config)
+        forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
         if isinstance(caches, KvCache):  # the caller's buffers, written in place
-            cache = _given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
+            cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
         else:
             if caches is None:
                 self._fit_longest_prefill(prompts)
                 caches = [self._prefill_kv(p, stats) for p in prompts]
             else:
-                caches = _given_caches(caches, prompts, self.config)
+                caches = given_caches(caches, prompts, self.config)
             cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
         self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
@@ -491,196 +488,3 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise InputError("the session is closed")
-
-
-PLAN_FORMAT = 1
-"""Bumped when what a plan file's name stands for changes (`plan_key`)."""
-
-
-def plan_key(graph: TaskGraph, budget: int, schedule: str, inputs: str, kept: Mapping | None) -> str:
-    """The name of a compiled plan on disk: a hash of the taskgraph's text and of everything else the
-    compiler is given (the budget, the schedule, where inputs start, the inputs held where the backend
-    holds them)."""
-    digest = hashlib.sha256()
-    digest.update(graph.dumps().encode())
-    held = sorted((task, tuple(where)) for task, where in (kept or {}).items())
-    digest.update(repr((PLAN_FORMAT, int(budget), schedule, inputs, held)).encode())
-    return digest.hexdigest()[:40]
-
-
-def read_plan(path: Path) -> MemGraph | None:
-    """The plan kept at `path`, verified again (a file can be stale or damaged); None when there is none
-    or it does not read or verify (it is then compiled and written anew)."""
-    try:
-        memgraph = memgraph_from_json(json.loads(path.read_text()))
-        verify_memgraph(memgraph)
-    except (OSError, ValueError, TurnipError):  # OSError: none there (or unreadable); ValueError: not JSON
-        return None
-    return memgraph
-
-
-def write_plan(path: Path, memgraph: MemGraph) -> None:
-    """Keep `memgraph` at `path`, written whole or not at all (a temporary file renamed)."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(memgraph.dumps())
-        os.replace(temporary, path)
-    except OSError as err:
-        temporary.unlink(missing_ok=True)
-        raise InputError(f"cannot write a plan into '{path.parent}': {err.strerror or err}") from None
-
-
-class _HostMemory:
-    """Where a session keeps the host arrays its runs read (weights, KV caches): page-locked on the cuda
-    backend, whose copy engines then read them where they are (a new plan stages nothing,
-    runtime/backends/cuda/copies.py), ordinary memory elsewhere."""
-
-    def __init__(self, backend: str):
-        self.pinned = backend == "cuda"
-        self.mappings: dict = {}
-        """Checkpoint files' maps page-locked in place (`take`), until `release`."""
-        if self.pinned:
-            from runtime.backends.cuda.driver import MappedFiles, make_driver
-
-            self.mappings = MappedFiles(make_driver())
-
-    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        if not self.pinned:
-            return np.empty(shape, dtype)
-        from runtime.backends.cuda.memory import pinned_bytes
-
-        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return pinned_bytes(count)[:count].view(dtype).reshape(shape)
-
-    def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        if not self.pinned:
-            return np.zeros(shape, dtype)
-        out = self.empty(shape, dtype)
-        out[...] = 0
-        return out
-
-    def take(self, value, dtype) -> np.ndarray:
-        """`value` (an array or a lazy input) as a C-contiguous `dtype` array in this memory: itself when it
-        is one already (pinned weights a benchmark shares); a checkpoint's tensor stored in `dtype`, where
-        it lies in the file's map, once the map is page-locked in place (no host copy); else a copy
-        (converted in the same pass)."""
-        if not self.pinned:
-            return np.ascontiguousarray(value, dtype=dtype)
-        from runtime.backends.cuda.copies import readable_in_place
-
-        found = mapped(value)
-        if found is not None and found[0].dtype == np.dtype(dtype) and self.mappings.register(found[1]):
-            return found[0]
-        if readable_in_place(self.mappings.driver, value, dtype):
-            return value
-        out = self.empty(tuple(int(n) for n in value.shape), dtype)
-        fill(out, value)
-        return out
-
-    def release(self) -> None:
-        """Drop the registrations of the checkpoint maps `take` page-locked (the session's weights are gone)."""
-        if self.pinned:
-            self.mappings.release()
-
-
-class _Materialized(Mapping):
-    """A weights mapping whose tensors are read once, converted to the compute dtype once (into the
-    session's host memory), and kept."""
-
-    def __init__(self, source: Mapping, dtype: str, host: _HostMemory):
-        self.source, self.dtype, self.host, self.kept = source, dtype, host, {}
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self.kept:
-            lazy = getattr(self.source, "lazy", None) if self.host.pinned else None  # a checkpoint: perhaps read in place
-            self.kept[name] = self.host.take(lazy(name) if lazy is not None else self.source[name], self.dtype)
-        return self.kept[name]
-
-    def __contains__(self, name) -> bool:
-        return name in self.kept or name in self.source
-
-    def __iter__(self):
-        return iter(self.source)
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-
-def _model(config, weights, seed: int, dtype: str | None, backend: str) -> tuple[llama.LlamaConfig, Mapping]:
-    """The config (with the compute dtype) and the weights: a mapping, a checkpoint folder, or random from `seed`."""
-    folder = Path(weights) if isinstance(weights, (str, Path)) else None
-    if folder is not None and not folder.is_dir():
-        raise InputError(f"weights folder '{folder}' does not exist")
-    if config is None:
-        if folder is None:
-            raise InputError("a session needs a config, or a weights folder with a config.json")
-        config = str(folder)
-    if isinstance(config, str):
-        config = llama.load_config(config)
-    config = replace(config, dtype=compute_dtype(config.dtype, dtype, backend))
-    if folder is not None:
-        source = llama.CheckpointWeights(folder, config)
-    else:
-        source = llama.RandomWeights(config, seed) if weights is None else weights
-    head = llama.head_name(config)
-    if head not in source:
-        raise InputError(f"the weights have no '{head}' (the LM head; set tie_word_embeddings if it is the embedding table)")
-    return config, source
-
-
-def _given_caches(caches, prompts: list[np.ndarray], config: llama.LlamaConfig) -> list[list[tuple]]:
-    """The given KV caches, a list per prompt of (k, v) per layer, checked against the prompts, or a one-line error."""
-    width = config.num_key_value_heads * config.head_dim
-    if len(caches) != len(prompts):
-        raise InputError(f"caches are given for {len(caches)} prompts, there are {len(prompts)}")
-    checked = []
-    for b, (cache, prompt) in enumerate(zip(caches, prompts)):
-        want = (len(prompt) - 1, width)
-        if len(cache) != config.num_hidden_layers or any(np.shape(t) != want for layer in cache for t in layer):
-            raise InputError(f"prompt {b}: its cache must hold {config.num_hidden_layers} layers of (k, v), each {list(want)}")
-        checked.append([(np.asarray(k, config.dtype), np.asarray(v, config.dtype)) for k, v in cache])
-    return checked
-
-
-def _given_cache(cache: KvCache, prompts: list[np.ndarray], steps: int, config: llama.LlamaConfig, kv_block: int) -> KvCache:
-    """A given KvCache, checked: one sequence per prompt holding its first P-1 tokens, room for `steps` more."""
-    want = [len(p) - 1 for p in prompts]
-    kv_width = config.num_key_value_heads * config.head_dim
-    if list(cache.lengths) != want or len(cache) != config.num_hidden_layers or cache.block != kv_block or cache.kv_width != kv_width:
-        raise InputError(f"the given cache must hold {want} tokens per sequence in {config.num_hidden_layers} layers of width "
-                         f"{kv_width}, in columns of {kv_block}")
-    if max(want) + steps > cache.columns * kv_block:
-        raise InputError(f"the given cache has room for {cache.columns * kv_block} tokens, the call needs {max(want) + steps}")
-    return cache
-
-
-def _forced(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> np.ndarray:
-    """Teacher-forced tokens as int64 [batch, steps], or a one-line error."""
-    ids = np.asarray(tokens)
-    if ids.shape != (batch, steps) or ids.dtype.kind not in "iu":
-        raise InputError(f"forced tokens must be integers of shape [{batch}, {steps}], got {ids.dtype} of shape {list(ids.shape)}")
-    if ids.size and (ids.min() < 0 or ids.max() >= config.vocab_size):
-        raise InputError(f"forced tokens must be in the vocabulary range [0, {config.vocab_size})")
-    return ids.astype(np.int64)
-
-
-def _prompts(prompts: Sequence, config: llama.LlamaConfig) -> list[np.ndarray]:
-    """Each prompt as int64 [P], or a one-line error naming the prompt."""
-    if isinstance(prompts, np.ndarray):
-        prompts = [prompts] if prompts.ndim == 1 else list(prompts)  # [P] or [B, P]
-    if len(prompts) == 0:
-        raise InputError("no prompts given")
-    checked = []
-    for i, prompt in enumerate(prompts):
-        ids = np.asarray(prompt)
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise InputError(f"prompt {i} must be a 1-D array of integer token ids, got {ids.dtype} of shape {list(ids.shape)}")
-        if ids.size == 0:
-            raise InputError(f"prompt {i} is empty")
-        bad = ids[(ids < 0) | (ids >= config.vocab_size)]
-        if bad.size:
-            raise InputError(f"prompt {i}: token id {int(bad[0])} is out of the vocabulary range [0, {config.vocab_size})")
-        checked.append(ids.astype(np.int64))
-    return checked

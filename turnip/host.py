@@ -1,0 +1,86 @@
+"""Where a session keeps the host arrays its runs read: page-locked memory on the cuda backend (`HostMemory`)
+and the weights, each read and converted once (`Materialized`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from runtime.inputs import fill, mapped
+
+class HostMemory:
+    """Where a session keeps the host arrays its runs read (weights, KV caches): page-locked on the cuda
+    backend, whose copy engines then read them where they are (a new plan stages nothing,
+    runtime/backends/cuda/copies.py), ordinary memory elsewhere."""
+
+    def __init__(self, backend: str):
+        self.pinned = backend == "cuda"
+        self.mappings: dict = {}
+        """Checkpoint files' maps page-locked in place (`take`), until `release`."""
+        if self.pinned:
+            from runtime.backends.cuda.driver import MappedFiles, make_driver
+
+            self.mappings = MappedFiles(make_driver())
+
+    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if not self.pinned:
+            return np.empty(shape, dtype)
+        from runtime.backends.cuda.memory import pinned_bytes
+
+        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return pinned_bytes(count)[:count].view(dtype).reshape(shape)
+
+    def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        if not self.pinned:
+            return np.zeros(shape, dtype)
+        out = self.empty(shape, dtype)
+        out[...] = 0
+        return out
+
+    def take(self, value, dtype) -> np.ndarray:
+        """`value` (an array or a lazy input) as a C-contiguous `dtype` array in this memory: itself when it
+        is one already (pinned weights a benchmark shares); a checkpoint's tensor stored in `dtype`, where
+        it lies in the file's map, once the map is page-locked in place (no host copy); else a copy
+        (converted in the same pass)."""
+        if not self.pinned:
+            return np.ascontiguousarray(value, dtype=dtype)
+        from runtime.backends.cuda.copies import readable_in_place
+
+        found = mapped(value)
+        if found is not None and found[0].dtype == np.dtype(dtype) and self.mappings.register(found[1]):
+            return found[0]
+        if readable_in_place(self.mappings.driver, value, dtype):
+            return value
+        out = self.empty(tuple(int(n) for n in value.shape), dtype)
+        fill(out, value)
+        return out
+
+    def release(self) -> None:
+        """Drop the registrations of the checkpoint maps `take` page-locked (the session's weights are gone)."""
+        if self.pinned:
+            self.mappings.release()
+
+
+class Materialized(Mapping):
+    """A weights mapping whose tensors are read once, converted to the compute dtype once (into the
+    session's host memory), and kept."""
+
+    def __init__(self, source: Mapping, dtype: str, host: HostMemory):
+        self.source, self.dtype, self.host, self.kept = source, dtype, host, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.kept:
+            lazy = getattr(self.source, "lazy", None) if self.host.pinned else None  # a checkpoint: perhaps read in place
+            self.kept[name] = self.host.take(lazy(name) if lazy is not None else self.source[name], self.dtype)
+        return self.kept[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.kept or name in self.source
+
+    def __iter__(self):
+        return iter(self.source)
+
+    def __len__(self) -> int:
+        return len(self.source)

@@ -55,6 +55,7 @@ from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError
+from turnip_ir.kernels import numpy_dtype
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -144,6 +145,8 @@ class Session:
         """Backends made for runs: 1 for a session whose runs all succeed."""
         self.arena = memory
         """The arena bytes every plan of the session is compiled under (module docstring)."""
+        self._pinned = 0
+        """The most page-locked host bytes any call so far was sized for (`_call_pinned`)."""
         self.attention = self.backend_options.get("attention_provider", "auto")
         """The attention provider the arena is sized for and the cuda backend runs; `auto` until the first
         plan resolves it (`_resolve_attention`)."""
@@ -208,12 +211,12 @@ class Session:
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
         if isinstance(caches, KvCache):  # the caller's buffers, written in place
             cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
+            self._size_arena(prompts, int(max_new_tokens), prefill=False)
         else:
+            caches = None if caches is None else given_caches(caches, prompts, self.config)
+            self._size_arena(prompts, int(max_new_tokens), prefill=caches is None)
             if caches is None:
-                self._fit_longest_prefill(prompts)
                 caches = [self._prefill_kv(p, stats) for p in prompts]
-            else:
-                caches = given_caches(caches, prompts, self.config)
             cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
         self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
@@ -445,7 +448,8 @@ class Session:
         graph of a cuda session with `auto` attention resolves the provider first."""
         if self.attention == "auto" and self.backend == "cuda":
             self._resolve_attention()
-        arena = arena_budget(graph, self.memory, self.backend, attention=self.attention)
+        pinned = self._pinned or None  # none known before a call: the graph's own estimate
+        arena = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=pinned)
         if arena < self.arena:
             self._shrink_arena(arena)
 
@@ -462,12 +466,46 @@ class Session:
         self.cache.clear()
         self._drop_backend()
 
-    def _fit_longest_prefill(self, prompts: list[np.ndarray]) -> None:
-        """Size the arena for the call's longest prefill before any runs (cuda: a prefill's workspace grows
-        with its length), so ragged prompts do not shrink it, and rebuild the backend, one after another."""
+    def _size_arena(self, prompts: list[np.ndarray], steps: int, prefill: bool) -> None:
+        """Size the arena once for a call, before its first run (cuda): the budget less the largest workspace
+        of any graph the call runs (its prefill when `prefill`, every decode step) and the GPU page tables
+        of what the session pins meanwhile (`_call_pinned`). The arena only shrinks, so a call whose graphs
+        the session has seen keeps its backend and plans; a smaller one drops them first (a dropped backend
+        returns its memory before the next is made), once, not graph by graph as the call goes."""
+        if self.backend != "cuda":
+            return
+        self._pinned = max(self._pinned, self._call_pinned(prompts, steps))
+        graphs = [step.graph for step in self._call_decode_steps(prompts, steps)]
         longest = max(len(p) for p in prompts) - 1
-        if self.backend == "cuda" and longest > 0:
-            self._fit_arena(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
+        if prefill and longest > 0:
+            graphs.append(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
+        for graph in graphs:
+            self._fit_arena(graph)
+
+    def _call_decode_steps(self, prompts: list[np.ndarray], steps: int) -> list[DecodeStep]:
+        """Every distinct decode step a call of `steps` new tokens from `prompts` runs (built once: the
+        steps reuse them)."""
+        lengths = np.array([len(p) - 1 for p in prompts], dtype=np.int64)
+        seen, built = set(), []
+        for step in range(steps):
+            now = [int(n) for n in lengths + step]
+            key = step_key(len(now), self.kv_block, cache_columns(now, self.kv_block, self.config.sliding_window))
+            if key not in seen:
+                seen.add(key)
+                built.append(self._step(now))
+        return built
+
+    def _call_pinned(self, prompts: list[np.ndarray], steps: int) -> int:
+        """The most page-locked host memory the session may hold during a call: its weights, the call's KV
+        cache, as much again for the prefills' k and v outputs in the plans' storage, and an eighth more
+        for what plans offload (an estimate made generous: its page tables take 2 MiB of arena per GiB)."""
+        c = self.config
+        item = np.dtype(numpy_dtype(c.dtype)).itemsize
+        weights = sum(int(np.prod(shape, dtype=np.int64)) for shape in llama.weight_shapes(c).values()) * item
+        rows = -(-(max(len(p) for p in prompts) - 1 + steps) // self.kv_block) * self.kv_block
+        cache = 2 * c.num_hidden_layers * rows * len(prompts) * c.num_key_value_heads * c.head_dim * item
+        pinned = weights + 2 * cache
+        return pinned + pinned // 8
 
     def _backend(self) -> Backend | str:
         """The session's prepared backend (made at the first run, and after a failed one)."""

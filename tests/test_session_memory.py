@@ -1,0 +1,80 @@
+"""A session keeps its budget for the whole process (issue 44): one arena per call, sized before the first
+run from every graph the call runs, and a dropped backend's device memory unreachable by the time the
+driver is told to free it (numba frees what it learns of later only past a threshold of pending bytes)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+
+import numpy as np
+import pytest
+
+from frontend.workloads import llama
+from turnip import Session
+
+CUDA_RESERVE = (80 << 20) + 2 * (4 << 20) + (4 << 10)
+"""The cuda backend's library allowance beside the arena (as tests/test_generate.py)."""
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    """One layer of two heads: numba-cuda's simulator runs every kernel thread in Python."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                "intermediate_size": 64}))
+    return str(path)
+
+
+def _simulated() -> bool:
+    from runtime.backends.cuda import simulated
+
+    return simulated()
+
+
+def test_a_call_sizes_the_arena_once_before_its_first_run(small_config):
+    """Ragged prompts whose decode steps read more cache (more page tables) than their prefills: the arena
+    is sized for all of them before anything runs, so the call builds one backend, every plan gets the
+    same arena, and a second call of the same shapes builds nothing."""
+    if not _simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    prompts = [np.arange(1, 40), np.arange(3, 9), np.array([5])]
+    with Session(config=small_config, memory=(1 << 20) + CUDA_RESERVE + (16 << 20), backend="cuda", kv_block=16) as session:
+        first = session.generate(prompts, 40)
+        assert session.backends_built == 1
+        assert {plan.budget for plan in session.cache.values()} == {session.arena}
+        second = session.generate(prompts, 40)
+        assert session.backends_built == 1 and second.compiles == 0
+        assert (second.tokens == first.tokens).all()
+
+
+def test_a_dropped_backend_holds_no_device_memory_when_the_driver_frees(small_config, monkeypatch):
+    """When a session drops its backend (here: a later call that needs a smaller arena), everything that
+    referred to the old arenas is gone by the time the driver is asked to free them."""
+    if not _simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    from runtime.backends.cuda.driver import SimDriver
+
+    arenas: list[weakref.ref] = []
+    alive_at_collect: list[list[bool]] = []
+
+    def collect(driver, contexts):
+        gc.collect()
+        alive_at_collect.append([ref() is not None for ref in arenas])
+
+    monkeypatch.setattr(SimDriver, "collect", collect)
+    with Session(config=small_config, memory=(1 << 20) + CUDA_RESERVE + (16 << 20), backend="cuda") as session:
+        session.generate([np.array([1, 2, 3])], 1)
+        arenas.extend(weakref.ref(_base(arena)) for arena in session._machine.devices.arenas)
+        session.generate([np.arange(1, 60)], 1)  # a longer prefill: a larger attention workspace, a smaller arena
+        assert session.backends_built == 2
+    assert alive_at_collect and alive_at_collect[0] == [False] * len(arenas)
+
+
+def _base(array):
+    """The host array under a simulated device array (what its views keep alive)."""
+    host = array._ary
+    while host.base is not None:
+        host = host.base
+    return host

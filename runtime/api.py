@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime.backends import Backend, make_backend, resolve_backend
+from runtime.backends.base import OutputTarget, rows_contiguous
 from runtime.callbacks import Callback, Recorder
 from turnip_ir.cost import CostModel
 from runtime.executor import Executor
@@ -169,7 +170,8 @@ def _cuda_refit(memgraph: MemGraph, budget: int, reserve: int) -> int | None:
 
 @dataclass
 class RunResult:
-    """Outputs by taskgraph id (empty for sim), the summary, and the recorder holding the trace."""
+    """Outputs by taskgraph id (empty for sim), the summary, and the recorder holding the trace. An output
+    that `execute(outputs_into=)` wrote in pieces is not among the outputs: its values are in the views."""
 
     outputs: dict[str, np.ndarray]
     summary: RunSummary
@@ -192,7 +194,7 @@ def execute(
     refresh: Mapping[str, list[tuple[int, int]]] | None = None,
     partial: Mapping[str, int] | None = None,
     copy_outputs: bool = True,
-    outputs_into: Mapping[str, np.ndarray] | None = None,
+    outputs_into: Mapping[str, OutputTarget] | None = None,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -213,10 +215,16 @@ def execute(
     memory holds whatever was there. `copy_outputs=False` (with `close=False`): the outputs are the
     backend's own memory, valid until its next run, for a caller that uses them at once (a decode step's
     new cache rows and logits); no copy is made of them. `outputs_into`: outputs (by task) to be written
-    into the caller's arrays, each of the output's shape and dtype (a decode step's new cache rows, into
-    the cache): the result holds those arrays; the cuda backend copies such an output there straight
-    from the GPU when the array is C-contiguous (it should be page-locked: a pageable one's copy holds
-    the loop), else it is copied after the run.
+    into the caller's memory: an array of the output's shape and dtype (a decode step's new cache rows,
+    into the cache), which the result holds in the output's place; or a list of pieces (start, stop,
+    view), rows [start, stop) of the output's first axis into `view` (runtime.backends.base.Piece: a
+    batched prefill's k and v rows of each sequence, into the token-major cache), pieces of one output
+    not overlapping, rows no piece names written nowhere; such an output is left out of the result.
+    The cuda backend copies them straight from the GPU right after the vertex that holds the output,
+    an array whose rows are contiguous in one copy, a piece in one 2-D copy (they should be
+    page-locked: a pageable one is written all the same, but its copy holds the loop); the rest
+    (an output in host storage at the end, the cpu backend's) is copied on the host after the run.
+    `summary.bytes_written_straight` and `summary.bytes_copied_after` count the two.
     """
     called = time.perf_counter()
     facts = _PLAN_FACTS.get(memgraph) if not close else None  # a plan run again: what it is read once
@@ -268,10 +276,7 @@ def execute(
         ended = time.perf_counter()
         wall = ended - began
         outputs = machine.read_outputs() if copy_outputs or close else machine.read_outputs(copy=False)
-        for task, array in (outputs_into or {}).items():
-            if task in outputs and outputs[task] is not array:
-                array[...] = outputs[task]
-                outputs[task] = array
+        written = _write_targets(outputs, outputs_into, machine.needs_data) if outputs_into else (0, 0)
         read = time.perf_counter()
     except BaseException:
         machine.close()
@@ -285,6 +290,7 @@ def execute(
     ranged = {*refresh, *(partial or ()), *valid} if keep else None  # the only inputs whose placing names rows
     summary.bytes_placed, summary.bytes_staged = placed_bytes(memgraph, in_place, input_nodes, ranged, facts.sizes if facts is not None else None)
     summary.notes = machine.notes()
+    summary.bytes_written_straight, summary.bytes_copied_after = written
     summary.prepare_time, summary.inputs_time = prepare_time, machine.inputs_time
     summary.host_seconds = {"checks": checked - called, "residency": prepare_began - checked, "prepare": began - prepare_began,
                             "outputs": read - ended, "summary": time.perf_counter() - read}
@@ -327,15 +333,70 @@ def output_specs(memgraph: MemGraph) -> dict[str, tuple[tuple[int, ...], np.dtyp
     return {task: (tuple(nodes[node_id].shape), numpy_dtype(nodes[node_id].dtype)) for task, node_id in memgraph.outputs.items()}
 
 
-def _check_targets(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], into: Mapping[str, np.ndarray]) -> None:
-    """`execute(outputs_into=)`'s arrays against the outputs, or a one-line InputError naming the first misfit."""
-    for task, array in into.items():
+def _check_targets(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], into: Mapping[str, OutputTarget]) -> None:
+    """`execute(outputs_into=)`'s arrays and pieces against the outputs, or a one-line InputError naming
+    the task (and the piece) of the first misfit."""
+    for task, target in into.items():
         spec = specs.get(task)
         if spec is None:
             raise InputError(f"outputs_into names '{task}', which is not an output of the graph")
-        if not isinstance(array, np.ndarray) or array.shape != spec[0] or array.dtype != spec[1]:
-            got = f"{array.dtype.name} {list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
-            raise InputError(f"outputs_into['{task}'] must be a {spec[1].name} array of shape {list(spec[0])}, got {got}")
+        if isinstance(target, (list, tuple)) and spec[0]:
+            _check_pieces(task, *spec, target)
+        elif not isinstance(target, np.ndarray) or target.shape != spec[0] or target.dtype != spec[1]:
+            got = f"{target.dtype.name} {list(target.shape)}" if isinstance(target, np.ndarray) else type(target).__name__
+            raise InputError(f"outputs_into['{task}'] must be a {spec[1].name} array of shape {list(spec[0])}"
+                             f"{' or a list of (start, stop, view) pieces' if spec[0] else ''}, got {got}")
+
+
+def _check_pieces(task: str, shape: tuple[int, ...], dtype: np.dtype, pieces) -> None:
+    """Each piece names rows of the output and a view that holds them (rows contiguous); none overlap."""
+    spans = []
+    for k, piece in enumerate(pieces):
+        name = f"outputs_into['{task}'] piece {k}"
+        if not isinstance(piece, (list, tuple)) or len(piece) != 3:
+            raise InputError(f"{name} must be (start, stop, view), got {type(piece).__name__}")
+        start, stop, view = piece
+        if not all(isinstance(row, (int, np.integer)) and not isinstance(row, bool) for row in (start, stop)) \
+                or not 0 <= start <= stop <= shape[0]:
+            raise InputError(f"{name}: rows [{start}, {stop}) do not lie within the output's {shape[0]} rows")
+        want = (stop - start, *shape[1:])
+        if not isinstance(view, np.ndarray) or view.shape != want or view.dtype != dtype:
+            got = f"{view.dtype.name} {list(view.shape)}" if isinstance(view, np.ndarray) else type(view).__name__
+            raise InputError(f"{name} must be a {dtype.name} view of shape {list(want)}, got {got}")
+        if not view.flags.writeable or not rows_contiguous(view):
+            raise InputError(f"{name}: the view must be writeable, each row contiguous and the rows a row or more apart"
+                             f" (strides {list(view.strides)})")
+        if stop > start:
+            spans.append((start, stop, k))
+    spans.sort()
+    for (_, end, k), (start, stop, j) in zip(spans, spans[1:]):
+        if start < end:
+            raise InputError(f"outputs_into['{task}'] pieces {min(k, j)} and {max(k, j)} overlap: rows [{start}, {min(stop, end)}) are in both")
+
+
+def _write_targets(outputs: dict[str, np.ndarray], into: Mapping[str, OutputTarget], has_data: bool) -> tuple[int, int]:
+    """Copy into the caller's arrays and pieces what the backend did not write there itself (what
+    `read_outputs` returned in their place, Backend.output_targets), leaving pieced outputs out of
+    `outputs`; (bytes the backend wrote straight, bytes copied here). A backend without data writes none."""
+    straight = after = 0
+    for task, target in into.items():
+        values = outputs.get(task)
+        if values is target:  # first: a decode step's rows, every step
+            straight += target.nbytes
+            continue
+        pieces = not isinstance(target, np.ndarray)
+        if values is None:
+            straight += sum(view.nbytes for _, _, view in target) if pieces and has_data else 0
+        elif pieces:
+            for start, stop, view in target:
+                view[...] = values[start:stop]
+                after += view.nbytes
+            del outputs[task]
+        else:
+            target[...] = values
+            outputs[task] = target
+            after += target.nbytes
+    return straight, after
 
 
 _PLAN_FACTS: WeakKeyDictionary = WeakKeyDictionary()

@@ -69,6 +69,12 @@ class RunSummary:
     """Bytes of inputs copied onto the GPUs before the run (not those kept from the run before)."""
     bytes_staged: int = 0
     """Bytes of inputs copied into host storage before the run (not those kept from the run before)."""
+    bytes_written_straight: int = 0
+    """Bytes of outputs that the backend wrote into the caller's arrays and pieces (`execute(outputs_into=)`)
+    itself, in one copy from where the output was computed: the cuda backend's from the GPU during the run."""
+    bytes_copied_after: int = 0
+    """Bytes of such outputs copied into the caller's memory on the host after the run, from another copy
+    (an output the plan left in host storage, the cuda backend's staging, the cpu backend's arena)."""
     arena_high_water: list[int] = field(default_factory=list)
     """Per GPU: the end of the highest planned location, i.e. the arena bytes the run touched."""
     notes: list[str] = field(default_factory=list)
@@ -145,7 +151,15 @@ class RunSummary:
             *(f"H2D idle: gpu{d} {idle.text()}" for d, idle in enumerate(self.h2d_idle) if idle is not None),
             *self.notes,
             *self._recompute_lines(),
+            *self._into_lines(),
         ]
+
+    def _into_lines(self) -> list[str]:
+        """One line when the run wrote outputs into the caller's memory (none otherwise)."""
+        if not self.bytes_written_straight and not self.bytes_copied_after:
+            return []
+        return [f"outputs into the caller's memory: {format_size(self.bytes_written_straight)} written straight by the backend, "
+                f"{format_size(self.bytes_copied_after)} copied on the host after the run"]
 
     def _recompute_lines(self) -> list[str]:
         """One line when the plan recomputes (none otherwise, so plans without remat print as before)."""

@@ -54,6 +54,23 @@ def resident_depth(queue_depth: int, lookahead: bool) -> int:
     return max(queue_depth, RESIDENT_QUEUE_DEPTH) if lookahead else queue_depth
 
 
+Piece = tuple[int, int, np.ndarray]
+"""(start, stop, view): rows [start, stop) of an output's first axis go into `view`, of shape [stop - start,
+*the output's other axes] and the output's dtype, each row contiguous (`rows_contiguous`): a sequence's
+rows of a batched prefill's k or v block, into its place of a token-major cache (`execute(outputs_into=)`)."""
+
+OutputTarget = np.ndarray | list[Piece]
+"""Where `execute(outputs_into=)` puts one output: an array of its shape and dtype, or a list of pieces."""
+
+
+def rows_contiguous(view: np.ndarray) -> bool:
+    """Whether `view` (one axis or more) is rows that each lie contiguous in memory, ascending at least a
+    row apart along its first axis (the rows may be strided: a 2-D copy's pitch is that stride)."""
+    if view.ndim == 0 or not view[:1].flags.c_contiguous:  # numpy ignores the stride of an axis of one
+        return False
+    return view.shape[0] < 2 or view.strides[0] >= view[:1].nbytes
+
+
 @dataclass(frozen=True)
 class Completion:
     """A vertex finished (or raised) on a lane; times are on the backend's clock, in seconds."""
@@ -117,15 +134,19 @@ class Backend:
         """Block until at least one submitted vertex completes; return every completion available, in lane order."""
         raise NotImplementedError
 
-    def output_targets(self, into: Mapping[str, np.ndarray]) -> None:
-        """For the run that follows `prepare`: the caller's arrays (task -> array of the output's shape and
-        dtype) that those outputs should land in; `read_outputs` returns the arrays it filled in their
-        place. A backend may write them during the run (the cuda backend copies an output there from the
-        GPU right after its vertex); by default none is, and `runtime.execute` copies them after."""
+    def output_targets(self, into: Mapping[str, OutputTarget]) -> None:
+        """For the run that follows `prepare`: where the caller wants those outputs (task -> an array of
+        the output's shape and dtype, or its `Piece`s, checked by `runtime.execute`). A backend may write
+        them itself, straight from where the output is computed (the cuda backend copies it from the GPU
+        right after its vertex): `read_outputs` then returns the caller's array in the output's place, or
+        leaves a pieced output out. Whatever it did not write it returns as usual, and `runtime.execute`
+        copies it into the caller's arrays after the run (so it need not copy such an output first:
+        `copy` does not apply to it). By default nothing is written here."""
 
     def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
-        """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data). `copy=False`:
-        arrays of the backend's own memory, valid until its next run (a caller that uses them at once)."""
+        """Copies of the memgraph's outputs, by taskgraph id (empty for backends without data), but those
+        `output_targets` named. `copy=False`: arrays of the backend's own memory, valid until its next run
+        (a caller that uses them at once)."""
         raise NotImplementedError
 
     def external_inputs(self) -> set[str]:

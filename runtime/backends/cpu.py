@@ -23,7 +23,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import Backend, Completion, OutputTarget
 from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill_all
@@ -49,6 +49,8 @@ class CpuBackend(Backend):
         self.work: list = []
         self.limited: dict = {}
         """Vertex -> the job of a copy limited to some leading rows for this run (`limit_copies`)."""
+        self.named: frozenset = frozenset()
+        """The outputs this run's `output_targets` named: read uncopied, for `runtime.execute` to copy once."""
         self.graph: ExecGraph | None = None
         self.origin = time.perf_counter()
         self.blas_limit = None
@@ -71,6 +73,7 @@ class CpuBackend(Backend):
             self.work = [self._job(graph, vertex) for vertex in range(len(graph))]
         self.graph = graph
         self.limited = {}
+        self.named = frozenset()
         self.place_inputs(inputs, keep)
         if self.blas_limit is None:
             # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads
@@ -164,9 +167,15 @@ class CpuBackend(Backend):
             except queue.Empty:
                 return batch
 
+    def output_targets(self, into: Mapping[str, OutputTarget]) -> None:
+        """The arenas and storage are host memory: each output named here is read where it is, and
+        `runtime.execute` copies it into the caller's arrays or pieces after the run, one copy apiece."""
+        self.named = frozenset(into)
+
     def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         nodes = self.graph.memgraph.by_id()
-        return {task: self._home(nodes[node_id]).copy() if copy else self._home(nodes[node_id])
+        named = self.named
+        return {task: self._home(nodes[node_id]).copy() if copy and task not in named else self._home(nodes[node_id])
                 for task, node_id in self.graph.memgraph.outputs.items()}
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from runtime.backends.base import STREAMING_QUEUE_DEPTH, Backend, Completion, compute_depth, resident_depth
+from runtime.backends.base import STREAMING_QUEUE_DEPTH, Backend, Completion, OutputTarget, compute_depth, resident_depth
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
@@ -344,7 +344,7 @@ class CudaBackend(Backend):
     def external_inputs(self) -> set[str]:
         return self.views.external_tasks if self.views is not None else set()
 
-    def output_targets(self, into: Mapping[str, np.ndarray]) -> None:
+    def output_targets(self, into: Mapping[str, OutputTarget]) -> None:
         self.early = self.views.aim(into, self.devices.streams)
 
     def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:

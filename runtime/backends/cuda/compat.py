@@ -81,6 +81,7 @@ class DriverCalls:
         self._attribute = _entry(lib.cuPointerGetAttribute, pointer, ctypes.c_int, pointer)
         self._d2h = _entry(lib.cuMemcpyDtoHAsync_v2, pointer, ctypes.c_uint64, ctypes.c_size_t, pointer)
         self._h2d = _entry(lib.cuMemcpyHtoDAsync_v2, ctypes.c_uint64, pointer, ctypes.c_size_t, pointer)
+        self._copy_2d = _entry(lib.cuMemcpy2DAsync_v2, ctypes.POINTER(_memcpy_2d()), pointer)
         self._register = _entry(lib.cuMemHostRegister_v2, pointer, ctypes.c_size_t, ctypes.c_uint)
         self._unregister = _entry(lib.cuMemHostUnregister, pointer)
         self._ms = ctypes.c_float()
@@ -108,6 +109,18 @@ class DriverCalls:
     def copy_h2d(self, device: int, host: int, count: int, stream: int | None) -> None:
         self._check(self._h2d(device, host, count, stream), "cuMemcpyHtoDAsync")
 
+    def rows_d2h(self, host: int, pitch: int, device: int, width: int, height: int):
+        """The parameters of a 2-D copy of `height` rows of `width` bytes, contiguous at `device`, into host
+        rows `pitch` bytes apart from `host` (made once, issued by `copy_2d`)."""
+        params = _memcpy_2d()()
+        params.srcMemoryType, params.srcDevice, params.srcPitch = 2, device, width  # CU_MEMORYTYPE_DEVICE
+        params.dstMemoryType, params.dstHost, params.dstPitch = 1, host, pitch  # CU_MEMORYTYPE_HOST
+        params.WidthInBytes, params.Height = width, height
+        return params
+
+    def copy_2d(self, params, stream: int | None) -> None:
+        self._check(self._copy_2d(params, stream), "cuMemcpy2DAsync")
+
     def register_read_only(self, pointer: int, count: int) -> int:
         """Page-lock `count` bytes at `pointer` (a read-only file map) for every context: portable, read-only
         (CU_MEMHOSTREGISTER_PORTABLE | READ_ONLY); the CUresult (0: done)."""
@@ -132,6 +145,19 @@ class DriverCalls:
         """Milliseconds from `start` to `end`, both recorded and done."""
         self._check(self._elapsed(self._ms_ref, start, end), "cuEventElapsedTime")
         return self._ms.value
+
+
+@lru_cache(maxsize=None)
+def _memcpy_2d():
+    """ctypes' CUDA_MEMCPY2D (cuda.h): a 2-D copy's source, destination, row width and row count."""
+    import ctypes
+
+    size, pointer = ctypes.c_size_t, ctypes.c_void_p
+    fields = []
+    for side in ("src", "dst"):
+        fields += [(f"{side}XInBytes", size), (f"{side}Y", size), (f"{side}MemoryType", ctypes.c_int), (f"{side}Host", pointer),
+                   (f"{side}Device", ctypes.c_uint64), (f"{side}Array", pointer), (f"{side}Pitch", size)]
+    return type("CUDA_MEMCPY2D", (ctypes.Structure,), {"_fields_": [*fields, ("WidthInBytes", size), ("Height", size)]})
 
 
 def _entry(function, *argtypes):

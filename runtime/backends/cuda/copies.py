@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from runtime.backends.base import OutputTarget, rows_contiguous
 from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import PinnedStorage, device_view
 from runtime.graph import ExecGraph
@@ -58,6 +59,10 @@ class TensorViews:
         """The outputs whose copy into the staging the current run has issued (`early_reads`)."""
         self.targets: dict[int, np.ndarray] = {}
         """Node index -> the caller's array the current run copies that output into (`aim`)."""
+        self.pieces: dict[int, list] = {}
+        """Node index -> the caller's pieces the current run copies that output into (`aim`)."""
+        self.named: set[int] = set()
+        """Node index of every output the current run's `aim` named, written there or not."""
         self._output_index: dict[str, int] = {}
         self._handles: list | None = None
         self._pointers: dict[int, int | None] = {}
@@ -183,42 +188,68 @@ class TensorViews:
         GPU come through page-locked staging of the plan's own (made at the first read, kept with the
         views), so their copies are asynchronous, one wait per GPU, and then copied out of it: a decode
         step's 65 outputs cost a synchronous pageable copy apiece otherwise. `copy=False` leaves them in
-        the staging (valid until the next read: Backend.read_outputs)."""
+        the staging (valid until the next read: Backend.read_outputs). Of those `aim` named, the ones
+        written straight are the caller's array in the output's place, or left out (pieces); the others
+        are left in the staging or the storage, uncopied, for `runtime.execute` to copy once."""
         nodes = self.graph.memgraph.nodes
         if self._reads is None:
             self._reads = self._read_plan()
         on_gpu, elsewhere, staging = self._reads
-        issued, targets = self.issued, self.targets
+        issued, targets, named = self.issued, self.targets, self.named
         self.driver.get([(nodes[i].device, self.gpu[i], targets.get(i, view)) for _, i, view in on_gpu if i not in issued])
         self.issued = set()
-        outputs = {task: targets[i] if i in targets else np.array(view) if copy else view for task, i, view in on_gpu}
-        for task, i in elsewhere:
+        outputs = {}
+        for task, i, view in on_gpu:
+            if i in targets:
+                outputs[task] = targets[i]
+            elif i not in self.pieces or i not in issued:  # a named one in the staging, for runtime.execute to copy
+                outputs[task] = np.array(view) if copy and i not in named else view
+        for task, i in elsewhere:  # in host storage (or empty): a named one is copied on the host from there
             node = nodes[i]
-            outputs[task] = np.zeros(node.shape, numpy_dtype(node.dtype)) if node.nbytes == 0 else np.array(self.host[i])
+            stored = np.zeros(node.shape, numpy_dtype(node.dtype)) if node.nbytes == 0 else self.host[i]
+            outputs[task] = stored if i in named else np.array(stored)
         return outputs
 
-    def aim(self, into: Mapping[str, np.ndarray], streams: list) -> dict:
-        """`early_reads` for the next run, with the outputs named in `into` (task -> the caller's array, of
-        the output's shape and dtype: `Backend.output_targets`) copied straight into those arrays that are
-        C-contiguous: no staging, no host copy after; `read` returns them. The others come through the
-        staging as usual. The arrays should be page-locked (a session's cache is): a pageable one is
-        written all the same, but its copy holds the loop until it is done (the driver's rule), so it is
-        not checked here."""
+    def aim(self, into: Mapping[str, OutputTarget], streams: list) -> dict:
+        """`early_reads` for the next run, with the outputs named in `into` (task -> the caller's array of
+        the output's shape and dtype, or its pieces: `Backend.output_targets`) copied straight there from
+        the GPU right after the vertex that holds the output: no staging, no host copy after. An array
+        goes in one copy when C-contiguous, else in one 2-D copy when its rows are contiguous (`read`
+        returns it); a piece in one 2-D copy (`read` leaves that output out). The others (an array of
+        other strides; an output the plan holds in host storage at the end, or that no vertex computes)
+        are left where they are for `runtime.execute` to copy on the host. An output the plan offloads
+        and reloads is copied once, after its last reload: the bytes its kernel wrote may be taken by
+        another tensor once the offload has read them, and this copy is no vertex the plan waits for.
+        The arrays should be page-locked (a session's cache is): a pageable one is written all the same,
+        but its copy holds the loop until it is done (the driver's rule), so it is not checked here."""
         early = self.early_reads(streams)
-        self.targets = {}
+        self.targets, self.pieces, self.named = {}, {}, set()
         if not into:
             return early
         early = dict(early)
         index = self._output_index
-        for task, array in into.items():
-            i = index.get(task)
-            if i is None or i not in early or not array.flags.c_contiguous:
+        for task, target in into.items():
+            i = index[task]
+            self.named.add(i)
+            if i not in early:
                 continue
-            if i not in self._pointers:
-                self._pointers[i] = self.driver.pointer(self.gpu[i])
-            early[i] = self.driver.copy("d2h", self.gpu[i], array, streams, source_pointer=self._pointers[i], handles=self._handles)
-            self.targets[i] = array
+            if isinstance(target, np.ndarray) and target.flags.c_contiguous:
+                early[i] = self.driver.copy("d2h", self.gpu[i], target, streams, source_pointer=self._pointer(i), handles=self._handles)
+                self.targets[i] = target
+            elif isinstance(target, np.ndarray):
+                if rows_contiguous(target):
+                    early[i] = self.driver.copy_rows(self.gpu[i], [(0, target.shape[0], target)], streams, self._pointer(i), self._handles)
+                    self.targets[i] = target
+            else:
+                early[i] = self.driver.copy_rows(self.gpu[i], target, streams, self._pointer(i), self._handles)
+                self.pieces[i] = target
         return early
+
+    def _pointer(self, i: int) -> int | None:
+        """Node `i`'s GPU view's device address (`GpuDriver.pointer`), found once."""
+        if i not in self._pointers:
+            self._pointers[i] = self.driver.pointer(self.gpu[i])
+        return self._pointers[i]
 
     def early_reads(self, streams: list) -> dict:
         """Node index -> `work(lane)` copying that output into `read`'s staging, for each output a vertex
@@ -230,7 +261,7 @@ class TensorViews:
                 self._reads = self._read_plan()
             nodes = self.graph.memgraph.nodes
             self._early = {i: self.driver.copy("d2h", self.gpu[i], view, streams) for _, i, view in self._reads[0] if nodes[i].op != "input"}
-            self._output_index = {task: i for task, i, _ in self._reads[0]}
+            self._output_index = {task: i for task, i, *_ in (*self._reads[0], *self._reads[1])}
             self._handles = self.driver.stream_handles(streams)
         return self._early
 

@@ -134,6 +134,24 @@ class GpuDriver:
             call, dst, src = driver.cuMemcpyAsync, device_pointer(target), device_pointer(source)
         return lambda lane: call(dst, src, count, handles[lane])
 
+    def copy_rows(self, source, pieces: list, streams: list, source_pointer: int | None = None, handles: list | None = None):
+        """`work(lane)`: rows of the device array `source` into host views, one async 2-D driver copy
+        (cuMemcpy2DAsync) per piece (start, stop, view) copying rows [start, stop) into `view`, whose rows
+        are contiguous and `row_pitch(view)` bytes apart; pointers resolved now, as `copy`'s are. Into
+        pageable memory the copy is made all the same, but returns only once done (the driver's rule)."""
+        calls = driver_calls()
+        handles = self.stream_handles(streams) if handles is None else handles
+        base = device_pointer(source) if source_pointer is None else source_pointer
+        row = source.nbytes // source.shape[0]
+        params = [calls.rows_d2h(view.ctypes.data, row_pitch(view), base + start * row, row, stop - start)
+                  for start, stop, view in pieces if stop > start and row]
+
+        def work(lane):
+            for copy in params:
+                calls.copy_2d(copy, handles[lane])
+
+        return work
+
     def host_pinned(self, array: np.ndarray) -> bool:
         """Whether the copy engines may read `array` (C-contiguous) where it is: its first and last bytes lie
         in page-locked memory (an allocation or registration is one range)."""
@@ -305,6 +323,16 @@ class SimDriver(GpuDriver):
             return lambda lane: source.copy_to_host(target.view(source.dtype))
         return lambda lane: target.copy_to_device(source.view(target.dtype))
 
+    def copy_rows(self, source, pieces: list, streams: list, source_pointer: int | None = None, handles: list | None = None):
+        rows = host(source)
+        pairs = [(view.view(rows.dtype), rows[start:stop]) for start, stop, view in pieces if stop > start]  # bfloat16: its words
+
+        def work(lane):
+            for target, part in pairs:
+                np.copyto(target, part)
+
+        return work
+
     def host_pinned(self, array: np.ndarray) -> bool:
         return array.nbytes > 0  # the simulator's copies read any host memory
 
@@ -371,6 +399,12 @@ def _einsum(xp, equation: str, operands: list, dtype: str):
     return narrow(xp, xp.einsum(equation, *(widen(xp, x) for x in operands)))
 
 
+def row_pitch(view: np.ndarray) -> int:
+    """The bytes from one row of `view` to the next (a 2-D copy's pitch): its first stride, or a row's
+    bytes where it has one row (whose stride may be anything)."""
+    return view.strides[0] if view.shape[0] > 1 else view[:1].nbytes
+
+
 def _by_device(copies: list) -> dict[int, list]:
     grouped: dict[int, list] = {}
     for copy in copies:
@@ -421,4 +455,4 @@ class MappedFiles(dict):
         self.clear()
 
 
-__all__ = ["GpuDriver", "MappedFiles", "SimDriver", "host", "make_driver"]
+__all__ = ["GpuDriver", "MappedFiles", "SimDriver", "host", "make_driver", "row_pitch"]

@@ -1,0 +1,258 @@
+"""Text in, text out: the folder's tokenizer against transformers' AutoTokenizer, on tiny tokenizers built here.
+
+Two tokenizers are trained with the `tokenizers` library on a small corpus and saved into tiny checkpoint
+folders: a byte-level BPE like Llama-3's (`<|begin_of_text|>` added by its post-processor, `<|eot_id|>`,
+a chat template, generation_config.json's list of end ids) and a sentencepiece-style BPE like Llama-2's
+(byte fallback, `<s>` `</s>`, add_bos_token, a normalizer that prepends "▁", which transformers'
+LlamaTokenizer replaces by its own Metaspace). Ids, decoded text and chat ids equal AutoTokenizer's on
+prompts with non-ASCII text and emoji; streaming gives whole characters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from frontend.text import TextStream, jsonl_texts, load_tokenizer
+from frontend.workloads import llama
+from test_generate import write_checkpoint
+from turnip_ir.errors import InputError
+
+tokenizers = pytest.importorskip("tokenizers")
+transformers = pytest.importorskip("transformers")
+
+CORPUS = ["Hello world, this is a tiny corpus for a tiny tokenizer.", "Grüße aus Köln! Ça va? Très bien, merci.",
+          "日本語のテキストも少し。", "the quick brown fox jumps over the lazy dog", "Über den Fluß, and over the river again."]
+TEXTS = ["Hello world", "Grüße aus Köln 🙂🚀 日本語", " leading space", "Hi  there\n\nnew line", "Ça va? 👩‍👩‍👧 ok",
+         "a</s>b<s>c <|eot_id|> d", "🦀", "Hello , world . isn't it ?"]
+"""Non-ASCII, emoji (bytes the vocabularies only have as single bytes), a ZWJ sequence, leading and double
+spaces, newlines, special tokens inside the text (which the sentencepiece-style pipelines treat differently),
+and spaces before punctuation (which transformers' clean-up would remove, but not for BPE models)."""
+MODEL = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 512, "rms_norm_eps": 1e-5, "max_position_embeddings": 256,
+         "rope_theta": 10000.0}
+"""The tiny model: a vocabulary larger than the tokenizers' (as real checkpoints pad theirs)."""
+LLAMA3_TEMPLATE = """{{ bos_token }}
+{% for message in messages %}
+    {% if loop.first and message['role'] == 'assistant' %}
+        {{ raise_exception('Conversations start with a user or system message') }}
+    {% endif %}
+    {% generation %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endgeneration %}
+{% endfor %}
+{% if add_generation_prompt %}
+    {{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{% endif %}
+{{ 'year digits: ' ~ (strftime_now('%Y') | length) if messages | length > 1 }}"""
+"""Block tags on lines of their own (trim_blocks and lstrip_blocks matter), raise_exception, strftime_now and
+a `{% generation %}` block, as Hub templates use them."""
+BYTE_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+
+
+def byte_level_tokenizer():
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=360, special_tokens=BYTE_SPECIALS, show_progress=False,
+                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS * 10, trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = tokenizers.processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])
+    return tok
+
+
+def sentencepiece_tokenizer():
+    """Llama-2's layout: <unk> <s> </s>, then the 256 byte pieces, then the trained pieces; a normalizer
+    that prepends "▁" and turns spaces into it, no pre-tokenizer (as the Hub's Llama-2 tokenizer.json)."""
+    trained = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    trained.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(prepend_scheme="first", split=True)
+    trained.train_from_iterator(CORPUS * 10, tokenizers.trainers.BpeTrainer(vocab_size=180, show_progress=False,
+                                                                            special_tokens=["<unk>", "<s>", "</s>"]))
+    model = json.loads(trained.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{i:02X}>": 3 + i for i in range(256)}}
+    for piece in sorted(model["vocab"], key=model["vocab"].get):
+        vocab.setdefault(piece, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    norm = tokenizers.normalizers
+    tok.normalizer = norm.Sequence([norm.Prepend("▁"), norm.Replace(" ", "▁")])
+    dec = tokenizers.decoders
+    tok.decoder = dec.Sequence([dec.Replace("▁", " "), dec.ByteFallback(), dec.Fuse(), dec.Strip(" ", 1, 0)])
+    tok.post_processor = tokenizers.processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok
+
+
+FOLDERS = {
+    "byte-level": (byte_level_tokenizer, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                                          "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": True,
+                                          "chat_template": LLAMA3_TEMPLATE}),
+    "sentencepiece": (sentencepiece_tokenizer, {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                                                "add_bos_token": True, "add_eos_token": False, "legacy": False,
+                                                "tokenizer_class": "LlamaTokenizer"}),
+}
+
+
+def write_folder(folder, kind: str, settings: dict | None = None, doc: dict | None = None):
+    """A tiny checkpoint with the tokenizer `kind` (FOLDERS) and its tokenizer_config.json."""
+    make, default = FOLDERS[kind]
+    write_checkpoint(folder, {**MODEL, **(doc or {})})
+    make().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(default if settings is None else settings))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("text")
+    made = {kind: write_folder(root / kind, kind) for kind in FOLDERS}
+    eot, end = (load_tokenizer(made["byte-level"]).backend.token_to_id(t) for t in ("<|eot_id|>", "<|end_of_text|>"))
+    (made["byte-level"] / "generation_config.json").write_text(json.dumps({"eos_token_id": [eot, end]}))
+    return made
+
+
+def hf(folder):
+    return transformers.AutoTokenizer.from_pretrained(folder)
+
+
+# ----- the tokenizer ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", FOLDERS)
+def test_ids_and_text_equal_transformers(folders, kind):
+    ours, theirs = load_tokenizer(folders[kind]), hf(folders[kind])
+    for text in TEXTS:
+        ids = theirs(text)["input_ids"]
+        assert ours.encode(text) == ids, text
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip)
+    rng = np.random.default_rng(0)  # any ids: specials, and bytes that are not whole characters
+    for _ in range(20):
+        ids = rng.integers(0, theirs.backend_tokenizer.get_vocab_size(), int(rng.integers(1, 12))).tolist()
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    assert ours.encode("Grüße")[0] == theirs.bos_token_id  # the post-processor's start token
+
+
+def test_the_llama_tokenizer_pipeline_is_the_one_transformers_builds(folders):
+    """transformers' LlamaTokenizer replaces the file's normalizer: the file alone gives other ids."""
+    raw = tokenizers.Tokenizer.from_file(str(folders["sentencepiece"] / "tokenizer.json"))
+    assert [raw.encode(t).ids for t in TEXTS] != [load_tokenizer(folders["sentencepiece"]).encode(t) for t in TEXTS]
+    assert type(hf(folders["sentencepiece"])).__name__ == "LlamaTokenizer"
+
+
+def test_the_post_processor_decides_the_special_tokens(tmp_path):
+    """With a tokenizer.json, transformers drops add_bos_token / add_eos_token: a file without a
+    post-processor adds nothing, even where the config asks for <s>."""
+    folder = write_folder(tmp_path / "m", "sentencepiece",
+                          {**FOLDERS["sentencepiece"][1], "add_bos_token": True, "add_eos_token": True})
+    doc = json.loads((folder / "tokenizer.json").read_text())
+    doc["post_processor"] = None
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    for text in TEXTS:
+        assert load_tokenizer(folder).encode(text) == hf(folder)(text)["input_ids"]
+    assert load_tokenizer(folder).encode("Hello")[0] != 1
+
+
+def test_special_tokens_the_config_names_are_added_where_the_file_lacks_them(folders, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(folders["byte-level"], folder)
+    settings = {**FOLDERS["byte-level"][1], "pad_token": "<|pad|>", "extra_special_tokens": ["<|tool|>"],
+                "added_tokens_decoder": {"400": {"content": "<|note|>", "special": False, "normalized": False}}}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    ours, theirs = load_tokenizer(folder), hf(folder)
+    for text in ("x<|pad|>y<|tool|>z", "a <|note|> b", *TEXTS):
+        ids = theirs(text)["input_ids"]
+        assert ours.encode(text) == ids
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    assert len(ours.encode("x<|pad|>y<|tool|>z")) < len(ours.encode("x<|pa d|>y<|to ol|>z"))  # each one token
+
+
+CHATS = [
+    [{"role": "user", "content": "Grüße aus Köln 🙂 — wie geht's?"}],
+    [{"role": "system", "content": "  Be brief.  "}, {"role": "user", "content": "日本語で 🚀"},
+     {"role": "assistant", "content": "はい"}, {"role": "user", "content": "again", "name": None}],
+]
+
+
+@pytest.mark.parametrize("form", ["string", "named list", "template file"])
+def test_chat_ids_equal_transformers(folders, tmp_path, form):
+    folder = folders["byte-level"]
+    if form != "string":
+        folder = tmp_path / "m"
+        shutil.copytree(folders["byte-level"], folder)
+        settings = dict(FOLDERS["byte-level"][1])
+        if form == "named list":
+            settings["chat_template"] = [{"name": "tool_use", "template": "{{ 'tools' }}"},
+                                         {"name": "default", "template": LLAMA3_TEMPLATE}]
+        else:
+            settings["chat_template"] = "{{ 'the file wins' }}"
+            (folder / "chat_template.jinja").write_text(LLAMA3_TEMPLATE)
+        (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    ours, theirs = load_tokenizer(folder), hf(folder)
+    for chat in CHATS:
+        for prompt in (True, False):
+            ids = theirs.apply_chat_template(chat, add_generation_prompt=prompt, tokenize=True)["input_ids"]
+            assert ours.apply_chat_template(chat, add_generation_prompt=prompt) == ids
+    bos = theirs.convert_tokens_to_ids("<|begin_of_text|>")
+    assert ours.apply_chat_template(CHATS[0]).count(bos) == 1  # the template's: none added again
+
+
+def test_a_chat_template_that_fails_or_is_missing_is_one_line(folders):
+    with pytest.raises(InputError, match="the chat template failed: Conversations start with a user or system message"):
+        load_tokenizer(folders["byte-level"]).apply_chat_template([{"role": "assistant", "content": "hi"}])
+    with pytest.raises(InputError, match=f"model folder '{folders['sentencepiece']}' has no chat_template"):
+        load_tokenizer(folders["sentencepiece"]).apply_chat_template(CHATS[0])
+
+
+def test_a_folder_without_tokenizer_json_names_the_file(tmp_path, monkeypatch):
+    with pytest.raises(InputError, match=re.escape(f"'{tmp_path / 'tokenizer.json'}' does not exist")):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    monkeypatch.setitem(__import__("sys").modules, "tokenizers", None)
+    with pytest.raises(InputError, match=re.escape("pip install 'turnip[text]'")):
+        load_tokenizer(tmp_path)
+
+
+def test_end_of_sequence_ids_as_hugging_face_reads_them(folders, tmp_path):
+    tokenizer = load_tokenizer(folders["byte-level"])
+    ids = tuple(tokenizer.backend.token_to_id(t) for t in ("<|eot_id|>", "<|end_of_text|>"))
+    assert llama.load_config(str(folders["byte-level"])).eos_token_id == ids  # generation_config.json's list
+    write_checkpoint(tmp_path / "m", {**MODEL, "eos_token_id": 7})
+    assert llama.load_config(str(tmp_path / "m")).eos_token_id == (7,)  # config.json's, without one
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({"bos_token_id": 1}))
+    assert llama.load_config(str(tmp_path / "m")).eos_token_id == ()  # generation_config.json wins wholly
+    model = transformers.GenerationConfig.from_pretrained(tmp_path / "m")
+    assert model.eos_token_id is None
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
+    with pytest.raises(InputError, match="generation_config.json': eos_token_id must be an integer or a list"):
+        llama.load_config(str(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("kind", FOLDERS)
+def test_a_stream_gives_whole_characters_that_add_up_to_the_text(folders, kind):
+    tokenizer = load_tokenizer(folders[kind])
+    ids = tokenizer.encode("🦀 Grüße 👩‍👩‍👧 日本語 🚀") + [tokenizer.backend.token_to_id(tokenizer.special["eos_token"])]
+    assert len(ids) > len("🦀 Grüße 👩‍👩‍👧 日本語 🚀".split())  # characters split over several tokens
+    stream = TextStream(tokenizer)
+    chunks = [stream.push([i]) for i in ids]
+    chunks.append(stream.finish())
+    assert "".join(chunks) == tokenizer.decode(ids)
+    assert not any("\ufffd" in chunk for chunk in chunks)
+    assert sum(1 for chunk in chunks if chunk) > 3  # it streams: text comes out before the end
+
+
+def test_jsonl_texts_and_their_errors(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "Grüße 🙂"}\n\n{"prompt": "two", "other": 1}\n')
+    assert jsonl_texts(path, "prompt") == ["Grüße 🙂", "two"]
+    bad = {b'{"prompt": "a"}\n{"text": "b"}\n': 'prompt 1 (line 2 of \'{p}\') has no "prompt"',
+           b'{"prompt": "a"}\n["b"]\n': "prompt 1 (line 2 of '{p}') must be a JSON object with a \"prompt\" string, got list",
+           b'{"prompt": "a"}\n\n{"prompt": "\xff"}\n': "prompt 1 (line 3 of '{p}') is not valid UTF-8",
+           b'{"prompt": 3}\n': "prompt 0 (line 1 of '{p}'): \"prompt\" must be a string, got int",
+           b'{"prompt": \n': "prompt 0 (line 1 of '{p}') is not JSON",
+           b"\n\n": "'{p}' holds no prompts"}
+    for data, message in bad.items():
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=re.escape(message.format(p=path))):
+            jsonl_texts(path, "prompt")

@@ -5,7 +5,9 @@ folders: a byte-level BPE like Llama-3's (`<|begin_of_text|>` added by its post-
 a chat template, generation_config.json's list of end ids) and a sentencepiece-style BPE like Llama-2's
 (byte fallback, `<s>` `</s>`, add_bos_token, a normalizer that prepends "▁", which transformers'
 LlamaTokenizer replaces by its own Metaspace). Ids, decoded text and chat ids equal AutoTokenizer's on
-prompts with non-ASCII text and emoji; streaming gives whole characters.
+prompts with non-ASCII text and emoji; streaming gives whole characters; `Session.generate` and `turnip
+generate` take text (the same tokens as the ids AutoTokenizer gives) and give the text AutoTokenizer
+decodes; every bad input is one line naming the prompt, with nothing written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import pytest
 
 from frontend.text import TextStream, jsonl_texts, load_tokenizer
 from frontend.workloads import llama
-from test_generate import write_checkpoint
+from test_generate import Done, turnip, write_checkpoint
+from turnip import Session
+from turnip.inputs import checked_prompts
 from turnip_ir.errors import InputError
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -50,6 +54,7 @@ LLAMA3_TEMPLATE = """{{ bos_token }}
 """Block tags on lines of their own (trim_blocks and lstrip_blocks matter), raise_exception, strftime_now and
 a `{% generation %}` block, as Hub templates use them."""
 BYTE_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+MEMORY = "1MiB"
 
 
 def byte_level_tokenizer():
@@ -256,3 +261,136 @@ def test_jsonl_texts_and_their_errors(tmp_path):
         path.write_bytes(data)
         with pytest.raises(InputError, match=re.escape(message.format(p=path))):
             jsonl_texts(path, "prompt")
+
+
+def test_checked_prompts_takes_text_chats_and_ids(folders):
+    folder = folders["byte-level"]
+    config, tokenizer = llama.load_config(str(folder)), (lambda: load_tokenizer(folder))
+    theirs = hf(folder)
+    assert [p.tolist() for p in checked_prompts("Grüße", config, tokenizer)] == [theirs("Grüße")["input_ids"]]
+    assert [p.tolist() for p in checked_prompts([5, 6, 7], config)] == [[5, 6, 7]]  # a list of ints is one prompt
+    chat = theirs.apply_chat_template(CHATS[0], add_generation_prompt=True, tokenize=True)["input_ids"]
+    assert checked_prompts(["x", CHATS[0]], config, tokenizer)[1].tolist() == chat
+    assert checked_prompts([CHATS[0][0]["content"]], config, tokenizer, chat=True)[0].tolist() == chat
+    errors = {("", None): "prompt 0 is empty text",
+              ("\udcff", None): "prompt 0: the text is not valid UTF-8",
+              ("ü" * 200, None): "prompt 0 is 401 tokens, more than the model's 256 positions (max_position_embeddings)",
+              ("Hello", "no tokenizer"): "prompt 0: text needs the tokenizer of a weights folder"}
+    for (text, how), message in errors.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            checked_prompts([text], config, None if how else tokenizer)
+
+
+# ----- the session and the command ----------------------------------------------------------------------------
+def test_a_session_takes_text_and_gives_text(folders):
+    folder = folders["byte-level"]
+    theirs = hf(folder)
+    ids = [np.array(theirs(t)["input_ids"]) for t in ("Grüße 🙂", "Hello world")]
+    steps = []
+    with Session(weights=folder, memory=1 << 20, backend="cpu") as session:
+        by_text = session.generate(["Grüße 🙂", "Hello world"], 4, on_step=lambda step, tokens: steps.append((step, tokens)))
+        by_ids = session.generate(ids, 4)
+    assert by_text.tokens.tolist() == by_ids.tokens.tolist()
+    assert by_text.text == by_ids.text == [theirs.decode(row, skip_special_tokens=True) for row in by_text.tokens.tolist()]
+    assert [step for step, _ in steps] == [0, 1, 2, 3]
+    assert np.array_equal(np.stack([tokens for _, tokens in steps], axis=1), by_text.tokens)
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        assert session.generate([[1, 2, 3]], 2).text is None  # no tokenizer: no text
+        with pytest.raises(InputError, match="prompt 0: text needs the tokenizer of a weights folder"):
+            session.generate(["Hello"], 2)
+
+
+def _cli(capsys, folder, *args):
+    return turnip(capsys, "--weights", folder, "--memory", MEMORY, "--backend", "cpu", "--max-new-tokens", 4, *args)
+
+
+@pytest.mark.parametrize("kind", FOLDERS)
+def test_cli_text_prompts_equal_their_ids_and_transformers_text(folders, tmp_path, capsys, kind):
+    folder = folders[kind]
+    theirs = hf(folder)
+    prompts = ["Grüße aus Köln 🙂", "日本語 🚀 Hello"]
+    np.savez(tmp_path / "ids.npz", *[np.array(theirs(p)["input_ids"]) for p in prompts])
+    by_ids = _cli(capsys, folder, "--input-ids", tmp_path / "ids.npz", "--outputs", tmp_path / "ids.out.npz")
+    assert by_ids.returncode == 0, by_ids.stderr
+    want = np.load(tmp_path / "ids.out.npz")["generated"]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    for given in (("--prompt", prompts[0], "--prompt", prompts[1]), ("--prompt-file", tmp_path / "p.jsonl")):
+        done = _cli(capsys, folder, *given, "--outputs", tmp_path / "o.npz")
+        assert done.returncode == 0, done.stderr
+        out = np.load(tmp_path / "o.npz")
+        assert out["generated"].tolist() == want.tolist()
+        assert out["text"].dtype.kind == "U" and out["text"].shape == (2,)
+        assert out["text"].tolist() == [theirs.decode(row, skip_special_tokens=True) for row in want.tolist()]
+
+
+def test_cli_chat_prints_and_streams_the_text(folders, capsys):
+    folder = folders["byte-level"]
+    theirs = hf(folder)
+    said = [CHATS[0][0]["content"], "Hello"]
+    chats = [theirs.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)["input_ids"]
+             for t in said]
+    with Session(weights=folder, memory=1 << 20, backend="cpu") as session:
+        want = session.generate([np.array(c) for c in chats], 4)
+    text = [theirs.decode(row, skip_special_tokens=True) for row in want.tokens.tolist()]
+    for stream in ((), ("--stream",)):  # one prompt: its text as it is, after the header line
+        done = _cli(capsys, folder, "--prompt", said[0], "--chat", *stream)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n", 1)[1].startswith(text[0] + "\n")
+    for stream in ((), ("--stream",)):  # several: every line prefixed by its prompt's index
+        done = _cli(capsys, folder, "--prompt", said[0], "--prompt", said[1], "--chat", *stream)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.split("\n")
+        for b in (0, 1):
+            mine = [line[4:] for line in lines if line.startswith(f"[{b}] ")]
+            assert "".join(mine) == text[b].replace("\n", "")
+            if not stream:
+                assert "\n".join(mine) == text[b]
+
+
+BAD = {
+    "text with --config": (("--config", "tiny", "--prompt", "Hello"), 1, "--prompt needs --weights: the model folder's tokenizer.json"),
+    "a prompt file with --config": (("--config", "tiny", "--prompt-file", "{no_field}"), 1, "--prompt-file needs --weights"),
+    "--stream with --config": (("--config", "tiny", "--prompt-tokens", 3, "--stream"), 1, "--stream needs --weights"),
+    "text with --input-ids": (("--prompt", "Hello", "--input-ids", "{ids}"), 2, "not allowed with argument"),
+    "text with --prompt-tokens": (("--prompt", "Hello", "--prompt-tokens", 3), 2, "not allowed with argument"),
+    "--chat without text": (("--prompt-tokens", 3, "--chat"), 1, "--chat applies the chat template to text prompts"),
+    "--stream on sim": (("--prompt", "Hello", "--stream", "--backend", "sim"), 1, "so --stream needs a backend that computes"),
+    "empty text": (("--prompt", "Hello", "--prompt", ""), 1, "prompt 1 is empty text"),
+    "too long": (("--prompt", "ü" * 200), 1, "prompt 0 is 401 tokens, more than the model's 256 positions"),
+    "no prompt field": (("--prompt-file", "{no_field}"), 1, "prompt 1 (line 2 of '{no_field}') has no \"prompt\""),
+    "not an object": (("--prompt-file", "{not_object}"), 1, "prompt 0 (line 1 of '{not_object}') must be a JSON object"),
+    "invalid UTF-8": (("--prompt-file", "{latin1}"), 1, "prompt 1 (line 2 of '{latin1}') is not valid UTF-8"),
+    "template fails": (("--prompt", "Hi", "--chat", "--weights", "{refusing}"), 1,
+                       "prompt 0: the chat template failed: no user messages here"),
+    "no template": (("--prompt", "Hi", "--chat", "--weights", "{sentencepiece}"), 1, "has no chat_template"),
+    "no tokenizer.json": (("--prompt", "Hi", "--weights", "{bare}"), 1, "'{bare}/tokenizer.json' does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_cli_bad_text_input_is_one_line_and_writes_nothing(folders, tmp_path, capsys, case):
+    paths = {"ids": tmp_path / "ids.npy", "no_field": tmp_path / "a.jsonl", "not_object": tmp_path / "b.jsonl",
+             "latin1": tmp_path / "c.jsonl", "refusing": tmp_path / "refusing", "bare": tmp_path / "bare",
+             "sentencepiece": folders["sentencepiece"]}
+    np.save(paths["ids"], np.array([1, 2, 3]))
+    paths["no_field"].write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    paths["not_object"].write_text('"a"\n')
+    paths["latin1"].write_bytes('{"prompt": "a"}\n{"prompt": "Grüße"}\n'.encode("latin-1"))
+    shutil.copytree(folders["byte-level"], paths["refusing"])
+    settings = {**FOLDERS["byte-level"][1], "chat_template": "{{ raise_exception('no user messages here') }}"}
+    (paths["refusing"] / "tokenizer_config.json").write_text(json.dumps(settings))
+    write_checkpoint(paths["bare"], MODEL)
+    args, code, message = BAD[case]
+    args = [str(a).format(**paths) for a in args]
+    source = [] if "--config" in args or "--weights" in args else ["--weights", str(folders["byte-level"])]
+    backend = [] if "--backend" in args else ["--backend", "cpu"]
+    out = [] if "sim" in args else ["--outputs", str(tmp_path / "o.npz")]
+    try:
+        done = turnip(capsys, *source, "--memory", MEMORY, "--max-new-tokens", 2, *backend, *out, *args)
+    except SystemExit as refused:  # argparse's one line: flags that cannot go together
+        done = Done(refused.code, *capsys.readouterr())
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("turnip generate: error: ")
+    assert message.format(**paths) in lines[0]
+    assert not (tmp_path / "o.npz").exists() and done.stdout == ""

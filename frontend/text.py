@@ -8,11 +8,13 @@ equals `AutoTokenizer.from_pretrained(folder)(text)["input_ids"]` and `decode` e
   (none: nothing is added). The named special tokens (every `*_token` of tokenizer_config.json, else of the
   legacy special_tokens_map.json), `extra_special_tokens` and `added_tokens_decoder` are added as special
   tokens where tokenizer.json does not have them. Truncation and padding stored in the file are off.
-- The class: where transformers picks `LlamaTokenizer` (tokenizer_class `LlamaTokenizer[Fast]` for a
-  `llama` model whose tokenizer.json is not byte-level), it builds its own pipeline around the file's
-  vocabulary: no normalizer, a Metaspace pre-tokenizer that prepends "▁" to the first piece only (every
-  piece when `legacy`, none without `add_prefix_space`) and a decoder that undoes it. So does this (it
-  changes the ids of sentencepiece-style files that prepend in a normalizer, as Llama-2's do).
+- The class: where transformers picks a class with its own pipeline (tokenizer_class `LlamaTokenizer[Fast]`
+  for a `llama` model whose tokenizer.json is not byte-level, or `GPT2Tokenizer[Fast]`, as SmolLM2 names;
+  mistral and qwen2 models load the file as it is), it builds that pipeline around the file's vocabulary,
+  and so does this. LlamaTokenizer: no normalizer, a Metaspace pre-tokenizer that prepends "▁" to the
+  first piece only (every piece when `legacy`, none without `add_prefix_space`) and a decoder that undoes
+  it (other ids than a Llama-2 file's, which prepends in a normalizer). GPT2Tokenizer: GPT-2's byte-level
+  pre-tokenizer alone (a file's digit splitting is dropped). Each class's default special tokens apply.
 - `decode` cleans up tokenization spaces where transformers does: `clean_up_tokenization_spaces`, never
   for a BPE model (unless forced by the config).
 Chat templates: `chat_template.jinja` (and `additional_chat_templates/*.jinja`) in the folder, else
@@ -39,8 +41,12 @@ LEGACY_SPECIAL_FILE = "special_tokens_map.json"
 TEMPLATE_FILE = "chat_template.jinja"
 TEMPLATE_DIR = "additional_chat_templates"
 INSTALL = "text needs the tokenizers and jinja2 packages: pip install 'turnip[text]'"
-LLAMA_DEFAULTS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
-"""The special tokens transformers' LlamaTokenizer assumes when tokenizer_config.json does not name them."""
+CLASS_DEFAULTS = {
+    "LlamaTokenizer": {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"},
+    "GPT2Tokenizer": {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+}
+"""The classes whose own pipeline transformers builds around a tokenizer.json (module docstring), with the
+special tokens each assumes where tokenizer_config.json does not name them."""
 CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 """transformers' `clean_up_tokenization`, in its order."""
@@ -75,10 +81,10 @@ class Tokenizer:
         self.folder = folder
         backend.no_truncation()
         backend.no_padding()
-        llama = _loads_as_llama(settings, model, folder / TOKENIZER_FILE)
-        if llama:
-            _llama_pipeline(backend, settings)
-        self.special = _special_tokens(settings, folder, llama)
+        rebuilt = _rebuilt_class(settings, model, folder / TOKENIZER_FILE)
+        if rebuilt is not None:
+            _class_pipeline(rebuilt, backend, settings)
+        self.special = _special_tokens(settings, folder, CLASS_DEFAULTS.get(rebuilt, {}))
         """Named special tokens (`bos_token`, `eos_token`, ...) -> their text; the chat template sees them."""
         backend.add_tokens(self._missing_tokens(tokenizers))
         backend.encode_special_tokens = bool(settings.get("split_special_tokens", False))
@@ -239,39 +245,48 @@ def jsonl_texts(path: str | Path, field: str, what: str = "prompt") -> list[str]
 
 
 # ----- what transformers does on load -------------------------------------------------------------------
-def _loads_as_llama(settings: dict, model: dict, path: Path) -> bool:
-    """Whether AutoTokenizer builds a `LlamaTokenizer` here (tokenization_auto.py): the class is named in
-    tokenizer_config.json or config.json, the model is a `llama` (mistral and qwen2 load the file as it is),
-    and the file is not byte-level (those load as they are too)."""
-    named = settings.get("tokenizer_class") or model.get("tokenizer_class") or ""
-    if "auto_map" in settings or named.removesuffix("Fast") != "LlamaTokenizer" or model.get("model_type") != "llama":
-        return False
-    return '"ByteLevel"' not in path.read_text(encoding="utf-8")
+def _rebuilt_class(settings: dict, model: dict, path: Path) -> str | None:
+    """The class of CLASS_DEFAULTS that AutoTokenizer builds here (models/auto/tokenization_auto.py), or None
+    where it loads the file as it is: the class named in tokenizer_config.json or config.json, for a `llama`
+    model (mistral and qwen2 have classes registered that load the file), and LlamaTokenizer only for a
+    file that is not byte-level. Remote code (`auto_map`) is not followed."""
+    named = (settings.get("tokenizer_class") or model.get("tokenizer_class") or "").removesuffix("Fast")
+    if "auto_map" in settings or named not in CLASS_DEFAULTS or model.get("model_type") != "llama":
+        return None
+    if named == "LlamaTokenizer" and '"ByteLevel"' in path.read_text(encoding="utf-8"):
+        return None
+    return named
 
 
-def _llama_pipeline(backend, settings: dict) -> None:
-    """LlamaTokenizer's pipeline around the file's vocabulary (models/llama/tokenization_llama.py)."""
+def _class_pipeline(name: str, backend, settings: dict) -> None:
+    """The class's own normalizer, pre-tokenizer and decoder, as its __init__ builds them (models/llama/
+    tokenization_llama.py, models/gpt2/tokenization_gpt2.py); vocabulary, added tokens and post-processor
+    stay the file's."""
     from tokenizers import decoders, pre_tokenizers
 
+    backend.normalizer = None
+    if name == "GPT2Tokenizer":
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(settings.get("add_prefix_space", False)))
+        backend.decoder = decoders.ByteLevel()
+        return
     prefix = settings.get("add_prefix_space")
     prefix = True if prefix is None else bool(prefix)
     scheme = ("always" if settings.get("legacy") else "first") if prefix else "never"
-    backend.normalizer = None
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme, split=False)
     steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     backend.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)] if prefix else []))
 
 
-def _special_tokens(settings: dict, folder: Path, llama: bool) -> dict[str, str]:
+def _special_tokens(settings: dict, folder: Path, defaults: dict[str, str]) -> dict[str, str]:
     """Every named special token, as transformers collects them: the `*_token` keys of tokenizer_config.json
     (overridden by the legacy special_tokens_map.json where the config has no `added_tokens_decoder`) and
-    of a dict `extra_special_tokens`, over LlamaTokenizer's defaults; a key set to null names none."""
+    of a dict `extra_special_tokens`, over the class's defaults; a key set to null names none."""
     named = {**settings, **({} if "added_tokens_decoder" in settings else _json(folder / LEGACY_SPECIAL_FILE))}
     if isinstance(settings.get("extra_special_tokens"), Mapping):  # the dict form names model-specific tokens
         named |= settings["extra_special_tokens"]
     found = {key: _token_text(value) for key, value in named.items()
              if key.endswith("_token") and (value is None or _token_text(value) is not None)}
-    return {key: text for key, text in {**(LLAMA_DEFAULTS if llama else {}), **found}.items() if text is not None}
+    return {key: text for key, text in {**defaults, **found}.items() if text is not None}
 
 
 def _token_text(value) -> str | None:

@@ -30,7 +30,8 @@ tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
 CORPUS = ["Hello world, this is a tiny corpus for a tiny tokenizer.", "Grüße aus Köln! Ça va? Très bien, merci.",
-          "日本語のテキストも少し。", "the quick brown fox jumps over the lazy dog", "Über den Fluß, and over the river again."]
+          "日本語のテキストも少し。", "the quick brown fox jumps over the lazy dog", "Über den Fluß, and over the river again.",
+          "In 2024 and 2025, not 1999."]
 TEXTS = ["Hello world", "Grüße aus Köln 🙂🚀 日本語", " leading space", "Hi  there\n\nnew line", "Ça va? 👩‍👩‍👧 ok",
          "a</s>b<s>c <|eot_id|> d", "🦀", "Hello , world . isn't it ?"]
 """Non-ASCII, emoji (bytes the vocabularies only have as single bytes), a ZWJ sequence, leading and double
@@ -144,6 +145,25 @@ def test_the_llama_tokenizer_pipeline_is_the_one_transformers_builds(folders):
     raw = tokenizers.Tokenizer.from_file(str(folders["sentencepiece"] / "tokenizer.json"))
     assert [raw.encode(t).ids for t in TEXTS] != [load_tokenizer(folders["sentencepiece"]).encode(t) for t in TEXTS]
     assert type(hf(folders["sentencepiece"])).__name__ == "LlamaTokenizer"
+
+
+def test_a_gpt2_tokenizer_class_gets_gpt2s_pipeline(folders, tmp_path):
+    """SmolLM2's layout: a llama whose tokenizer_config.json names GPT2Tokenizer, a file that splits digits;
+    transformers builds GPT-2's byte-level pipeline (no digit split) and adds its <|endoftext|>."""
+    folder = tmp_path / "m"
+    shutil.copytree(folders["byte-level"], folder)
+    doc = json.loads((folder / "tokenizer.json").read_text())
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, doc["pre_tokenizer"]]}
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**FOLDERS["byte-level"][1], "tokenizer_class": "GPT2Tokenizer"}))
+    ours, theirs = load_tokenizer(folder), hf(folder)
+    assert type(theirs).__name__ == "GPT2Tokenizer"
+    texts = [*TEXTS, "In 2024, <|endoftext|> 1999"]
+    for text in texts:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+        assert ours.decode(theirs(text)["input_ids"]) == theirs.decode(theirs(text)["input_ids"], skip_special_tokens=True)
+    raw = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert raw.encode(texts[-1]).ids != ours.encode(texts[-1])
 
 
 def test_the_post_processor_decides_the_special_tokens(tmp_path):

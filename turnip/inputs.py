@@ -1,18 +1,23 @@
-"""A session's arguments checked: the model (config and weights), prompts, forced tokens and given KV
-caches, each as the session uses it or a one-line `InputError` naming what is wrong."""
+"""A session's arguments checked: the model (config and weights), prompts (token ids, or text and chats
+through the weights folder's tokenizer), forced tokens and given KV caches, each as the session uses it
+or a one-line `InputError` naming what is wrong."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from frontend.text import Tokenizer, load_tokenizer
 from frontend.workloads import llama
 from frontend.workloads.llama.kv_cache import KvCache
 from runtime.backends import compute_dtype
 from turnip_ir.errors import InputError
+
+NO_TOKENIZER = "text needs the tokenizer of a weights folder, and this session has none (it was made without one)"
+
 
 def load_model(config, weights, seed: int, dtype: str | None, backend: str) -> tuple[llama.LlamaConfig, Mapping]:
     """The config (with the compute dtype) and the weights: a mapping, a checkpoint folder, or random from `seed`."""
@@ -72,15 +77,23 @@ def forced_tokens(tokens, batch: int, steps: int, config: llama.LlamaConfig) -> 
     return ids.astype(np.int64)
 
 
-def checked_prompts(prompts: Sequence, config: llama.LlamaConfig) -> list[np.ndarray]:
-    """Each prompt as int64 [P], or a one-line error naming the prompt."""
+def checked_prompts(prompts, config: llama.LlamaConfig, tokenizer: Callable[[], Tokenizer] | None = None,
+                    chat: bool = False) -> list[np.ndarray]:
+    """Each prompt as int64 [P], or a one-line error naming the prompt. A prompt is token ids (an array, or
+    a list of ints: one prompt), a string (encoded by `tokenizer()`, the folder's; with `chat`, as one user
+    message of the chat template) or a conversation (a list of {"role", "content"} messages: the template)."""
     if isinstance(prompts, np.ndarray):
         prompts = [prompts] if prompts.ndim == 1 else list(prompts)  # [P] or [B, P]
+    elif isinstance(prompts, str) or _is_ids(prompts) or _is_conversation(prompts):
+        prompts = [prompts]
     if len(prompts) == 0:
         raise InputError("no prompts given")
     checked = []
     for i, prompt in enumerate(prompts):
-        ids = np.asarray(prompt)
+        if isinstance(prompt, str) or _is_conversation(prompt):
+            ids = _encoded(prompt, i, config, tokenizer, chat)
+        else:
+            ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             raise InputError(f"prompt {i} must be a 1-D array of integer token ids, got {ids.dtype} of shape {list(ids.shape)}")
         if ids.size == 0:
@@ -90,3 +103,56 @@ def checked_prompts(prompts: Sequence, config: llama.LlamaConfig) -> list[np.nda
             raise InputError(f"prompt {i}: token id {int(bad[0])} is out of the vocabulary range [0, {config.vocab_size})")
         checked.append(ids.astype(np.int64))
     return checked
+
+
+def _encoded(prompt: str | list, i: int, config: llama.LlamaConfig, tokenizer, chat: bool) -> np.ndarray:
+    """A text prompt's ids; text longer than the model's positions is refused (ids are not: RoPE extends past
+    them, and benchmarks run 7b past its 4096)."""
+    if isinstance(prompt, str) and not prompt:
+        raise InputError(f"prompt {i} is empty text")
+    if isinstance(prompt, str) and chat:
+        prompt = [{"role": "user", "content": prompt}]
+    try:
+        if tokenizer is None:
+            raise InputError(NO_TOKENIZER)
+        ids = tokenizer().encode(prompt) if isinstance(prompt, str) else tokenizer().apply_chat_template(prompt)
+    except InputError as err:
+        raise InputError(f"prompt {i}: {err}") from None
+    if len(ids) > config.max_position_embeddings:
+        raise InputError(f"prompt {i} is {len(ids)} tokens, more than the model's {config.max_position_embeddings} positions "
+                         "(max_position_embeddings)")
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _is_ids(prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(
+        isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in prompt)
+
+
+def _is_conversation(prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(m, Mapping) for m in prompt)
+
+
+class FolderTokenizer:
+    """A weights folder's tokenizer (frontend/text.py), loaded at its first use and kept; calling it gives
+    the tokenizer or a one-line error naming what is missing."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        self._loaded: Tokenizer | None = None
+
+    def __call__(self) -> Tokenizer:
+        if self._loaded is None:
+            if self.folder is None:
+                raise InputError(NO_TOKENIZER)
+            self._loaded = load_tokenizer(self.folder)
+        return self._loaded
+
+    def decoded(self, tokens: np.ndarray) -> list[str] | None:
+        """Each row's text (special tokens skipped), or None where there is no tokenizer to use: no weights
+        folder, no tokenizer.json in it, or the `text` extra not installed (token ids alone need none of them)."""
+        try:
+            tokenizer = self()
+        except InputError:
+            return None
+        return [tokenizer.decode(row, skip_special_tokens=True) for row in np.asarray(tokens)]

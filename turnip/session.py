@@ -50,7 +50,7 @@ from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
 from turnip.host import HostMemory, Materialized
-from turnip.inputs import checked_prompts, forced_tokens, given_cache, given_caches, load_model
+from turnip.inputs import FolderTokenizer, checked_prompts, forced_tokens, given_cache, given_caches, load_model
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
@@ -65,9 +65,12 @@ CACHE_ENTRIES = 256
 
 @dataclass
 class GenerateResult:
-    """The new tokens int64 [B, N] and what the runs cost."""
+    """The new tokens int64 [B, N], their text, and what the runs cost."""
 
     tokens: np.ndarray
+    text: list[str] | None = None
+    """Per prompt, its new tokens' text (special tokens skipped), where the session has a tokenizer (a weights
+    folder with tokenizer.json) and computes values; else None."""
     computed: bool = True
     """False on the sim backend: no values, `tokens` is -1."""
     prefill_seconds: float = 0.0
@@ -134,6 +137,8 @@ class Session:
         if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
             raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
         self.config, source = load_model(config, weights, seed, dtype, self.backend)
+        self.tokenizer = FolderTokenizer(Path(weights) if isinstance(weights, (str, Path)) else None)
+        """The weights folder's tokenizer: `session.tokenizer()` loads it once (frontend/text.py), or says what is missing."""
         self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
         self.schedule, self.kv_block = schedule, kv_block
         self.host = HostMemory(self.backend)
@@ -192,8 +197,13 @@ class Session:
         return built.gather(result.outputs)
 
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int | None = None, stop_at_eos: bool = False, forced=None, caches=None) -> GenerateResult:
+                 seed: int | None = None, stop_at_eos: bool = False, forced=None, caches=None, on_step=None) -> GenerateResult:
         """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].
+
+        A prompt may be text or a conversation (a list of {"role", "content"} messages) too, tokenized with
+        the weights folder's tokenizer (turnip/inputs.py `checked_prompts`); `GenerateResult.text` is then
+        the new tokens' text. `on_step(step, tokens)` is called after each decode step with its chosen
+        tokens int64 [B] (to stream them).
 
         With `stop_at_eos`, a sequence that has emitted an end-of-sequence id (the config's) emits that id
         from then on (it is still computed: the batch keeps its shape). Teacher forcing: `forced`, int
@@ -206,7 +216,7 @@ class Session:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
-        prompts = checked_prompts(prompts, self.config)
+        prompts = checked_prompts(prompts, self.config, self.tokenizer)
         forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
         if isinstance(caches, KvCache):  # the caller's buffers, written in place
@@ -222,13 +232,14 @@ class Session:
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
         try:
-            self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens))
+            self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens), on_step)
         finally:
             self._call_steps = {}
+        stats.text = self.tokenizer.decoded(stats.tokens) if stats.computed else None
         return stats
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
-                       rng, stop_at_eos: bool, max_new_tokens: int) -> None:
+                       rng, stop_at_eos: bool, max_new_tokens: int, on_step=None) -> None:
         """`generate`'s decode steps, filling `stats`."""
         finished = np.zeros(len(current), dtype=bool)
         kept = None  # the teacher-forced steps' logits
@@ -253,6 +264,8 @@ class Session:
             stats.tokens[:, step] = current = chosen
             stats.step_host_seconds[-1]["choose"] = time.perf_counter() - chose
             stats.step_seconds.append(time.perf_counter() - began - (stats.compile_seconds - compiled))
+            if on_step is not None:  # after the step's time is taken: what the caller does is not the step's
+                on_step(step, stats.tokens[:, step].copy())
         if kept is not None:
             stats.logits = [np.asarray(logits, dtype=np.float64) for logits in kept]
 

@@ -1,10 +1,13 @@
 """`turnip generate`: new tokens for a batch of prompts from a LLaMA model under a per-GPU budget.
 
 Thin: it reads the prompts (an .npy [P] or [B, P], an .npz of ragged 1-D prompts in the order the file
-lists them, or B random prompts of P ids), opens a `turnip.Session` and calls `generate`, then prints a
-summary and writes `generated` int64 [B, N] and the trace only after success. The sim backend computes
-no values: it runs for timing only, feeding back token 0, says so, and refuses --outputs. --trace writes
-the last decode step's trace. Every bad input is one line and a non-zero exit.
+lists them, B random prompts of P ids, or text: --prompt, --prompt-file's JSON Lines, each tokenized by
+the weights folder's tokenizer, with --chat through its chat template), opens a `turnip.Session` and
+calls `generate`, then prints a summary and writes `generated` int64 [B, N] (and `text` [B], where the
+folder has a tokenizer) and the trace only after success; without --outputs the text is printed, with
+--stream as the tokens arrive. The sim backend computes no values: it runs for timing only, feeding back
+token 0, says so, and refuses --outputs and --stream. --trace writes the last decode step's trace. Every
+bad input is one line and a non-zero exit, before anything runs.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from frontend.text import TextStream, Tokenizer, jsonl_texts
 from frontend.workloads import llama
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
 from runtime.inputs import NUMPY_READ_ERRORS
 from runtime.policies import ORDERS
 from turnip import Session
+from turnip.inputs import checked_prompts
 from turnip_cli.llama_cmd import model_input_files
 from turnip_cli.planning import check_positive_options, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
@@ -35,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prompts = parser.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--input-ids", metavar="FILE", help=".npy of token ids [P] or [B, P], or .npz of 1-D prompts of any lengths")
     prompts.add_argument("--prompt-tokens", type=int, metavar="P", help="draw --batch prompts of P ids from --seed")
+    prompts.add_argument("--prompt", action="append", metavar="TEXT", help="a text prompt (repeatable), tokenized by "
+                         "the --weights folder's tokenizer.json")
+    prompts.add_argument("--prompt-file", metavar="FILE.jsonl", help='text prompts, one {"prompt": TEXT} a line')
+    parser.add_argument("--chat", action="store_true", help="each text prompt is a user message of the folder's chat template")
+    parser.add_argument("--stream", action="store_true", help="print each prompt's text as its tokens arrive (several "
+                        "prompts: lines prefixed by the prompt's index)")
     parser.add_argument("--batch", type=int, default=1, metavar="B", help="prompts drawn with --prompt-tokens (default 1)")
     parser.add_argument("--max-new-tokens", type=int, required=True, metavar="N", help="new tokens per prompt, exactly")
     parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
@@ -45,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, prompts, sampling and --order random")
     parser.add_argument("--temperature", type=float, default=0.0, metavar="X", help="0: greedy (default)")
     parser.add_argument("--top-p", type=float, default=1.0, metavar="X", help="nucleus sampling mass in (0, 1]")
-    parser.add_argument("--outputs", metavar="OUT.npz", help="write generated int64 [B, N] to this .npz")
+    parser.add_argument("--outputs", metavar="OUT.npz", help="write generated int64 [B, N] (and text [B] where the "
+                        "folder has a tokenizer) to this .npz; without it the text is printed")
     parser.add_argument("--trace", metavar="TRACE.json", help="write the last decode step's Chrome/Perfetto trace")
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
                         "config's); bfloat16 is computed in float32 on the cpu backend")
@@ -61,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
-    check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
+    check_outputs({"--outputs": args.outputs, "--trace": args.trace},
+                  {**model_input_files(args), "--prompt-file": args.prompt_file})  # before a long run
+    _check_text_options(args, backend)
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
     check_positive_options(args, "gpus")
@@ -73,11 +87,17 @@ def run(args: argparse.Namespace) -> int:
                       gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
                       backend_options=named)
     with session:
-        prompts = _prompts(args, session.config)
+        prompts = _prompts(args, session)
+        stream = Stream(session.tokenizer(), len(prompts)) if args.stream else None
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
               f"{args.max_new_tokens} new tokens each; budget {args.memory} per GPU on {backend}")
-        result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos)
-    written = write_all(run_files(args.outputs, lambda: {"generated": result.tokens}, args.trace, result.recorder))
+        result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos,
+                                  on_step=stream)
+    if stream is not None:
+        stream.finish()
+    elif result.text is not None and not args.outputs:
+        print("\n".join(prefixed(b, text, len(result.text)) for b, text in enumerate(result.text)))
+    written = write_all(run_files(args.outputs, lambda: _arrays(result), args.trace, result.recorder))
     print("\n".join(summary_lines(result)))
     for path in written:
         print(f"wrote {path}")
@@ -103,8 +123,61 @@ def summary_lines(result) -> list[str]:
     return lines
 
 
-def _prompts(args: argparse.Namespace, config: llama.LlamaConfig) -> list[np.ndarray]:
-    """The prompts as given (checked by the session), or --batch random ones of --prompt-tokens ids."""
+def _check_text_options(args: argparse.Namespace, backend: str) -> None:
+    """Text needs a folder's tokenizer, --chat needs text, and --stream values: one line each, before any work."""
+    text = args.prompt is not None or args.prompt_file is not None
+    if (text or args.stream) and args.weights is None:
+        flag = "--prompt" if args.prompt is not None else "--prompt-file" if text else "--stream"
+        raise InputError(f"{flag} needs --weights: the model folder's tokenizer.json turns text into ids and back, "
+                         "and a --config has no tokenizer")
+    if args.chat and not text:
+        raise InputError("--chat applies the chat template to text prompts: give --prompt or --prompt-file")
+    if args.stream and backend == "sim":
+        raise InputError("the sim backend computes no values, so --stream needs a backend that computes")
+
+
+def _arrays(result) -> dict[str, np.ndarray]:
+    """What --outputs holds: the new tokens, and their text where the session has a tokenizer."""
+    arrays = {"generated": result.tokens}
+    if result.text is not None:
+        arrays["text"] = np.array(result.text, dtype=np.str_)
+    return arrays
+
+
+def prefixed(b: int, text: str, prompts: int) -> str:
+    """A prompt's text as printed: as it is for one prompt; for several, each line prefixed by its index."""
+    return text if prompts == 1 else "\n".join(f"[{b}] {line}" for line in text.split("\n"))
+
+
+class Stream:
+    """--stream: the `on_step` callback printing each prompt's new text once it is complete (frontend/text.py
+    `TextStream`): one prompt's as it comes, several prompts' as lines prefixed by the prompt's index."""
+
+    def __init__(self, tokenizer: Tokenizer, prompts: int):
+        self.texts = [TextStream(tokenizer) for _ in range(prompts)]
+
+    def __call__(self, step: int, tokens: np.ndarray) -> None:
+        for b, token in enumerate(tokens):
+            self._show(b, self.texts[b].push([token]))
+
+    def finish(self) -> None:
+        for b, text in enumerate(self.texts):
+            self._show(b, text.finish())
+        if len(self.texts) == 1:
+            print(flush=True)
+
+    def _show(self, b: int, text: str) -> None:
+        if text:
+            print(prefixed(b, text, len(self.texts)), end="" if len(self.texts) == 1 else "\n", flush=True)
+
+
+def _prompts(args: argparse.Namespace, session: Session) -> list[np.ndarray]:
+    """The prompts as given (checked by the session): token ids, text tokenized by the folder's tokenizer, or
+    --batch random ones of --prompt-tokens ids."""
+    config = session.config
+    if args.prompt is not None or args.prompt_file is not None:
+        texts = args.prompt if args.prompt is not None else jsonl_texts(args.prompt_file, "prompt")
+        return checked_prompts(texts, config, session.tokenizer, chat=args.chat)
     if args.prompt_tokens is not None:
         if args.prompt_tokens < 1 or args.batch < 1:
             raise InputError(f"--prompt-tokens and --batch must be positive, got {args.prompt_tokens} and {args.batch}")

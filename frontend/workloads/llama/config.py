@@ -7,9 +7,11 @@ null) and `qwen2` (biases on the q, k and v projections; its per-layer sliding w
 `LlamaConfig` does: `num_key_value_heads` defaults to the head count, `head_dim` to hidden / heads,
 `rms_norm_eps` to 1e-6; RoPE comes from `rope_parameters` (transformers 5) or from a top-level
 `rope_theta` plus `rope_scaling` (4.x; `rope_scaling` wins, as in transformers), with `type` as an old
-name of `rope_type`; the dtype from `dtype` or `torch_dtype`. What the graph cannot express (another
-model_type, biases other than qwen2's q/k/v ones, an activation other than silu, partial rotary,
-unsupported RoPE types, qwen2's sliding layers) is refused with one line naming the field and its value.
+name of `rope_type`; the dtype from `dtype` or `torch_dtype`; the end-of-sequence ids from a
+`generation_config.json` beside config.json where there is one (as transformers' `generate` reads them).
+What the graph cannot express (another model_type, biases other than qwen2's q/k/v ones, an activation
+other than silu, partial rotary, unsupported RoPE types, qwen2's sliding layers) is refused with one
+line naming the field and its value.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from turnip_ir.kernels import DTYPE_BYTES
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 FAMILIES = ("llama", "mistral", "qwen2")
+GENERATION_FILE = "generation_config.json"
 MISTRAL_WINDOW = 4096
 """transformers' `MistralConfig.sliding_window` when config.json does not name it."""
 
@@ -56,7 +59,8 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     """The LM head is the embedding table (transformers' default for LlamaConfig is False)."""
     eos_token_id: tuple[int, ...] = ()
-    """The end-of-sequence ids (`config.json` gives one id or a list); generation stops on them only when asked."""
+    """The end-of-sequence ids (one id or a list, from generation_config.json beside config.json when there is
+    one, else config.json: `load_config`); generation stops on them only when asked."""
     model_type: str = "llama"
     sliding_window: int | None = None
     """Each query sees itself and the `sliding_window - 1` keys before it (mistral); None: every earlier key."""
@@ -90,7 +94,22 @@ def load_config(text: str) -> LlamaConfig:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"config '{path}' is not readable JSON: {err}") from None
-    return from_hf(doc, str(path))
+    return from_hf(_with_generation_eos(doc, path), str(path))
+
+
+def _with_generation_eos(doc, path: Path):
+    """The end-of-sequence ids as transformers' `generate` takes them: a `generation_config.json` beside a
+    `config.json` wins wholly (an id, a list such as Llama-3-Instruct's, or none), else config.json's own."""
+    beside = path.parent / GENERATION_FILE
+    if path.name != "config.json" or not beside.is_file() or not isinstance(doc, dict):
+        return doc
+    try:
+        generation = json.loads(beside.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"generation config '{beside}' is not readable JSON: {err}") from None
+    if not isinstance(generation, dict):
+        raise InputError(f"generation config '{beside}': expected a JSON object")
+    return {**doc, "eos_token_id": list(_ids(generation.get("eos_token_id"), "eos_token_id", str(beside)))}
 
 
 def from_hf(doc: dict, where: str) -> LlamaConfig:

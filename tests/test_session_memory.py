@@ -33,18 +33,22 @@ def _simulated() -> bool:
     return simulated()
 
 
-def test_a_call_sizes_the_arena_once_before_its_first_run(small_config):
-    """Ragged prompts whose decode steps read more cache (more page tables) than their prefills: the arena
-    is sized for all of them before anything runs, so the call builds one backend, every plan gets the
-    same arena, and a second call of the same shapes builds nothing."""
+def test_a_call_sizes_the_arena_once_before_its_first_run(small_config, monkeypatch):
+    """Decode steps that read more pinned cache (more GPU page tables) than the prefills: the arena is sized
+    for every graph of the call before anything runs, so the call builds one backend and every plan gets
+    the same arena; a second call of the same shapes builds and compiles nothing. (The page tables are
+    made 1/16 of what is pinned, where the real 2 MiB per GiB needs a 7b's 17 GB cache to show the same.)"""
     if not _simulated():
         pytest.skip("runs numba-cuda's simulator")
-    prompts = [np.arange(1, 40), np.arange(3, 9), np.array([5])]
-    with Session(config=small_config, memory=(1 << 20) + CUDA_RESERVE + (16 << 20), backend="cuda", kv_block=16) as session:
-        first = session.generate(prompts, 40)
+    from runtime.backends.cuda import devices
+
+    monkeypatch.setattr(devices, "page_table_bytes", lambda pinned: max(pinned, 0) // 16)
+    prompts = [np.arange(1, 3) + b for b in range(4)]
+    with Session(config=small_config, memory=(1 << 20) + CUDA_RESERVE + (16 << 20), backend="cuda", kv_block=64) as session:
+        first = session.generate(prompts, 2)
         assert session.backends_built == 1
         assert {plan.budget for plan in session.cache.values()} == {session.arena}
-        second = session.generate(prompts, 40)
+        second = session.generate(prompts, 2)
         assert session.backends_built == 1 and second.compiles == 0
         assert (second.tokens == first.tokens).all()
 

@@ -175,6 +175,9 @@ def lower_grad(prog: Program, step, d_out: Blocked, names: dict[int, str]) -> di
     packed, heads, kv_heads = step.attrs["packed"], step.attrs["heads"], step.attrs["kv_heads"]
     if packed is None:
         raise InputError(f"attention '{step.result.name}': its program was not built with training=True, so it kept no log-sum-exp")
+    if any("segments" in prog.graph.nodes[block.id].attrs for block in packed.blocks.values()):
+        raise InputError(f"attention '{step.result.name}': blocks of several sequences (segments) have no backward yet; "
+                         "give each sequence its own token blocks")
     groups = len(q.splits[1])
     attrs = {"heads": heads // groups, "kv_heads": kv_heads // groups}
     starts = _starts(q.splits[0])

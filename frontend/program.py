@@ -32,7 +32,7 @@ from frontend.lazy import LazyTensor
 from frontend.order import ordered
 from frontend.partition import Split, SplitSpec, as_split, block_slice
 from frontend.placement import Placement, Site, follow, round_robin
-from turnip_ir.kernels import KERNELS, Shape, nbytes, parse_equation
+from turnip_ir.kernels import KERNELS, Shape, nbytes, numpy_dtype, parse_equation
 from turnip_ir.taskgraph import TaskGraph, Tensor
 
 Coords = tuple[int, ...]
@@ -398,7 +398,7 @@ def _block(name: str, whole, index: tuple[slice, ...], dtype: str):
     """Block `index` of input `name`'s value: a C-contiguous array in `dtype`, or a lazy block of a lazy
     value, which must already be in `dtype` (a conversion is its reader's job, done as it writes)."""
     if not isinstance(whole, LazyTensor):
-        return np.ascontiguousarray(whole[index], dtype=dtype)
+        return np.ascontiguousarray(whole[index], dtype=numpy_dtype(dtype))
     if whole.dtype.name != dtype:
         raise InputError(f"input '{name}': a lazy value of dtype {whole.dtype.name} cannot feed a {dtype} input")
     cut = tuple(len(range(*s.indices(n))) for s, n in zip(index, whole.shape))

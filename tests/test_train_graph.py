@@ -5,8 +5,8 @@ q/k/v biases and tied embeddings) and batch (1 and 2 sequences side by side): th
 `XForCausalLM(input_ids=ids, labels=ids).loss` and its LoRA gradients equal the gradients torch's autograd
 gives adapters added by hand (y = W x + alpha/r B A x), under a budget that forces offload (and, with
 a slow host link and `remat`, recomputes), in random dispatch orders that agree bit for bit; the plan verifies (compile_taskgraph verifies every memgraph).
-fp16 with a loss scale lands near the float64 gradients; the base weights get no gradient task; a bad
-batch or adapter is refused in one line.
+Two GPUs give the one-GPU step bit for bit; fp16 with a loss scale lands near the float64 gradients; the
+base weights get no gradient task; a bad batch or adapter is refused in one line.
 """
 
 from __future__ import annotations
@@ -101,6 +101,23 @@ def test_half_precision_with_a_loss_scale_lands_near_float64():
         got = half.grads(rough)[adapter]
         assert got.dtype == np.float32
         assert np.abs(got - want).max() <= 0.03 * np.abs(want).max(), adapter
+
+
+def test_two_gpus_give_the_one_gpu_step_bit_for_bit():
+    """Sequence and layers placements move blocks between the GPUs; the sums and their order are the same."""
+    config = from_hf({**TINY, "dtype": "float64"}, "tiny")
+    weights, adapters, ids = _inputs(config, 2)
+    results = []
+    for gpus, placement in ((1, "sequence"), (2, "sequence"), (2, "layers")):
+        step = build_training_step(config, 2, SEQ_LEN, LORA, block=BLOCK, gpus=gpus, placement=placement)
+        memgraph = compile_taskgraph(step.graph, 1 << 20)
+        assert (memgraph.count("move") > 0) == (gpus == 2)
+        outputs = execute(memgraph, "cpu", order="random", inputs=step.feed(weights, adapters, ids)).outputs
+        results.append((step.loss(outputs), step.grads(outputs)))
+    for loss, grads in results[1:]:
+        assert loss == results[0][0]
+        for name, g in grads.items():
+            np.testing.assert_array_equal(g, results[0][1][name])
 
 
 def test_the_base_weights_get_no_gradient_and_the_outputs_are_the_loss_and_adapters():

@@ -23,11 +23,12 @@ reloads them reloads each about M times less often.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import product
 from typing import TYPE_CHECKING
 
-from turnip_ir.errors import InputError
 from frontend.placement import Placement, Site
+from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS, nbytes
 
 if TYPE_CHECKING:
@@ -193,17 +194,17 @@ def lower_grad(prog: Program, step, d_out: Blocked, names: dict[int, str]) -> di
         grads[0] = prog._new(names[0], q.shape, q.dtype, q.splits)
         for i, g in product(range(len(links)), range(groups)):
             gpu = _grad_site(prog, step, i, g, (q, packed, d_out))
-            chain = [(j, masked, j == i) for j, masked in links[i]]
-            grads[0].blocks[(i, g)] = _chain(prog, chain, lambda j: operands(i, j, g, gpu), gpu, "q", attrs, grads[0].block_id((i, g)))
+            chain = [(i, j, masked) for j, masked in links[i]]
+            grads[0].blocks[(i, g)] = _chain(prog, chain, partial(operands, g=g, gpu=gpu), gpu, "q", attrs, grads[0].block_id((i, g)))
     if 1 in names or 2 in names:
         readers: dict[int, list] = {}
         for i, seen in enumerate(links):
             for j, masked in seen:
-                readers.setdefault(j, []).append((i, masked, i == j))
+                readers.setdefault(j, []).append((i, j, masked))
         kv = {n: prog._new(names[n], x.shape, x.dtype, x.splits) for n, x in ((1, k), (2, v)) if n in names}
         for j, g in product(sorted(readers), range(groups)):
             gpu = _grad_site(prog, step, j, g, (k, v))
-            both = _chain(prog, readers[j], lambda i: operands(i, j, g, gpu), gpu, "kv", attrs, f"{step.result.name}.dkv[{j},{g}]")
+            both = _chain(prog, readers[j], partial(operands, g=g, gpu=gpu), gpu, "kv", attrs, f"{step.result.name}.dkv[{j},{g}]")
             rows = k.block_shape((j, g))[0]
             for n, x in kv.items():
                 span = {"start": 0, "stop": rows} if n == 1 else {"start": rows, "stop": 2 * rows}
@@ -212,14 +213,16 @@ def lower_grad(prog: Program, step, d_out: Blocked, names: dict[int, str]) -> di
     return grads
 
 
-def _chain(prog: Program, links: list[tuple[int, dict, bool]], operands, gpu: int, wrt: str, attrs: dict, task_id: str):
-    """One chain of `attention_grad` links (block, masks, causal), the last one final and named `task_id`."""
+def _chain(prog: Program, links: list[tuple[int, int, dict]], operands, gpu: int, wrt: str, attrs: dict, task_id: str):
+    """One chain of `attention_grad` links (query block, key block, masks), the last one final and named
+    `task_id`; `operands(i, j)` reads a link's five operands on `gpu`."""
     prev = None
-    for n, (block, masked, diagonal) in enumerate(links):
+    for n, (i, j, masked) in enumerate(links):
         last = n == len(links) - 1
-        link = attrs | masked | {"wrt": wrt} | ({"causal": True} if diagonal else {}) | ({} if last else {"final": False})
-        args = operands(block) + ([prev] if prev is not None else [])
-        prev = prog.graph.kernel("attention_grad", *args, device=gpu, id=task_id if last else f"{task_id}.{wrt}{block}", **link)
+        link = attrs | masked | {"wrt": wrt} | ({"causal": True} if i == j else {}) | ({} if last else {"final": False})
+        args = operands(i, j) + ([prev] if prev is not None else [])
+        link_id = task_id if last else f"{task_id}.{wrt}{j if wrt == 'q' else i}"
+        prev = prog.graph.kernel("attention_grad", *args, device=gpu, id=link_id, **link)
     return prev
 
 

@@ -35,11 +35,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from turnip_ir.errors import InputError
 from frontend import attention
 from frontend.loss import lower_grad as cross_entropy_grad
 from frontend.placement import follow
 from frontend.program import Blocked, Program, Step
+from turnip_ir.errors import InputError
 from turnip_ir.kernels import parse_equation
 
 
@@ -195,7 +195,7 @@ def _rmsnorm(state, step, dy, k, name):
 
 
 def _rope(state, step, dy, k, name):
-    x, cos, sin = step.operands
+    _, cos, sin = step.operands
     if k:
         raise InputError(f"map '{step.result.name}': rope has no gradient rule for its tables ('{step.operands[k].name}')")
     if sin.name not in state.negated:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from turnip_ir.errors import InputError
 from frontend.partition import starts
+from turnip_ir.errors import InputError
 from turnip_ir.kernels import partial_dtype
 
 if TYPE_CHECKING:

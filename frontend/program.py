@@ -26,12 +26,12 @@ from itertools import product
 
 import numpy as np
 
-from turnip_ir.errors import InputError
 from frontend import attention, loss
 from frontend.lazy import LazyTensor
 from frontend.order import ordered
 from frontend.partition import Split, SplitSpec, as_split, block_slice
 from frontend.placement import Placement, Site, follow, round_robin
+from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS, Shape, nbytes, numpy_dtype, parse_equation
 from turnip_ir.taskgraph import TaskGraph, Tensor
 

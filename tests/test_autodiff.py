@@ -79,7 +79,7 @@ def test_attention_grad_formula_equals_finite_differences():
     for position, analytic in enumerate((dq, dk, dv)):
         direction = rng.standard_normal(analytic.shape)
 
-        def value(step):
+        def value(step, position=position, direction=direction):
             xs = [q, k, v]
             xs[position] = xs[position] + step * direction
             return (d_out * apply("attention", xs, attrs)).sum()
@@ -254,10 +254,10 @@ def chains(draw):
     sequences = draw(st.booleans())
     half = tokens // 2
     t_split = draw(st.sampled_from([(half, half), (1, half - 1, half)] if sequences else [1, 2, 3, (1, tokens - 1)]))
-    return dict(tokens=tokens, t_split=t_split, f_split=draw(st.sampled_from([1, 2])),
-                ops=draw(st.lists(st.sampled_from(OPS), min_size=1, max_size=4)),
-                end=draw(st.sampled_from(["cross_entropy", "cotangent"])), seed=draw(st.integers(0, 1000)),
-                window=draw(st.sampled_from([None, 2, 3])), sequences=sequences)
+    return {"tokens": tokens, "t_split": t_split, "f_split": draw(st.sampled_from([1, 2])),
+            "ops": draw(st.lists(st.sampled_from(OPS), min_size=1, max_size=4)),
+            "end": draw(st.sampled_from(["cross_entropy", "cotangent"])), "seed": draw(st.integers(0, 1000)),
+            "window": draw(st.sampled_from([None, 2, 3])), "sequences": sequences}
 
 
 def _build(spec):
@@ -279,7 +279,7 @@ def test_gradients_of_random_programs_equal_finite_differences(spec):
     for name, g in grads.items():
         direction = chain.rng.standard_normal(chain.shapes[name])
 
-        def value(step):
+        def value(step, name=name, direction=direction):
             moved = dict(values, **{name: values[name] + step * direction})
             return chain.loss_value(evaluate(chain.prog.graph, chain.prog.feed(moved)))
 
@@ -311,8 +311,8 @@ def test_the_cpu_backend_runs_the_backward_pass_under_offload(spec, order_seed):
 def test_frozen_inputs_get_no_gradient_tasks():
     """Only the LM head is trained: the backward pass is its logits' gradient and its own, nothing for the
     [8, 8] projections before it or the stream they make."""
-    chain, grads = _build(dict(tokens=4, t_split=2, f_split=1, ops=["proj", "swiglu", "proj"], end="cross_entropy",
-                               seed=0, window=None, sequences=False))
+    chain, grads = _build({"tokens": 4, "t_split": 2, "f_split": 1, "ops": ["proj", "swiglu", "proj"],
+                           "end": "cross_entropy", "seed": 0, "window": None, "sequences": False})
     assert list(grads) == ["head"]
     backward = [node for node in chain.prog.graph.nodes.values() if node.id.startswith("d")]
     assert {node.op for node in backward} == {"xent_grad", "einsum", "add"}
@@ -348,12 +348,11 @@ def test_what_has_no_rule_is_refused_in_one_line():
 
 
 def test_cuda_refuses_a_training_kernel_in_one_line():
-    from runtime.backends.cuda import CudaBackend
-    from runtime.backends.cuda import builders
+    from runtime.backends.cuda import CudaBackend, builders
 
     assert set(builders.missing_kernels()) >= {"attention_grad", "xent", "xent_grad"}
-    chain, _ = _build(dict(tokens=4, t_split=2, f_split=1, ops=["proj"], end="cross_entropy", seed=0, window=None,
-                           sequences=False))
+    chain, _ = _build({"tokens": 4, "t_split": 2, "f_split": 1, "ops": ["proj"], "end": "cross_entropy", "seed": 0,
+                       "window": None, "sequences": False})
     memgraph = compile_taskgraph(chain.prog.graph, 1 << 20)
     with pytest.raises(KernelError, match=r"kernel 'xent' has no cuda implementation .* run it with --backend cpu$"):
         execute(memgraph, CudaBackend(), inputs=chain.prog.feed(chain.values()))

@@ -4,7 +4,8 @@ Per family (llama with GQA; mistral with a sliding window that the block size do
 q/k/v biases and tied embeddings) and batch (1 and 2 sequences side by side): the step's loss equals
 `XForCausalLM(input_ids=ids, labels=ids).loss` and its LoRA gradients equal the gradients torch's autograd
 gives adapters added by hand (y = W x + alpha/r B A x), under a budget that forces offload (and, with
-a slow host link and `remat`, recomputes), in random dispatch orders that agree bit for bit; the plan verifies (compile_taskgraph verifies every memgraph).
+a slow host link and `remat`, recomputes), in random dispatch orders that agree bit for bit; the plan
+verifies (compile_taskgraph verifies every memgraph).
 Two GPUs give the one-GPU step bit for bit; fp16 with a loss scale lands near the float64 gradients; the
 base weights get no gradient task; a bad batch or adapter is refused in one line.
 """
@@ -133,10 +134,10 @@ def test_the_base_weights_get_no_gradient_and_the_outputs_are_the_loss_and_adapt
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(ids=np.zeros((2, SEQ_LEN), np.int64)), r"ids must be integers of shape \[1, 11\]"),
-    (dict(labels=np.full((1, SEQ_LEN), 64)), "label 64 is neither -100 nor in the vocabulary"),
-    (dict(drop="model.layers.1.mlp.down_proj.lora_B.weight"), "adapter 'model.layers.1.mlp.down_proj.lora_B.weight' is missing"),
-    (dict(reshape="model.layers.0.self_attn.q_proj.lora_A.weight"), r"has shape \[4, 33\], the model needs \[4, 32\]"),
+    ({"ids": np.zeros((2, SEQ_LEN), np.int64)}, r"ids must be integers of shape \[1, 11\]"),
+    ({"labels": np.full((1, SEQ_LEN), 64)}, "label 64 is neither -100 nor in the vocabulary"),
+    ({"drop": "model.layers.1.mlp.down_proj.lora_B.weight"}, "adapter 'model.layers.1.mlp.down_proj.lora_B.weight' is missing"),
+    ({"reshape": "model.layers.0.self_attn.q_proj.lora_A.weight"}, r"has shape \[4, 33\], the model needs \[4, 32\]"),
 ])
 def test_a_bad_batch_or_adapter_is_refused_in_one_line(change, message):
     config = from_hf({**TINY, "dtype": "float32"}, "tiny")
@@ -150,9 +151,9 @@ def test_a_bad_batch_or_adapter_is_refused_in_one_line(change, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(rank=0), "rank must be a positive integer"),
-    (dict(alpha=-1.0), "alpha must be a positive number"),
-    (dict(targets=("q_proj", "lm_head")), "unknown target 'lm_head'"),
+    ({"rank": 0}, "rank must be a positive integer"),
+    ({"alpha": -1.0}, "alpha must be a positive number"),
+    ({"targets": ("q_proj", "lm_head")}, "unknown target 'lm_head'"),
 ])
 def test_a_bad_lora_spec_is_refused_in_one_line(kwargs, message):
     with pytest.raises(InputError, match=message):

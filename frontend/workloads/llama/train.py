@@ -38,15 +38,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from turnip_ir.errors import InputError
 from frontend import Blocked, Program, follow, split_block
 from frontend.autodiff import grad
 from frontend.loss import IGNORE, mean_loss
 from frontend.placement import Placement
 from frontend.workloads.llama.config import LlamaConfig
-from frontend.workloads.llama.graph import LAYER_ORDERS, _layer, default_block, linear, plan
+from frontend.workloads.llama.graph import (
+    LAYER_ORDERS,
+    _layer,
+    default_block,
+    linear,
+    plan,
+)
 from frontend.workloads.llama.rope import rope_tables
 from frontend.workloads.llama.weights import embed, head_name
+from turnip_ir.errors import InputError
 from turnip_ir.kernels import partial_dtype
 from turnip_ir.taskgraph import TaskGraph
 
@@ -195,21 +201,9 @@ def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: Lor
     """The training step of `batch` sequences of `seq_len` tokens in blocks of `block` (default: the
     prefill's `default_block` of one sequence) over `gpus` GPUs (module docstring); `placement`,
     `layer_order` and `query_group` as `build_llama`'s, `vocab_block` columns per logits block."""
-    block = default_block(config, seq_len) if block is None else block
+    block = min(default_block(config, seq_len) if block is None else block, seq_len)
     vocab_block = vocab_block or (VOCAB_BLOCK if config.hidden_size >= 1024 else -(-config.vocab_size // 2))
-    for what, value in (("batch", batch), ("seq_len", seq_len), ("block", block), ("gpus", gpus),
-                        ("query_group", query_group), ("vocab_block", vocab_block)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"llama training: {what} must be a positive integer, got {value!r}")
-    if seq_len < 2:
-        raise InputError(f"llama training: a sequence of {seq_len} token predicts nothing; seq_len must be at least 2")
-    if not loss_scale > 0 or not np.isfinite(loss_scale):
-        raise InputError(f"llama training: loss_scale must be a positive number, got {loss_scale!r}")
-    if layer_order not in LAYER_ORDERS:
-        raise InputError(f"unknown llama layer order '{layer_order}' (known: {', '.join(LAYER_ORDERS)})")
-    if placement == "heads":
-        raise InputError("llama training: placement 'heads' is not supported yet (use sequence, zigzag or layers)")
-    block = min(block, seq_len)
+    _check(batch, seq_len, block, gpus, query_group, vocab_block, loss_scale, placement, layer_order)
     prog = Program(gpus, order_by=("t",), training=True)
     cut = (split_block(seq_len, block) * batch,)
     tokens, dtype = batch * seq_len, config.dtype
@@ -222,15 +216,35 @@ def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: Lor
         where = plan(config, placement, gpus, layer)
         x = _layer(prog, config, x, rope, layer, where, None, layer_order == "halves", project, sequences)
     prog.phase, prog.group = 2 * config.num_hidden_layers, 1
-    final = plan(config, placement, gpus, config.num_hidden_layers)
-    norm = prog.input("model.norm.weight", (config.hidden_size,), dtype)
-    hidden = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
-    head = prog.input(head_name(config), (config.vocab_size, config.hidden_size), dtype, (split_block(config.vocab_size, vocab_block),))
-    logits = prog.einsum("th,vh->tv", hidden, head, name="logits", place=final.local)
-    labels = prog.input("labels", (tokens,), "float32", cut)
-    total = prog.cross_entropy(logits, labels, name="loss")
+    total = _loss(prog, config, x, plan(config, placement, gpus, config.num_hidden_layers).local, vocab_block, cut)
     adapters = [prog.inputs[name] for name in lora.shapes(config)]
     gradients = grad(prog, total, adapters, seed=loss_scale, dtype=partial_dtype(dtype))
     prog.output(total, *gradients.values())
     prog.taskgraph()
     return TrainGraph(config, batch, seq_len, block, lora, float(loss_scale), prog, total, gradients)
+
+
+def _loss(prog: Program, config: LlamaConfig, x: Blocked, place: Placement, vocab_block: int, cut) -> Blocked:
+    """The final norm, the LM head in vocabulary blocks and the cross-entropy against the `labels` input."""
+    norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
+    hidden = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=place)
+    columns = (split_block(config.vocab_size, vocab_block),)
+    head = prog.input(head_name(config), (config.vocab_size, config.hidden_size), config.dtype, columns)
+    logits = prog.einsum("th,vh->tv", hidden, head, name="logits", place=place)
+    labels = prog.input("labels", (x.shape[0],), "float32", cut)
+    return prog.cross_entropy(logits, labels, name="loss")
+
+
+def _check(batch, seq_len, block, gpus, query_group, vocab_block, loss_scale, placement, layer_order) -> None:
+    for what, value in (("batch", batch), ("seq_len", seq_len), ("block", block), ("gpus", gpus),
+                        ("query_group", query_group), ("vocab_block", vocab_block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"llama training: {what} must be a positive integer, got {value!r}")
+    if seq_len < 2:
+        raise InputError(f"llama training: a sequence of {seq_len} token predicts nothing; seq_len must be at least 2")
+    if not loss_scale > 0 or not np.isfinite(loss_scale):
+        raise InputError(f"llama training: loss_scale must be a positive number, got {loss_scale!r}")
+    if layer_order not in LAYER_ORDERS:
+        raise InputError(f"unknown llama layer order '{layer_order}' (known: {', '.join(LAYER_ORDERS)})")
+    if placement == "heads":
+        raise InputError("llama training: placement 'heads' is not supported yet (use sequence, zigzag or layers)")

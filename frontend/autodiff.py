@@ -5,7 +5,8 @@ lowered by the same partitions into blocked tasks of the same taskgraph.
 the gradient of each input in `wrt`, by name, as `Blocked` tensors cut like the inputs (mark them as
 outputs to read them). The seed is d(loss value): a float when `loss` is a cross-entropy (`Program.cross_entropy`,
 whose value is the mean loss; the factor a loss scale multiplies in), else a `Blocked` cotangent cut like
-`loss` (the pass then computes the vector-Jacobian product). With `dtype`, the `wrt` gradients are summed
+`loss` (the pass then computes the vector-Jacobian product). A cross-entropy's seed may also be a
+tensor [1] in its statistics' dtype (a loss scale fed as data: one plan for every scale). With `dtype`, the `wrt` gradients are summed
 and returned in that dtype (float32 for half models: a split contraction's partial products are cast to
 it before they are added).
 
@@ -23,7 +24,7 @@ Rules, one per step kind, each given the step, the gradient of its result and th
   halves, so that is the rotation's transpose); swiglu (`swiglu_grad` for the gate, `swiglu(gate, dy)`
   for up: two tasks that each write one result, cheaper than a packed pair cut apart by copies);
 - attention: frontend/attention.py `lower_grad` (flash attention's backward from the saved log-sum-exp);
-- cross_entropy: frontend/loss.py `lower_grad`, seeded by the float seed.
+- cross_entropy: frontend/loss.py `lower_grad`, seeded by the seed (a number or a tensor [1]).
 Other map kernels have no rule yet (one-line error naming the op and the kernel).
 Order: the backward of a step written at phase p is keyed at phase top + 1 + (top - p), so the taskgraph
 order (`Program.taskgraph`) runs the layers' backward passes in reverse, block by block inside each.
@@ -51,7 +52,7 @@ class Backward:
     wrt: set[str]
     needs: set[str]
     dtype: str | None
-    seed: float | None = None
+    seed: float | Blocked | None = None
     parts: dict[str, list[Blocked]] = field(default_factory=dict)
     negated: dict[str, Blocked] = field(default_factory=dict)
 
@@ -116,9 +117,10 @@ def _needs(tape: list[Step], wrt: set[str]) -> set[str]:
 
 def _seed(state: Backward, source: Step, seed: float | Blocked) -> None:
     if source.kind == "cross_entropy":
-        if isinstance(seed, Blocked):
-            raise InputError(f"grad: the seed of cross-entropy '{source.result.name}' is a number (d of its mean loss)")
-        state.seed = float(seed)
+        if isinstance(seed, Blocked) and (seed.shape != (1,) or seed.dtype != source.result.dtype):
+            raise InputError(f"grad: the seed of cross-entropy '{source.result.name}' is d of its mean loss: a number "
+                             f"or a {source.result.dtype} tensor [1], not {seed.dtype} {list(seed.shape)}")
+        state.seed = seed if isinstance(seed, Blocked) else float(seed)
         return
     if not isinstance(seed, Blocked) or seed.shape != source.result.shape or seed.splits != source.result.splits:
         raise InputError(f"grad: the seed of '{source.result.name}' must be a tensor cut like it, "

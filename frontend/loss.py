@@ -10,9 +10,10 @@ labels of -100, and a tree of adds sums the blocks' pairs: the result `total` [2
 total[0] / total[1] (`mean_loss`), transformers' causal-LM loss when labels are the shifted ids.
 Labels are a float32 input [N] (tensor dtypes are float only; ids are exact in float32 up to 2^24).
 
-Backward, seeded by d(mean loss) = factor: for every (token block, vocabulary block) one `xent_grad`
-task gives factor / total[1] * (softmax - onehot) from the logits block, the labels, the block's final
-statistics and `total`, in the logits' dtype; rows whose label is -100 get zeros. The chain's links run
+Backward, seeded by d(mean loss) = factor (a number, or a [1] tensor such as a loss scale fed as data,
+so one plan serves every scale): for every (token block, vocabulary block) one `xent_grad` task gives
+factor / total[1] * (softmax - onehot) from the logits block, the labels, the block's final statistics
+and `total`, in the logits' dtype; rows whose label is -100 get zeros. The chain's links run
 on the GPU of their token block's first logits block.
 """
 
@@ -59,16 +60,19 @@ def cross_entropy(prog: Program, logits: Blocked, labels: Blocked, name: str) ->
     return total
 
 
-def lower_grad(prog: Program, step: Step, factor: float, name: str) -> Blocked:
-    """d(factor * mean loss) / d logits, cut like the logits (module docstring)."""
+def lower_grad(prog: Program, step: Step, seed: float | Blocked, name: str) -> Blocked:
+    """d(seed * mean loss) / d logits, cut like the logits (module docstring); `seed` is a number (the
+    `factor` attribute) or a tensor [1] that every task reads (a loss scale fed as data)."""
     logits, labels = step.operands
     stats, total = step.attrs["stats"], step.result
     grad = prog._new(name, logits.shape, logits.dtype, logits.splits)
     columns = starts(logits.splits[1])
+    factor, scale = (1.0, [(seed, (0,))]) if not isinstance(seed, float) else (seed, [])
     for i, c in sorted(logits.blocks):
         prog.at({"t": i})
         gpu = _gpu(logits, i)
-        operands = [prog._read(x, key, gpu) for x, key in ((logits, (i, c)), (labels, (i,)), (stats, (i, 0)), (total, (0,)))]
+        reads = ((logits, (i, c)), (labels, (i,)), (stats, (i, 0)), (total, (0,)), *scale)
+        operands = [prog._read(x, key, gpu) for x, key in reads]
         grad.blocks[(i, c)] = prog.graph.kernel("xent_grad", *operands, device=gpu, id=grad.block_id((i, c)),
                                                 start=columns[c], factor=factor)
     return grad

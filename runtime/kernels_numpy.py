@@ -335,10 +335,11 @@ def _xent_loss(xs, out, attrs):
 
 
 def _xent_grad(xs, out, attrs):
-    """factor / count * (softmax - onehot) on the rows whose label is not ignored, zeros on the others."""
-    logits, labels, stats, total = xs
+    """factor * scale / count * (softmax - onehot) on the rows whose label is not ignored, zeros on the others."""
+    logits, labels, stats, total = xs[:4]
     work = stats.dtype
-    weight = np.where(labels >= 0, KERNELS["xent_grad"].attr(attrs, "factor") / max(float(total[1]), 1.0), 0.0).astype(work)
+    factor = KERNELS["xent_grad"].attr(attrs, "factor") * (float(xs[4][0]) if len(xs) == 5 else 1.0)
+    weight = np.where(labels >= 0, factor / max(float(total[1]), 1.0), 0.0).astype(work)
     grad = np.exp(logits.astype(work) - (stats[:, 0] + np.log(stats[:, 1]))[:, None])
     local = labels.astype(np.int64) - KERNELS["xent_grad"].attr(attrs, "start")
     rows = np.flatnonzero((local >= 0) & (local < logits.shape[1]))

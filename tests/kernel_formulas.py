@@ -190,7 +190,7 @@ def _xent_loss(xs, attrs):
 
 
 def _xent_grad(xs, attrs):
-    logits, labels, stats, total = xs
+    logits, labels, stats, total = xs[:4]
     grad = np.zeros(logits.shape)
     for t, row in enumerate(logits):
         if labels[t] == -100:
@@ -200,7 +200,7 @@ def _xent_grad(xs, attrs):
         label = int(labels[t]) - attrs.get("start", 0)
         if 0 <= label < len(row):
             grad[t, label] -= 1.0
-    return grad * attrs.get("factor", 1.0) / total[1]
+    return grad * attrs.get("factor", 1.0) * (xs[4][0] if len(xs) == 5 else 1.0) / total[1]
 
 
 FORMULAS = {

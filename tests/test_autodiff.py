@@ -106,8 +106,9 @@ def test_cpu_cross_entropy_kernels_equal_their_formulas(dtype):
     total = _run("xent_loss", [second, labels], {})
     np.testing.assert_allclose(total, apply("xent_loss", [second, labels], {}), **tol)
     attrs = {"start": 7, "factor": 3.0}
-    np.testing.assert_allclose(_run("xent_grad", [logits, labels, second, total], attrs),
-                               apply("xent_grad", [logits, labels, second, total], attrs), **tol)
+    for scale in ([], [np.array([0.25], dtype=second.dtype)]):
+        xs = [logits, labels, second, total, *scale]
+        np.testing.assert_allclose(_run("xent_grad", xs, attrs), apply("xent_grad", xs, attrs), **tol)
 
 
 def test_the_cross_entropy_chain_is_the_loss_over_the_whole_vocabulary():
@@ -174,7 +175,7 @@ class Chain:
             logits = prog.einsum("ti,vi->tv", h, head, name="logits")
             labels = self.input("labels", (tokens,), (t_split,), dtype="float32")
             self.loss = prog.cross_entropy(logits, labels, name="loss")
-            self.seed = 1.7
+            self.seed = 1.7 if seed % 2 else self.input("scale", (1,), ())  # a number, or a tensor fed as data
         else:
             self.loss, self.seed = h, self.input("cotangent", h.shape, h.splits)
             prog.output(h)
@@ -240,9 +241,10 @@ class Chain:
         return values
 
     def loss_value(self, outputs) -> float:
-        if isinstance(self.seed, float):
-            return self.seed * mean_loss(self.prog.gather(self.loss, outputs))
-        return float((self.prog.gather(self.loss, outputs) * self.values_now["cotangent"]).sum())
+        if self.loss.name != "loss":
+            return float((self.prog.gather(self.loss, outputs) * self.values_now["cotangent"]).sum())
+        seed = self.seed if isinstance(self.seed, float) else self.values_now["scale"][0]
+        return seed * mean_loss(self.prog.gather(self.loss, outputs))
 
 
 OPS = ["proj", "bias", "residual", "scale", "mul", "rmsnorm", "rope", "swiglu", "attention"]

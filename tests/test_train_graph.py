@@ -6,8 +6,9 @@ q/k/v biases and tied embeddings) and batch (1 and 2 sequences side by side): th
 gives adapters added by hand (y = W x + alpha/r B A x), under a budget that forces offload (and, with
 a slow host link and `remat`, recomputes), in random dispatch orders that agree bit for bit; the plan
 verifies (compile_taskgraph verifies every memgraph).
-Two GPUs give the one-GPU step bit for bit; fp16 with a loss scale lands near the float64 gradients; the
-base weights get no gradient task; a bad batch or adapter is refused in one line.
+Two GPUs give the one-GPU step bit for bit; one plan serves every loss scale (an input); fp16 with a loss
+scale lands near the float64 gradients; the base weights get no gradient task; a bad batch or adapter is
+refused in one line.
 """
 
 from __future__ import annotations
@@ -96,12 +97,27 @@ def test_half_precision_with_a_loss_scale_lands_near_float64():
     weights, adapters, ids = _inputs(wide.config, 1)
     exact = execute(compile_taskgraph(wide.graph, 1 << 30), "cpu", inputs=wide.feed(weights, adapters, ids)).outputs
     weights16 = {k: np.asarray(v, np.float16) for k, v in weights.items()}
-    rough = execute(compile_taskgraph(half.graph, 1 << 30), "cpu", inputs=half.feed(weights16, adapters, ids)).outputs
+    masters = {name: value.astype(np.float32) for name, value in adapters.items()}  # converted by feed
+    rough = execute(compile_taskgraph(half.graph, 1 << 30), "cpu", inputs=half.feed(weights16, masters, ids)).outputs
     assert half.loss(rough) == pytest.approx(wide.loss(exact), rel=1e-2)
     for adapter, want in wide.grads(exact).items():
         got = half.grads(rough)[adapter]
         assert got.dtype == np.float32
         assert np.abs(got - want).max() <= 0.03 * np.abs(want).max(), adapter
+
+
+def test_one_plan_serves_every_loss_scale():
+    """The scale is an input: a power of two fed to the same plan scales every float64 gradient exactly."""
+    config = from_hf({**TINY, "dtype": "float64"}, "tiny")
+    step = build_training_step(config, 1, SEQ_LEN, LORA, block=BLOCK, loss_scale=4.0)
+    memgraph = compile_taskgraph(step.graph, 1 << 30)
+    weights, adapters, ids = _inputs(config, 1)
+    built = execute(memgraph, "cpu", inputs=step.feed(weights, adapters, ids)).outputs
+    fed = execute(memgraph, "cpu", inputs=step.feed(weights, adapters, ids, loss_scale=512.0)).outputs
+    assert step.loss(built) == step.loss(fed)
+    for name, g in step.grads(built).items():
+        np.testing.assert_array_equal(step.grads(fed, loss_scale=512.0)[name], g)
+        assert np.abs(step.grads(fed)[name]).max() == 128 * np.abs(g).max()  # read as if 4.0 were fed
 
 
 def test_two_gpus_give_the_one_gpu_step_bit_for_bit():
@@ -131,6 +147,8 @@ def test_the_base_weights_get_no_gradient_and_the_outputs_are_the_loss_and_adapt
     assert {node.shape for node in backward if node.op == "cast"} <= set(LORA.shapes(config).values())
     outputs = {graph.nodes[task].shape for task in graph.outputs}
     assert outputs == {(2,)} | set(LORA.shapes(config).values())
+    blocks = [f"{name}[{b},0]" for name in ("hidden", "rope.cos", "rope.sin") for b in range(3)]
+    assert step.activation_ids == {*blocks, "labels[0]", "labels[1]", "labels[2]", "loss_scale"}
 
 
 @pytest.mark.parametrize("change, message", [

@@ -414,17 +414,19 @@ def _xent_loss_dtype(dtypes: list[str], attrs: dict) -> str:
 
 
 def _xent_grad(shapes: list[Shape], attrs: dict) -> Shape:
-    logits, labels, stats, total = shapes
+    logits, labels, stats, total = shapes[:4]
     _labels("xent_grad", logits, labels)
     if stats != (logits[0], 3) or total != (2,):
         raise ShapeError(f"xent_grad: stats {list(stats)} must be [{logits[0]}, 3] and total {list(total)} [2]")
+    if len(shapes) == 5 and shapes[4] != (1,):
+        raise ShapeError(f"xent_grad: scale {list(shapes[4])} must be [1]")
     return logits
 
 
 def _xent_grad_dtype(dtypes: list[str], attrs: dict) -> str:
     partial = partial_dtype(dtypes[0])
-    if dtypes[1] != "float32" or dtypes[2:] != [partial, partial]:
-        raise ShapeError(f"xent_grad: labels must be float32, stats and total {partial}, got {dtypes[1:]}")
+    if dtypes[1] != "float32" or any(dtype != partial for dtype in dtypes[2:]):
+        raise ShapeError(f"xent_grad: labels must be float32, stats, total and scale {partial}, got {dtypes[1:]}")
     return dtypes[0]
 
 
@@ -625,13 +627,14 @@ KERNELS: dict[str, KernelSpec] = {
         ),
         KernelSpec(
             "xent_grad",
-            (4, 4),
+            (4, 5),
             _xent_grad,
             _elementwise(5),
             attrs={"start": int, "factor": float},
             defaults={"start": 0, "factor": 1.0},
             infer_dtype=_xent_grad_dtype,
-            summary="factor / count * (softmax - onehot) of one vocabulary block, from (logits, labels, stats, total)",
+            summary="factor * scale / count * (softmax - onehot) of one vocabulary block, from (logits, labels, "
+            "stats, total, [scale [1]])",
         ),
     ]
 }

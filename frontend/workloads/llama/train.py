@@ -22,11 +22,13 @@ Gradients come out in float32 (float64 for a float64 model): each token block's 
 to float32 before the sum over blocks (a cast of an [r, in] or [out, r] block: cheap beside the products). They are the gradients
 of loss_scale times the mean loss; `TrainGraph.grads` divides the scale out (in float32, on the host), so
 an fp16 model scales its loss against underflow and the caller sees unscaled gradients (inf or NaN pass
-through for a loss scaler to see).
+through for a loss scaler to see). The scale is an input, `loss_scale` [1]: a dynamic loss scaler feeds
+another value to the same plan.
 
 The interface the host driver uses: `build_training_step(...) -> TrainGraph`; `TrainGraph.graph` (the
-taskgraph to compile), `.feed(weights, adapters, ids [B, T], labels [B, T] = ids) -> inputs`,
-`.loss(outputs) -> float` (the mean loss), `.grads(outputs) -> {adapter name: float32 array}`;
+taskgraph to compile), `.feed(weights, adapters, ids [B, T], labels [B, T] = ids, loss_scale=None) -> inputs`,
+`.loss(outputs) -> float` (the mean loss), `.grads(outputs, loss_scale=None) -> {adapter name: float32 array}`
+(None: the scale the step was built with);
 `LoraSpec.shapes(config)` names and shapes the adapters without building a graph.
 """
 
@@ -61,8 +63,8 @@ MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", 
 """The projections LoRA may target, in the model's order, with the module that holds each."""
 VOCAB_BLOCK = 8192
 """Vocabulary columns per logits block from hidden 1024 up (7B's 32000 in 4); smaller models get 2 blocks."""
-ACTIVATIONS = ("hidden", "rope.cos", "rope.sin", "labels")
-"""The inputs `feed` makes from the batch; the rest are weights and adapters."""
+ACTIVATIONS = ("hidden", "rope.cos", "rope.sin", "labels", "loss_scale")
+"""The inputs `feed` makes from the batch and the loss scale; the rest are weights and adapters."""
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,10 @@ class TrainGraph:
         return self.program.input_ids(ACTIVATIONS)
 
     def feed(self, weights: Mapping[str, np.ndarray], adapters: Mapping[str, np.ndarray], ids: np.ndarray,
-             labels: np.ndarray | None = None) -> dict[str, np.ndarray]:
+             labels: np.ndarray | None = None, loss_scale: float | None = None) -> dict[str, np.ndarray]:
         """The run's inputs by taskgraph id: the batch's embedded tokens, RoPE tables and shifted labels,
-        the adapters (converted to the model dtype) and the weights (lazy where the mapping offers `lazy`)."""
+        the loss scale (None: the built one), the adapters (converted to the model dtype) and the weights
+        (lazy where the mapping offers `lazy`)."""
         ids = self._batch(ids, "ids")
         labels = ids if labels is None else self._batch(labels, "labels")
         bad = labels[(labels != IGNORE) & ((labels < 0) | (labels >= self.config.vocab_size))]
@@ -164,7 +167,8 @@ class TrainGraph:
         shifted[:, :-1] = labels[:, 1:]
         cos, sin = rope_tables(self.config, self.seq_len)
         extra = {"hidden": embed(weights, ids.reshape(-1), self.config), "rope.cos": np.tile(cos, (self.batch, 1)),
-                 "rope.sin": np.tile(sin, (self.batch, 1)), "labels": shifted.reshape(-1)}
+                 "rope.sin": np.tile(sin, (self.batch, 1)), "labels": shifted.reshape(-1),
+                 "loss_scale": np.array([_scale(self.loss_scale if loss_scale is None else loss_scale)])}
         lazy = {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
         return self.program.feed(ChainMap(extra, dict(adapters), lazy))
 
@@ -172,13 +176,14 @@ class TrainGraph:
         """The mean loss of the step (not scaled)."""
         return mean_loss(self.program.gather(self.total, outputs))
 
-    def grads(self, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def grads(self, outputs: Mapping[str, np.ndarray], loss_scale: float | None = None) -> dict[str, np.ndarray]:
         """Each adapter's gradient of the mean loss, by name, float32 (float64 for a float64 model), the loss
-        scale divided out."""
+        scale the run was fed (None: the built one) divided out."""
+        scale = self.loss_scale if loss_scale is None else loss_scale
         grads = {}
         for name, x in self.gradients.items():
             g = self.program.gather(x, outputs)
-            grads[name] = g / g.dtype.type(self.loss_scale)
+            grads[name] = g / g.dtype.type(scale)
         return grads
 
     def _batch(self, array: np.ndarray, what: str) -> np.ndarray:
@@ -218,7 +223,8 @@ def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: Lor
     prog.phase, prog.group = 2 * config.num_hidden_layers, 1
     total = _loss(prog, config, x, plan(config, placement, gpus, config.num_hidden_layers).local, vocab_block, cut)
     adapters = [prog.inputs[name] for name in lora.shapes(config)]
-    gradients = grad(prog, total, adapters, seed=loss_scale, dtype=partial_dtype(dtype))
+    scale = prog.input("loss_scale", (1,), partial_dtype(dtype))
+    gradients = grad(prog, total, adapters, seed=scale, dtype=partial_dtype(dtype))
     prog.output(total, *gradients.values())
     prog.taskgraph()
     return TrainGraph(config, batch, seq_len, block, lora, float(loss_scale), prog, total, gradients)
@@ -242,9 +248,14 @@ def _check(batch, seq_len, block, gpus, query_group, vocab_block, loss_scale, pl
             raise InputError(f"llama training: {what} must be a positive integer, got {value!r}")
     if seq_len < 2:
         raise InputError(f"llama training: a sequence of {seq_len} token predicts nothing; seq_len must be at least 2")
-    if not loss_scale > 0 or not np.isfinite(loss_scale):
-        raise InputError(f"llama training: loss_scale must be a positive number, got {loss_scale!r}")
+    _scale(loss_scale)
     if layer_order not in LAYER_ORDERS:
         raise InputError(f"unknown llama layer order '{layer_order}' (known: {', '.join(LAYER_ORDERS)})")
     if placement == "heads":
         raise InputError("llama training: placement 'heads' is not supported yet (use sequence, zigzag or layers)")
+
+
+def _scale(loss_scale) -> float:
+    if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)) or not 0 < loss_scale < np.inf:
+        raise InputError(f"llama training: loss_scale must be a positive number, got {loss_scale!r}")
+    return float(loss_scale)

@@ -7,6 +7,7 @@ kernel task per block, a move for each operand block that lives on another GPU (
 tree of adds where a contracted index is cut. The result is an ordinary `TaskGraph`; nothing here
 compiles or runs it. `Program.feed` cuts whole input arrays into the blocks' inputs and
 `Program.gather` puts output blocks back together, so a workload's float64 forward pass works on whole tensors.
+A `Program` records its ops on a tape; `frontend.autodiff.grad` appends their backward pass (docs/training.md).
 """
 
 from frontend.partition import split_block, split_count

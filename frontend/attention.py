@@ -23,10 +23,12 @@ reloads them reloads each about M times less often.
 
 from __future__ import annotations
 
+from functools import partial
+from itertools import product
 from typing import TYPE_CHECKING
 
-from turnip_ir.errors import InputError
 from frontend.placement import Placement, Site
+from turnip_ir.errors import InputError
 from turnip_ir.kernels import KERNELS, nbytes
 
 if TYPE_CHECKING:
@@ -34,15 +36,23 @@ if TYPE_CHECKING:
 
 
 def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int,
-          place: Placement, window: int | None = None) -> Blocked:
-    """The attention output [T, H*D], cut like q; one chain per (query block, head group)."""
+          place: Placement, window: int | None = None, packed: bool = False,
+          sequences: tuple[int, ...] | None = None) -> Blocked:
+    """The attention output [T, H*D], cut like q; one chain per (query block, head group). With `packed`,
+    the chains' last links keep the packed partial: [T, H*D + H] float32, each group's block its output
+    then its heads' log-sum-exps (`unpack` makes the output; a backward pass reads both)."""
     groups = _check(q, k, v, name, heads, kv_heads)
     attrs = {"heads": heads // groups, "kv_heads": kv_heads // groups}
-    result = prog._new(name, q.shape, q.dtype, q.splits)
+    if packed:
+        widths = tuple(width + heads // groups for width in q.splits[1])
+        result = prog._new(name, (q.shape[0], q.shape[1] + heads), "float32", (q.splits[0], widths))
+    else:
+        result = prog._new(name, q.shape, q.dtype, q.splits)
     starts = _starts(q.splits[0])
+    firsts = _firsts(starts, sequences, name)
     index = 0
     for i in range(len(q.splits[0])):
-        links = _links(starts, i, window)
+        links = _links(starts, i, window, firsts[i])
         for g in range(groups):
             prog.at({"t": i, "h": g})
             gpu = prog._gpu(place(_site(q, k, v, name, i, g, index, attrs, links)), name)
@@ -55,7 +65,7 @@ def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: i
                 operands = [query, prog._read(k, (j, g), gpu), prog._read(v, (j, g), gpu)]
                 operands += [prev] if prev is not None else []
                 link = {"causal": True} if diagonal else {"final": False}
-                link |= masked
+                link |= masked | ({"final": False} if packed else {})
                 task_id = result.block_id((i, g)) if diagonal else f"{result.block_id((i, g))}.k{j}"
                 prev = prog.graph.kernel("attention", *operands, device=gpu, id=task_id, **attrs, **link)
             result.blocks[(i, g)] = prev
@@ -71,17 +81,36 @@ def _starts(sizes: tuple[int, ...]) -> list[int]:
     return starts
 
 
-def _links(starts: list[int], i: int, window: int | None) -> list[tuple[int, dict]]:
-    """The key blocks query block i reads, in order, each with the window attributes it needs (if any).
+def _firsts(starts: list[int], sequences: tuple[int, ...] | None, name: str) -> list[int]:
+    """For each token block, the first block of its sequence (all 0 without `sequences`); every sequence
+    must start at a block's start."""
+    count = len(starts) - 1
+    if sequences is None:
+        return [0] * count
+    if sum(sequences) != starts[-1] or any(n < 1 for n in sequences):
+        raise InputError(f"attention '{name}': sequences {list(sequences)} do not add up to its {starts[-1]} tokens")
+    firsts, begin = [], 0
+    for n in sequences:
+        if begin not in starts or begin + n not in starts:
+            raise InputError(f"attention '{name}': a sequence starts or ends inside a token block (at {begin} or {begin + n})")
+        first = starts.index(begin)
+        firsts += [first] * (starts.index(begin + n) - first)
+        begin += n
+    return firsts
+
+
+def _links(starts: list[int], i: int, window: int | None, first: int = 0) -> list[tuple[int, dict]]:
+    """The key blocks query block i reads, in order, each with the window attributes it needs (if any);
+    none before `first`, the first block of its sequence.
 
     Query block i holds positions [starts[i], starts[i+1]); key block j is read when its last key is
     seen by the first query (last > first - window), and masked when its first key is hidden from the
     last query (first <= last - window)."""
     if window is None:
-        return [(j, {}) for j in range(i + 1)]
+        return [(j, {}) for j in range(first, i + 1)]
     first_q, last_q = starts[i], starts[i + 1] - 1
     links = []
-    for j in range(i + 1):
+    for j in range(first, i + 1):
         if starts[j + 1] - 1 <= first_q - window:
             continue
         masked = starts[j] <= last_q - window
@@ -119,3 +148,86 @@ def _site(q: Blocked, k: Blocked, v: Blocked, name: str, i: int, g: int, index: 
         flops += spec.flops(shapes, out, link)
         where += [(x.device((j, g)), nbytes(x.block_shape((j, g)), x.dtype)) for x in (k, v)]
     return Site(name, {"t": i, "h": g}, index, flops, tuple(where))
+
+
+# ----- training: the output from the packed partial, and the backward pass (docs/training.md) --------------
+
+
+def unpack(prog: Program, packed: Blocked, name: str, heads: int, dtype: str) -> Blocked:
+    """The attention output [T, H*D] in `dtype`, one `attention_unpack` task per block of `packed`."""
+    per = heads // len(packed.splits[1])
+    widths = tuple(width - per for width in packed.splits[1])
+    result = prog._new(name, (packed.shape[0], packed.shape[1] - heads), dtype, (packed.splits[0], widths))
+    for (i, g), block in packed.blocks.items():
+        prog.at({"t": i, "h": g})
+        result.blocks[(i, g)] = prog.graph.kernel("attention_unpack", block, device=block.device,
+                                                  id=result.block_id((i, g)), heads=per, dtype=dtype)
+    return result
+
+
+def lower_grad(prog: Program, step, d_out: Blocked, names: dict[int, str]) -> dict[int, Blocked]:
+    """The gradients of attention step `step` (a `Step` of a training program) for the operands named in
+    `names` (0: q, 1: k, 2: v -> the gradient's name), from `d_out`, cut like the output. Flash attention's
+    backward, block by block from the saved log-sum-exp: per (query block, group) a chain of
+    `attention_grad` wrt q over the key blocks the forward read; per (key block, group) a chain wrt kv over
+    the query blocks that read it, from the diagonal down, whose last link's dK over dV rows are cut apart
+    by `rows`. The score matrix is never built; the links carry the forward's causal and window masks."""
+    q, k, v = step.operands
+    packed, heads, kv_heads = step.attrs["packed"], step.attrs["heads"], step.attrs["kv_heads"]
+    if packed is None:
+        raise InputError(f"attention '{step.result.name}': its program was not built with training=True, so it kept no log-sum-exp")
+    if any("segments" in prog.graph.nodes[block.id].attrs for block in packed.blocks.values()):
+        raise InputError(f"attention '{step.result.name}': blocks of several sequences (segments) have no backward yet; "
+                         "give each sequence its own token blocks")
+    groups = len(q.splits[1])
+    attrs = {"heads": heads // groups, "kv_heads": kv_heads // groups}
+    starts = _starts(q.splits[0])
+    firsts = _firsts(starts, step.attrs["sequences"], step.result.name)
+    links = [_links(starts, i, step.attrs["window"], firsts[i]) for i in range(len(starts) - 1)]
+
+    def operands(i: int, j: int, g: int, gpu: int) -> list:
+        blocks = ((q, (i, g)), (k, (j, g)), (v, (j, g)), (packed, (i, g)), (d_out, (i, g)))
+        return [prog._read(x, key, gpu) for x, key in blocks]
+
+    grads = {}
+    if 0 in names:
+        grads[0] = prog._new(names[0], q.shape, q.dtype, q.splits)
+        for i, g in product(range(len(links)), range(groups)):
+            gpu = _grad_site(prog, step, i, g, (q, packed, d_out))
+            chain = [(i, j, masked) for j, masked in links[i]]
+            grads[0].blocks[(i, g)] = _chain(prog, chain, partial(operands, g=g, gpu=gpu), gpu, "q", attrs, grads[0].block_id((i, g)))
+    if 1 in names or 2 in names:
+        readers: dict[int, list] = {}
+        for i, seen in enumerate(links):
+            for j, masked in seen:
+                readers.setdefault(j, []).append((i, j, masked))
+        kv = {n: prog._new(names[n], x.shape, x.dtype, x.splits) for n, x in ((1, k), (2, v)) if n in names}
+        for j, g in product(sorted(readers), range(groups)):
+            gpu = _grad_site(prog, step, j, g, (k, v))
+            both = _chain(prog, readers[j], partial(operands, g=g, gpu=gpu), gpu, "kv", attrs, f"{step.result.name}.dkv[{j},{g}]")
+            rows = k.block_shape((j, g))[0]
+            for n, x in kv.items():
+                span = {"start": 0, "stop": rows} if n == 1 else {"start": rows, "stop": 2 * rows}
+                x.blocks[(j, g)] = prog.graph.kernel("rows", both, device=gpu, id=x.block_id((j, g)), **span)
+        grads |= kv
+    return grads
+
+
+def _chain(prog: Program, links: list[tuple[int, int, dict]], operands, gpu: int, wrt: str, attrs: dict, task_id: str):
+    """One chain of `attention_grad` links (query block, key block, masks), the last one final and named
+    `task_id`; `operands(i, j)` reads a link's five operands on `gpu`."""
+    prev = None
+    for n, (i, j, masked) in enumerate(links):
+        last = n == len(links) - 1
+        link = attrs | masked | {"wrt": wrt} | ({"causal": True} if i == j else {}) | ({} if last else {"final": False})
+        args = operands(i, j) + ([prev] if prev is not None else [])
+        link_id = task_id if last else f"{task_id}.{wrt}{j if wrt == 'q' else i}"
+        prev = prog.graph.kernel("attention_grad", *args, device=gpu, id=link_id, **link)
+    return prev
+
+
+def _grad_site(prog: Program, step, t: int, g: int, reads: tuple[Blocked, ...]) -> int:
+    """The GPU of a backward chain: the forward's placement asked for token block t and group g."""
+    prog.at({"t": t, "h": g})
+    where = tuple((x.device((t, g)), nbytes(x.block_shape((t, g)), x.dtype)) for x in reads)
+    return prog._gpu(step.place(Site(step.result.name, {"t": t, "h": g}, t, 0, where)), step.result.name)

@@ -11,7 +11,11 @@ Lowering rules, applied by each op at once (there is no second pass):
   tasks, each on the GPU of its left operand; the root carries the output block's id;
 - an input block is created on the GPU of its first reader unless the input was given a placement.
 Ids: a whole tensor of one block keeps its name; block (i, j) of `x` is `x[i,j]`; partial products
-are `x[i,j].pK`, inner sums `x[i,j].sK`, moves `<block>.to<gpu>`.
+are `x[i,j].pK` (cast to an einsum's `acc` dtype: `x[i,j].cK`), inner sums `x[i,j].sK`, moves `<block>.to<gpu>`.
+The tape: every whole-tensor op is also recorded as a `Step` (its kind, result, operands, attributes,
+phase and placement) in `Program.tape`, in the order written; frontend/autodiff.py reads it backwards to
+append a backward pass. A `Program(training=True)` also keeps what that pass needs: its attention ends
+each chain with the packed partial (output and log-sum-exp) and unpacks the output from it.
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ from itertools import product
 
 import numpy as np
 
-from turnip_ir.errors import InputError
-from frontend import attention
+from frontend import attention, loss
 from frontend.lazy import LazyTensor
 from frontend.order import ordered
 from frontend.partition import Split, SplitSpec, as_split, block_slice
 from frontend.placement import Placement, Site, follow, round_robin
-from turnip_ir.kernels import KERNELS, Shape, nbytes, parse_equation
+from turnip_ir.errors import InputError
+from turnip_ir.kernels import KERNELS, Shape, nbytes, numpy_dtype, parse_equation
 from turnip_ir.taskgraph import TaskGraph, Tensor
 
 Coords = tuple[int, ...]
+KINDS = ("input", "einsum", "map", "attention", "cross_entropy", "output")
+"""What a tape step may record."""
 ROW_KERNELS = ("rmsnorm", "softmax")
 """Kernels that reduce over the last axis: `map` needs that axis in one block."""
 
@@ -73,6 +79,21 @@ class Blocked:
         return block.device if isinstance(block, Tensor) else None
 
 
+@dataclass(frozen=True)
+class Step:
+    """One whole-tensor op as written: `attrs` holds what its backward rule needs (frontend/autodiff.py):
+    einsum `equation`; map `kernel`, `ins`, `out` (each operand's letters, the result's) and the kernel's
+    `attrs`; attention `heads`, `kv_heads`, `window`, `sequences` and the `packed` partials (training only);
+    cross_entropy its `stats` and `total` (frontend/loss.py)."""
+
+    kind: str
+    result: Blocked
+    operands: tuple[Blocked, ...]
+    attrs: dict
+    phase: int
+    place: Placement | None
+
+
 def block_id(name: str, grid: Coords, coords: Coords) -> str:
     """`name` for a tensor of one block, else `name[i,j]`."""
     if all(n == 1 for n in grid):
@@ -83,8 +104,12 @@ def block_id(name: str, grid: Coords, coords: Coords) -> str:
 class Program:
     """Whole-tensor ops over `gpus` GPUs, lowered block by block into `self.graph`."""
 
-    def __init__(self, gpus: int = 1, placement: Placement | None = None, order_by: Sequence[str] = ()):
+    def __init__(self, gpus: int = 1, placement: Placement | None = None, order_by: Sequence[str] = (),
+                 training: bool = False):
         self.graph = TaskGraph(gpus)
+        self.training = training
+        """Keep what a backward pass needs (attention's log-sum-exp); see the module docstring."""
+        self.tape: list[Step] = []
         self.placement = placement or round_robin(gpus)
         self.phase = 0
         """The builder's coarse step (a layer, or half of one): tasks run in (phase, block along `order_by`) order."""
@@ -118,18 +143,23 @@ class Program:
                 block = self.graph.input(block.shape, dtype, device=self._gpu(place(site), name), id=block.id)
             x.blocks[coords] = block
         self.inputs[name] = x
+        self.record("input", x, (), place=place)
         return x
 
     def einsum(self, equation: str, *operands: Blocked, name: str, splits: Mapping[str, SplitSpec] | None = None,
-               place: Placement | None = None) -> Blocked:
+               place: Placement | None = None, acc: str | None = None) -> Blocked:
         """An einsum cut along its letters; a split contracted letter adds a sum tree per output block.
 
-        Letters not in `splits` keep their operands' cut. 'ik,kj->ij' lowers to the `matmul` kernel."""
+        Letters not in `splits` keep their operands' cut. 'ik,kj->ij' lowers to the `matmul` kernel. With
+        `acc` (a dtype other than the operands'), each partial product is cast to it and summed in it."""
         ins, out = parse_equation(equation, len(operands))
         cut = self._letter_splits(name, ins, operands, splits or {})
         contracted = [letter for letter in dict.fromkeys("".join(ins)) if letter not in out]
         kernel, attrs = ("matmul", {}) if _is_matmul(ins, out) else ("einsum", {"equation": equation})
-        result = self._new(name, tuple(sum(cut[l]) for l in out), operands[0].dtype, tuple(cut[l] for l in out))
+        cast = acc is not None and acc != operands[0].dtype
+        dtype = acc if cast else operands[0].dtype
+        result = self._new(name, tuple(sum(cut[l]) for l in out), dtype, tuple(cut[l] for l in out))
+        self.record("einsum", result, operands, place=place, equation=equation)
         place = place or self.placement
         index = 0
         for out_coords in product(*(range(len(cut[l])) for l in out)):
@@ -142,8 +172,12 @@ class Program:
                 keys = [tuple(coords[l] for l in letters) for letters in ins]
                 gpu = self._decide(place, name, coords, index, kernel, operands, keys, attrs)
                 args = [self._read(x, key, gpu) for x, key in zip(operands, keys)]
-                task_id = root_id if len(inner) == 1 else f"{root_id}.p{k}"
-                parts.append(self.graph.kernel(kernel, *args, device=gpu, id=task_id, **attrs))
+                task_id = root_id if len(inner) == 1 and not cast else f"{root_id}.p{k}"
+                part = self.graph.kernel(kernel, *args, device=gpu, id=task_id, **attrs)
+                if cast:
+                    cast_id = root_id if len(inner) == 1 else f"{root_id}.c{k}"
+                    part = self.graph.kernel("cast", part, device=gpu, id=cast_id, dtype=dtype)
+                parts.append(part)
                 index += 1
             result.blocks[out_coords] = self._sum(parts, root_id)
         return result
@@ -175,19 +209,45 @@ class Program:
         dtype = next(iter(blocks.values())).dtype
         result = self._new(name, tuple(sum(cut[l]) for l in out), dtype, tuple(cut[l] for l in out))
         result.blocks.update(blocks)
+        self.record("map", result, operands, place=place, kernel=kernel, ins=ins, out=out, attrs=attrs)
         return result
 
     def attention(self, q: Blocked, k: Blocked, v: Blocked, *, name: str, heads: int, kv_heads: int,
-                  place: Placement | None = None, window: int | None = None) -> Blocked:
+                  place: Placement | None = None, window: int | None = None,
+                  sequences: Sequence[int] | None = None) -> Blocked:
         """Causal attention over token blocks, as chains of `attention` tasks below the diagonal; with
-        `window`, each query sees only itself and the window - 1 keys before it."""
-        return attention.lower(self, q, k, v, name, heads, kv_heads, place or follow, window)
+        `window`, each query sees only itself and the window - 1 keys before it; with `sequences` (token
+        counts, each a whole number of token blocks), no query sees a key of another sequence. A training
+        program ends each chain with the packed partial `<name>.packed` and unpacks the output from it."""
+        place = place or follow
+        sequences = None if sequences is None else tuple(sequences)
+        if not self.training:
+            result = attention.lower(self, q, k, v, name, heads, kv_heads, place, window, sequences=sequences)
+            self.record("attention", result, (q, k, v), place=place, heads=heads, kv_heads=kv_heads, window=window,
+                        sequences=sequences, packed=None)
+            return result
+        packed = attention.lower(self, q, k, v, name + ".packed", heads, kv_heads, place, window, packed=True, sequences=sequences)
+        result = attention.unpack(self, packed, name, heads, q.dtype)
+        self.record("attention", result, (q, k, v), place=place, heads=heads, kv_heads=kv_heads, window=window,
+                    sequences=sequences, packed=packed)
+        return result
+
+    def cross_entropy(self, logits: Blocked, labels: Blocked, *, name: str) -> Blocked:
+        """The blocked cross-entropy of `logits` [N, V] against float32 `labels` [N] (-100: ignored), as
+        `total` [2] = (summed loss, token count): frontend/loss.py; `loss.mean_loss` gives the mean."""
+        return loss.cross_entropy(self, logits, labels, name)
 
     def output(self, *xs: Blocked) -> None:
         """Mark whole tensors as outputs: every block survives to the end of the run."""
         for x in xs:
             self.graph.output(*(self._tensor(x, coords).id for coords in x.blocks))
             self.outputs[x.name] = x
+            self.record("output", x, (x,))
+
+    def record(self, kind: str, result: Blocked, operands: Sequence[Blocked], place: Placement | None = None, **attrs) -> None:
+        """Append a step to the tape (an op's lowering calls this; see `Step`)."""
+        assert kind in KINDS, kind
+        self.tape.append(Step(kind, result, tuple(operands), attrs, self.phase, place))
 
     def at(self, coords: Mapping[str, int], then: tuple[int, ...] = ()) -> None:
         """Key the tasks created from now on by the current phase and `coords` along `order_by` (the first
@@ -338,7 +398,7 @@ def _block(name: str, whole, index: tuple[slice, ...], dtype: str):
     """Block `index` of input `name`'s value: a C-contiguous array in `dtype`, or a lazy block of a lazy
     value, which must already be in `dtype` (a conversion is its reader's job, done as it writes)."""
     if not isinstance(whole, LazyTensor):
-        return np.ascontiguousarray(whole[index], dtype=dtype)
+        return np.ascontiguousarray(whole[index], dtype=numpy_dtype(dtype))
     if whole.dtype.name != dtype:
         raise InputError(f"input '{name}': a lazy value of dtype {whole.dtype.name} cannot feed a {dtype} input")
     cut = tuple(len(range(*s.indices(n))) for s, n in zip(index, whole.shape))

@@ -5,6 +5,9 @@ for the reference), so results go straight to their planned location with `out=`
 allocate one small temporary of the reduced shape (a row max or a row mean); elementwise kernels work in
 place in `out`. rope allocates half-width products, and attention its block's score matrix
 [heads, tq, tk] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in registers.
+The training kernels (at the end) work in float32 temporaries of their block (float64 for float64
+operands): attention_grad its probabilities and their gradient [heads, tq, tk], the cross-entropy
+kernels their block of logits.
 """
 
 from __future__ import annotations
@@ -234,6 +237,116 @@ def _concat(xs, out, attrs):
     np.concatenate(xs, axis=0, out=out)
 
 
+# ----- training: the backward kernels and the blocked cross-entropy (docs/training.md) ---------------------
+
+
+def _cast(xs, out, attrs):
+    out[...] = xs[0]
+
+
+def _rmsnorm_grad(xs, out, attrs):
+    """dx = r g - x r^3 mean(g x), g = dy * weight, r = 1 / sqrt(mean(x^2) + eps), in float32 for half operands."""
+    x, dy = xs[0], xs[-1]
+    work = np.float64 if x.dtype == np.float64 else np.float32
+    x, g = x.astype(work, copy=False), dy.astype(work)
+    if len(xs) == 3:
+        g *= xs[1]
+    n = max(x.shape[-1], 1)
+    r = 1.0 / np.sqrt(np.square(x).sum(axis=-1, keepdims=True) / n + KERNELS["rmsnorm_grad"].attr(attrs, "eps"))
+    along = (g * x).sum(axis=-1, keepdims=True) / n
+    out[...] = r * g - x * (r**3 * along)
+
+
+def _swiglu_grad(xs, out, attrs):
+    """d gate = dy * up * s (1 + gate (1 - s)), s = sigmoid(gate), in float32 for half operands."""
+    work = np.float64 if xs[0].dtype == np.float64 else np.float32
+    gate, up, dy = (x.astype(work, copy=False) for x in xs)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-gate))
+    out[...] = dy * up * s * (1.0 + gate * (1.0 - s))
+
+
+def _attention_unpack(xs, out, attrs):
+    out[...] = xs[0][:, : out.shape[1]]
+
+
+def visible(tq: int, tk: int, attrs) -> np.ndarray:
+    """[tq, tk]: whether query i sees key j in a block with these attention attributes (causal, window, offset)."""
+    seen = np.ones((tq, tk), dtype=bool)
+    if attrs.get("causal", False):
+        seen &= np.tri(tq, tk, dtype=bool)
+    if "window" in attrs:
+        distance = np.arange(tq)[:, None] - (attrs.get("offset", 0) + np.arange(tk)[None, :])
+        seen &= distance < attrs["window"]
+    return seen
+
+
+def _attention_grad(xs, out, attrs):
+    """One block of flash attention's backward (see the kernel table), heads as [kv, group, t, D]:
+    P = exp(S - LSE), D = rowsum(dO * O), dS = P * (dO V^T - D); dQ = scale dS K, dK = scale dS^T Q and
+    dV = P^T dO, the query heads of a group summed into their kv head."""
+    q, k, v, packed, d_out = xs[:5]
+    heads, kv_heads = attrs["heads"], attrs["kv_heads"]
+    work = np.float64 if q.dtype == np.float64 else np.float32
+    width, tq, tk = q.shape[1] // heads, q.shape[0], k.shape[0]
+    scale = softmax_scale(q.shape, attrs)
+    qh, kh, vh, dh = (_heads(x, kv_heads, width, work) for x in (q, k, v, d_out))
+    oh = _heads(packed[:, : heads * width], kv_heads, width, work)
+    lse = packed[:, heads * width :].astype(work).reshape(tq, kv_heads, heads // kv_heads).transpose(1, 2, 0)
+    seen = visible(tq, tk, attrs) & np.isfinite(lse)[..., None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = np.where(seen, np.exp(np.matmul(qh, kh.swapaxes(-1, -2)) * scale - lse[..., None]), 0.0)
+    ds = p * (np.matmul(dh, vh.swapaxes(-1, -2)) - (dh * oh).sum(axis=-1)[..., None])
+    if attrs["wrt"] == "q":
+        grad = (scale * np.matmul(ds, kh)).transpose(2, 0, 1, 3).reshape(tq, q.shape[1])
+    else:
+        dk = scale * np.matmul(ds.swapaxes(-1, -2), qh).sum(axis=1)
+        dv = np.matmul(p.swapaxes(-1, -2), dh).sum(axis=1)
+        grad = np.concatenate([g.transpose(1, 0, 2).reshape(tk, k.shape[1]) for g in (dk, dv)])
+    if len(xs) == 6:
+        grad += xs[5]
+    out[...] = grad
+
+
+def _xent(xs, out, attrs):
+    """Per token (max m, sum of exp(logit - m) s, label's logit z) over this block's columns, merged into prev."""
+    logits = xs[0].astype(out.dtype)
+    rows, columns = logits.shape
+    top = logits.max(axis=1, initial=-np.inf)
+    with np.errstate(invalid="ignore"):
+        total = np.exp(logits - top[:, None]).sum(axis=1)
+    local = xs[1].astype(np.int64) - KERNELS["xent"].attr(attrs, "start")
+    inside = (local >= 0) & (local < columns)
+    picked = np.where(inside, logits[np.arange(rows), np.clip(local, 0, max(columns - 1, 0))] if columns else 0.0, 0.0)
+    if len(xs) == 3:
+        m0, s0, z0 = xs[2].T
+        both = np.maximum(m0, top)
+        with np.errstate(invalid="ignore"):
+            total = np.where(np.isfinite(m0), s0 * np.exp(m0 - both), 0.0) + np.where(np.isfinite(top), total * np.exp(top - both), 0.0)
+        top, picked = both, picked + z0
+    out[:, 0], out[:, 1], out[:, 2] = top, total, picked
+
+
+def _xent_loss(xs, out, attrs):
+    stats, labels = xs
+    valid = labels >= 0
+    out[0] = (stats[valid, 0] + np.log(stats[valid, 1]) - stats[valid, 2]).sum()
+    out[1] = valid.sum()
+
+
+def _xent_grad(xs, out, attrs):
+    """factor * scale / count * (softmax - onehot) on the rows whose label is not ignored, zeros on the others."""
+    logits, labels, stats, total = xs[:4]
+    work = stats.dtype
+    factor = KERNELS["xent_grad"].attr(attrs, "factor") * (float(xs[4][0]) if len(xs) == 5 else 1.0)
+    weight = np.where(labels >= 0, factor / max(float(total[1]), 1.0), 0.0).astype(work)
+    grad = np.exp(logits.astype(work) - (stats[:, 0] + np.log(stats[:, 1]))[:, None])
+    local = labels.astype(np.int64) - KERNELS["xent_grad"].attr(attrs, "start")
+    rows = np.flatnonzero((local >= 0) & (local < logits.shape[1]))
+    grad[rows, local[rows]] -= 1.0
+    out[...] = grad * weight[:, None]
+
+
 def _binary(ufunc) -> KernelImpl:
     def impl(xs, out, attrs):
         ufunc(xs[0], xs[1], out=out)
@@ -260,6 +373,14 @@ NUMPY_KERNELS: dict[str, KernelImpl] = {
     "decode_attention": _decode_attention,
     "rows": _rows,
     "concat": _concat,
+    "cast": _cast,
+    "rmsnorm_grad": _rmsnorm_grad,
+    "swiglu_grad": _swiglu_grad,
+    "attention_unpack": _attention_unpack,
+    "attention_grad": _attention_grad,
+    "xent": _xent,
+    "xent_loss": _xent_loss,
+    "xent_grad": _xent_grad,
 }
 
 assert set(NUMPY_KERNELS) == set(KERNELS), "every kernel in the table needs a numpy implementation"

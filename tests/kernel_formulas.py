@@ -119,6 +119,90 @@ def _decode_attention(xs, attrs):
     return np.concatenate(rows, axis=0)
 
 
+def _rmsnorm_grad(xs, attrs):
+    """dx = J^T dy with the Jacobian of one row written out: dy_j/dx_i = w_j (delta_ij r - x_j x_i r^3 / n)."""
+    x, dy = xs[0], xs[-1]
+    w = xs[1] if len(xs) == 3 else np.ones(x.shape[-1])
+    n = x.shape[-1]
+    rows_x, rows_dy = x.reshape(-1, n), dy.reshape(-1, n)
+    out = np.empty_like(rows_x)
+    for row, (xr, gr) in enumerate(zip(rows_x, rows_dy)):
+        r = 1.0 / math.sqrt(sum(xr * xr) / n + attrs.get("eps", 1e-6))
+        jacobian = w[:, None] * (np.eye(n) * r - np.outer(xr, xr) * r**3 / n)  # [j, i]
+        out[row] = jacobian.T @ gr
+    return out.reshape(x.shape)
+
+
+def _swiglu_grad(xs, attrs):
+    gate, up, dy = xs
+    sigmoid = 0.5 * (1.0 + np.tanh(gate / 2.0))
+    return dy * up * (sigmoid + gate * sigmoid * (1.0 - sigmoid))  # d/dg of g sigmoid(g), times up
+
+
+def _attention_grad(xs, attrs):
+    """Head by head from the softmax's Jacobian: p = exp(s - lse) over the keys this block shows, D = dO . O,
+    dS = p (dO v^T - D); dq = scale dS k, dk = scale dS^T q, dv = p^T dO, each kv head summing its query heads."""
+    q, k, v, packed, d_out = xs[:5]
+    heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
+    width = q.shape[1] // heads
+    scale = attrs.get("softmax_scale")
+    scale = 1.0 / math.sqrt(width) if scale is None else float(scale)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    q_pos, k_pos = np.arange(q.shape[0])[:, None], attrs.get("offset", 0) + np.arange(k.shape[0])[None, :]
+    seen = np.ones((q.shape[0], k.shape[0]), dtype=bool)
+    if attrs.get("causal", False):
+        seen &= k_pos <= q_pos
+    if "window" in attrs:
+        seen &= k_pos > q_pos - attrs["window"]
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+        cols, kv_cols = slice(h * width, (h + 1) * width), slice(g * width, (g + 1) * width)
+        lse = packed[:, heads * width + h]
+        p = np.exp(np.where(seen, q[:, cols] @ k[:, kv_cols].T * scale - lse[:, None], -np.inf))
+        delta = (d_out[:, cols] * packed[:, cols]).sum(axis=1)
+        ds = p * (d_out[:, cols] @ v[:, kv_cols].T - delta[:, None])
+        dq[:, cols] = scale * ds @ k[:, kv_cols]
+        dk[:, kv_cols] += scale * ds.T @ q[:, cols]
+        dv[:, kv_cols] += p.T @ d_out[:, cols]
+    grad = dq if attrs["wrt"] == "q" else np.concatenate([dk, dv])
+    return grad + xs[5] if len(xs) == 6 else grad
+
+
+def _xent(xs, attrs):
+    """Row by row: the block's max, sum of exp and label logit, merged with prev's as a log-sum-exp would be."""
+    logits, labels = xs[0], xs[1]
+    out = np.zeros((logits.shape[0], 3))
+    for t, row in enumerate(logits):
+        label = int(labels[t]) - attrs.get("start", 0)
+        m, s, z = (row.max(), np.exp(row - row.max()).sum(), row[label] if 0 <= label < len(row) else 0.0)
+        if len(xs) == 3:
+            m0, s0, z0 = xs[2][t]
+            top = max(m, m0)
+            m, s, z = top, s * math.exp(m - top) + s0 * math.exp(m0 - top), z + z0
+        out[t] = m, s, z
+    return out
+
+
+def _xent_loss(xs, attrs):
+    stats, labels = xs
+    losses = [math.log(s) + m - z for (m, s, z), label in zip(stats, labels) if label != -100]
+    return np.array([sum(losses), len(losses)])
+
+
+def _xent_grad(xs, attrs):
+    logits, labels, stats, total = xs[:4]
+    grad = np.zeros(logits.shape)
+    for t, row in enumerate(logits):
+        if labels[t] == -100:
+            continue
+        m, s, _ = stats[t]
+        grad[t] = np.exp(row - m) / s
+        label = int(labels[t]) - attrs.get("start", 0)
+        if 0 <= label < len(row):
+            grad[t, label] -= 1.0
+    return grad * attrs.get("factor", 1.0) * (xs[4][0] if len(xs) == 5 else 1.0) / total[1]
+
+
 FORMULAS = {
     "matmul": _matmul,
     "einsum": _einsum,
@@ -140,6 +224,14 @@ FORMULAS = {
         (attrs["stop"] - attrs["start"], *xs[0].shape[1:])
     ),
     "concat": lambda xs, attrs: np.array([row for x in xs for row in x]).reshape((sum(len(x) for x in xs), *xs[0].shape[1:])),
+    "cast": lambda xs, attrs: xs[0],
+    "rmsnorm_grad": _rmsnorm_grad,
+    "swiglu_grad": _swiglu_grad,
+    "attention_unpack": lambda xs, attrs: xs[0][:, : xs[0].shape[1] - int(attrs["heads"])],
+    "attention_grad": _attention_grad,
+    "xent": _xent,
+    "xent_loss": _xent_loss,
+    "xent_grad": _xent_grad,
 }
 
 

@@ -79,7 +79,19 @@ INFERRED = [
     ("decode_attention", [(3, 16), (5, 3, 8), (5, 3, 8), (3,)], {"heads": 4, "kv_heads": 2, "start": 5, "final": True}, (3, 16)),
     ("rows", [(6, 16)], {"start": 2, "stop": 5}, (3, 16)),
     ("concat", [(1, 16), (3, 16), (2, 16)], {}, (6, 16)),
+    ("cast", [(4, 9)], {"dtype": "bfloat16"}, (4, 9)),
+    ("rmsnorm_grad", [(4, 9), (9,), (4, 9)], {"eps": 1e-3}, (4, 9)),
+    ("swiglu_grad", [(4, 9), (4, 9), (4, 9)], {}, (4, 9)),
+    ("attention_unpack", [(6, 20)], {"heads": 4, "dtype": "bfloat16"}, (6, 16)),
+    ("attention_grad", [(6, 16), (5, 8), (5, 8), (6, 20), (6, 16)], {"heads": 4, "kv_heads": 2, "wrt": "kv"}, (10, 8)),
+    ("xent", [(4, 9), (4,)], {"start": 9}, (4, 3)),
+    ("xent_loss", [(4, 3), (4,)], {}, (2,)),
+    ("xent_grad", [(4, 9), (4,), (4, 3), (2,)], {"start": 9, "factor": 0.5}, (4, 9)),
 ]
+
+
+FLOAT32_OPERANDS = {"decode_attention": (3,), "attention_grad": (3,), "xent": (1,), "xent_loss": (0, 1), "xent_grad": (1, 2, 3)}
+"""Operands that are float32 whatever the model dtype: token counts, packed partials, labels, statistics."""
 
 
 def test_the_cases_cover_every_kernel() -> None:
@@ -89,10 +101,10 @@ def test_the_cases_cover_every_kernel() -> None:
 @pytest.mark.parametrize("name,shapes,attrs,want", INFERRED, ids=lambda v: v if isinstance(v, str) else None)
 def test_inferred_shape(name, shapes, attrs, want) -> None:
     g = TaskGraph()
-    lengths = 3 if name == "decode_attention" else -1  # its lengths operand is float32 token counts
-    operands = [g.input(s, "float32" if i == lengths else "bfloat16") for i, s in enumerate(shapes)]
+    wide = FLOAT32_OPERANDS.get(name, ())
+    operands = [g.input(s, "float32" if i in wide else "bfloat16") for i, s in enumerate(shapes)]
     out = g.kernel(name, *operands, id="out", **attrs)
-    assert (out.shape, out.dtype) == (want, "bfloat16")
+    assert (out.shape, out.dtype) == (want, "float32" if name in ("xent", "xent_loss") else "bfloat16")
     assert g["out"].attrs == {k: KERNELS[name].attrs[k](v) for k, v in attrs.items()}
     assert module_text(parse_ir(module_text(graph_to_module(g)))) == module_text(graph_to_module(g))  # the verifier agrees
 

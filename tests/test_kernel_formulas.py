@@ -34,6 +34,10 @@ CASES = {
     "concat": [((3, 4), (2, 4)), ((0, 4), (2, 4), (1, 4)), ((3,),), ((1, 2, 3), (2, 2, 3))],
     "attention": [],  # its own test below: a float32 partial beside float64 blocks
     "decode_attention": [],  # its own tests: tests/test_decode_attention.py
+    "rmsnorm_grad": [((3, 4), (3, 4)), ((3, 4), (4,), (3, 4)), ((2, 3, 4), (4,), (2, 3, 4))],
+    "swiglu_grad": [((3, 4), (3, 4), (3, 4)), ((0, 4), (0, 4), (0, 4))],
+    # their own tests, with float32 partials and labels: tests/test_autodiff.py
+    **dict.fromkeys(["cast", "attention_unpack", "attention_grad", "xent", "xent_loss", "xent_grad"], []),
 }
 
 
@@ -51,7 +55,7 @@ def test_every_kernel_has_a_formula():
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name, case", list(_cases()))
 def test_cpu_kernel_equals_its_formula(name, case, dtype):
-    attrs = {"einsum": {"equation": case[0]}, "scale": {"factor": 0.5}, "rmsnorm": {"eps": 1e-5},
+    attrs = {"einsum": {"equation": case[0]}, "scale": {"factor": 0.5}, "rmsnorm": {"eps": 1e-5}, "rmsnorm_grad": {"eps": 1e-5},
              "rows": {"start": 1, "stop": 2}}.get(name, {})
     shapes = case[1:] if name == "einsum" else case
     rng = np.random.default_rng(len(shapes))

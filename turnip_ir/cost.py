@@ -153,7 +153,13 @@ class CostModel:
         return 0.0
 
 
+ATTENTION_KERNELS = ("attention", "attention_grad")
+"""Kernels priced at the attention rates. `attention_grad` (training's backward blocks) has no cuda
+implementation yet and was never measured: it is priced as a forward block of its FLOPs (the kernel
+table counts 1.5x or 2x a forward block's) until one is."""
+
+
 def _half_attention(node: MemNode, inputs: list[MemNode]) -> bool:
     """An attention link over fp16 or bf16 operands (its output may be a float32 partial): the kind the cuda
     backend runs through torch's fused op and the merge, which `attention_flops` and `host_per_attention` price."""
-    return node.kernel == "attention" and bool(inputs) and inputs[0].dtype in ("float16", "bfloat16")
+    return node.kernel in ATTENTION_KERNELS and bool(inputs) and inputs[0].dtype in ("float16", "bfloat16")

@@ -317,6 +317,119 @@ def _concat(shapes: list[Shape], attrs: dict) -> Shape:
     return (sum(s[0] for s in shapes), *shapes[0][1:])
 
 
+def partial_dtype(dtype: str) -> str:
+    """The dtype a gradient kernel accumulates a chain's partial in: float32, or float64 for float64 operands."""
+    return "float64" if dtype == "float64" else "float32"
+
+
+def _rmsnorm_grad(shapes: list[Shape], attrs: dict) -> Shape:
+    x, dy = shapes[0], shapes[-1]
+    _rmsnorm(shapes[:-1], attrs)
+    if dy != x:
+        raise ShapeError(f"rmsnorm_grad: dy {list(dy)} must be x's shape {list(x)}")
+    return x
+
+
+def _attention_grad(shapes: list[Shape], attrs: dict) -> Shape:
+    """q, k, v as attention's; packed: the forward's final partial of q's rows; d_out: q's shape."""
+    q, k, v, packed, d_out = shapes[:5]
+    if attrs["wrt"] not in ("q", "kv"):
+        raise ShapeError(f"attention_grad: wrt '{attrs['wrt']}' must be 'q' or 'kv'")
+    _attention([q, k, v], {name: value for name, value in attrs.items() if name not in ("wrt", "final")})
+    if packed != (q[0], q[1] + attrs["heads"]):
+        raise ShapeError(f"attention_grad: packed {list(packed)} must be the forward's partial [{q[0]}, {q[1] + attrs['heads']}]")
+    if d_out != q:
+        raise ShapeError(f"attention_grad: d_out {list(d_out)} must be q's shape {list(q)}")
+    grad = q if attrs["wrt"] == "q" else (2 * k[0], k[1])
+    if len(shapes) == 6 and shapes[5] != grad:
+        raise ShapeError(f"attention_grad: prev {list(shapes[5])} must be the partial gradient {list(grad)}")
+    return grad
+
+
+def _attention_grad_dtype(dtypes: list[str], attrs: dict) -> str:
+    if len({*dtypes[:3], dtypes[4]}) > 1:
+        raise ShapeError(f"attention_grad: q, k, v and d_out have mixed dtypes {sorted({*dtypes[:3], dtypes[4]})}")
+    if dtypes[3] != "float32":
+        raise ShapeError(f"attention_grad: packed must be float32 (the forward's partial), got {dtypes[3]}")
+    partial = partial_dtype(dtypes[0])
+    if len(dtypes) == 6 and dtypes[5] != partial:
+        raise ShapeError(f"attention_grad: prev must be {partial} (a partial gradient), got {dtypes[5]}")
+    return dtypes[0] if attrs.get("final", True) else partial
+
+
+def _attention_grad_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
+    """Recomputed scores and dO V^T, then dS K (wrt q) or P^T dO and dS^T Q (wrt kv): 3 or 4 products."""
+    (tq, width), (tk, _) = shapes[0], shapes[1]
+    flops = (6 if attrs["wrt"] == "q" else 8) * tq * tk * width
+    return flops // 2 if attrs.get("causal", False) else flops
+
+
+def _attention_unpack(shapes: list[Shape], attrs: dict) -> Shape:
+    (packed,), heads = shapes, attrs["heads"]
+    if len(packed) != 2 or heads < 1 or packed[1] <= heads or (packed[1] - heads) % heads:
+        raise ShapeError(f"attention_unpack: packed {list(packed)} is not [tokens, {heads} heads x D + {heads}]")
+    return (packed[0], packed[1] - heads)
+
+
+def _to_dtype(name: str) -> Callable[[list[str], dict], str]:
+    def infer(dtypes: list[str], attrs: dict) -> str:
+        if attrs["dtype"] not in DTYPE_BYTES:
+            raise ShapeError(f"{name}: dtype '{attrs['dtype']}' is not one of {', '.join(DTYPE_BYTES)}")
+        return attrs["dtype"]
+
+    return infer
+
+
+def _labels(name: str, logits: Shape, labels: Shape) -> None:
+    if len(logits) != 2 or labels != (logits[0],):
+        raise ShapeError(f"{name}: logits {list(logits)} must be [tokens, vocab] and labels {list(labels)} [tokens]")
+
+
+def _xent(shapes: list[Shape], attrs: dict) -> Shape:
+    _labels("xent", shapes[0], shapes[1])
+    stats = (shapes[0][0], 3)
+    if len(shapes) == 3 and shapes[2] != stats:
+        raise ShapeError(f"xent: prev {list(shapes[2])} must be the running statistics {list(stats)}")
+    return stats
+
+
+def _xent_dtype(dtypes: list[str], attrs: dict) -> str:
+    partial = partial_dtype(dtypes[0])
+    if dtypes[1] != "float32" or (len(dtypes) == 3 and dtypes[2] != partial):
+        raise ShapeError(f"xent: labels must be float32 and prev {partial}, got {dtypes[1:]}")
+    return partial
+
+
+def _xent_loss(shapes: list[Shape], attrs: dict) -> Shape:
+    stats, labels = shapes
+    if len(stats) != 2 or stats[1] != 3 or labels != (stats[0],):
+        raise ShapeError(f"xent_loss: stats {list(stats)} must be [tokens, 3] and labels {list(labels)} [tokens]")
+    return (2,)
+
+
+def _xent_loss_dtype(dtypes: list[str], attrs: dict) -> str:
+    if dtypes[1] != "float32" or dtypes[0] not in ("float32", "float64"):
+        raise ShapeError(f"xent_loss: stats must be float32 or float64 and labels float32, got {dtypes}")
+    return dtypes[0]
+
+
+def _xent_grad(shapes: list[Shape], attrs: dict) -> Shape:
+    logits, labels, stats, total = shapes[:4]
+    _labels("xent_grad", logits, labels)
+    if stats != (logits[0], 3) or total != (2,):
+        raise ShapeError(f"xent_grad: stats {list(stats)} must be [{logits[0]}, 3] and total {list(total)} [2]")
+    if len(shapes) == 5 and shapes[4] != (1,):
+        raise ShapeError(f"xent_grad: scale {list(shapes[4])} must be [1]")
+    return logits
+
+
+def _xent_grad_dtype(dtypes: list[str], attrs: dict) -> str:
+    partial = partial_dtype(dtypes[0])
+    if dtypes[1] != "float32" or any(dtype != partial for dtype in dtypes[2:]):
+        raise ShapeError(f"xent_grad: labels must be float32, stats, total and scale {partial}, got {dtypes[1:]}")
+    return dtypes[0]
+
+
 def _no_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
     """A copy: its cost is the bytes it reads and writes."""
     return 0
@@ -442,6 +555,86 @@ KERNELS: dict[str, KernelSpec] = {
             _concat,
             _no_flops,
             summary="the operands stacked along the first axis; the other axes and the dtypes agree",
+        ),
+        KernelSpec(
+            "cast",
+            (1, 1),
+            _same,
+            _no_flops,
+            attrs={"dtype": str},
+            required=("dtype",),
+            infer_dtype=_to_dtype("cast"),
+            summary="x converted to `dtype` (a copy)",
+        ),
+        KernelSpec(
+            "rmsnorm_grad",
+            (2, 3),
+            _rmsnorm_grad,
+            _elementwise(8),
+            attrs={"eps": float},
+            defaults={"eps": 1e-6},
+            summary="the gradient of rmsnorm(x, weight) with respect to x, from (x, [weight,] dy)",
+        ),
+        KernelSpec(
+            "swiglu_grad",
+            (3, 3),
+            _same_shape("swiglu_grad"),
+            _elementwise(8),
+            summary="the gradient of silu(gate) * up with respect to gate, from (gate, up, dy)",
+        ),
+        KernelSpec(
+            "attention_unpack",
+            (1, 1),
+            _attention_unpack,
+            _no_flops,
+            attrs={"heads": int, "dtype": str},
+            required=("heads", "dtype"),
+            infer_dtype=_to_dtype("attention_unpack"),
+            summary="the normalised output [t, heads*D] of a packed attention partial, in `dtype`",
+        ),
+        KernelSpec(
+            "attention_grad",
+            (5, 6),
+            _attention_grad,
+            _attention_grad_flops,
+            attrs={"heads": int, "kv_heads": int, "wrt": str, "causal": bool, "final": bool, "softmax_scale": float,
+                   "window": int, "offset": int},
+            required=("heads", "kv_heads", "wrt"),
+            defaults={"causal": False, "final": True, "offset": 0},
+            infer_dtype=_attention_grad_dtype,
+            summary="one (query block, key block) step of attention's backward from (q, k, v, packed, d_out, [prev]): "
+            "the scores recomputed from the forward's log-sum-exp in packed; wrt 'q': dQ [tq, heads*D], wrt 'kv': "
+            "dK over dV [2*tk, kv_heads*D], added to prev; final: in q's dtype, else a float32 (float64) partial",
+        ),
+        KernelSpec(
+            "xent",
+            (2, 3),
+            _xent,
+            lambda s, out, a: 4 * math.prod(s[0]),
+            attrs={"start": int},
+            defaults={"start": 0},
+            infer_dtype=_xent_dtype,
+            summary="one vocabulary block (columns start..) of a cross-entropy: per token the running max, "
+            "sum of exp(logit - max) and the label's logit [t, 3], merged into prev; labels float32, -100 ignored",
+        ),
+        KernelSpec(
+            "xent_loss",
+            (2, 2),
+            _xent_loss,
+            lambda s, out, a: 4 * s[0][0],
+            infer_dtype=_xent_loss_dtype,
+            summary="(sum of the tokens' losses, count of tokens) [2] from xent's statistics, labels -100 left out",
+        ),
+        KernelSpec(
+            "xent_grad",
+            (4, 5),
+            _xent_grad,
+            _elementwise(5),
+            attrs={"start": int, "factor": float},
+            defaults={"start": 0, "factor": 1.0},
+            infer_dtype=_xent_grad_dtype,
+            summary="factor * scale / count * (softmax - onehot) of one vocabulary block, from (logits, labels, "
+            "stats, total, [scale [1]])",
         ),
     ]
 }

@@ -33,7 +33,7 @@ Placements over `gpus`:
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,11 +179,23 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     return LlamaGraph(config, tokens, block, prog, out, kv or [], layer_order, query_group)
 
 
+Projection = Callable[[Program, Blocked, str, Blocked, Placement], Blocked]
+"""`(prog, h, name, weight, place) -> h W^T` named `name`: how `_layer` projects (`linear`, or a
+training step's LoRA projection, frontend/workloads/llama/train.py)."""
+
+
+def linear(prog: Program, h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
+    """h W^T against an [out, in] weight."""
+    return prog.einsum("ti,oi->to", h, w, name=name, place=place)
+
+
 def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan,
-           kv: list[tuple[Blocked, Blocked]] | None = None, halves: bool = False) -> Blocked:
+           kv: list[tuple[Blocked, Blocked]] | None = None, halves: bool = False, projection: Projection = linear,
+           sequences: tuple[int, ...] | None = None) -> Blocked:
     """One decoder layer on the residual stream `x`; returns the new stream. With a `kv` list, the
     layer's post-RoPE k and its v become outputs and are appended to it. With `halves`, the MLP half is
-    keyed after the attention half of every block (the next phase) and block by block."""
+    keyed after the attention half of every block (the next phase) and block by block. `projection`
+    makes the seven projections; `sequences` keeps attention inside each of them (a batch side by side)."""
     p, n = f"model.layers.{layer}.", f"l{layer}."
     hidden, dtype, groups = config.hidden_size, config.dtype, where.groups
     q_width = config.num_attention_heads * config.head_dim
@@ -196,7 +208,7 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
         return prog.input(p + name, shape, dtype, splits, place=on(home) if where.spread_weights else None)
 
     def project(h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
-        return prog.einsum("ti,oi->to", h, w, name=n + name, place=place)
+        return projection(prog, h, n + name, w, place)
 
     h = prog.map("rmsnorm", x, weight("input_layernorm.weight", (hidden,)), name=n + "attn_norm", signature="th,h->th",
                  eps=config.rms_norm_eps, place=where.local)
@@ -211,7 +223,7 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
         prog.output(k, v)
         kv.append((k, v))
     a = prog.attention(q, k, v, name=n + "attn", heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
-                       place=where.attention, window=config.sliding_window)
+                       place=where.attention, window=config.sliding_window, sequences=sequences)
     o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)
     x = prog.map("add", x, o, name=n + "attn_res", signature="th,th->th", place=where.local)
     if halves:

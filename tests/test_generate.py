@@ -91,7 +91,7 @@ def test_decode_step_kernels_and_inputs():
     assert [(n.id, n.attrs.get("start"), n.attrs.get("own", False)) for n in links] == [
         ("l0.attn.0", 0, False), ("l0.attn.1", 2, False), ("l0.attn.2", 4, False), ("l0.attn", None, True)]
     assert not any(node.op in ("rows", "concat", "attention") for node in nodes.values())  # the batch in one link
-    assert {"logits", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
+    assert {"logits[0]", "logits[1]", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
     wide = llama.build_decode_step(config, [40, 1030], kv_block=1024)
     assert wide.columns == [(0, 1024), (1024, 64)]  # the last column: 64 rows at least, then 128, then multiples of 128
     assert llama.build_decode_step(config, [40, 1088], kv_block=1024).key == wide.key
@@ -99,6 +99,26 @@ def test_decode_step_kernels_and_inputs():
     assert [llama.build_decode_step(config, [n], kv_block=1024).columns[-1][1] for n in (129, 256, 257, 513, 1000)] == [256, 256, 384, 640, 1024]
     with pytest.raises(InputError, match="cache length 0 must be an integer >= 0, got -1"):
         llama.build_decode_step(config, [-1])
+
+
+def test_the_decode_heads_blocks_spread_over_gpus_and_need_not_fit_whole():
+    """The LM head is cut in blocks of vocabulary rows, each its own input and task, block j on GPU j % gpus;
+    a budget too small for the whole head beside the step's working set still compiles, and the blocks put
+    side by side are the logits."""
+    from frontend.workloads.llama.decode import head_blocks
+    from passes.insert_offload import minimum_budget
+
+    config = llama.load_config("tiny")
+    blocks = head_blocks(config)
+    assert len(blocks) == 2 and blocks[0][0] == 0 and blocks[-1][1] == config.vocab_size
+    step = llama.build_decode_step(config, [3, 5], gpus=2, kv_block=4)
+    heads = [step.graph.nodes[f"logits[{j}]"] for j in range(len(blocks))]
+    assert [node.device for node in heads] == [0, 1]
+    assert all(node.shape == (2, stop - start) for node, (start, stop) in zip(heads, blocks))
+    whole = config.vocab_size * config.hidden_size * 4
+    assert minimum_budget(llama.build_decode_step(config, [3, 5], kv_block=4).graph) < whole
+    outputs = {f"logits[{j}]": np.full((2, stop - start), j, np.float32) for j, (start, stop) in enumerate(blocks)}
+    assert step.logits(outputs).tolist() == [[0] * (blocks[0][1]) + [1] * (blocks[1][1] - blocks[1][0])] * 2
 
 
 def test_greedy_session_equals_float64_reference_on_random_weights():
@@ -313,6 +333,7 @@ def test_a_cuda_session_plans_again_when_a_plan_pins_more_than_the_estimate(tmp_
     with Session(config=str(tmp_path / "config.json"), memory=memory, backend="cpu") as session:
         expected = session.generate(prompts, 2).tokens
     monkeypatch.setattr(api, "_pinned_estimate", lambda graph: 0)
+    monkeypatch.setattr(Session, "_call_pinned", lambda self, prompts, steps: 0)  # the call's estimate too
     with Session(config=str(tmp_path / "config.json"), memory=memory, backend="cuda") as session:
         estimate = arena_budget(llama.build_llama(session.config, 2, kv_outputs=True).graph, memory, "cuda")
         result = session.generate(prompts, 2)

@@ -42,7 +42,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from frontend.workloads import llama
-from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns, step_key
+from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns, head_block_rows, step_key
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
@@ -293,8 +293,8 @@ class Session:
         return cache
 
     def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
-        """One decode step of the batch; appends the new k and v rows to `cache`; the logits [B, vocab] as
-        the backend left them (its memory: valid until its next run, so used at once)."""
+        """One decode step of the batch; appends the new k and v rows to `cache`; the logits [B, vocab] in the
+        model's dtype (its head's blocks put side by side: one small copy)."""
         began = time.perf_counter()
         step = self._step([int(n) for n in cache.lengths])
         inputs = self._decode_inputs(step, tokens, cache) if stats.computed else None
@@ -332,7 +332,7 @@ class Session:
         executed = result.summary.host_seconds
         stats.step_host_seconds.append({"feed": fed - began, "session": ran - fed - sum(executed.values()) - result.summary.wall_time,
                                         **executed, "append": time.perf_counter() - ran})
-        return result.outputs["logits"]
+        return step.logits(result.outputs, dtype=None)
 
     def _call_step(self, step: DecodeStep) -> dict:
         """What the current call reads of `step`'s graph at every step of it (`_call_steps`): its cache
@@ -413,8 +413,8 @@ class Session:
         change), a cache block by `identities`; the step's embeddings and RoPE rows have none (always new)."""
         weights = self._weight_inputs.get(graph)
         if weights is None:
-            weights = self._weight_inputs[graph] = {node.id: ("weight",) for node in graph.nodes.values()
-                                                     if node.op == "input" and node.id in self.weights}
+            weights = self._weight_inputs[graph] = {node.id: ("weight",) for node in graph.nodes.values() if node.op == "input"
+                                                     and (node.id in self.weights or head_block_rows(self.config, node.id))}
         return {**weights, **{name: identity for name, identity in identities.items() if name in graph.nodes}}
 
     def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu") -> MemGraph:

@@ -15,9 +15,10 @@ Per layer: RMSNorm, q/k/v as one einsum each over the B rows (plus the bias, qwe
 closed by the link over each sequence's own new key (the final one); the o projection, the residual,
 the MLP. With mistral's sliding window each row sees only keys inside it, and columns wholly behind
 every sequence's window are neither inputs nor links. Then the final RMSNorm and the LM head.
-Outputs: `logits` [B, vocab] in the model dtype, and per layer `k_new.{l}` / `v_new.{l}` [B, kv_width],
+Outputs: the logits in blocks of vocabulary rows, `logits[j]` [B, rows of block j] in the model dtype (the
+LM head is cut like every other large matmul: `head_blocks`, block j on GPU j % gpus), and per layer `k_new.{l}` / `v_new.{l}` [B, kv_width],
 the rows the host appends to the cache. Over `gpus`, layer l runs on GPU l * gpus // L (a pipeline,
-as the prefill's `layers` placement) and the head on the last; the stream, RoPE rows and lengths are moved.
+as the prefill's `layers` placement) and the final norm on the last; the stream, RoPE rows and lengths are moved.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from frontend.workloads.llama.config import LlamaConfig
+from frontend.workloads.llama.graph import default_vocab_block
 from frontend.workloads.llama.kv_cache import KvCache
 from frontend.workloads.llama.rope import inverse_frequencies
 from frontend.workloads.llama.weights import head_name
@@ -116,7 +118,7 @@ class DecodeStep:
         arrays = {"hidden": np.ascontiguousarray(hidden, dtype=dtype), "rope.cos": cos.astype(dtype), "rope.sin": sin.astype(dtype)}
         gathered = self.memo.get("weights") if fixed_weights else None
         if gathered is None or gathered[0] is not weights:
-            gathered = (weights, {node.id: np.ascontiguousarray(weights[node.id], dtype=dtype) for node in self.graph.nodes.values()
+            gathered = (weights, {node.id: _weight(weights, node.id, self.config, dtype) for node in self.graph.nodes.values()
                                   if node.op == "input" and node.id not in arrays and not node.id.startswith("kv.")})
             if fixed_weights:
                 self.memo["weights"] = gathered
@@ -138,9 +140,11 @@ class DecodeStep:
                 for layer in range(self.config.num_hidden_layers) for which in "kv" for start, rows in self.columns}
         return inputs
 
-    def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """[B, vocab] in float64, a copy (the outputs may be the backend's memory, reused at its next run)."""
-        return np.array(outputs["logits"], dtype=np.float64)
+    def logits(self, outputs: Mapping[str, np.ndarray], dtype=np.float64) -> np.ndarray:
+        """[B, vocab] from the head's blocks, a copy in `dtype` (None: the model's; the outputs may be the
+        backend's memory, reused at its next run)."""
+        blocks = [outputs[f"logits[{j}]"] for j in range(len(head_blocks(self.config)))]
+        return np.concatenate(blocks, axis=1, dtype=dtype)
 
     def new_kv(self, outputs: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per layer, this step's (k, v) rows [B, kv_width], k after RoPE."""
@@ -150,6 +154,26 @@ class DecodeStep:
     def new_kv_names(layer: int) -> tuple[str, str]:
         """The output ids of a layer's new (k, v) rows."""
         return f"k_new.{layer}", f"v_new.{layer}"
+
+
+def head_block_rows(config: LlamaConfig, task: str) -> tuple[int, int] | None:
+    """The rows of the LM head that input `task` holds, when it is one of the head's blocks; else None."""
+    prefix = head_name(config) + "["
+    if not task.startswith(prefix):
+        return None
+    for j, rows in enumerate(head_blocks(config)):
+        if task == head_block_id(config, j):
+            return rows
+    return None
+
+
+def _weight(weights: Mapping[str, np.ndarray], task: str, config: LlamaConfig, dtype) -> np.ndarray:
+    """A weight input's value: the named weight, or a block of the LM head's rows (a view: rows of a
+    C-contiguous array lie together)."""
+    rows = head_block_rows(config, task)
+    if rows is not None:
+        return np.ascontiguousarray(weights[head_name(config)][rows[0]:rows[1]], dtype=dtype)
+    return np.ascontiguousarray(weights[task], dtype=dtype)
 
 
 def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -262,9 +286,23 @@ class _Builder:
         return self.kernel("decode_attention", *operands, id=n + "attn", own=True, **attrs)
 
     def head(self, x: Tensor) -> None:
-        """The final RMSNorm and the LM head on the last GPU: `logits` [B, vocab]."""
+        """The final RMSNorm on the last GPU, then the LM head in blocks of vocabulary rows (`head_blocks`),
+        block j on GPU j % gpus: `logits[j]` [B, rows of block j]."""
         c = self.config
         self.gpu = self.graph.devices - 1
         h = self.kernel("rmsnorm", x, self.weight("model.norm.weight", (c.hidden_size,)), id="final_norm", eps=c.rms_norm_eps)
-        logits = self.project(h, head_name(c), (c.vocab_size, c.hidden_size), "logits")
-        self.graph.output(logits)
+        for j, (start, stop) in enumerate(head_blocks(c)):
+            self.gpu = j % self.graph.devices
+            block = self.graph.input((stop - start, c.hidden_size), c.dtype, device=self.gpu, id=head_block_id(c, j))
+            self.graph.output(self.kernel("einsum", h, block, id=f"logits[{j}]", equation="ti,oi->to"))
+
+
+def head_blocks(config: LlamaConfig) -> list[tuple[int, int]]:
+    """(first row, end) of each LM head block: `default_vocab_block` rows each, the last one shorter."""
+    rows = default_vocab_block(config)
+    return [(start, min(start + rows, config.vocab_size)) for start in range(0, config.vocab_size, rows)]
+
+
+def head_block_id(config: LlamaConfig, j: int) -> str:
+    """The input id of LM head block j: the head's name and the block, as `Program` names blocks."""
+    return f"{head_name(config)}[{j},0]"

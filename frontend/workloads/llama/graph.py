@@ -59,6 +59,17 @@ def default_block(config: LlamaConfig, tokens: int) -> int:
     return max(1, -(-tokens // 4))
 
 
+VOCAB_BLOCK = 8192
+"""Vocabulary rows per LM head block from hidden 1024 up (7B's 32000 in 4 blocks of 64 MiB): the head is cut
+like every other large matmul, so it need not fit one GPU whole and spreads over GPUs."""
+
+
+def default_vocab_block(config: LlamaConfig) -> int:
+    """Rows of the LM head per block: VOCAB_BLOCK from hidden 1024 up; smaller models get 2 blocks (to
+    exercise the cut)."""
+    return VOCAB_BLOCK if config.hidden_size >= 1024 else max(1, -(-config.vocab_size // 2))
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where each kind of op runs: `local` (norms, residuals), `split` (q/k/v/gate/up), `attention`,

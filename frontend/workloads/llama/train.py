@@ -49,6 +49,7 @@ from frontend.workloads.llama.graph import (
     LAYER_ORDERS,
     _layer,
     default_block,
+    default_vocab_block,
     linear,
     plan,
 )
@@ -61,8 +62,6 @@ from turnip_ir.taskgraph import TaskGraph
 MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
            "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 """The projections LoRA may target, in the model's order, with the module that holds each."""
-VOCAB_BLOCK = 8192
-"""Vocabulary columns per logits block from hidden 1024 up (7B's 32000 in 4); smaller models get 2 blocks."""
 ACTIVATIONS = ("hidden", "rope.cos", "rope.sin", "labels", "loss_scale")
 """The inputs `feed` makes from the batch and the loss scale; the rest are weights and adapters."""
 
@@ -207,7 +206,7 @@ def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: Lor
     prefill's `default_block` of one sequence) over `gpus` GPUs (module docstring); `placement`,
     `layer_order` and `query_group` as `build_llama`'s, `vocab_block` columns per logits block."""
     block = min(default_block(config, seq_len) if block is None else block, seq_len)
-    vocab_block = vocab_block or (VOCAB_BLOCK if config.hidden_size >= 1024 else -(-config.vocab_size // 2))
+    vocab_block = vocab_block or default_vocab_block(config)
     _check(batch, seq_len, block, gpus, query_group, vocab_block, loss_scale, placement, layer_order)
     prog = Program(gpus, order_by=("t",), training=True)
     cut = (split_block(seq_len, block) * batch,)

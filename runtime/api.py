@@ -220,10 +220,13 @@ def execute(
     view), rows [start, stop) of the output's first axis into `view` (runtime.backends.base.Piece: a
     batched prefill's k and v rows of each sequence, into the token-major cache), pieces of one output
     not overlapping, rows no piece names written nowhere; such an output is left out of the result.
-    The cuda backend copies them straight from the GPU right after the vertex that holds the output,
-    an array whose rows are contiguous in one copy, a piece in one 2-D copy (they should be
-    page-locked: a pageable one is written all the same, but its copy holds the loop); the rest
-    (an output in host storage at the end, the cpu backend's) is copied on the host after the run.
+    The cuda backend copies them straight from the GPU (they should be page-locked: a pageable one is
+    written all the same, but its copy holds the loop): an array whose rows are contiguous in one copy
+    right after the vertex that holds the output at the end; pieces in one 2-D copy each, those of an
+    output the plan offloads by its first offload, within that vertex's work (its storage copy then
+    made only where a reload reads it: else the pieces are the only copy), those of one never
+    offloaded right after the vertex that holds it. The rest (an array whose output is in host
+    storage at the end, the cpu backend's) is copied on the host after the run.
     `summary.bytes_written_straight` and `summary.bytes_copied_after` count the two.
     """
     called = time.perf_counter()

@@ -3,11 +3,15 @@
 
 A small graph stands for a prefill: each "layer" computes a k block of several sequences' rows (an
 output) and goes on. At its minimum budget the plan leaves one k on the GPU, reloads one for a later
-reader and ends with others in host storage. On the cpu backend and on numba-cuda's simulator (the cuda
-backend's own Python; its 2-D copies done by numpy), in random orders: every piece lands exactly where
-it should, nothing else in the buffers (filled with a sentinel) changes, the summary counts what the
-backend wrote straight and what was copied on the host after, and bad pieces are one-line errors before
-anything runs. The driver's real 2-D copy (cuMemcpy2DAsync) runs in the `gpu` test.
+reader and ends with others in host storage; with a wide tail after the layers (`prefill_like(wide=)`),
+as a prefill's MLP and LM head under a tight budget, it evicts every k, reloading one. On the cpu
+backend and on numba-cuda's simulator (the cuda backend's own Python; its 2-D copies done by numpy), in
+random orders: every piece lands exactly where it should, nothing else in the buffers (filled with a
+sentinel) changes, the summary counts what the backend wrote straight and what was copied on the host
+after, and bad pieces are one-line errors before anything runs. The cuda backend writes an offloaded
+output's pieces within its first offload's work (its storage copy only where a reload reads it), a log
+of its driver calls shows, so nothing is copied on the host, whatever the budget. The driver's real 2-D
+copy (cuMemcpy2DAsync) runs in the `gpu` test.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ AT = 1
 SENTINEL = -7.0
 
 
-def prefill_like(layers: int = 4, width: int = WIDTH, dtype: str = "float32") -> TaskGraph:
-    """Per layer a k block (an output) from x, and x updated from it; y reads k0 again at the end."""
+def prefill_like(layers: int = 4, width: int = WIDTH, dtype: str = "float32", wide: int = 0) -> TaskGraph:
+    """Per layer a k block (an output) from x, and x updated from it; y reads k0 again at the end, after
+    a tail of two matmuls through `wide` times the width when `wide` (whose working set evicts every k)."""
     g = TaskGraph(devices=1)
     x = g.input((sum(LENGTHS), width), dtype, device=0, id="x")
     ks = []
@@ -44,22 +49,43 @@ def prefill_like(layers: int = 4, width: int = WIDTH, dtype: str = "float32") ->
         k = g.matmul(x, g.input((width, width), dtype, device=0, id=f"w{layer}"), device=0, id=f"k{layer}")
         x = g.add(g.relu(k, device=0, id=f"r{layer}"), x, device=0, id=f"x{layer}")
         ks.append(k)
+    if wide:
+        up = g.matmul(x, g.input((width, wide * width), dtype, device=0, id="up"), device=0, id="t")
+        x = g.matmul(up, g.input((wide * width, width), dtype, device=0, id="down"), device=0, id="u")
     g.output(*ks, g.add(x, ks[0], device=0, id="y"))
     return g
 
 
-def tight_plan(graph: TaskGraph):
-    """The graph at its minimum budget, and its inputs; the plan holds k outputs in each of three places."""
+def tight_plan(graph: TaskGraph, holders: set[str] = frozenset({"kernel", "reload", "offload"})):
+    """The graph at its minimum budget, and its inputs; the plan holds its k outputs at the end in
+    `holders` (the ops of the nodes holding them: each of three places by default)."""
     memgraph = compile_taskgraph(graph, int(minimum_budget(place_devices(graph, 0))) // 256 * 256 + 256)
-    holders = held_by(memgraph)
-    assert {holders[task] for task in holders if task.startswith("k")} == {"kernel", "reload", "offload"}, holders
+    held = held_by(memgraph)
+    assert {held[task] for task in held if task.startswith("k")} == holders, held
     return memgraph, make_inputs(input_specs(memgraph), None, 0)
+
+
+def evicting_plan(width: int = WIDTH, dtype: str = "float32"):
+    """A plan that offloads every k (k0 is reloaded for y and held so at the end, the others end in storage)."""
+    memgraph, inputs = tight_plan(prefill_like(width=width, dtype=dtype, wide=3), {"reload", "offload"})
+    assert all(first_offload(memgraph, task) is not None for task in memgraph.outputs if task.startswith("k"))
+    return memgraph, inputs
 
 
 def held_by(memgraph) -> dict[str, str]:
     """Output task -> the op of the node that holds it at the end (offload: in host storage)."""
     nodes = memgraph.by_id()
     return {task: nodes[node_id].op for task, node_id in memgraph.outputs.items()}
+
+
+def first_offload(memgraph, task: str) -> tuple[int, bool] | None:
+    """(index of the first node offloading `task`, whether a reload reads that node's storage), or None."""
+    nodes = memgraph.nodes
+    offloads = [i for i, node in enumerate(nodes) if node.op == "offload" and node.task == task]
+    if not offloads:
+        return None
+    offload = nodes[offloads[0]].id
+    return offloads[0], any(node.op == "reload" and offload in node.inputs for node in nodes)
 
 
 def caches_and_pieces(tasks, width: int = WIDTH, dtype=np.float32, pinned=None):
@@ -99,6 +125,12 @@ def plan():
     return memgraph, inputs, execute(memgraph, "cpu", inputs=inputs).outputs
 
 
+@pytest.fixture(scope="module")
+def evicting():
+    memgraph, inputs = evicting_plan()
+    return memgraph, inputs, execute(memgraph, "cpu", inputs=inputs).outputs
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_pieces_land_exactly_on_the_cpu_backend_in_random_orders(plan, seed):
     memgraph, inputs, want = plan
@@ -111,6 +143,16 @@ def test_pieces_land_exactly_on_the_cpu_backend_in_random_orders(plan, seed):
     # the cpu backend's arena is host memory: one host copy per piece, after the run
     assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (0, piece_bytes(ks))
     assert "copied on the host after the run" in result.summary.lines()[-1]
+
+
+def test_the_cpu_backend_copies_on_the_host_also_when_every_output_is_evicted(evicting):
+    """It has no GPU: an offloaded output's pieces are copied from the storage after the run, as others are."""
+    memgraph, inputs, want = evicting
+    ks = [task for task in want if task.startswith("k")]
+    caches, into = caches_and_pieces(ks)
+    result = execute(memgraph, "cpu", order="random", seed=1, jitter=2e-4, inputs=inputs, outputs_into=into)
+    assert_landed(caches, want)
+    assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (0, piece_bytes(ks))
 
 
 def test_the_cpu_backend_reads_a_named_output_where_it_is_for_its_one_copy(plan):
@@ -188,54 +230,103 @@ cuda_sim = pytest.mark.skipif(not simulated(), reason="runs numba-cuda's simulat
 
 
 def _spy_on_copies(monkeypatch) -> list:
-    """A log of the cuda backend's submits ("submit", vertex) and of its 2-D copies' work as it runs
-    ("rows", the device view copied), in the order they happen (the simulator runs work at once)."""
+    """A log of the cuda backend's submits ("submit", vertex), of the events it records ("record",), and of
+    its copies' work as it runs ("copy", kind) and ("rows",) for a 2-D copy's, in the order they happen
+    (the simulator runs work at once; a submit records its start event, runs the work, records its end)."""
     from runtime.backends.cuda import CudaBackend
     from runtime.backends.cuda.driver import SimDriver
 
     log = []
-    copy_rows, submit = SimDriver.copy_rows, CudaBackend.submit
+    copy, copy_rows, record, submit = SimDriver.copy, SimDriver.copy_rows, SimDriver.record, CudaBackend.submit
 
-    def spied_copy(driver, source, pieces, *args, **options):
-        work = copy_rows(driver, source, pieces, *args, **options)
-        return lambda lane: (log.append(("rows", source)), work(lane))
+    def spied_copy(driver, kind, *args, **options):
+        work = copy(driver, kind, *args, **options)
+        return lambda lane: (log.append(("copy", kind)), work(lane))
+
+    def spied_copy_rows(driver, *args, **options):
+        work = copy_rows(driver, *args, **options)
+        return lambda lane: (log.append(("rows",)), work(lane))
+
+    def spied_record(driver, event, stream):
+        log.append(("record",))
+        record(driver, event, stream)
 
     def spied_submit(backend, vertex, lane):
         log.append(("submit", vertex))
         submit(backend, vertex, lane)
 
-    monkeypatch.setattr(SimDriver, "copy_rows", spied_copy)
+    monkeypatch.setattr(SimDriver, "copy", spied_copy)
+    monkeypatch.setattr(SimDriver, "copy_rows", spied_copy_rows)
+    monkeypatch.setattr(SimDriver, "record", spied_record)
     monkeypatch.setattr(CudaBackend, "submit", spied_submit)
     return log
+
+
+def assert_written_by_their_writers(log: list, memgraph, tasks) -> None:
+    """Each task's pieces in one 2-D copy work per run, made by one vertex: by its first offload, within
+    that vertex's work (between its start and end events), after its storage copy where a reload reads
+    that storage and with none where no reload does; by the node holding it at the end, right after
+    that vertex's end event, where the plan never offloads it. No other vertex copies pieces."""
+    index = {node.id: i for i, node in enumerate(memgraph.nodes)}
+    offloading, holding = {}, set()
+    for task in tasks:
+        first = first_offload(memgraph, task)
+        if first is None:
+            holding.add(index[memgraph.outputs[task]])
+        else:
+            offloading[first[0]] = first[1]
+    starts = [k for k, entry in enumerate(log) if entry[0] == "submit"]
+    segments = {log[k][1]: log[k + 1 : end] for k, end in zip(starts, [*starts[1:], len(log)])}
+    assert len(starts) == len(segments) == sum(node.op != "input" for node in memgraph.nodes)  # each vertex once
+    for vertex, reloaded in offloading.items():
+        storage = [("copy", "d2h")] if reloaded else []
+        assert segments[vertex] == [("record",), *storage, ("rows",), ("record",)], (memgraph.nodes[vertex].label(), segments[vertex])
+    for vertex in holding:
+        assert segments[vertex][-2:] == [("record",), ("rows",)] and segments[vertex].count(("rows",)) == 1, memgraph.nodes[vertex].label()
+    rows = [vertex for vertex, segment in segments.items() if ("rows",) in segment]
+    assert sorted(rows) == sorted([*offloading, *holding])
 
 
 @cuda_sim
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("order", ["random", "nondet"])
-def test_on_the_cuda_simulator_each_piece_is_copied_once_right_after_the_vertex_holding_its_output(plan, monkeypatch, seed, order):
-    """Outputs on the GPU at the end (the kernel's, or a reload's) are copied from there right after that
-    vertex, once; those the plan leaves in host storage are copied on the host after the run (counted)."""
+def test_on_the_cuda_simulator_each_piece_is_written_once_by_the_first_offload_or_after_the_final_holder(plan, monkeypatch, seed, order):
+    """k outputs held at the end by their kernel, a reload and an offload: the one never offloaded is
+    copied from the GPU right after its kernel, the others by their first offload; none on the host."""
     from runtime.backends.cuda import CudaBackend
 
     memgraph, inputs, want = plan
     ks = [task for task in want if task.startswith("k")]
-    holders = held_by(memgraph)
     caches, into = caches_and_pieces(ks)
     log = _spy_on_copies(monkeypatch)
-    backend = CudaBackend()
-    result = execute(memgraph, backend, order=order, seed=seed, inputs=inputs, outputs_into=into)
+    result = execute(memgraph, CudaBackend(), order=order, seed=seed, inputs=inputs, outputs_into=into)
     assert_landed(caches, want)
     assert sorted(result.outputs) == ["y"]
     np.testing.assert_allclose(result.outputs["y"], want["y"], rtol=1e-5, atol=1e-5)
-    on_gpu = [task for task in ks if holders[task] != "offload"]
-    assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (piece_bytes(on_gpu), piece_bytes(ks) - piece_bytes(on_gpu))
-    index = {node.id: i for i, node in enumerate(memgraph.nodes)}
-    copied = [k for k, (kind, _) in enumerate(log) if kind == "rows"]
-    assert len(copied) == len(on_gpu)  # one copy work per output on the GPU, none for those in storage
-    for k in copied:
-        kind, vertex = log[k - 1]  # issued by the submit of the vertex that holds the output, after its work
-        assert kind == "submit" and memgraph.nodes[vertex].task in on_gpu
-        assert index[memgraph.outputs[memgraph.nodes[vertex].task]] == vertex
+    assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (piece_bytes(ks), 0)
+    assert_written_by_their_writers(log, memgraph, ks)
+
+
+@cuda_sim
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("order", ["random", "nondet"])
+def test_a_budget_that_evicts_every_output_copies_nothing_on_the_host(evicting, monkeypatch, seed, order):
+    """Every k offloaded: all pieces written from the GPU by the offloads, only k0's (reloaded for y)
+    with a storage copy; y, which reads it back, is right."""
+    from runtime.backends.cuda import CudaBackend
+
+    memgraph, inputs, want = evicting
+    ks = [task for task in want if task.startswith("k")]
+    caches, into = caches_and_pieces(ks)
+    log = _spy_on_copies(monkeypatch)
+    result = execute(memgraph, CudaBackend(), order=order, seed=seed, inputs=inputs, outputs_into=into)
+    assert_landed(caches, want)
+    assert sorted(result.outputs) == ["y"]
+    np.testing.assert_allclose(result.outputs["y"], want["y"], rtol=1e-5, atol=1e-5)
+    assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (piece_bytes(ks), 0)
+    assert "0 B copied on the host after the run" in result.summary.lines()[-1]
+    assert_written_by_their_writers(log, memgraph, ks)
+    assert [task for task in ks if first_offload(memgraph, task)[1]] == ["k0"]
 
 
 @cuda_sim
@@ -245,14 +336,45 @@ def test_bfloat16_pieces_land_on_the_cuda_simulator():
 
     from runtime.backends.cuda import CudaBackend
 
-    memgraph, inputs = tight_plan(prefill_like(dtype="bfloat16"))
+    memgraph, inputs = evicting_plan(dtype="bfloat16")
     want = execute(memgraph, CudaBackend(), inputs=inputs).outputs
     ks = [task for task in want if task.startswith("k")]
     caches, into = caches_and_pieces(ks, dtype=ml_dtypes.bfloat16)
     result = execute(memgraph, CudaBackend(), order="random", inputs=inputs, outputs_into=into)
     assert_landed(caches, want)
-    on_gpu = [task for task in ks if held_by(memgraph)[task] != "offload"]
-    assert result.summary.bytes_written_straight == piece_bytes(on_gpu) // 2
+    assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (piece_bytes(ks) // 2, 0)
+
+
+@cuda_sim
+def test_an_offload_writes_its_storage_again_in_a_run_without_pieces(evicting):
+    """The storage copy is skipped only in a run that names the output's pieces: a prepared backend runs
+    the plan without pieces (the outputs read from storage), with pieces (the storage of those no
+    reload reads untouched: the pieces are the only copy), without again, then with a whole array (a
+    decode step's way: copied on the host from storage after the run)."""
+    from runtime.backends.cuda import CudaBackend
+
+    memgraph, inputs, want = evicting
+    ks = [task for task in want if task.startswith("k")]
+    backend = CudaBackend()
+    try:
+        first = execute(memgraph, backend, inputs=inputs, close=False)
+        assert all(np.array_equal(first.outputs[task], want[task]) for task in want if task != "y")
+        stored = {task: backend.views.host[first_offload(memgraph, task)[0]] for task in ks}
+        for view in stored.values():
+            view[...] = SENTINEL
+        caches, into = caches_and_pieces(ks)
+        execute(memgraph, backend, inputs=inputs, close=False, outputs_into=into)
+        assert_landed(caches, want)
+        np.testing.assert_array_equal(stored["k0"], want["k0"])  # reloaded for y: stored
+        assert all((stored[task] == SENTINEL).all() for task in ks if task != "k0")
+        again = execute(memgraph, backend, inputs=inputs, close=False)
+        assert all(np.array_equal(again.outputs[task], want[task]) for task in ks)
+        whole = np.full((sum(LENGTHS), WIDTH), SENTINEL, np.float32)
+        result = execute(memgraph, backend, inputs=inputs, close=False, outputs_into={"k2": whole})
+        np.testing.assert_array_equal(whole, want["k2"])
+        assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (0, whole.nbytes)
+    finally:
+        backend.close()
 
 
 @cuda_sim
@@ -302,15 +424,17 @@ def test_an_array_whose_rows_are_not_contiguous_is_copied_after_the_run_on_the_s
 # ----- a real GPU ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("memory", ["pinned", "pageable"])
-def test_pieces_are_2d_copies_from_the_gpu_into_strided_views(memory):
+@pytest.mark.parametrize("wide", [0, 3])
+def test_pieces_are_2d_copies_from_the_gpu_into_strided_views(memory, wide):
     """cuMemcpy2DAsync: each piece lands where it should (pitch = the cache's row stride), no other byte of
-    the cache changes; the outputs on the GPU are written straight, the rest after. Pageable caches are
-    written all the same (each copy then holds the loop until done)."""
+    the cache changes; every piece is written straight from the GPU (by the first offload of an output
+    the plan offloads, within its work), none on the host, whether the plan keeps some k on the GPU or
+    evicts every one (`wide`). Pageable caches are written all the same (each copy then holds the loop
+    until done)."""
     from runtime.backends.cuda import CudaBackend
     from runtime.backends.cuda.driver import make_driver
 
-    graph = prefill_like(width=256)
-    memgraph, inputs = tight_plan(graph)
+    memgraph, inputs = evicting_plan(width=256) if wide else tight_plan(prefill_like(width=256))
     want = execute(memgraph, "cpu", inputs=inputs).outputs
     ks = [task for task in want if task.startswith("k")]
     pinned = make_driver().pinned if memory == "pinned" else None
@@ -324,7 +448,5 @@ def test_pieces_are_2d_copies_from_the_gpu_into_strided_views(memory):
             got[AT : AT + n, b] = SENTINEL
             start += n
         assert (got == SENTINEL).all(), task
-    on_gpu = [task for task in ks if held_by(memgraph)[task] != "offload"]
-    row = 256 * 4
-    assert result.summary.bytes_written_straight == len(on_gpu) * sum(LENGTHS) * row
-    assert result.summary.bytes_copied_after == (len(ks) - len(on_gpu)) * sum(LENGTHS) * row
+    np.testing.assert_allclose(result.outputs["y"], want["y"], rtol=2e-3, atol=2e-3)  # k0's storage copy, where reloaded
+    assert (result.summary.bytes_written_straight, result.summary.bytes_copied_after) == (len(ks) * sum(LENGTHS) * 256 * 4, 0)

@@ -94,8 +94,9 @@ class CudaBackend(Backend):
         self.graph: ExecGraph | None = None
         self.views: TensorViews | None = None
         self.work: list = []
-        self.limited: dict = {}
-        """Vertex -> the work of a copy limited to some leading rows for this run (`limit_copies`)."""
+        self.instead: dict = {}
+        """Vertex -> its work for this run in place of its built one: a copy limited to some leading rows
+        (`limit_copies`), an offload that also writes an output's pieces (`output_targets`)."""
         self.early: dict = {}
         """Vertex -> the work copying its output back right after it (`TensorViews.aim`)."""
         self.deps: list[list[int]] = []
@@ -204,9 +205,9 @@ class CudaBackend(Backend):
         self.deps = graph.deps
         self.fifo = [deque() for _ in graph.lanes]
         self.errors = {}
-        self.limited = {}
+        self.instead = {}
         # each output a vertex computes is copied back right after it, on its GPU's offload stream
-        self.early = self.views.aim({}, devices.streams)
+        self.early, _ = self.views.aim({}, devices.streams, self.work)
         self.offload_lane = {lane.device: lane.index for lane in graph.lanes if lane.kind == "d2h"}
         self.views.issued = set()
         if same:  # where a run of the same plan again spends its load
@@ -232,7 +233,7 @@ class CudaBackend(Backend):
                 raise KernelError(f"node {node.id} ({node.task}): {err}") from None
 
     def limit_copies(self, limits: Mapping[int, int]) -> None:
-        self.limited = {vertex: self.views.copy_work(vertex, self.devices.streams, rows) for vertex, rows in limits.items()}
+        self.instead.update((vertex, self.views.copy_work(vertex, self.devices.streams, rows)) for vertex, rows in limits.items())
 
     def place_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         """Put the inputs in place again, for another run of the same prepared memgraph (benchmarks): a run
@@ -290,7 +291,7 @@ class CudaBackend(Backend):
         start = clock.event(device)
         driver.record(start, stream)
         began = clock.now()
-        work = self.limited.get(vertex, self.work[vertex])
+        work = self.instead.get(vertex, self.work[vertex])
         try:
             if work is not None:
                 work(index)
@@ -345,7 +346,11 @@ class CudaBackend(Backend):
         return self.views.external_tasks if self.views is not None else set()
 
     def output_targets(self, into: Mapping[str, OutputTarget]) -> None:
-        self.early = self.views.aim(into, self.devices.streams)
+        """Straight from the GPU (TensorViews.aim): an array or the pieces of an output never offloaded
+        right after the vertex holding it; the pieces of one the plan offloads by its first offload, as
+        part of that vertex's work, whose storage copy is made only where a reload reads it."""
+        self.early, offloads = self.views.aim(into, self.devices.streams, self.work)
+        self.instead.update(offloads)
 
     def read_outputs(self, copy: bool = True) -> dict[str, np.ndarray]:
         self.devices.synchronize()
@@ -416,7 +421,7 @@ class CudaBackend(Backend):
         # every closure over arena views goes before the memory does, so the driver frees it in `release`:
         # numba defers a free it is told of later until a threshold of pending bytes, which a dropped
         # backend's arena alone never reaches (a session's three backends held 12.45 GiB under 4 GiB)
-        self.work, self.views, self.early, self.limited = [], None, {}, {}
+        self.work, self.views, self.early, self.instead = [], None, {}, {}
         self.mappings.release()
         if self.devices is not None:
             self.devices.drop_memory()

@@ -4,7 +4,9 @@
 pinned host storage at its storage region (memory.py), None for an empty tensor. The copy vertices
 (reload: host to GPU, offload: GPU to host, move: GPU to GPU, pulled by the destination) become one async
 driver call each, with pointers resolved when the memgraph is prepared (`copy_work`). `place` puts the
-inputs where the plan wants them; `read` copies the outputs back to the host.
+inputs where the plan wants them; `read` copies the outputs back to the host; `aim` sends a run's outputs
+straight into the caller's memory from the GPU, an output the plan offloads by its first offload (the
+pieces of a batched prefill's k and v blocks, which a tight budget evicts right after their last reader).
 """
 
 from __future__ import annotations
@@ -60,10 +62,13 @@ class TensorViews:
         self.targets: dict[int, np.ndarray] = {}
         """Node index -> the caller's array the current run copies that output into (`aim`)."""
         self.pieces: dict[int, list] = {}
-        """Node index -> the caller's pieces the current run copies that output into (`aim`)."""
+        """Node index -> the caller's pieces the current run copies that output into (`aim`): from the GPU
+        after the vertex holding it, or by its tensor's first offload; `read` leaves those outputs out."""
         self.named: set[int] = set()
         """Node index of every output the current run's `aim` named, written there or not."""
         self._output_index: dict[str, int] = {}
+        self._offloads: dict[int, tuple[int, bool]] | None = None
+        """`first_offloads`, found once."""
         self._handles: list | None = None
         self._pointers: dict[int, int | None] = {}
         """Node index -> its GPU view's device address (`place_on_gpus`), found once."""
@@ -189,51 +194,65 @@ class TensorViews:
         views), so their copies are asynchronous, one wait per GPU, and then copied out of it: a decode
         step's 65 outputs cost a synchronous pageable copy apiece otherwise. `copy=False` leaves them in
         the staging (valid until the next read: Backend.read_outputs). Of those `aim` named, the ones
-        written straight are the caller's array in the output's place, or left out (pieces); the others
-        are left in the staging or the storage, uncopied, for `runtime.execute` to copy once."""
+        written straight are the caller's array in the output's place, or left out (pieces: the run has
+        written them, as the executor ran every vertex); the others are left in the staging or the
+        storage, uncopied, for `runtime.execute` to copy once."""
         nodes = self.graph.memgraph.nodes
         if self._reads is None:
             self._reads = self._read_plan()
         on_gpu, elsewhere, staging = self._reads
-        issued, targets, named = self.issued, self.targets, self.named
-        self.driver.get([(nodes[i].device, self.gpu[i], targets.get(i, view)) for _, i, view in on_gpu if i not in issued])
+        issued, targets, named, pieces = self.issued, self.targets, self.named, self.pieces
+        self.driver.get([(nodes[i].device, self.gpu[i], targets.get(i, view)) for _, i, view in on_gpu if i not in issued and i not in pieces])
         self.issued = set()
         outputs = {}
         for task, i, view in on_gpu:
             if i in targets:
                 outputs[task] = targets[i]
-            elif i not in self.pieces or i not in issued:  # a named one in the staging, for runtime.execute to copy
+            elif i not in pieces:  # a named one in the staging, for runtime.execute to copy
                 outputs[task] = np.array(view) if copy and i not in named else view
         for task, i in elsewhere:  # in host storage (or empty): a named one is copied on the host from there
+            if i in pieces:
+                continue
             node = nodes[i]
             stored = np.zeros(node.shape, numpy_dtype(node.dtype)) if node.nbytes == 0 else self.host[i]
             outputs[task] = stored if i in named else np.array(stored)
         return outputs
 
-    def aim(self, into: Mapping[str, OutputTarget], streams: list) -> dict:
+    def aim(self, into: Mapping[str, OutputTarget], streams: list, built: list) -> tuple[dict, dict]:
         """`early_reads` for the next run, with the outputs named in `into` (task -> the caller's array of
         the output's shape and dtype, or its pieces: `Backend.output_targets`) copied straight there from
-        the GPU right after the vertex that holds the output: no staging, no host copy after. An array
-        goes in one copy when C-contiguous, else in one 2-D copy when its rows are contiguous (`read`
-        returns it); a piece in one 2-D copy (`read` leaves that output out). The others (an array of
-        other strides; an output the plan holds in host storage at the end, or that no vertex computes)
-        are left where they are for `runtime.execute` to copy on the host. An output the plan offloads
-        and reloads is copied once, after its last reload: the bytes its kernel wrote may be taken by
-        another tensor once the offload has read them, and this copy is no vertex the plan waits for.
-        The arrays should be page-locked (a session's cache is): a pageable one is written all the same,
-        but its copy holds the loop until it is done (the driver's rule), so it is not checked here."""
+        the GPU: no staging, no host copy after. An array goes right after the vertex that holds the
+        output, in one copy when C-contiguous, else in one 2-D copy when its rows are contiguous (`read`
+        returns it). Pieces go in one 2-D copy each (`read` leaves that output out): those of an output
+        the plan offloads by its tensor's first offload (`offload_writing`), whatever holds it at the
+        end; those of one it never offloads right after the vertex that holds it. The others (an array
+        of other strides, or one whose output the plan holds in host storage at the end; an output that
+        no vertex computes) are left where they are for `runtime.execute` to copy on the host. A copy
+        right after a vertex is no vertex the plan waits for: so it is made after the last holder (the
+        bytes a kernel wrote may be taken by another tensor once its offload has read them), and a
+        reloaded output's array is copied after its last reload. The arrays should be page-locked (a
+        session's cache is): a pageable one is written all the same, but its copy holds the loop until
+        it is done (the driver's rule), so it is not checked here. `built`: each vertex's prepared work
+        (CudaBackend.work). Returns (the early reads, vertex -> its work for this run in its built
+        one's place: the offloads that write pieces)."""
         early = self.early_reads(streams)
         self.targets, self.pieces, self.named = {}, {}, set()
         if not into:
-            return early
-        early = dict(early)
+            return early, {}
+        early, instead = dict(early), {}
         index = self._output_index
         for task, target in into.items():
             i = index[task]
             self.named.add(i)
-            if i not in early:
+            offload = self.first_offloads().get(i) if not isinstance(target, np.ndarray) else None
+            if offload is not None:
+                vertex, reloaded = offload
+                instead[vertex] = self.offload_writing(vertex, target, streams, built[vertex] if reloaded else None)
+                early.pop(i, None)  # a reload holding it at the end: nothing to copy back after
+                self.pieces[i] = target
+            elif i not in early:
                 continue
-            if isinstance(target, np.ndarray) and target.flags.c_contiguous:
+            elif isinstance(target, np.ndarray) and target.flags.c_contiguous:
                 early[i] = self.driver.copy("d2h", self.gpu[i], target, streams, source_pointer=self._pointer(i), handles=self._handles)
                 self.targets[i] = target
             elif isinstance(target, np.ndarray):
@@ -243,7 +262,42 @@ class TensorViews:
             else:
                 early[i] = self.driver.copy_rows(self.gpu[i], target, streams, self._pointer(i), self._handles)
                 self.pieces[i] = target
-        return early
+        return early, instead
+
+    def offload_writing(self, vertex: int, pieces: list, streams: list, storage_copy=None):
+        """`work(lane)` of offload `vertex` that also writes `pieces` of its tensor from the GPU: its
+        storage copy (`storage_copy`, the built work; None: none), then one 2-D copy a piece, all on the
+        offload's stream before its end event. So the memory edges that make the next writer of the
+        tensor's location wait for the offload cover the pieces too: no vertex more, no race. Without a
+        storage copy the pieces are the only copy of the tensor the run makes: only for an offload whose
+        storage no reload reads, of an output the run leaves out of `read`."""
+        source = self.graph.sources[vertex][0]
+        rows = self.driver.copy_rows(self.gpu[source], pieces, streams, self._pointer(source), self._handles)
+        if storage_copy is None:
+            return rows
+
+        def work(lane):
+            storage_copy(lane)
+            rows(lane)
+
+        return work
+
+    def first_offloads(self) -> dict[int, tuple[int, bool]]:
+        """Output node index -> (the first offload vertex of its tensor, whether a reload reads that
+        offload's storage), for each non-empty output the plan offloads; found once per plan. The first
+        in the node order, which is topological: a later offload of the tensor (a hand-written plan's)
+        comes after it, or on no path from it, with the same values. After `early_reads` (its index)."""
+        if self._offloads is None:
+            nodes, sources = self.graph.memgraph.nodes, self.graph.sources
+            outputs = self._output_index
+            first, reloaded = {}, set()
+            for vertex, node in enumerate(nodes):
+                if node.op == "reload":
+                    reloaded.add(sources[vertex][0])
+                elif node.op == "offload" and node.task in outputs and node.task not in first and self.gpu[sources[vertex][0]] is not None:
+                    first[node.task] = vertex
+            self._offloads = {outputs[task]: (vertex, vertex in reloaded) for task, vertex in first.items()}
+        return self._offloads
 
     def _pointer(self, i: int) -> int | None:
         """Node `i`'s GPU view's device address (`GpuDriver.pointer`), found once."""

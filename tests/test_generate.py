@@ -420,9 +420,11 @@ def test_stop_at_eos_pads_with_the_eos_id():
 
     with Session(config=dataclasses.replace(config, eos_token_id=(eos,)), memory=1 << 20, backend="cpu") as session:
         assert (session.generate([np.array([1, 2])], 6).tokens[0] == free).all()  # not asked: no stop
-        stopped = session.generate([np.array([1, 2])], 6, stop_at_eos=True).tokens[0]
+        result = session.generate([np.array([1, 2])], 6, stop_at_eos=True)
+    stopped = result.tokens[0]
     first = free.tolist().index(eos)
     assert stopped.tolist() == free[: first + 1].tolist() + [eos] * (5 - first)
+    assert result.steps == first + 1 < 6  # once every sequence has ended, no more steps run
 
 
 # ----- the CLI ----------------------------------------------------------------------------------------------

@@ -105,14 +105,46 @@ class GenerateResult:
     changed in the cache), `execute`'s parts (RunSummary.host_seconds), "append" (the new rows into the
     cache) and "choose" (the next tokens)."""
 
+    prepare_seconds: float = 0.0
+    """The runs' `prepare` (plans loaded onto the backend: views, pinned storage, kernels built, the inputs
+    placed), counted within the prefill's and the steps' seconds."""
+    call_seconds: float = 0.0
+    """The whole call, from its arguments to its last token (compiles included)."""
+    first_token_seconds: float = 0.0
+    """From the call's start to its first new tokens (compiles, the prefill and the first step)."""
+    began: float = field(default=0.0, repr=False)
+    """`time.perf_counter()` when the call began."""
+
     @property
     def decode_seconds(self) -> float:
         return sum(self.step_seconds)
 
     @property
+    def steps(self) -> int:
+        """Decode steps run: fewer than the tokens' columns when every sequence ended early (`stop_at_eos`)."""
+        return len(self.step_seconds)
+
+    @property
+    def steady_step_seconds(self) -> float:
+        """A step once the decode runs: the median of every step but the first (which loads its plan and
+        places every weight), or the first when it is the only one."""
+        later = self.step_seconds[1:] or self.step_seconds
+        return float(np.median(later)) if later else 0.0
+
+    @property
     def tokens_per_second(self) -> float:
-        """New tokens of the whole batch per second of decoding."""
-        return self.tokens.size / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        """New tokens of the whole batch per second of decoding (every step)."""
+        return len(self.tokens) * self.steps / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def steady_tokens_per_second(self) -> float:
+        """New tokens of the whole batch per second at the steady step."""
+        return len(self.tokens) / self.steady_step_seconds if self.steady_step_seconds > 0 else 0.0
+
+    @property
+    def end_to_end_tokens_per_second(self) -> float:
+        """New tokens of the whole batch per second of the whole call (set-up and prefill included)."""
+        return self.tokens.size / self.call_seconds if self.call_seconds > 0 else 0.0
 
 
 class Session:
@@ -213,12 +245,13 @@ class Session:
         prompt's last token would give; benchmarks pass random ones), or a `KvCache` (`KvCache.wrap` over
         the caller's token-major buffers, which the steps then read and write in place: no copy)."""
         self._check_open()
+        began = time.perf_counter()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
         prompts = checked_prompts(prompts, self.config, self.tokenizer)
         forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
-        stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
+        stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim", began=began)
         if isinstance(caches, KvCache):  # the caller's buffers, written in place
             cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
             self._size_arena(prompts, int(max_new_tokens), prefill=False)
@@ -236,6 +269,7 @@ class Session:
         finally:
             self._call_steps = {}
         stats.text = self.tokenizer.decoded(stats.tokens) if stats.computed else None
+        stats.call_seconds = time.perf_counter() - began
         return stats
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
@@ -264,8 +298,13 @@ class Session:
             stats.tokens[:, step] = current = chosen
             stats.step_host_seconds[-1]["choose"] = time.perf_counter() - chose
             stats.step_seconds.append(time.perf_counter() - began - (stats.compile_seconds - compiled))
+            if step == 0:
+                stats.first_token_seconds = time.perf_counter() - stats.began
             if on_step is not None:  # after the step's time is taken: what the caller does is not the step's
                 on_step(step, stats.tokens[:, step].copy())
+            if stop_at_eos and finished.all():  # every sequence has ended: the rest is its end id, not computed
+                stats.tokens[:, step + 1:] = current[:, None]
+                break
         if kept is not None:
             stats.logits = [np.asarray(logits, dtype=np.float64) for logits in kept]
 
@@ -403,6 +442,7 @@ class Session:
         stats.bytes_reloaded += summary.bytes_reloaded
         stats.bytes_placed += summary.bytes_placed
         stats.bytes_staged += summary.bytes_staged
+        stats.prepare_seconds += summary.prepare_time
         stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
         if self.backend == "sim":
             return result, summary.makespan, summary.makespan + summary.bytes_placed / CostModel().h2d_bw

@@ -13,6 +13,7 @@ bad input is one line and a non-zero exit, before anything runs.
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from runtime.policies import ORDERS
 from turnip import Session
 from turnip.inputs import checked_prompts
 from turnip_cli.llama_cmd import model_input_files
+from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.planning import check_positive_options, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
@@ -67,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "providers: triton's first use in a process costs seconds)")
     parser.add_argument("--plan-dir", metavar="DIR", help="keep compiled plans in DIR and read them from there in later runs "
                         "(each verified when read)")
+    add_progress_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,44 +86,86 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
     warn_ignored_attention(args.attention, backend)
     named = {"attention_provider": args.attention} if args.attention != "auto" and backend == "cuda" else None
-    session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
-                      gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
-                      backend_options=named)
+    progress = Progress.for_args(args)
+    began = time.perf_counter()
+    with progress.phase("loading the model"):
+        session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
+                          gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
+                          backend_options=named)
+    loaded = time.perf_counter() - began
     with session:
         prompts = _prompts(args, session)
         stream = Stream(session.tokenizer(), len(prompts)) if args.stream else None
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
               f"{args.max_new_tokens} new tokens each; budget {args.memory} per GPU on {backend}")
-        result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos,
-                                  on_step=stream)
+        steps = StepProgress(progress, args.max_new_tokens, len(prompts), stream)
+        with progress.phase("set-up and prefill"):
+            result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos,
+                                      on_step=steps)
+        steps.finish()
     if stream is not None:
         stream.finish()
     elif result.text is not None and not args.outputs:
         print("\n".join(prefixed(b, text, len(result.text)) for b, text in enumerate(result.text)))
     written = write_all(run_files(args.outputs, lambda: _arrays(result), args.trace, result.recorder))
-    print("\n".join(summary_lines(result)))
+    print("\n".join(summary_lines(result, loaded, time.perf_counter() - began)))
     for path in written:
         print(f"wrote {path}")
     return 0
 
 
-def summary_lines(result) -> list[str]:
+def summary_lines(result, load_seconds: float = 0.0, command_seconds: float = 0.0) -> list[str]:
+    """The call's phases apart: set-up (loading the model, compiling, preparing plans), the prefill, the time
+    to the first token, the steady decode step, and tokens/s at the steady step and end to end."""
     steps = result.step_seconds
-    lines = [] if result.computed else ["sim backend: timing only, no tokens computed (token 0 fed back each step)"]
+    lines = [] if result.computed else ["sim backend: timing only, no tokens computed (token 0 fed back each step); "
+                                        "prefill and steps are the sim's predicted times"]
+    batch = len(result.tokens)
+    ended = f" (every sequence ended after {len(steps)} of {result.tokens.shape[1]})" if len(steps) < result.tokens.shape[1] else ""
     lines += [
-        f"prefill {result.prefill_seconds:.4f} s; decode {len(steps)} steps in {result.decode_seconds:.4f} s "
-        f"({result.decode_seconds / len(steps) * 1e3:.3f} ms per step), {result.tokens_per_second:.1f} tokens/s",
-        f"compiled {result.compiles} graph(s) in {result.compile_seconds:.3f} s, {result.cache_hits} cache hit(s)"
-        + (f" ({result.plans_read} plan(s) read from --plan-dir)" if result.plans_read else ""),
-        f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
-        f"peak arena use {format_size(result.peak_arena)}",
+        f"set-up: model loaded in {load_seconds:.2f} s; compiled {result.compiles} graph(s) in {result.compile_seconds:.2f} s, "
+        f"{result.cache_hits} cache hit(s)" + (f" ({result.plans_read} plan(s) read from --plan-dir)" if result.plans_read else "")
+        + f"; plans prepared on the backend in {result.prepare_seconds:.2f} s (within the runs below)",
+        f"prefill {result.prefill_seconds:.4f} s; first token after {result.first_token_seconds:.3f} s of the call",
+        f"decode {len(steps)} step(s){ended}: steady {result.steady_step_seconds * 1e3:.1f} ms a step, "
+        f"{result.steady_tokens_per_second:.1f} tokens/s; first step {steps[0] * 1e3:.1f} ms; all steps {result.decode_seconds:.3f} s",
     ]
+    if result.computed and command_seconds:
+        lines.append(f"end to end: {command_seconds:.2f} s from the command's start to its last token, "
+                     f"{batch * len(steps) / command_seconds:.1f} tokens/s")
+    lines.append(f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
+                 f"peak arena use {format_size(result.peak_arena)}")
     if len(steps) > 1:  # what stayed on the GPU between steps shows in what later steps copy before they run
         later = sorted(result.step_bytes_placed[1:])
         spread = format_size(later[0]) if later[0] == later[-1] else f"{format_size(later[0])} to {format_size(later[-1])}"
         lines.append(f"inputs copied onto the GPU before a step: {format_size(result.step_bytes_placed[0])} at the first, "
                      f"then {spread} (what a step kept from the one before is not copied again)")
     return lines
+
+
+class StepProgress:
+    """`on_step` for `Session.generate`: ends the set-up phase at the first step, reports the decode's progress
+    (a line every `DELAY` seconds: steps done and tokens/s) when progress is on, and passes the tokens to
+    `stream` when streaming."""
+
+    def __init__(self, progress: Progress, steps: int, batch: int, stream=None):
+        self.progress, self.steps, self.batch, self.stream = progress, steps, batch, stream
+        self.started = self.shown = None
+
+    def __call__(self, step: int, tokens: np.ndarray) -> None:
+        now = time.perf_counter()
+        if step == 0:
+            self.progress.end()
+            self.started = self.shown = now
+        elif self.progress.enabled and now - self.shown >= self.progress.delay:
+            self.shown = now
+            rate = self.batch * step / (now - self.started)
+            print(f"turnip: decoding: step {step + 1} of {self.steps}, {rate:.1f} tokens/s", file=self.progress.stream, flush=True)
+        if self.stream is not None:
+            self.stream(step, tokens)
+
+    def finish(self) -> None:
+        self.progress.end()
 
 
 def _check_text_options(args: argparse.Namespace, backend: str) -> None:

@@ -178,10 +178,11 @@ class Program:
         return result
 
     def attention(self, q: Blocked, k: Blocked, v: Blocked, *, name: str, heads: int, kv_heads: int,
-                  place: Placement | None = None, window: int | None = None) -> Blocked:
+                  place: Placement | None = None, window: int | None = None, sequences: Sequence[int] | None = None) -> Blocked:
         """Causal attention over token blocks, as chains of `attention` tasks below the diagonal; with
-        `window`, each query sees only itself and the window - 1 keys before it."""
-        return attention.lower(self, q, k, v, name, heads, kv_heads, place or follow, window)
+        `window`, each query sees only itself and the window - 1 keys before it; with `sequences` (lengths
+        packed end to end), only keys of its own sequence."""
+        return attention.lower(self, q, k, v, name, heads, kv_heads, place or follow, window, sequences)
 
     def output(self, *xs: Blocked) -> None:
         """Mark whole tensors as outputs: every block survives to the end of the run."""

@@ -26,7 +26,9 @@ from runtime import execute
 from runtime.kernels_numpy import NUMPY_KERNELS
 from tests import formulas_llama as formulas
 from turnip_ir.errors import InputError
+from turnip_ir.cost import CostModel
 from turnip_ir.kernels import KERNELS
+from turnip_ir.memgraph import MemNode
 from turnip_ir.verifier import verify_memgraph
 
 SMALL = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -237,3 +239,20 @@ def test_segmented_attention_is_causal_attention_per_sequence(rows, data, kv_hea
     np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)
     (shape, dtype) = KERNELS["attention"].infer([q.shape, k.shape, v.shape], ["float64"] * 3, attrs)
     assert shape == q.shape and dtype == "float64"
+
+
+# ----- the sim's cost ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("segments, calls, triton_calls", [(None, 1, 1), ("1024,2048,3072", 1, 4), ("1000,3000", 3, 3)])
+def test_the_sim_prices_a_segmented_block_per_sequence_and_per_call(segments, calls, triton_calls):
+    """FLOPs: each sequence's causal block; launches and the loop's attention time: one per call the cuda
+    backend makes (torch takes sequences of one length in one batched call, triton one call each)."""
+    q = MemNode(0, "input", "q", 0, (0, 0), None, (), shape=(4096, 4096), dtype="float16")
+    k = MemNode(1, "input", "k", 0, (0, 0), None, (), shape=(4096, 1024), dtype="float16")
+    attrs = {"heads": 32, "kv_heads": 8, "causal": True} | ({} if segments is None else {"segments": segments})
+    node = MemNode(2, "kernel", "a", 0, (0, 0), None, (0, 1, 1), kernel="attention", shape=(4096, 4096), dtype="float16", attrs=attrs)
+    bounds = [0, *(int(x) for x in (segments or "").split(",") if x), 4096]
+    flops = sum(4 * (b - a) ** 2 * 4096 // 2 for a, b in zip(bounds, bounds[1:]))
+    for model, count in ((CostModel(), calls), (CostModel().for_attention("triton"), triton_calls)):
+        assert model.attention_calls(node) == count
+        assert model.kernel_time(node, [q, k, k]) == pytest.approx(flops / model.causal_attention_flops + count * model.launch)
+        assert model.host_time(node, [q, k, k]) == pytest.approx(model.host_per_vertex + count * model.host_per_attention)

@@ -256,3 +256,26 @@ def test_the_sim_prices_a_segmented_block_per_sequence_and_per_call(segments, ca
         assert model.attention_calls(node) == count
         assert model.kernel_time(node, [q, k, k]) == pytest.approx(flops / model.causal_attention_flops + count * model.launch)
         assert model.host_time(node, [q, k, k]) == pytest.approx(model.host_per_vertex + count * model.host_per_attention)
+
+
+def test_the_packed_prefill_benchmark_runs_quickly_and_says_each_target(tmp_path):
+    """bench/bench_packed.py --quick end to end: every batch plain and with k/v outputs, each against one
+    prefill of its tokens and prompt by prompt, the targets named; the JSON holds the same figures."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "packed.json"
+    done = subprocess.run([sys.executable, str(root / "bench" / "bench_packed.py"), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())["rows"]
+    assert [(r["batch"], r["kv_outputs"]) for r in results] == [(b, kv) for kv in (False, True) for b in ("8 x 8", "24 + 16 + 16 + 8")]
+    for row in results:
+        assert row["packed"]["seconds"] > 0 and row["packed"]["reloaded"] > 0  # the budget forces reloads
+        assert row["prompt_by_prompt_s"] > row["packed"]["seconds"]  # each weight streamed once per block, not per prompt
+        assert f"| {row['batch']} | {'yes' if row['kv_outputs'] else 'no'} | {row['packed']['blocks']} |" in done.stdout
+        assert row["ratio"] == row["packed"]["seconds"] / next(r["one_prefill"]["seconds"] for r in results
+                                                                if r["batch"] == row["batch"] and not r["kv_outputs"])

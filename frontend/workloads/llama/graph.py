@@ -191,15 +191,18 @@ class LlamaGraph:
     def kv_pieces(self) -> dict[str, list[KvPiece]]:
         """For every k and v output task (`kv_outputs`), the pieces of its rows that belong to each sequence,
         in row order: what to write where in each sequence's KV cache (`execute(outputs_into=)`)."""
-        bounds = (*self.sequence_starts, self.tokens)
+        spans = list(zip(self.sequence_starts, (*self.sequence_starts[1:], self.tokens)))
         pieces: dict[str, list[KvPiece]] = {}
         for layer, pair in enumerate(self.kv):
             for kind, x in zip("kv", pair):
                 for coords, block in x.blocks.items():
                     rows, columns = x.slices(coords)
-                    pieces[block.id] = [KvPiece(max(rows.start, begin) - rows.start, min(rows.stop, end) - rows.start, s, layer, kind,
-                                                max(rows.start, begin) - begin, (columns.start, columns.stop))
-                                        for s, (begin, end) in enumerate(zip(bounds, bounds[1:])) if begin < rows.stop and rows.start < end]
+                    pieces[block.id] = []
+                    for s, (begin, end) in enumerate(spans):
+                        first, last = max(rows.start, begin), min(rows.stop, end)
+                        if first < last:
+                            piece = KvPiece(first - rows.start, last - rows.start, s, layer, kind, first - begin, (columns.start, columns.stop))
+                            pieces[block.id].append(piece)
         return pieces
 
 

@@ -178,6 +178,16 @@ def test_packed_prefill_gives_each_sequence_its_own_prefill(preset, lengths, blo
     assert _check_attention_stays_in_sequences(built) > 0
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lengths=st.lists(st.integers(1, 14), min_size=1, max_size=5), block=st.sampled_from([4, 6, 8]),
+       layer_order=st.sampled_from(llama.LAYER_ORDERS), query_group=st.integers(1, 3), slack=st.sampled_from([1.25, 2.0]),
+       seed=st.integers(0, 2**16))
+def test_random_batches_in_any_order_and_budget_give_each_sequence_its_own_prefill(lengths, block, layer_order, query_group,
+                                                                                 slack, seed):
+    config = replace(llama.load_config("tiny-gqa"), num_hidden_layers=1)
+    _packed_matches_own_prefills(config, lengths, block, seed, budget_slack=slack, layer_order=layer_order, query_group=query_group)
+
+
 def test_packed_prefill_keeps_rope_positions_and_windows_per_sequence():
     """Dynamic RoPE scales by each sequence's own length; mistral's window never reaches another sequence."""
     config = llama.load_config("tiny-gqa")

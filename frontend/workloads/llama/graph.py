@@ -235,7 +235,7 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     for layer in range(config.num_hidden_layers):
         prog.phase, prog.group = 2 * layer, query_group  # the MLP half: 2 * layer + 1 under `halves`
         x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves",
-                   None if sequences is None else lengths)
+                   sequences=None if sequences is None else lengths)
     prog.phase, prog.group = 2 * config.num_hidden_layers, 1
     final = plan(config, placement, gpus, config.num_hidden_layers)
     norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)

@@ -14,6 +14,13 @@ block's first position minus the query block's) so the kernel masks exactly the 
 A chain is one placement decision (coordinates t=i, h=g); its links run on that GPU and the k/v blocks
 they read are moved there.
 
+Packed sequences (`sequences`: their lengths, end to end along the tokens): no query sees a key of another
+sequence. The token blocks must each hold whole sequences or a piece of one (partition.split_packed cuts
+them so). Query block i then reads key block j < i only when one sequence spans both, so every row of
+both is that sequence's and the link is a plain full one; a block of several whole sequences is its own
+chain of one causal link, whose `segments` attribute (the rows where each sequence after the first
+starts) masks each sequence from the others. One sequence, or none given, is the plain chain above.
+
 Order: with the program's `group` at 1 a chain runs to its end before the next one starts, as written.
 With `group` at M, link (i, j) is keyed after its query group by (j, i): the chains of M query blocks are
 interleaved key block by key block (link j of each of them, then link j + 1), so each k/v block is read
@@ -23,6 +30,8 @@ reloads them reloads each about M times less often.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from functools import partial
 from itertools import product
 from typing import TYPE_CHECKING
@@ -37,7 +46,7 @@ if TYPE_CHECKING:
 
 def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int,
           place: Placement, window: int | None = None, packed: bool = False,
-          sequences: tuple[int, ...] | None = None) -> Blocked:
+          sequences: Sequence[int] | None = None) -> Blocked:
     """The attention output [T, H*D], cut like q; one chain per (query block, head group). With `packed`,
     the chains' last links keep the packed partial: [T, H*D + H] float32, each group's block its output
     then its heads' log-sum-exps (`unpack` makes the output; a backward pass reads both)."""
@@ -49,10 +58,10 @@ def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: i
     else:
         result = prog._new(name, q.shape, q.dtype, q.splits)
     starts = _starts(q.splits[0])
-    firsts = _firsts(starts, sequences, name)
+    firsts, segments = _packing(starts, sequences, name)
     index = 0
     for i in range(len(q.splits[0])):
-        links = _links(starts, i, window, firsts[i])
+        links = _links(starts, i, window, firsts[i], segments[i])
         for g in range(groups):
             prog.at({"t": i, "h": g})
             gpu = prog._gpu(place(_site(q, k, v, name, i, g, index, attrs, links)), name)
@@ -81,41 +90,46 @@ def _starts(sizes: tuple[int, ...]) -> list[int]:
     return starts
 
 
-def _firsts(starts: list[int], sequences: tuple[int, ...] | None, name: str) -> list[int]:
-    """For each token block, the first block of its sequence (all 0 without `sequences`); every sequence
-    must start at a block's start."""
-    count = len(starts) - 1
-    if sequences is None:
-        return [0] * count
-    if sum(sequences) != starts[-1] or any(n < 1 for n in sequences):
-        raise InputError(f"attention '{name}': sequences {list(sequences)} do not add up to its {starts[-1]} tokens")
-    firsts, begin = [], 0
-    for n in sequences:
-        if begin not in starts or begin + n not in starts:
-            raise InputError(f"attention '{name}': a sequence starts or ends inside a token block (at {begin} or {begin + n})")
-        first = starts.index(begin)
-        firsts += [first] * (starts.index(begin + n) - first)
-        begin += n
-    return firsts
+def _links(starts: list[int], i: int, window: int | None, first: int = 0, segments: str = "") -> list[tuple[int, dict]]:
+    """The key blocks query block i reads, in order, each with the attributes it needs beside `causal`
+    (the window's, and on the diagonal the `segments` of packed sequences).
 
-
-def _links(starts: list[int], i: int, window: int | None, first: int = 0) -> list[tuple[int, dict]]:
-    """The key blocks query block i reads, in order, each with the window attributes it needs (if any);
-    none before `first`, the first block of its sequence.
-
-    Query block i holds positions [starts[i], starts[i+1]); key block j is read when its last key is
-    seen by the first query (last > first - window), and masked when its first key is hidden from the
-    last query (first <= last - window)."""
-    if window is None:
-        return [(j, {}) for j in range(first, i + 1)]
-    first_q, last_q = starts[i], starts[i + 1] - 1
+    Query block i holds positions [starts[i], starts[i+1]) and reads key blocks first..i (`first`: the
+    first block of its sequence); key block j is read when its last key is seen by the first query
+    (last > first - window), and masked when its first key is hidden from the last query (first <= last
+    - window)."""
     links = []
     for j in range(first, i + 1):
-        if starts[j + 1] - 1 <= first_q - window:
+        if window is not None and starts[j + 1] - 1 <= starts[i] - window:
             continue
-        masked = starts[j] <= last_q - window
-        links.append((j, {"window": window, "offset": starts[j] - starts[i]} if masked else {}))
+        masked = window is not None and starts[j] <= starts[i + 1] - 1 - window
+        extra = {"window": window, "offset": starts[j] - starts[i]} if masked else {}
+        links.append((j, extra | ({"segments": segments} if j == i and segments else {})))
     return links
+
+
+def _packing(starts: list[int], sequences: Sequence[int] | None, name: str) -> tuple[list[int], list[str]]:
+    """Per token block, the first key block its chain reads and its `segments` ("" for one sequence).
+
+    Block i's chain starts at the first block that holds the sequence of its first row; it must hold
+    either whole sequences (then it reads itself alone) or rows of one sequence only."""
+    blocks = len(starts) - 1
+    if sequences is None:
+        return [0] * blocks, [""] * blocks
+    bounds = _starts(tuple(sequences))
+    if bounds[-1] != starts[-1]:
+        raise InputError(f"attention '{name}': sequences add up to {bounds[-1]} tokens, q has {starts[-1]}")
+    owner = lambda row: bisect_right(bounds, row) - 1  # noqa: E731  (the sequence of a token)
+    firsts, segments = [], []
+    for i in range(blocks):
+        begin, end = starts[i], starts[i + 1]
+        inside = [b - begin for b in bounds if begin < b < end]
+        if inside and (begin not in bounds or end not in bounds):
+            raise InputError(f"attention '{name}': token block {i} [{begin}, {end}) holds a piece of a sequence beside "
+                             "others; cut the blocks so that each holds whole sequences or one piece of one")
+        firsts.append(i if inside else next(j for j in range(i + 1) if owner(starts[j + 1] - 1) == owner(begin)))
+        segments.append(",".join(map(str, inside)))
+    return firsts, segments
 
 
 def _check(q: Blocked, k: Blocked, v: Blocked, name: str, heads: int, kv_heads: int) -> int:
@@ -182,7 +196,7 @@ def lower_grad(prog: Program, step, d_out: Blocked, names: dict[int, str]) -> di
     groups = len(q.splits[1])
     attrs = {"heads": heads // groups, "kv_heads": kv_heads // groups}
     starts = _starts(q.splits[0])
-    firsts = _firsts(starts, step.attrs["sequences"], step.result.name)
+    firsts, _ = _packing(starts, step.attrs["sequences"], step.result.name)
     links = [_links(starts, i, step.attrs["window"], firsts[i]) for i in range(len(starts) - 1)]
 
     def operands(i: int, j: int, g: int, gpu: int) -> list:

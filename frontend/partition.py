@@ -3,6 +3,8 @@
 A split is a tuple of block sizes that add up to the dimension (`(32, 32, 32, 32)` for 128 in 4). Users
 write a spec as a block count (`4`: near-equal blocks, the larger ones first) or as explicit sizes; the
 frontend keeps the tuple. Blocks of a split start at the running sums of the sizes before them.
+`split_packed` cuts sequences packed end to end so that every block holds whole sequences or a piece of
+one: what blocked attention over packed sequences needs to keep one kernel per block simple.
 """
 
 from __future__ import annotations
@@ -30,6 +32,29 @@ def split_block(size: int, block: int) -> Split:
         raise InputError(f"a block size must be positive, got {block}")
     full, rest = divmod(size, block)
     return (block,) * full + ((rest,) if rest else ()) or (size,)
+
+
+def split_packed(lengths: Sequence[int], block: int) -> Split:
+    """Blocks of at most `block` tokens over sequences of `lengths` packed end to end, in order: a sequence
+    joins the last block where it fits in the room left, else starts a new one; a sequence longer than
+    `block` takes blocks of its own (`split_block`), the last one closed to the sequences after it. So a
+    block holds either whole sequences or one piece of one sequence. (`split_packed([5, 2, 2, 9], 4) ==
+    (4, 1, 4, 4, 4, 1)`.)"""
+    if block < 1:
+        raise InputError(f"a block size must be positive, got {block}")
+    sizes: list[int] = []
+    room = 0
+    for length in lengths:
+        if length > block:
+            sizes += split_block(length, block)
+            room = 0
+        elif length <= room:
+            sizes[-1] += length
+            room -= length
+        else:
+            sizes.append(length)
+            room = block - length
+    return tuple(sizes)
 
 
 def as_split(size: int, spec: SplitSpec | None, what: str) -> Split:

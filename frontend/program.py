@@ -216,9 +216,10 @@ class Program:
                   place: Placement | None = None, window: int | None = None,
                   sequences: Sequence[int] | None = None) -> Blocked:
         """Causal attention over token blocks, as chains of `attention` tasks below the diagonal; with
-        `window`, each query sees only itself and the window - 1 keys before it; with `sequences` (token
-        counts, each a whole number of token blocks), no query sees a key of another sequence. A training
-        program ends each chain with the packed partial `<name>.packed` and unpacks the output from it."""
+        `window`, each query sees only itself and the window - 1 keys before it; with `sequences` (lengths
+        packed end to end: a block holds whole sequences, `segments`, or a piece of one), only keys of its own
+        sequence. A training program ends each chain with the packed partial `<name>.packed` and unpacks the
+        output from it."""
         place = place or follow
         sequences = None if sequences is None else tuple(sequences)
         if not self.training:

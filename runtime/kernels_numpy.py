@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from turnip_ir.kernels import KERNELS, softmax_scale
+from turnip_ir.kernels import KERNELS, segment_rows, softmax_scale
 
 KernelImpl = Callable[[list[np.ndarray], np.ndarray, dict], None]
 
@@ -178,7 +178,13 @@ def _merge(prev: np.ndarray, output, lse, heads: int, work) -> tuple[np.ndarray,
 
 
 def _attention(xs, out, attrs):
-    """One key block of grouped-query attention merged into `prev` (see the kernel table)."""
+    """One key block of grouped-query attention merged into `prev` (see the kernel table). A block of
+    several sequences (`segments`) is a causal block per sequence, each on its rows of every operand."""
+    if "segments" in attrs:
+        one = {name: value for name, value in attrs.items() if name != "segments"}
+        for start, stop in segment_rows(attrs, xs[0].shape[0]):
+            _attention([x[start:stop] for x in xs], out[start:stop], one)
+        return
     q, k, v = xs[:3]
     heads = attrs["heads"]
     work = np.float64 if q.dtype == np.float64 else np.float32

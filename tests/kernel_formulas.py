@@ -66,7 +66,8 @@ def _rmsnorm(xs, attrs):
 def _attention(xs, attrs):
     """One (query block, key block) step from its definition: with the previous keys' normalised output
     o_p and log-sum-exp l_p, out = (o_p e^(l_p) + sum_j e^(s_j) v_j) / (e^(l_p) + sum_j e^(s_j)) per head,
-    s_j = scale q.k_j (masked to j <= i on a causal block, and to keys inside a sliding `window`); the packed partial appends log of the denominator."""
+    s_j = scale q.k_j (masked to j <= i on a causal block, to keys inside a sliding `window`, and to keys of
+    query i's own sequence where `segments` packs several); the packed partial appends log of the denominator."""
     q, k, v = xs[:3]
     prev = xs[3] if len(xs) > 3 else None
     heads, kv_heads = int(attrs["heads"]), int(attrs["kv_heads"])
@@ -79,6 +80,9 @@ def _attention(xs, attrs):
         scores = q[:, h * width : (h + 1) * width] @ k[:, g * width : (g + 1) * width].T * scale
         if attrs.get("causal", False):
             scores = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], scores, -np.inf)
+        if "segments" in attrs:  # packed sequences: a key of another sequence is masked like a future one
+            sequence = _sequence_of_rows(attrs["segments"], q.shape[0])
+            scores = np.where(sequence[None, :] == sequence[:, None], scores, -np.inf)
         if "window" in attrs:  # transformers' sliding window: key position > query position - window
             q_pos, k_pos = np.arange(q.shape[0])[:, None], attrs.get("offset", 0) + np.arange(k.shape[0])[None, :]
             scores = np.where(k_pos > q_pos - attrs["window"], scores, -np.inf)
@@ -97,6 +101,12 @@ def _attention(xs, attrs):
             lses.append(top + np.log(denominator))
     out = np.concatenate(outs, axis=1)
     return out if attrs.get("final", True) else np.concatenate([out, np.stack(lses, axis=1)], axis=1)
+
+
+def _sequence_of_rows(segments: str, rows: int) -> np.ndarray:
+    """Which sequence each row of a packed block belongs to: the count of sequence starts at or before it."""
+    starts = np.array([int(x) for x in segments.split(",")])
+    return (np.arange(rows)[:, None] >= starts[None, :]).sum(axis=1)
 
 
 def _decode_attention(xs, attrs):

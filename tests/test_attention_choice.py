@@ -40,7 +40,9 @@ def test_triton_costs_its_own_attention_rate_and_nothing_else_changes():
     triton = cost.for_attention("triton")
     assert triton.attention_flops == cost.triton_attention_flops < cost.attention_flops
     assert triton.causal_attention_flops == cost.triton_causal_attention_flops < cost.causal_attention_flops
-    assert replace(triton, attention_flops=cost.attention_flops, causal_attention_flops=cost.causal_attention_flops) == cost
+    assert cost.batched_segments and not triton.batched_segments  # its kernel takes one sequence at a time
+    assert replace(triton, attention_flops=cost.attention_flops, causal_attention_flops=cost.causal_attention_flops,
+                   batched_segments=True) == cost
     assert cost.for_attention("torch-cudnn") is cost and cost.for_attention("cublas") is cost
 
 

@@ -24,7 +24,7 @@ from runtime.inputs import input_specs, make_inputs
 from tools.float64 import evaluate
 from tools.synthetic import random_memgraph
 from tests import formulas_llama as formulas
-from tests.attention_graphs import attention_graph
+from tests.attention_graphs import attention_graph, packed_attention_graph, per_sequence_attention
 from turnip_ir.errors import KernelError
 from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
@@ -238,6 +238,49 @@ def test_llama_prefill_on_the_gpu_equals_the_float64_reference(preset, dtype, pr
     want = float64_forward(config, weights, ids)
     tol = 2e-2 if dtype == "float16" else 1e-4
     assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < tol
+
+
+@pytest.mark.parametrize("provider", ["torch-cudnn", "torch-flash", "torch-efficient", "triton", "cublas"])
+@pytest.mark.parametrize("lengths", [[128] * 4, [200, 56, 129, 127]])  # one batched torch call; one call per sequence
+@pytest.mark.parametrize("kv_heads", [8, 2])
+def test_blocks_of_packed_sequences_equal_causal_attention_per_sequence_on_every_provider(provider, lengths, kv_heads):
+    """A segmented causal block (and one merged into a partial before it) against the float64 formulas,
+    in two orders; torch's sequences of one length run as one batched call, uneven ones one call each."""
+    from kernel_formulas import evaluate as formula
+
+    heads, width = 8, 64
+    for prev in (False, True):
+        graph = packed_attention_graph(lengths, heads, kv_heads, width, "float16", prev=prev)
+        memgraph = compile_taskgraph(graph, 64 << 20)
+        inputs = make_inputs(input_specs(memgraph), None, 5)
+        f64 = {name: value.astype(np.float64) for name, value in inputs.items()}
+        want = formula(graph, f64)["a"]
+        if not prev:
+            np.testing.assert_allclose(want, per_sequence_attention(f64["q"], f64["k"], f64["v"], heads, kv_heads, lengths), atol=1e-9)
+        for order in ("nondet", "random"):
+            result = execute(memgraph, backend=_backend(attention_provider=provider), order=order, seed=1, inputs=inputs)
+            np.testing.assert_allclose(result.outputs["a"].astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("provider", ["torch-cudnn", "triton", "cublas"])
+def test_a_packed_llama_prefill_on_the_gpu_gives_each_prompt_its_own_hidden_states(provider):
+    from dataclasses import replace
+
+    from frontend.workloads import llama
+    from frontend.workloads.llama.float64_forward import float64_forward
+
+    config = replace(llama.load_config("tiny-gqa"), dtype="float16")
+    weights = llama.RandomWeights(config, 1)
+    lengths = [64, 64, 30, 1, 97, 200]  # a block of two, a block of three uneven, a prompt longer than a block
+    prompts = [llama.random_ids(config, n, s) for s, n in enumerate(lengths)]
+    built = llama.build_llama(config, sum(lengths), block=128, sequences=lengths)
+    budget = int(minimum_budget(place_devices(built.graph, 0)) * 1.5)
+    memgraph = compile_taskgraph(built.graph, budget)
+    assert memgraph.count("offload") + memgraph.count("reload") > 0
+    result = execute(memgraph, backend=_backend(attention_provider=provider), order="nondet", inputs=built.feed(weights, np.concatenate(prompts)))
+    for hidden, ids in zip(built.gather_sequences(result.outputs), prompts):
+        want = float64_forward(config, weights, ids)
+        assert np.max(np.abs(hidden.astype(np.float64) - want)) / np.max(np.abs(want)) < 2e-2
 
 
 def _two_gpus() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from runtime.inputs import input_specs, make_inputs
 from runtime.policies import make_policy
 from tools.float64 import evaluate
 from tests import formulas_llama as formulas
-from tests.attention_graphs import attention_graph
+from tests.attention_graphs import attention_graph, packed_attention_graph, per_sequence_attention
 from turnip_ir.errors import InputError, KernelError
 from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
@@ -255,6 +256,53 @@ def test_blocked_attention_on_the_cublas_provider_equals_full_causal_attention(d
     want = formulas.attention(cat("q"), cat("k"), cat("v"), heads, kv_heads, causal=True)
     got = np.concatenate([result.outputs[f"a{i}.{i}"] for i in range(tokens // block)])
     _close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype, heads, kv_heads, lengths", [("float32", 4, 2, [2, 1, 3]), ("float16", 2, 2, [3, 3]),
+                                                              ("float32", 2, 1, [1, 4, 1])])
+def test_a_block_of_packed_sequences_on_the_cublas_provider_is_causal_attention_per_sequence(dtype, heads, kv_heads, lengths):
+    g = packed_attention_graph(lengths, heads, kv_heads, 2, dtype)
+    _, inputs, result = _run(g, factor=1.5)
+    _close(result.outputs["a"], per_sequence_attention(inputs["q"], inputs["k"], inputs["v"], heads, kv_heads, lengths), dtype)
+
+
+def test_a_block_of_packed_sequences_merges_into_the_partial_before_it():
+    from kernel_formulas import evaluate as formula
+
+    g = packed_attention_graph([2, 3, 1], 4, 2, 2, "float32", prev=True)
+    _, inputs, result = _run(g, factor=1.5)
+    _close(result.outputs["a"], formula(g, inputs)["a"], "float32")
+
+
+def test_a_packed_block_needs_the_scratch_of_its_longest_sequence():
+    from runtime.backends.cuda.attention import scratch_bytes
+
+    g = packed_attention_graph([3, 5], 4, 2, 2, "float16")
+    node = g["a"]
+    sources = [g[i] for i in node.inputs]
+    alone = TaskGraph(devices=1)
+    q, k = alone.input((5, 8), "float16", id="q"), alone.input((5, 4), "float16", id="k")
+    alone.attention(q, k, k, heads=4, kv_heads=2, causal=True, id="a")
+    longest = scratch_bytes(alone["a"], [alone["q"], alone["k"], alone["k"]], "cublas")
+    assert scratch_bytes(node, sources, "cublas") == longest > 0
+    whole = {name: value for name, value in node.attrs.items() if name != "segments"}
+    assert longest < scratch_bytes(replace(node, attrs=whole), sources, "cublas")
+    assert scratch_bytes(node, sources, "torch-cudnn") == 0  # torch's ops take no scratch
+
+
+def test_a_packed_llama_prefill_gives_each_sequence_its_own_hidden_states():
+    """Three prompts through one prefill (a packed block, then a prompt longer than a block), offloading."""
+    from frontend.workloads import llama
+
+    config = replace(llama.load_config("tiny-gqa"), num_hidden_layers=1)
+    lengths = [2, 1, 6]
+    built = llama.build_llama(config, sum(lengths), 3, sequences=lengths)
+    weights = llama.RandomWeights(config, 1)
+    prompts = [llama.random_ids(config, n, s) for s, n in enumerate(lengths)]
+    memgraph, _, result = _run(built.graph, inputs=built.feed(weights, np.concatenate(prompts)))
+    assert memgraph.count("reload") > 0
+    for hidden, ids in zip(built.gather_sequences(result.outputs), prompts):
+        _close(hidden, llama.float64_forward(config, weights, ids), "float32")
 
 
 @pytest.mark.parametrize("seed", range(3))

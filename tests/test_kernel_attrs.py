@@ -166,3 +166,22 @@ def test_a_kernel_may_declare_its_own_dtype_rule() -> None:
         plain.infer([(2,), (2,)], ["float16", "float32"], {})
     cast = KernelSpec("cast", (1, 1), lambda s, a: s[0], lambda s, o, a: 0, attrs={"to": str}, infer_dtype=lambda d, a: a["to"])
     assert cast.infer([(2,)], ["float16"], {"to": "float64"}) == ((2,), "float64")
+
+
+def test_segments_of_a_packed_block_survive_every_round_trip() -> None:
+    """A causal block of packed sequences keeps its `segments` string through JSON and IR text, taskgraph
+    and memgraph; JSON that breaks its rule gets the shape rule's diagnostic."""
+    g = TaskGraph(devices=1)
+    q, k = g.input((6, 16), "float32", id="q"), g.input((6, 8), "float32", id="k")
+    g.output(g.attention(q, k, k, heads=4, kv_heads=2, causal=True, segments="1,4", id="a"))
+    text = module_text(graph_to_module(taskgraph_from_json(json.loads(g.dumps()))))
+    assert 'segments = "1,4"' in text
+    for generic in (False, True):
+        again = taskgraph_from_ir(parse_ir(module_text(graph_to_module(g), generic=generic)))
+        assert again.to_json() == g.to_json() and again["a"].attrs["segments"] == "1,4"
+    memgraph = compile_taskgraph(g, budget=1 << 20)
+    for graph in (memgraph_from_json(json.loads(memgraph.dumps())), memgraph_from_ir(parse_ir(module_text(graph_to_module(memgraph))))):
+        assert graph.to_json() == memgraph.to_json()
+    doc = _taskgraph_doc({"heads": 4, "kv_heads": 2, "segments": "2"})
+    with pytest.raises(InputError, match="^g.json: node 'a': attention: segments '2' cut a causal block only"):
+        parse_json(json.dumps(doc), "g.json")

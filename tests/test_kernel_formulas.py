@@ -117,3 +117,53 @@ def test_attention_window_attributes_are_checked(attrs, message):
 
     with pytest.raises(ShapeError, match=message):
         KERNELS["attention"].infer([(4, 8)] * 3, ["float32"] * 3, {"heads": 2, "kv_heads": 2, **attrs})
+
+
+@pytest.mark.parametrize("segments, window", [("2", None), ("1,3", None), ("1,2,3,4", None), ("3", 2)])
+@pytest.mark.parametrize("final, with_prev", [(True, False), (False, False), (True, True)])
+def test_cpu_attention_over_packed_sequences_equals_its_formula(segments, window, final, with_prev):
+    """A segmented causal block: each row sees the keys of its own sequence up to itself, none of another's."""
+    rng = np.random.default_rng(len(segments))
+    tokens, width, heads, kv_heads = 5, 3, 4, 2
+    q = rng.standard_normal((tokens, heads * width))
+    k, v = (rng.standard_normal((tokens, kv_heads * width)) for _ in range(2))
+    xs = [q, k, v]
+    if with_prev:
+        earlier = [q, rng.standard_normal(k.shape), rng.standard_normal(v.shape)]
+        xs.append(apply("attention", earlier, {"heads": heads, "kv_heads": kv_heads, "final": False}).astype(np.float32))
+    attrs = {"heads": heads, "kv_heads": kv_heads, "causal": True, "final": final, "segments": segments}
+    attrs |= {} if window is None else {"window": window}
+    shape, dtype = KERNELS["attention"].infer([x.shape for x in xs], [str(x.dtype) for x in xs], attrs)
+    out = np.full(shape, np.nan, dtype=dtype)
+    NUMPY_KERNELS["attention"](xs, out, attrs)
+    want = apply("attention", xs, attrs)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    whole = apply("attention", xs, {name: value for name, value in attrs.items() if name != "segments"})
+    assert not np.allclose(want, whole)  # the sequences hide each other's keys
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"segments": "2"}, "segments '2' cut a causal block only"),
+    ({"segments": "", "causal": True}, "segments '' must be comma-separated row offsets"),
+    ({"segments": "1, 2", "causal": True}, "segments '1, 2' must be comma-separated row offsets"),
+    ({"segments": "-1", "causal": True}, "segments '-1' must be comma-separated row offsets"),
+    ({"segments": "0,2", "causal": True}, "segments '0,2' must increase strictly inside \\(0, 4\\)"),
+    ({"segments": "2,2", "causal": True}, "segments '2,2' must increase strictly inside"),
+    ({"segments": "3,1", "causal": True}, "segments '3,1' must increase strictly inside"),
+    ({"segments": "4", "causal": True}, "segments '4' must increase strictly inside \\(0, 4\\)"),
+    ({"segments": 2, "causal": True}, "attribute 'segments' must be str, got 2"),
+])
+def test_attention_segments_are_checked(attrs, message):
+    from turnip_ir.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=message):
+        KERNELS["attention"].infer([(4, 8)] * 3, ["float32"] * 3, {"heads": 2, "kv_heads": 2, **attrs})
+
+
+def test_a_segmented_block_costs_each_sequences_causal_flops():
+    spec = KERNELS["attention"]
+    shapes = [(10, 8)] * 3
+    causal = {"heads": 2, "kv_heads": 2, "causal": True}
+    one = lambda rows: spec.flops([(rows, 8)] * 3, (rows, 8), causal)  # noqa: E731
+    assert spec.flops(shapes, (10, 8), causal | {"segments": "3,7"}) == one(3) + one(4) + one(3)
+    assert spec.flops(shapes, (10, 8), causal | {"segments": "3,7"}) < spec.flops(shapes, (10, 8), causal)

@@ -1,7 +1,8 @@
 """The cost model: how long a memgraph vertex takes on a GPU, fitted to the H200 (bench/fit_cost.py).
 
 The sim backend uses it as its clock, and the `nondet` policy uses it for critical-path priorities.
-A kernel costs max(FLOPs / GEMM rate, bytes read and written / HBM bandwidth) plus a launch overhead;
+A kernel costs max(FLOPs / GEMM rate, bytes read and written / HBM bandwidth) plus a launch overhead (an
+attention block of packed sequences: its FLOPs per sequence, a launch per call it takes);
 a transfer costs its bytes over the link that carries it (H2D, D2H, or the peer link for a move). The
 runtime's event loop costs host time per vertex, which the sim backend serializes. The defaults are
 measured rates where a benchmark or a trace gives one, and the figures fitted to the measured makespans of
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from turnip_ir.kernels import KERNELS
+from turnip_ir.kernels import KERNELS, segment_rows
 from turnip_ir.memgraph import MemNode
 
 
@@ -97,6 +98,10 @@ class CostModel:
     docs/benchmarks-log.md): 4,352 attention links of about 150 us of GPU work each, where the loop, not
     the GPU, sets the pace. Without it the sim predicted that run 25-30% fast and ranked 2048-token blocks
     above 4096 (measured 2.21 s against 1.58 s); with 4096-token links (about 575 us) it hides behind the GPU."""
+    batched_segments: bool = True
+    """Whether an attention block of packed sequences that are all of one length runs as one call (torch's
+    fused ops take them as a batch: runtime/backends/cuda/attention.py); else, and for uneven ones, one
+    call per sequence, each with its launch and its `host_per_attention`."""
     notify_latency: float = 36.2e-6
     """Seconds from a vertex's end on the GPU to the loop learning of it: the same section's chain of tiny
     kernels run one at a time (83.3 us a vertex) less the loop's time and the launch gap."""
@@ -107,8 +112,17 @@ class CostModel:
         `causal_attention_flops`, as is `cublas`,
         which runs about 5x slower (not modelled: the sim ranks no plan for it)."""
         if provider == "triton":
-            return replace(self, attention_flops=self.triton_attention_flops, causal_attention_flops=self.triton_causal_attention_flops)
+            return replace(self, attention_flops=self.triton_attention_flops, causal_attention_flops=self.triton_causal_attention_flops,
+                           batched_segments=False)
         return self
+
+    def attention_calls(self, node: MemNode) -> int:
+        """The calls the cuda backend makes for an `attention` vertex: one, or for a block of packed
+        sequences (`segments`) one per sequence unless they are of one length and `batched_segments`."""
+        if "segments" not in node.attrs:
+            return 1
+        rows = segment_rows(node.attrs, node.shape[0])
+        return 1 if self.batched_segments and len({stop - start for start, stop in rows}) == 1 else len(rows)
 
     def flop_rate(self, dtype: str) -> float:
         if dtype in ("float16", "bfloat16"):
@@ -128,7 +142,8 @@ class CostModel:
             rate = self.flop_rate(dtype)
         if node.kernel == "decode_attention":
             return max(flops / rate, traffic / self.decode_attention_bw) + self.launch
-        return max(flops / rate, traffic / (self.hbm_bw * self.memory_share(node.kernel))) + self.launch
+        launches = self.attention_calls(node) if node.kernel == "attention" else 1
+        return max(flops / rate, traffic / (self.hbm_bw * self.memory_share(node.kernel))) + self.launch * launches
 
     def memory_share(self, kernel: str) -> float:
         """The share of `hbm_bw` that `kernel` reaches (`memory_efficiency`; 1 for kernels it does not name)."""
@@ -137,7 +152,7 @@ class CostModel:
     def host_time(self, node: MemNode, inputs: list[MemNode]) -> float:
         """Seconds of the runtime's loop to submit `node` and handle its completion."""
         if node.op == "kernel" and _half_attention(node, inputs):
-            return self.host_per_vertex + self.host_per_attention
+            return self.host_per_vertex + self.host_per_attention * self.attention_calls(node)
         return self.host_per_vertex
 
     def duration(self, node: MemNode, inputs: list[MemNode]) -> float:

@@ -233,6 +233,7 @@ def _attention(shapes: list[Shape], attrs: dict) -> Shape:
     if attrs.get("causal", False) and q[0] != k[0]:
         raise ShapeError(f"attention: a causal block needs as many queries as keys, got {q[0]} and {k[0]}")
     _check_window(attrs)
+    _check_segments(attrs, q[0])
     packed = (q[0], q[1] + heads)
     if len(shapes) == 4 and shapes[3] != packed:
         raise ShapeError(f"attention: prev {list(shapes[3])} must be the packed partial {list(packed)}")
@@ -249,6 +250,32 @@ def _check_window(attrs: dict) -> None:
         raise ShapeError(f"attention: a causal block starts its keys where its queries start, got offset {attrs['offset']}")
 
 
+_SEGMENTS = re.compile(r"^[0-9]+(,[0-9]+)*$")
+
+
+def _check_segments(attrs: dict, rows: int) -> None:
+    """`segments` cuts a causal block of `rows` rows into sequences: the rows where each one after the
+    first starts, increasing, inside (0, rows)."""
+    if "segments" not in attrs:
+        return
+    text = attrs["segments"]
+    if not attrs.get("causal", False):
+        raise ShapeError(f"attention: segments '{text}' cut a causal block only, and this block is not causal")
+    if not _SEGMENTS.match(text):
+        raise ShapeError(f"attention: segments '{text}' must be comma-separated row offsets, e.g. '128,384'")
+    bounds = [0, *map(int, text.split(",")), rows]
+    if any(a >= b for a, b in zip(bounds, bounds[1:])):
+        raise ShapeError(f"attention: segments '{text}' must increase strictly inside (0, {rows}), the block's rows")
+
+
+def segment_rows(attrs: dict, rows: int) -> list[tuple[int, int]]:
+    """The rows [start, stop) of each sequence of an attention block of `rows` rows: its `segments`
+    (checked by the shape rule), or the whole block as one."""
+    cuts = [int(x) for x in attrs["segments"].split(",")] if "segments" in attrs else []
+    bounds = [0, *cuts, rows]
+    return list(zip(bounds, bounds[1:]))
+
+
 def _attention_dtype(dtypes: list[str], attrs: dict) -> str:
     if len(set(dtypes[:3])) > 1:
         raise ShapeError(f"attention: q, k and v have mixed dtypes {sorted(set(dtypes[:3]))}")
@@ -258,7 +285,10 @@ def _attention_dtype(dtypes: list[str], attrs: dict) -> str:
 
 
 def _attention_flops(shapes: list[Shape], out: Shape, attrs: dict) -> int:
+    """4 tq tk width for a full block, half for a causal one; a segmented block is a causal block per sequence."""
     (tq, width), (tk, _) = shapes[0], shapes[1]
+    if "segments" in attrs:
+        return sum(4 * (stop - start) ** 2 * width // 2 for start, stop in segment_rows(attrs, tq))
     flops = 4 * tq * tk * width
     return flops // 2 if attrs.get("causal", False) else flops
 
@@ -516,13 +546,15 @@ KERNELS: dict[str, KernelSpec] = {
             _attention,
             _attention_flops,
             attrs={"heads": int, "kv_heads": int, "causal": bool, "final": bool, "softmax_scale": float,
-                   "window": int, "offset": int},
+                   "window": int, "offset": int, "segments": str},
             required=("heads", "kv_heads"),
             defaults={"causal": False, "final": True, "offset": 0},
             infer_dtype=_attention_dtype,
             summary="one key block of grouped-query attention, merged into the packed partial prev; "
             "final: the output, else the next packed partial (float32, [tq, heads*D + heads]); window: query i "
-            "sees key j only when i - (offset + j) < window (a sliding window; offset = k's first position - q's)",
+            "sees key j only when i - (offset + j) < window (a sliding window; offset = k's first position - q's); "
+            "segments: a causal block of several sequences packed end to end, the comma-separated rows where each "
+            "one after the first starts (query i sees key j only within its own sequence)",
         ),
         KernelSpec(
             "decode_attention",

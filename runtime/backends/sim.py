@@ -8,7 +8,7 @@ has ended and every dependency has ended on the device.
 
 The host is one serial loop. Each submit takes `cost.host_time` seconds of it (the Python loop's
 time per vertex: choosing it, launching it, and handling its completion; more for an fp16 attention
-link, launched through torch), so a vertex cannot start
+link, launched through torch, once per call it takes: `cost.attention_calls`), so a vertex cannot start
 before the host has finished submitting it, and many small vertices cost what the loop costs. The loop
 learns of a completion `cost.notify_latency` after the vertex ended on the GPU; `wait` returns it then.
 With both at zero and `lookahead=False` (one vertex per lane, submitted only when its dependencies are

@@ -18,6 +18,15 @@ Tasks run layer by layer. Inside a layer (`layer_order`):
 attention chains interleaved key block by key block (frontend/attention.py): where a layer's k and v
 cannot stay on the GPU (128k tokens of 7B: 2 GiB a layer) each reloaded k/v block serves M queries.
 
+Packed prompts (`sequences`: their lengths): several prompts packed end to end along the tokens go through
+one graph, so each weight is read once per block of the batch rather than once per prompt. The token
+blocks are cut by `partition.split_packed` (each holds whole prompts or a piece of one), attention keeps
+each prompt to its own keys (frontend/attention.py: the links follow the prompts, a block of several is
+one causal task with `segments`), and RoPE positions restart at 0 in every prompt (its own tables, so
+`dynamic` scaling follows its own length). Every other op is per token and cannot mix prompts. Each
+prompt's hidden states and k/v rows equal those of its own prefill; `kv_pieces` says which rows of which
+k/v output task are which prompt's, for writing them straight into a KV cache.
+
 Placements over `gpus`:
 - `sequence`: token block b on GPU b % gpus; each weight has a home GPU in turn (loaded over that GPU's host
   link, so the links share the traffic) and is moved over NVLink to every other GPU that reads it;
@@ -33,17 +42,19 @@ Placements over `gpus`:
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from turnip_ir.errors import InputError
 from frontend import Blocked, Program, follow, given, on, split_block
+from frontend.partition import split_packed, starts
 from frontend.placement import Placement
 from turnip_ir.taskgraph import TaskGraph
 from frontend.workloads.llama.config import LlamaConfig
-from frontend.workloads.llama.rope import rope_tables
+from frontend.workloads.llama.rope import packed_rope_tables
 from frontend.workloads.llama.weights import embed
 
 PLACEMENTS = ("sequence", "zigzag", "layers", "heads")
@@ -111,6 +122,21 @@ ACTIVATIONS = ("hidden", "rope.cos", "rope.sin")
 """The inputs a prefill is fed besides its weights: the embedded tokens and the RoPE tables."""
 
 
+class KvPiece(NamedTuple):
+    """Rows of one k or v output block that belong to one sequence: the block's rows [row_start, row_stop)
+    are that sequence's positions first_position.. in layer `layer`, and the block holds the cache's
+    columns [columns[0], columns[1]) (all kv_heads * head_dim of them, but under the `heads` placement)."""
+
+    row_start: int
+    row_stop: int
+    sequence: int
+    layer: int
+    kind: str
+    """"k" (after RoPE) or "v"."""
+    first_position: int
+    columns: tuple[int, int]
+
+
 @dataclass
 class LlamaGraph:
     """A built prefill: the frontend program (inputs, outputs, taskgraph) and how to feed and read it."""
@@ -124,10 +150,17 @@ class LlamaGraph:
     """Per layer, the post-RoPE k and the v as outputs (`build_llama(kv_outputs=True)`), else empty."""
     layer_order: str = "blocks"
     query_group: int = 1
+    sequences: tuple[int, ...] = ()
+    """The lengths of the sequences packed end to end (`build_llama(sequences=)`), else (tokens,)."""
 
     @property
     def graph(self) -> TaskGraph:
         return self.program.graph
+
+    @property
+    def sequence_starts(self) -> tuple[int, ...]:
+        """The first token of each sequence in the packed tokens."""
+        return starts(self.sequences)
 
     @property
     def activation_ids(self) -> set[str]:
@@ -135,12 +168,13 @@ class LlamaGraph:
         return self.program.input_ids(name for name in ACTIVATIONS if name in self.program.inputs)
 
     def feed(self, weights: Mapping[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
-        """The run's inputs by taskgraph id: embedded tokens, RoPE tables and weight blocks. Weights that
+        """The run's inputs by taskgraph id: embedded tokens (every sequence's, end to end), RoPE tables
+        (positions from 0 in each sequence) and weight blocks. Weights that
         offer `lazy(name)` (weights.py: a checkpoint, random ones) are fed as lazy inputs, read or drawn
         only when the backend writes them into its buffers."""
         if len(ids) != self.tokens:
             raise InputError(f"{len(ids)} token ids given, the graph was built for {self.tokens}")
-        cos, sin = rope_tables(self.config, self.tokens)
+        cos, sin = packed_rope_tables(self.config, self.sequences)
         extra = dict(zip(ACTIVATIONS, (embed(weights, ids, self.config), cos, sin)))
         lazy = {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
         return self.program.feed(ChainMap(extra, lazy))
@@ -153,14 +187,44 @@ class LlamaGraph:
         """Per layer, k and v [T, kv_heads * head_dim] (k after RoPE) from a run's outputs: the KV cache."""
         return [(self.program.gather(k, outputs), self.program.gather(v, outputs)) for k, v in self.kv]
 
+    def gather_sequences(self, outputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Per sequence, its final hidden states [length, hidden] (views of `gather`'s whole array)."""
+        return self._by_sequence(self.gather(outputs))
+
+    def gather_kv_sequences(self, outputs: Mapping[str, np.ndarray]) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+        """Per sequence, per layer, its k and v [length, kv_heads * head_dim] (views of `gather_kv`'s)."""
+        layers = [(self._by_sequence(k), self._by_sequence(v)) for k, v in self.gather_kv(outputs)]
+        return [[(k[s], v[s]) for k, v in layers] for s in range(len(self.sequences))]
+
+    def _by_sequence(self, whole: np.ndarray) -> list[np.ndarray]:
+        return [whole[start : start + length] for start, length in zip(self.sequence_starts, self.sequences)]
+
+    def kv_pieces(self) -> dict[str, list[KvPiece]]:
+        """For every k and v output task (`kv_outputs`), the pieces of its rows that belong to each sequence,
+        in row order: what to write where in each sequence's KV cache (`execute(outputs_into=)`)."""
+        spans = list(zip(self.sequence_starts, (*self.sequence_starts[1:], self.tokens)))
+        pieces: dict[str, list[KvPiece]] = {}
+        for layer, pair in enumerate(self.kv):
+            for kind, x in zip("kv", pair):
+                for coords, block in x.blocks.items():
+                    rows, columns = x.slices(coords)
+                    pieces[block.id] = []
+                    for s, (begin, end) in enumerate(spans):
+                        first, last = max(rows.start, begin), min(rows.stop, end)
+                        if first < last:
+                            piece = KvPiece(first - rows.start, last - rows.start, s, layer, kind, first - begin, (columns.start, columns.stop))
+                            pieces[block.id].append(piece)
+        return pieces
+
 
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
                 placement: str = "sequence", kv_outputs: bool = False, layer_order: str = "blocks",
-                query_group: int = 1) -> LlamaGraph:
+                query_group: int = 1, sequences: Sequence[int] | None = None) -> LlamaGraph:
     """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs;
     with `kv_outputs`, each layer's k (after RoPE) and v blocks are outputs too (`LlamaGraph.gather_kv`).
     `layer_order` and `query_group` order the tasks inside a layer (the module's docstring); they change
-    the plan a budget gets, not what is computed.
+    the plan a budget gets, not what is computed. `sequences` (positive lengths adding up to `tokens`)
+    packs that many prompts end to end (the module's docstring); None is one sequence of `tokens`.
 
     A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
     block = default_block(config, tokens) if block is None else block
@@ -169,25 +233,39 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
             raise InputError(f"llama: {what} must be a positive integer, got {value!r}")
     if layer_order not in LAYER_ORDERS:
         raise InputError(f"unknown llama layer order '{layer_order}' (known: {', '.join(LAYER_ORDERS)})")
+    lengths = _sequences(sequences, tokens)
     block = min(block, tokens)
     if placement == "heads" and config.num_key_value_heads % gpus:
         raise InputError(f"llama: placement 'heads' needs gpus ({gpus}) to divide the kv heads ({config.num_key_value_heads})")
     plan(config, placement, gpus, 0)  # an unknown name fails before anything is built
     prog = Program(gpus, order_by=("t",))
-    cut = (split_block(tokens, block),)
+    cut = (split_block(tokens, block) if sequences is None else split_packed(lengths, block),)
     x = prog.input("hidden", (tokens, config.hidden_size), config.dtype, cut)
     rope = [prog.input(f"rope.{f}", (tokens, config.head_dim), config.dtype, cut) for f in ("cos", "sin")]
     kv: list[tuple[Blocked, Blocked]] | None = [] if kv_outputs else None
     for layer in range(config.num_hidden_layers):
         prog.phase, prog.group = 2 * layer, query_group  # the MLP half: 2 * layer + 1 under `halves`
-        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves")
+        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves",
+                   sequences=None if sequences is None else lengths)
     prog.phase, prog.group = 2 * config.num_hidden_layers, 1
     final = plan(config, placement, gpus, config.num_hidden_layers)
     norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
     out = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
     prog.output(out)
     prog.taskgraph()
-    return LlamaGraph(config, tokens, block, prog, out, kv or [], layer_order, query_group)
+    return LlamaGraph(config, tokens, block, prog, out, kv or [], layer_order, query_group, lengths)
+
+
+def _sequences(sequences: Sequence[int] | None, tokens: int) -> tuple[int, ...]:
+    """The checked lengths of the packed sequences; (tokens,) for None."""
+    if sequences is None:
+        return (tokens,)
+    lengths = tuple(sequences)
+    if not lengths or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in lengths):
+        raise InputError(f"llama: sequences must be positive integer lengths, got {list(lengths)}")
+    if sum(lengths) != tokens:
+        raise InputError(f"llama: sequences {list(lengths)} add up to {sum(lengths)} tokens, not {tokens}")
+    return tuple(int(n) for n in lengths)
 
 
 Projection = Callable[[Program, Blocked, str, Blocked, Placement], Blocked]
@@ -206,7 +284,8 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
     """One decoder layer on the residual stream `x`; returns the new stream. With a `kv` list, the
     layer's post-RoPE k and its v become outputs and are appended to it. With `halves`, the MLP half is
     keyed after the attention half of every block (the next phase) and block by block. `projection`
-    makes the seven projections; `sequences` keeps attention inside each of them (a batch side by side)."""
+    makes the seven projections; `sequences` (lengths of prompts packed end to end, or a batch side by
+    side) keeps attention inside each of them."""
     p, n = f"model.layers.{layer}.", f"l{layer}."
     hidden, dtype, groups = config.hidden_size, config.dtype, where.groups
     q_width = config.num_attention_heads * config.head_dim

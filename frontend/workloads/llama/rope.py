@@ -46,3 +46,12 @@ def rope_tables(config: LlamaConfig, tokens: int) -> tuple[np.ndarray, np.ndarra
     angles = np.outer(np.arange(tokens, dtype=np.float64), inverse_frequencies(config, tokens))
     both = np.concatenate([angles, angles], axis=1)
     return np.cos(both), np.sin(both)
+
+
+def packed_rope_tables(config: LlamaConfig, lengths: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin for sequences packed end to end: each one's own `rope_tables` (positions from 0, and
+    `dynamic` scaling by its own length), stacked."""
+    if len(lengths) == 1:
+        return rope_tables(config, lengths[0])
+    tables = [rope_tables(config, length) for length in lengths]
+    return np.concatenate([cos for cos, _ in tables]), np.concatenate([sin for _, sin in tables])

@@ -27,6 +27,10 @@ log-sum-exp, then one numba kernel (`kernels_numba.attention_merge`) folds them 
   with a power-of-two head width (others take `cublas`). Checked under Triton's interpreter on the CPU
   (tests/test_attention_triton.py) and on the GPU, where docs/runtime.md ("Attention providers") gives
   its speed against torch's.
+A block of packed sequences (`segments`: a causal block per sequence) runs as one causal sub-block per
+sequence on its rows of q, k, v, prev and out (row views: no copy), each through the provider's builder
+(`build_segmented`); under torch, sequences all of one length go in one batched call instead ([batch =
+sequences, heads, rows, d] views), then one merge per sequence. Its scratch is the largest sub-block's.
 `auto` takes torch-cudnn when torch with CUDA is importable, else cublas; a run planned under a budget
 ranks torch-cudnn against triton first where both can run (`auto_candidates`), and its backend is then
 told the one chosen (`CudaBackend.choose_attention`). The merge reads o through its
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,7 +55,7 @@ from runtime.backends.cuda.launch import array_args, compiled_launch
 from runtime.backends.cuda.memory import device_dtype, device_pointer, dtype_name
 from runtime.backends.cuda.vector import arrays_rows_aligned
 from turnip_ir.errors import KernelError
-from turnip_ir.kernels import DTYPE_BYTES, softmax_scale
+from turnip_ir.kernels import DTYPE_BYTES, segment_rows, softmax_scale
 
 HALF = ("float16", "bfloat16")
 """The dtypes torch's fused attention ops take."""
@@ -150,18 +154,25 @@ def attention_attrs(node) -> tuple[int, int, bool, bool, float]:
 
 
 def scratch_bytes(node, sources, provider: str) -> int:
-    """Lane scratch one attention vertex needs (the cublas provider's scores, output and log-sum-exp per chunk)."""
+    """Lane scratch one attention vertex needs (the cublas provider's scores, output and log-sum-exp per
+    chunk); a block of packed sequences, its largest sequence's (they run one after another on the lane)."""
     q, k = sources[0], sources[1]
     heads, kv_heads, _, _, _ = attention_attrs(node)
     d = q.shape[1] // heads
     if provider == "triton" and triton_takes(node, q):
         return 0
-    if provider not in ("cublas", "triton") and q.dtype in HALF and "window" not in node.attrs:  # torch's: no scratch
+    if torch_runs(node, q.dtype, provider):  # torch's: no scratch
         return 0
-    tq, tk = q.shape[0], k.shape[0]
+    rows = max(stop - start for start, stop in segment_rows(node.attrs, q.shape[0]))
+    tq, tk = (rows, rows) if "segments" in node.attrs else (q.shape[0], k.shape[0])
     item = DTYPE_BYTES[q.dtype]
     chunk = heads // kv_heads
     return chunk * (tq * tk * item + tq * d * item + tq * 4) + 3 * 256
+
+
+def torch_runs(node, dtype: str, provider: str) -> bool:
+    """Whether a torch provider's fused op runs this vertex (float16/bfloat16, no window), not cublas."""
+    return provider not in ("cublas", "triton") and dtype in HALF and "window" not in node.attrs
 
 
 TORCH_BASE = 8 << 20
@@ -178,7 +189,8 @@ stream, each lane added 19 MiB plus half of its block's output and log-sum-exp (
 def library_bytes(node, sources, provider: str) -> int:
     """Memory torch holds on its attention stream for one attention vertex: `TORCH_STREAM`, half the block's
     output and log-sum-exp (what each stream added on the H200), and the expanded k and v when heads are
-    grouped, whole (`TORCH_BASE` comes once per GPU too)."""
+    grouped, whole (`TORCH_BASE` comes once per GPU too). A block of packed sequences counts the same: its
+    batched call's outputs are the block's, and its calls one per sequence add up to it at most."""
     if not provider.startswith("torch") or sources[0].dtype not in HALF:
         return 0
     q, k = sources[0], sources[1]
@@ -282,30 +294,35 @@ TORCH_OPS = {
 }
 
 
-def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
-    """A fused torch op per block on the lane's stream, then the numba merge into the arena."""
+def build_torch(node, inputs, out, env: KernelEnv, provider: str, batch: int = 1) -> Work:
+    """A fused torch op per block on the lane's stream, then the numba merge into the arena. `batch` > 1:
+    the block is that many causal blocks of equal rows one after another (packed sequences), run as one
+    batched op and merged block by block."""
     import torch
 
     b = block_of(node, inputs)
     q, k, v, prev = b.q, b.k, b.v, b.prev
     heads, kv_heads, causal, final, scale = b.heads, b.kv_heads, b.causal, b.final, b.scale
     tq, tk, d = b.tq, b.tk, b.d
+    rows = tq // batch
     device = torch.device("cuda", env.device_of(node))
 
-    def heads_view(array, count, rows):
-        return torch_view(array, device).view(rows, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
+    def heads_view(array, count, length):
+        if batch == 1:
+            return torch_view(array, device).view(length, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
+        return torch_view(array, device).view(batch, length // batch, count, d).transpose(1, 2)  # [batch, heads, rows, d]
 
     q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
     group = heads // kv_heads
     op = TORCH_OPS[provider]
-    grid, block = kn.merge_grid(tq, heads, d)
-    arena_quads = _merge_quads(d, out, prev)  # and o, which torch returns at run time, is checked per call
+    grid, block = kn.merge_grid(rows, heads, d)
+    spans = [(s * rows, (s + 1) * rows) for s in range(batch)]
+    arena_quads = all(_merge_quads(d, out[a:z], None if prev is None else prev[a:z]) for a, z in spans)  # o: per call
     key = (dtype_name(out), prev is not None, final, dtype_name(q), arena_quads, grid, block)
     merges = env.cache.get("merge", key, lambda: {
         vector: compiled_launch(*_merge_kernel(dtype_name(out), prev is not None, final, dtype_name(q), vector), grid, block)
         for vector in ({False, True} if arena_quads else {False})})
-    out_params = array_args(device_pointer(out), out.shape, out.strides, out.dtype.itemsize)
-    prev_params = None if prev is None else array_args(device_pointer(prev), prev.shape, prev.strides, 4)
+    targets = [(_array_params(out[a:z], out.dtype.itemsize), None if prev is None else _array_params(prev[a:z], 4)) for a, z in spans]
     tail = [ctypes.c_int64(0), ctypes.c_int64(heads)]
 
     def fused():
@@ -319,15 +336,16 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
 
     def block(launch_stream):  # after the lane's work so far (its waits on q, k, v, prev included)
         result = fused()
-        o, lse = result[0][0], result[1][0]
-        if lse.dim() == 3:
-            lse = lse[..., 0]
-        lse = lse[:, :tq]
-        o_strides = tuple(s * o.element_size() for s in o.stride())
-        o_params = array_args(o.data_ptr(), tuple(o.shape), o_strides, o.element_size())
-        lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(s * 4 for s in lse.stride()), 4)
-        vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
-        merges[vector](launch_stream, o_params + lse_params + (prev_params or lse_params) + out_params + tail)
+        for s, (out_params, prev_params) in enumerate(targets):
+            o, lse = result[0][s], result[1][s]
+            if lse.dim() == 3:
+                lse = lse[..., 0]
+            lse = lse[:, :rows]
+            o_strides = tuple(x * o.element_size() for x in o.stride())
+            o_params = array_args(o.data_ptr(), tuple(o.shape), o_strides, o.element_size())
+            lse_params = array_args(lse.data_ptr(), tuple(lse.shape), tuple(x * 4 for x in lse.stride()), 4)
+            vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
+            merges[vector](launch_stream, o_params + lse_params + (prev_params or lse_params) + out_params + tail)
 
     def on_stream(lane, body):
         """`body(launch_stream)` on the stream torch's attention runs on for `lane`: the GPU's shared one
@@ -347,8 +365,13 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
 
     work.warm = warm
     work.per_gpu = shared is not None  # warmed on the GPU's attention stream, whichever lane
-    work.signature = (provider, q.shape, k.shape, causal, heads, kv_heads, str(q.dtype))
+    work.signature = (provider, q.shape, k.shape, causal, heads, kv_heads, str(q.dtype), batch)
     return work
+
+
+def _array_params(array, itemsize: int):
+    """A device view's kernel parameters (its pointer, shape and strides), for a compiled launch."""
+    return array_args(device_pointer(array), array.shape, array.strides, itemsize)
 
 
 def warm_up(works: list, graph) -> list[int]:
@@ -359,15 +382,16 @@ def warm_up(works: list, graph) -> list[int]:
 
     seen = set()
     segments = []
-    for vertex, work in enumerate(works):
-        signature = getattr(work, "signature", None)
-        if signature is None:
-            continue
-        for index, lane in enumerate(graph.lanes):
-            key = (signature, ("gpu", lane.device) if getattr(work, "per_gpu", False) else index)
-            if lane.kind == "compute" and lane.device == graph.node(vertex).device and key not in seen:
-                seen.add(key)
-                work.warm(index)
+    for vertex, whole in enumerate(works):
+        for work in getattr(whole, "parts", (whole,)):  # a packed block's sub-blocks, each warmed as a block
+            signature = getattr(work, "signature", None)
+            if signature is None:
+                continue
+            for index, lane in enumerate(graph.lanes):
+                key = (signature, ("gpu", lane.device) if getattr(work, "per_gpu", False) else index)
+                if lane.kind == "compute" and lane.device == graph.node(vertex).device and key not in seen:
+                    seen.add(key)
+                    work.warm(index)
     for device in range(graph.memgraph.devices):
         torch.cuda.synchronize(device)
         stats = torch.cuda.memory_stats(device)
@@ -423,12 +447,32 @@ def build_triton(node, inputs, out, env: KernelEnv) -> Work:
 def build(node, inputs, out, env: KernelEnv) -> Work | None:
     if any(x is None for x in inputs) or out is None:
         return None  # an empty block
+    if "segments" in node.attrs:
+        return build_segmented(node, inputs, out, env)
     provider = env.attention
     if provider == "triton" and triton_takes(node, inputs[0]):
         return build_triton(node, inputs, out, env)
-    if provider in ("cublas", "triton") or dtype_name(inputs[0]) not in HALF or "window" in node.attrs:
+    if not torch_runs(node, dtype_name(inputs[0]), provider):
         return build_cublas(node, inputs, out, env)  # torch's fused ops take half precision only, and no window here
     return build_torch(node, inputs, out, env, provider)
+
+
+def build_segmented(node, inputs, out, env: KernelEnv) -> Work:
+    """A causal block of packed sequences (`segments`): a causal block per sequence on its rows of every
+    operand and of out, one after another on the lane, through `build`; under torch, sequences all of one
+    length as one batched call. The work's `parts` are the sub-blocks' works (warm_up warms each)."""
+    spans = segment_rows(node.attrs, int(inputs[0].shape[0]))
+    one = replace(node, attrs={name: value for name, value in node.attrs.items() if name != "segments"})
+    if torch_runs(one, dtype_name(inputs[0]), env.attention) and len({z - a for a, z in spans}) == 1:
+        return build_torch(one, inputs, out, env, env.attention, batch=len(spans))
+    parts = [build(one, [x[a:z] for x in inputs], out[a:z], env) for a, z in spans]
+
+    def work(lane):
+        for part in parts:
+            part(lane)
+
+    work.parts = parts
+    return work
 
 
 def build_decode(node, inputs, out, env: KernelEnv) -> Work | None:

@@ -281,7 +281,7 @@ def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypat
                                                           "num_attention_heads": 2, "intermediate_size": 64}))
     with Session(config=config, memory=memory, backend=backend) as session:
         first = session.generate(prompts, new)
-        assert session.backends_built == 1 and first.compiles == 3  # two prefills, then one plan for the decode steps
+        assert session.backends_built == 1 and first.compiles == 2  # one prefill of the prompts packed, then one plan for the decode steps
         machine = session._machine
         second = session.generate(prompts, new)
         assert second.compiles == 0 and session.backends_built == 1 and session._machine is machine
@@ -335,9 +335,10 @@ def test_a_cuda_session_plans_again_when_a_plan_pins_more_than_the_estimate(tmp_
     monkeypatch.setattr(api, "_pinned_estimate", lambda graph: 0)
     monkeypatch.setattr(Session, "_call_pinned", lambda self, prompts, steps: 0)  # the call's estimate too
     with Session(config=str(tmp_path / "config.json"), memory=memory, backend="cuda") as session:
-        estimate = arena_budget(llama.build_llama(session.config, 2, kv_outputs=True).graph, memory, "cuda")
+        packed = llama.build_llama(session.config, 6, kv_outputs=True, sequences=(2, 4), hidden=False)
+        estimate = arena_budget(packed.graph, memory, "cuda")
         result = session.generate(prompts, 2)
-        assert session.arena < estimate and result.compiles > 3  # planned again at least once: two prefills and a decode plan
+        assert session.arena < estimate and result.compiles > 2  # planned again at least once: a prefill and a decode plan
         assert session.cache and all(plan.budget <= arena_budget(plan, memory, "cuda") for plan in session.cache.values())
     assert (result.tokens == expected).all()
 
@@ -403,7 +404,9 @@ def test_teacher_forcing_feeds_the_given_tokens_and_keeps_each_steps_logits():
         with pytest.raises(InputError, match=r"^forced tokens must be integers of shape \[2, 3\], got int64 of shape \[2, 2\]$"):
             session.generate(prompts, 3, forced=forced[:, :2])
         width = config.num_key_value_heads * config.head_dim
-        caches = [session._prefill_kv(prompts[0], result), [(np.empty((0, width), "float32"),) * 2] * config.num_hidden_layers]
+        kv = session._prefill(prompts[:1], 0, result)  # the session's own prefill of the first prompt, read back per layer
+        first = [tuple(kv.rows(layer, which, 0, 0, 2).copy() for which in "kv") for layer in range(config.num_hidden_layers)]
+        caches = [first, [(np.empty((0, width), "float32"),) * 2] * config.num_hidden_layers]
         given = session.generate(prompts, 3, forced=forced, caches=caches)
         np.testing.assert_allclose(np.concatenate(given.logits), np.concatenate(result.logits), rtol=1e-6, atol=1e-6)
         assert given.prefill_seconds == 0
@@ -623,3 +626,42 @@ def test_a_new_decode_plan_starts_the_kept_inputs_where_the_backend_holds_them()
     steps_own = 4 * (config.hidden_size + 2 * config.head_dim + 1)  # the token's embedding, RoPE rows, length
     assert placed[4] <= columns + steps_own < placed[0], placed  # its first step copies no weight
     assert result.tokens[0].tolist() == reference_greedy(config, llama.RandomWeights(config, 3), prompt, 6)
+
+
+@pytest.mark.parametrize("order", ["random", "nondet"])
+def test_one_packed_prefill_gives_the_tokens_of_prompt_by_prompt_calls(monkeypatch, order):
+    """A call's prompts (ragged, one of a single token, one longer than a token block) are prefilled in one
+    packed plan, or in chunks when they exceed PREFILL_TOKENS, under a budget that offloads, in any order:
+    the tokens equal those of calling each prompt alone (whose prefill is its own)."""
+    import turnip.session as session_module
+
+    prompts = [np.arange(1, 12), np.array([7]), np.arange(20, 27), np.arange(30, 60)]
+    alone = []
+    with Session(config="tiny", memory=150_000, backend="cpu", order=order, seed=3) as session:
+        for prompt in prompts:
+            alone.append(session.generate([prompt], 3).tokens[0])
+        together = session.generate(prompts, 3)
+        assert together.compiles == 2 and together.bytes_reloaded > 0  # one packed prefill, one decode plan; offloading
+        monkeypatch.setattr(session_module, "PREFILL_TOKENS", 16)
+        chunked = session.generate(prompts, 3)
+        assert chunked.compiles == 1  # chunks of 10 + 6 and of 29 tokens: the second ran alone above, the first is new
+    assert (together.tokens == np.array(alone)).all() and (chunked.tokens == together.tokens).all()
+
+
+def test_a_cuda_session_writes_the_prefills_kv_rows_straight_into_the_cache(tmp_path):
+    """On the cuda backend (numba-cuda's simulator) the packed prefill's k and v rows land in the cache from
+    the GPU, whatever the budget: nothing is copied on the host after a run; the tokens are the cpu's."""
+    from runtime.backends.cuda import simulated
+
+    if not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    (tmp_path / "config.json").write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 2,
+                                                      "num_attention_heads": 2, "intermediate_size": 64}))
+    prompts = [np.array([1, 2, 3]), np.arange(4, 9)]
+    results = {}
+    for backend, memory in (("cpu", 40_000), ("cuda", 40_000 + CUDA_RESERVE)):
+        with Session(config=str(tmp_path / "config.json"), memory=memory, backend=backend) as session:
+            results[backend] = session.generate(prompts, 1)
+    assert results["cuda"].bytes_copied_after == 0 and results["cuda"].bytes_written_straight > 0
+    assert results["cpu"].bytes_copied_after > 0
+    assert (results["cuda"].tokens == results["cpu"].tokens).all()

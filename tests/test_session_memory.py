@@ -20,9 +20,10 @@ CUDA_RESERVE = (80 << 20) + 2 * (4 << 20) + (4 << 10)
 
 @pytest.fixture
 def small_config(tmp_path):
-    """One layer of two heads: numba-cuda's simulator runs every kernel thread in Python."""
+    """Two layers of two heads (a cache's prefill skips the last layer's attention: the first has it), small:
+    numba-cuda's simulator runs every kernel thread in Python."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+    path.write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                                 "intermediate_size": 64}))
     return str(path)
 

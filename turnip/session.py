@@ -14,8 +14,9 @@ the smaller arena. The cuda workspace depends on the attention provider: one nam
 (`attention_provider`) is sized and run as named; `auto` takes the first of `auto`'s candidates
 (torch-cudnn where torch with CUDA runs) without ranking them: a ranking that took triton cost a 7b
 session at 1 GiB 15 s more set-up on the H200 for prefills the sim put 1.3% faster (docs/generation.md).
-Generation ([docs/generation.md](../docs/generation.md)): per prompt, a prefill of its first P-1 tokens
-whose k and v are outputs; then N decode steps, each one taskgraph for the whole batch (one new token per
+Generation ([docs/generation.md](../docs/generation.md)): one prefill of every prompt's first P-1 tokens,
+packed end to end (chunks of PREFILL_TOKENS), whose k and v rows the runs write straight into the call's
+cache; then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
 cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each size step of the last
 column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
@@ -61,6 +62,9 @@ from turnip_ir.taskgraph import TaskGraph
 
 CACHE_ENTRIES = 256
 """Compiled memgraphs kept per session, least recently used dropped first."""
+PREFILL_TOKENS = 65536
+"""The most prompt tokens one prefill plan packs: a call with more prefills in chunks, each streaming every
+weight once (a 7b plan of 64k tokens compiles in a few seconds)."""
 
 
 @dataclass
@@ -105,6 +109,11 @@ class GenerateResult:
     changed in the cache), `execute`'s parts (RunSummary.host_seconds), "append" (the new rows into the
     cache) and "choose" (the next tokens)."""
 
+    bytes_written_straight: int = 0
+    """Output bytes the runs wrote straight into the session's arrays (the prefill's k and v rows into the
+    cache, a step's new rows): on cuda from the GPU, with no host copy."""
+    bytes_copied_after: int = 0
+    """Output bytes copied on the host after a run into the session's arrays (the cpu backend's way)."""
     prepare_seconds: float = 0.0
     """The runs' `prepare` (plans loaded onto the backend: views, pinned storage, kernels built, the inputs
     placed), counted within the prefill's and the steps' seconds."""
@@ -191,6 +200,8 @@ class Session:
         self._runs = 0
         self._calls = 0
         self._machine: Backend | None = None
+        self._prefills: dict[tuple, llama.LlamaGraph] = {}
+        """Packed prefills built, by the lengths they prefill (`_prefill_graph`)."""
         self._steps: dict[tuple, DecodeStep] = {}
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
@@ -214,6 +225,7 @@ class Session:
         self._drop_backend()
         self.cache.clear()
         self._steps.clear()
+        self._prefills.clear()
         self.weights = Materialized({}, self.config.dtype, self.host)
         self.host.release()
 
@@ -259,8 +271,9 @@ class Session:
             caches = None if caches is None else given_caches(caches, prompts, self.config)
             self._size_arena(prompts, int(max_new_tokens), prefill=caches is None)
             if caches is None:
-                caches = [self._prefill_kv(p, stats) for p in prompts]
-            cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
+                cache = self._prefill(prompts, int(max_new_tokens), stats)
+            else:
+                cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
         self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
         rng = np.random.default_rng(self.seed if seed is None else seed)
         current = np.array([p[-1] for p in prompts], dtype=np.int64)
@@ -309,19 +322,63 @@ class Session:
             stats.logits = [np.asarray(logits, dtype=np.float64) for logits in kept]
 
     # ----- steps --------------------------------------------------------------------------------------
-    def _prefill_kv(self, prompt: np.ndarray, stats: GenerateResult) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The KV cache [P-1, kv_width] per layer after the prompt's first P-1 tokens (empty when P == 1
-        or on the sim, whose caches are only their lengths)."""
-        kv_width = self.config.num_key_value_heads * self.config.head_dim
-        empty = np.empty((0, kv_width), dtype=self.config.dtype)
-        head = prompt[:-1]
-        if len(head) == 0:
-            return [(empty, empty) for _ in range(self.config.num_hidden_layers)]
-        built = llama.build_llama(self.config, len(head), gpus=self.gpus, placement=self._placement(), kv_outputs=True)
-        inputs = built.feed(self.weights, head) if stats.computed else None
-        result, seconds, _ = self._run(("prefill-kv", len(head)), built.graph, inputs, stats)
-        stats.prefill_seconds += seconds
-        return built.gather_kv(result.outputs) if stats.computed else []
+    def _prefill(self, prompts: list[np.ndarray], steps: int, stats: GenerateResult) -> KvCache:
+        """The call's KV cache after every prompt's first P-1 tokens, with room for `steps` more: the prompts
+        prefilled together, packed end to end (frontend/workloads/llama/graph.py, `sequences`) in chunks of
+        at most PREFILL_TOKENS (`_prefill_chunks`), so each chunk streams every weight once, not every prompt;
+        the runs write their k and v rows straight into the cache the steps read (`execute(outputs_into=)`
+        pieces: from the GPU on cuda, no host copy). On the sim, which computes nothing, only lengths."""
+        cache = self._empty_cache(prompts, steps, stats.computed)
+        for chunk in self._prefill_chunks(prompts):
+            built = self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk))
+            inputs = into = None
+            if stats.computed:
+                inputs = built.feed(self.weights, np.concatenate([prompts[b][:-1] for b in chunk]))
+                into = {task: [(piece.row_start, piece.row_stop, cache.rows(piece.layer, piece.kind, chunk[piece.sequence], piece.first_position,
+                                                                           piece.first_position + piece.row_stop - piece.row_start, piece.columns))
+                               for piece in pieces] for task, pieces in built.kv_pieces().items()}
+            _, seconds, _ = self._run(("prefill", built.sequences), built.graph, inputs, stats, into=into)
+            stats.prefill_seconds += seconds
+        cache.filled([len(p) - 1 for p in prompts])
+        return cache
+
+    def _prefill_chunks(self, prompts: list[np.ndarray]) -> list[list[int]]:
+        """The prompts with something to prefill (P > 1), by index, in consecutive chunks of at most
+        PREFILL_TOKENS prefilled tokens (a longer prompt alone)."""
+        chunks: list[list[int]] = []
+        total = 0
+        for b, prompt in enumerate(prompts):
+            n = len(prompt) - 1
+            if n == 0:
+                continue
+            if not chunks or total + n > PREFILL_TOKENS:
+                chunks.append([])
+                total = 0
+            chunks[-1].append(b)
+            total += n
+        return chunks
+
+    def _prefill_graph(self, lengths: tuple[int, ...]) -> llama.LlamaGraph:
+        """The packed prefill of prompts of `lengths` tokens: k and v out, no hidden states (built once per
+        lengths and kept: a call sizes the arena with it, then runs it)."""
+        built = self._prefills.get(lengths)
+        if built is None:
+            built = self._prefills[lengths] = llama.build_llama(self.config, sum(lengths), gpus=self.gpus, placement=self._placement(),
+                                                               kv_outputs=True, sequences=lengths, hidden=False)
+            if len(self._prefills) > CACHE_ENTRIES:
+                self._prefills.pop(next(iter(self._prefills)))
+        return built
+
+    def _empty_cache(self, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
+        """The call's cache, holding nothing yet, with room for every prompt and `steps` more tokens. Its
+        rows are not zeroed: the prefill writes every row a step reads before it reads it (rows past a
+        sequence's length are never read). On the sim, only lengths (it computes no rows)."""
+        c = self.config
+        capacity = max(len(p) for p in prompts) - 1 + steps
+        if not computed:
+            return KvCache(c.num_hidden_layers, len(prompts), 0, self.kv_block, capacity, c.dtype)
+        return KvCache(c.num_hidden_layers, len(prompts), c.num_key_value_heads * c.head_dim, self.kv_block, capacity, c.dtype,
+                       self.host.empty)
 
     def _new_cache(self, caches: list, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
         """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""
@@ -443,6 +500,8 @@ class Session:
         stats.bytes_placed += summary.bytes_placed
         stats.bytes_staged += summary.bytes_staged
         stats.prepare_seconds += summary.prepare_time
+        stats.bytes_written_straight += summary.bytes_written_straight
+        stats.bytes_copied_after += summary.bytes_copied_after
         stats.peak_arena = max([stats.peak_arena, *summary.arena_high_water])
         if self.backend == "sim":
             return result, summary.makespan, summary.makespan + summary.bytes_placed / CostModel().h2d_bw
@@ -529,9 +588,8 @@ class Session:
             return
         self._pinned = max(self._pinned, self._call_pinned(prompts, steps))
         graphs = [step.graph for step in self._call_decode_steps(prompts, steps)]
-        longest = max(len(p) for p in prompts) - 1
-        if prefill and longest > 0:
-            graphs.append(llama.build_llama(self.config, longest, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph)
+        if prefill:
+            graphs += [self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk)).graph for chunk in self._prefill_chunks(prompts)]
         for graph in graphs:
             self._fit_arena(graph)
 

@@ -145,7 +145,8 @@ class LlamaGraph:
     tokens: int
     block: int
     program: Program
-    hidden_states: Blocked
+    hidden_states: Blocked | None
+    """The final hidden states; None for a prefill built with `hidden=False`."""
     kv: list[tuple[Blocked, Blocked]] = field(default_factory=list)
     """Per layer, the post-RoPE k and the v as outputs (`build_llama(kv_outputs=True)`), else empty."""
     layer_order: str = "blocks"
@@ -219,12 +220,14 @@ class LlamaGraph:
 
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
                 placement: str = "sequence", kv_outputs: bool = False, layer_order: str = "blocks",
-                query_group: int = 1, sequences: Sequence[int] | None = None) -> LlamaGraph:
+                query_group: int = 1, sequences: Sequence[int] | None = None, hidden: bool = True) -> LlamaGraph:
     """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs;
     with `kv_outputs`, each layer's k (after RoPE) and v blocks are outputs too (`LlamaGraph.gather_kv`).
     `layer_order` and `query_group` order the tasks inside a layer (the module's docstring); they change
     the plan a budget gets, not what is computed. `sequences` (positive lengths adding up to `tokens`)
     packs that many prompts end to end (the module's docstring); None is one sequence of `tokens`.
+    `hidden=False` (with `kv_outputs`: a KV cache's prefill) leaves out the final hidden states and all the
+    last layer needs only for them (its q, attention, o and MLP, and the final norm).
 
     A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
     block = default_block(config, tokens) if block is None else block
@@ -234,6 +237,8 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     if layer_order not in LAYER_ORDERS:
         raise InputError(f"unknown llama layer order '{layer_order}' (known: {', '.join(LAYER_ORDERS)})")
     lengths = _sequences(sequences, tokens)
+    if not hidden and not kv_outputs:
+        raise InputError("llama: a prefill without its hidden states must output k and v (kv_outputs)")
     block = min(block, tokens)
     if placement == "heads" and config.num_key_value_heads % gpus:
         raise InputError(f"llama: placement 'heads' needs gpus ({gpus}) to divide the kv heads ({config.num_key_value_heads})")
@@ -243,15 +248,18 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     x = prog.input("hidden", (tokens, config.hidden_size), config.dtype, cut)
     rope = [prog.input(f"rope.{f}", (tokens, config.head_dim), config.dtype, cut) for f in ("cos", "sin")]
     kv: list[tuple[Blocked, Blocked]] | None = [] if kv_outputs else None
+    last = config.num_hidden_layers - 1
     for layer in range(config.num_hidden_layers):
         prog.phase, prog.group = 2 * layer, query_group  # the MLP half: 2 * layer + 1 under `halves`
         x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves",
-                   sequences=None if sequences is None else lengths)
-    prog.phase, prog.group = 2 * config.num_hidden_layers, 1
-    final = plan(config, placement, gpus, config.num_hidden_layers)
-    norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
-    out = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
-    prog.output(out)
+                   sequences=None if sequences is None else lengths, kv_only=not hidden and layer == last)
+    out = None
+    if hidden:
+        prog.phase, prog.group = 2 * config.num_hidden_layers, 1
+        final = plan(config, placement, gpus, config.num_hidden_layers)
+        norm = prog.input("model.norm.weight", (config.hidden_size,), config.dtype)
+        out = prog.map("rmsnorm", x, norm, name="hidden_states", signature="th,h->th", eps=config.rms_norm_eps, place=final.local)
+        prog.output(out)
     prog.taskgraph()
     return LlamaGraph(config, tokens, block, prog, out, kv or [], layer_order, query_group, lengths)
 
@@ -280,9 +288,10 @@ def linear(prog: Program, h: Blocked, name: str, w: Blocked, place: Placement) -
 
 def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan,
            kv: list[tuple[Blocked, Blocked]] | None = None, halves: bool = False, projection: Projection = linear,
-           sequences: tuple[int, ...] | None = None) -> Blocked:
+           sequences: tuple[int, ...] | None = None, kv_only: bool = False) -> Blocked | None:
     """One decoder layer on the residual stream `x`; returns the new stream. With a `kv` list, the
-    layer's post-RoPE k and its v become outputs and are appended to it. With `halves`, the MLP half is
+    layer's post-RoPE k and its v become outputs and are appended to it; `kv_only` stops there (a cache's
+    last layer: no q, attention or MLP, and no stream returned). With `halves`, the MLP half is
     keyed after the attention half of every block (the next phase) and block by block. `projection`
     makes the seven projections; `sequences` (lengths of prompts packed end to end, or a batch side by
     side) keeps attention inside each of them."""
@@ -302,16 +311,20 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
 
     h = prog.map("rmsnorm", x, weight("input_layernorm.weight", (hidden,)), name=n + "attn_norm", signature="th,h->th",
                  eps=config.rms_norm_eps, place=where.local)
-    q, k, v = (project(h, x, weight(f"self_attn.{x}_proj.weight", (width, hidden), (groups,)), where.split)
-               for x, width in (("q", q_width), ("k", kv_width), ("v", kv_width)))
+    widths = (("k", kv_width), ("v", kv_width)) if kv_only else (("q", q_width), ("k", kv_width), ("v", kv_width))
+    qkv = [project(h, x, weight(f"self_attn.{x}_proj.weight", (width, hidden), (groups,)), where.split) for x, width in widths]
     if config.qkv_bias:  # qwen2: the bias of each projection's rows, cut like them
-        q, k, v = (prog.map("add", t, prog.input(f"{p}self_attn.{t.name[-1]}_proj.bias", (t.shape[1],), dtype, (groups,)),
-                            name=t.name + "_bias", signature="tn,n->tn", place=follow) for t in (q, k, v))
-    q, k = (prog.map("rope", t, *rope, name=n + t.name.split(".")[-1] + "_rope", signature="tn,td,td->tn", place=follow)
-            for t in (q, k))
+        qkv = [prog.map("add", t, prog.input(f"{p}self_attn.{t.name[-1]}_proj.bias", (t.shape[1],), dtype, (groups,)),
+                        name=t.name + "_bias", signature="tn,n->tn", place=follow) for t in qkv]
+    *rotated, v = qkv
+    q, k = [None, *rotated] if kv_only else rotated
+    q, k = (t if t is None else prog.map("rope", t, *rope, name=n + t.name.split(".")[-1] + "_rope", signature="tn,td,td->tn",
+                                          place=follow) for t in (q, k))
     if kv is not None:
         prog.output(k, v)
         kv.append((k, v))
+    if kv_only:
+        return None
     a = prog.attention(q, k, v, name=n + "attn", heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
                        place=where.attention, window=config.sliding_window, sequences=sequences)
     o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)

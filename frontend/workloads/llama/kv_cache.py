@@ -46,6 +46,8 @@ class KvCache:
         """Take per layer (k, v) [capacity, B, kv_width] buffers as columns of `block` rows (views)."""
         capacity, _, self.kv_width = layers[0][0].shape
         self.block, self.columns, self.lengths = block, capacity // block, lengths
+        self.whole = [tuple(pair) for pair in layers]
+        """Per layer, (k, v): the token-major buffers [capacity, B, kv_width] the columns are views of."""
         self.buffers = [tuple([t[j * block : (j + 1) * block] for j in range(self.columns)] for t in pair) for pair in layers]
         """Per layer, (k columns, v columns): views [block, B, kv_width] of the layer's buffers."""
         self.dirty: dict[int, set[int]] = {}
@@ -72,6 +74,18 @@ class KvCache:
 
     def __len__(self) -> int:
         return len(self.buffers)
+
+    def rows(self, layer: int, which: str, sequence: int, start: int, stop: int, columns: tuple[int, int] | None = None) -> np.ndarray:
+        """Sequence `sequence`'s rows at positions [start, stop) of layer `layer`'s `which` ("k" or "v"), and of
+        its feature `columns` (all by default): a view [stop - start, width] whose rows lie B * kv_width
+        apart, for a prefill to write its k and v rows straight into (`execute(outputs_into=)` pieces).
+        `filled` then counts them."""
+        first, last = columns if columns is not None else (0, self.kv_width)
+        return self.whole[layer]["kv".index(which)][start:stop, sequence, first:last]
+
+    def filled(self, lengths: Sequence[int]) -> None:
+        """Each sequence now holds lengths[b] rows from position 0 (written through `rows`)."""
+        self.lengths[:] = lengths
 
     def column(self, layer: int, which: str, j: int, rows: int) -> np.ndarray:
         """The first `rows` rows of column j of `which` ("k" or "v"), [rows, B, kv_width]: a view (the same

@@ -83,3 +83,37 @@ def _base(array):
     while host.base is not None:
         host = host.base
     return host
+
+
+def test_process_memory_keeps_the_peak_since_reset_and_says_nothing_without_the_driver(monkeypatch):
+    """The driver's per-process figure (NVML) per GPU: the first reading is the context, the peak is the
+    most seen since `reset`; where NVML cannot be loaded every figure is None (and nothing is printed)."""
+    from runtime import process_memory
+
+    readings = iter([[100, 50], [400, 70], [300, 90], [250, 60], [260, 60]])
+
+    class Fake:
+        def used_by(self, index, pid):
+            return current[index]
+
+    monkeypatch.setattr(process_memory, "_Nvml", Fake)
+    current = next(readings)
+    held = process_memory.ProcessMemory(2, period=3600)  # the thread samples once, then sleeps
+    assert held.available and held.context_bytes == [100, 50]
+    current = next(readings)
+    assert held.peak() == [400, 70]
+    current = next(readings)
+    assert held.peak() == [400, 90]
+    current = next(readings)
+    held.reset()
+    current = next(readings)
+    assert held.peak() == [260, 60]
+
+    def missing():
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(process_memory, "_Nvml", missing)
+    blind = process_memory.ProcessMemory(1)
+    assert not blind.available and blind.peak() == [None]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert [process_memory._nvml_index(d) for d in (0, 1)] == [3, 1]

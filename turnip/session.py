@@ -49,6 +49,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
+from runtime import process_memory
 from runtime.callbacks import Recorder
 from turnip.host import HostMemory, Materialized
 from turnip.inputs import FolderTokenizer, checked_prompts, forced_tokens, given_cache, given_caches, load_model
@@ -109,6 +110,11 @@ class GenerateResult:
     changed in the cache), `execute`'s parts (RunSummary.host_seconds), "append" (the new rows into the
     cache) and "choose" (the next tokens)."""
 
+    device_peak: int | None = None
+    """The most device memory this process held on a GPU during the call, as the driver reports it (NVML:
+    what nvidia-smi shows), context included; None where the driver cannot say (no GPU)."""
+    device_context: int | None = None
+    """What the process held on that GPU before its first arena: the CUDA context and the driver's modules."""
     bytes_written_straight: int = 0
     """Output bytes the runs wrote straight into the session's arrays (the prefill's k and v rows into the
     cache, a step's new rows): on cuda from the GPU, with no host copy."""
@@ -258,6 +264,9 @@ class Session:
         the caller's token-major buffers, which the steps then read and write in place: no copy)."""
         self._check_open()
         began = time.perf_counter()
+        held = process_memory.current() if self.backend == "cuda" else None
+        if held is not None:
+            held.reset()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
@@ -283,6 +292,9 @@ class Session:
             self._call_steps = {}
         stats.text = self.tokenizer.decoded(stats.tokens) if stats.computed else None
         stats.call_seconds = time.perf_counter() - began
+        held = process_memory.current() if self.backend == "cuda" else None
+        if held is not None and held.available:
+            stats.device_peak, stats.device_context = max(held.peak()), max(held.context_bytes)
         return stats
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,

@@ -135,6 +135,9 @@ def summary_lines(result, load_seconds: float = 0.0, command_seconds: float = 0.
                      f"{batch * len(steps) / command_seconds:.1f} tokens/s")
     lines.append(f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
                  f"peak arena use {format_size(result.peak_arena)}")
+    if result.device_peak is not None:
+        lines.append(f"device memory this process held (the driver, NVML): peak {format_size(result.device_peak)}, of which the "
+                     f"CUDA context {format_size(result.device_context)}")
     if len(steps) > 1:  # what stayed on the GPU between steps shows in what later steps copy before they run
         later = sorted(result.step_bytes_placed[1:])
         spread = format_size(later[0]) if later[0] == later[-1] else f"{format_size(later[0])} to {format_size(later[-1])}"

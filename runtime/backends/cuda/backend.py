@@ -37,6 +37,7 @@ from collections import deque
 import numpy as np
 
 from runtime.backends.base import STREAMING_QUEUE_DEPTH, Backend, Completion, OutputTarget, compute_depth, resident_depth
+from runtime import process_memory
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.clock import Clock
 from runtime.backends.cuda.completion import DEFAULT_NOTIFIER, NOTIFIERS
@@ -387,6 +388,11 @@ class CudaBackend(Backend):
             if read:
                 where = f", {files} checkpoint files page-locked in place" if files else ""
                 lines.append(f"cuda: inputs read where they are (no host copy): {format_size(read)}{where}")
+        held = self.devices.process_memory if self.devices is not None else process_memory.current()
+        if held is not None and held.available:
+            peaks = held.peak()
+            lines.append(f"cuda: device memory this process holds (the driver, NVML): peak {format_size(max(peaks))} on the worst GPU "
+                         f"{[format_size(p) for p in peaks]}, of which the CUDA context {format_size(max(held.context_bytes))}")
         if "peak_drop" in self.stats:
             lines.append(f"cuda: largest drop in free GPU memory while running {format_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
         return lines

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime import process_memory
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.compat import cuda
 from runtime.backends.cuda.driver import GpuDriver
@@ -55,8 +56,11 @@ class DeviceSet:
         self.streams: list = [None] * len(lanes)
         for device in range(devices):
             with driver.on(device):
-                context = cuda.current_context()
-                self.contexts.append(context)
+                self.contexts.append(cuda.current_context())
+        self.process_memory = process_memory.monitor(devices)  # before the first arena: its first reading is the contexts
+        for device in range(devices):
+            with driver.on(device):
+                context = self.contexts[device]
                 self.free_at_start.append(driver.free_memory(context))
                 self.arenas.append(device_bytes(budget))
                 self.workspaces.append(Workspace(compute, scratch))

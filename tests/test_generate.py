@@ -665,3 +665,13 @@ def test_a_cuda_session_writes_the_prefills_kv_rows_straight_into_the_cache(tmp_
     assert results["cuda"].bytes_copied_after == 0 and results["cuda"].bytes_written_straight > 0
     assert results["cpu"].bytes_copied_after > 0
     assert (results["cuda"].tokens == results["cpu"].tokens).all()
+
+
+def test_a_session_takes_the_units_the_cli_takes_and_a_list_of_ids_as_one_prompt():
+    with Session(config="tiny", memory="100KiB", backend="cpu") as session:
+        assert session.memory == 102400
+        one = session.generate([1, 2, 3], 2)
+        assert one.tokens.shape == (1, 2)
+        assert (session.generate(np.array([1, 2, 3]), 2).tokens == one.tokens).all()
+    with pytest.raises(InputError, match="^memory size '4 parsecs' must be bytes or a number with KiB"):
+        Session(config="tiny", memory="4 parsecs", backend="cpu")

@@ -58,6 +58,7 @@ from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
+from turnip_ir.units import parse_size
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -181,8 +182,11 @@ class Session:
         """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
-        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-            raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
+        if isinstance(memory, str):
+            memory = parse_size(memory)  # the units --memory takes: "4GiB", "1.5GiB", "100KiB", 1e9
+        if isinstance(memory, bool) or not isinstance(memory, (int, np.integer)) or memory <= 0:
+            raise InputError(f"memory must be a positive number of bytes or a size such as '4GiB', got {memory!r}")
+        memory = int(memory)
         self.config, source = load_model(config, weights, seed, dtype, self.backend)
         self.tokenizer = FolderTokenizer(Path(weights) if isinstance(weights, (str, Path)) else None)
         """The weights folder's tokenizer: `session.tokenizer()` loads it once (frontend/text.py), or says what is missing."""

@@ -28,9 +28,7 @@ from __future__ import annotations
 import sys
 
 import argparse
-import re
 from collections.abc import Callable
-from fractions import Fraction
 from typing import Any
 
 from passes.pipeline import compile_best, compile_taskgraph
@@ -39,15 +37,12 @@ from runtime import arena_budget, sim_makespan
 from runtime.api import AttentionChoice, plan_choosing_attention
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.io import load_graph
-from turnip_ir.limits import INT_LIMIT, shorten
+from turnip_ir.limits import shorten
+from turnip_ir.units import parse_size  # noqa: F401  (the commands read --memory through here)
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
 SCHEDULE_CHOICES = (*SCHEDULES, "auto")
-
-_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d{1,3})?)\s*([a-zA-Z]*)\s*$")
-
 
 def check_positive_options(args: argparse.Namespace, *names: str) -> None:
     """One line for an option given as 0 or less, which would otherwise read as "the default"."""
@@ -55,19 +50,6 @@ def check_positive_options(args: argparse.Namespace, *names: str) -> None:
         value = getattr(args, name)
         if isinstance(value, int) and value < 1:  # `--block auto` is checked where it is read
             raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-
-
-def parse_size(text: str) -> int:
-    """'4GiB' -> 4294967296; plain numbers are bytes; KiB/MiB/GiB and KB/MB/GB suffixes; fractions and
-    exponents such as 1.5GiB or 1e9 (exact, rounded down to whole bytes), below 2**62 bytes."""
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise InputError(f"memory size '{shorten(text)}' must be bytes or a number with KiB, MiB, GiB, KB, MB or GB")
-    size = int(Fraction(match.group(1)) * _UNITS[unit])
-    if size >= INT_LIMIT:
-        raise InputError(f"memory size '{shorten(text)}' is 2**62 bytes or more, beyond what a plan can address")
-    return size
 
 
 def add_schedule_argument(parser: argparse.ArgumentParser) -> None:

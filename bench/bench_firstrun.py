@@ -28,9 +28,11 @@ MAKESPANS = re.compile(r"^repeats: \d+ runs, makespans (?P<list>[\d., ]+) ms", r
 """`turnip llama --repeats`'s line with every run's makespan, in milliseconds."""
 
 
-def one_process(args: argparse.Namespace, dtype: str) -> dict:
+def one_process(args: argparse.Namespace, dtype: str, index: int) -> dict:
     command = [sys.executable, "-m", "turnip_cli.main", "llama", "--config", args.config, "--tokens", str(args.tokens),
                "--memory", args.memory, "--backend", args.backend, "--dtype", dtype, "--repeats", str(args.repeats)]
+    if args.trace_dir:  # the last run's trace (with --repeats 1: the first, cold run's)
+        command += ["--trace", str(Path(args.trace_dir) / f"{dtype}-{index}.json")]
     began = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - began
@@ -66,11 +68,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per process (the first is the cold one)")
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--trace-dir", default=None, help="each process writes its last run's trace here (--repeats 1: the cold run)")
     args = parser.parse_args(argv)
     processes = []
-    for _ in range(args.processes):
+    for index in range(args.processes):
         for dtype in ("float16", "bfloat16"):
-            processes.append(one_process(args, dtype))
+            processes.append(one_process(args, dtype, index))
             p = processes[-1]
             print(f"{dtype}: rc {p['returncode']}, runs {p['runs']}, phases "
                   f"{ {k: p[k] for k in ('load', 'compile', 'prepare', 'run') if k in p} }, process {p['process_s']:.1f} s", flush=True)

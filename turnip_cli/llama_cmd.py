@@ -204,9 +204,11 @@ def _print_summary(args: argparse.Namespace, config: llama.LlamaConfig, built: l
 
 
 def model_input_files(args: argparse.Namespace) -> dict[str, str | None]:
-    """The files a model command (llama, generate) reads, which no output may overwrite."""
-    config = args.config if args.config is not None and Path(args.config).is_file() else None
-    return {"--config": config, "--input-ids": args.input_ids}
+    """The files and folders a model command (llama, generate) reads, which no output may overwrite; a
+    folder (--weights, --config FOLDER, --plan-dir) stands for every file in it (`check_outputs`)."""
+    config = args.config if args.config not in llama.PRESETS else None
+    return {"--weights": args.weights, "--config": config, "--input-ids": args.input_ids,
+            "--plan-dir": getattr(args, "plan_dir", None)}
 
 
 def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int) -> None:

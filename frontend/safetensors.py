@@ -17,7 +17,8 @@ bfloat16 it is a view like any other, with no dtype it comes back as float32 (ex
 dtype; ml_dtypes rounds float32 to bfloat16 to nearest even, as torch does. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
 a file's bytes are never echoed. Headers are checked as the format specifies: each range holds exactly
 its dtype and shape, and sorted by offset the ranges tile the data section with no overlap, gap or
-trailing bytes. An index's shards must resolve (links followed) inside the index's folder.
+trailing bytes. A folder's files and an index's shards follow the model folder rule
+(frontend/model_folder.py): inside the folder, or in its Hugging Face cache repository's blobs.
 `save_file` and `save_sharded` write the format, for tests and for converting random weights.
 """
 
@@ -35,6 +36,7 @@ import ml_dtypes
 import numpy as np
 
 from frontend.lazy import LazyTensor
+from frontend.model_folder import model_file
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write
 
@@ -276,8 +278,9 @@ def _check_range(entry: TensorEntry, stored: np.ndarray, converted: np.ndarray) 
 
 def _model_file(folder: Path) -> Path:
     for name in (INDEX_FILE, SINGLE_FILE):
-        if (folder / name).is_file():
-            return folder / name
+        path = model_file(folder, name, "weights file")
+        if path.is_file():
+            return path
     raise InputError(f"folder '{folder}' has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
@@ -354,16 +357,10 @@ def _count(value) -> bool:
 
 
 def _shard(index: Path, file_name: str) -> Path:
-    """The shard `file_name` of `index`: it must resolve (symlinks followed) inside the index's folder,
-    so an index cannot make the reader open `../../x`, an absolute path, or a link out of the folder."""
-    folder = index.parent.resolve()
-    shard = index.parent / file_name
-    try:
-        inside = shard.resolve().is_relative_to(folder)
-    except (OSError, ValueError, RuntimeError):  # a NUL in the name, a symlink loop
-        inside = False
-    if not inside:
-        raise InputError(f"safetensors index '{index}': shard '{file_name}' does not resolve inside the model folder '{folder}'")
+    """The shard `file_name` of `index`: a file of the index's folder by the model folder rule
+    (frontend/model_folder.py), so an index cannot make the reader open `../../x`, an absolute path, or a
+    link out of the folder, while a Hugging Face cache snapshot's links into its blobs are read."""
+    shard = model_file(index.parent, file_name, f"safetensors index '{index}': shard")
     if not shard.is_file():
         raise InputError(f"safetensors index '{index}': shard '{shard}' does not exist")
     return shard

@@ -158,3 +158,77 @@ def test_a_new_file_inside_a_model_folder_may_be_written(tmp_path):
                         {"--weights": folder})
     with pytest.raises(InputError, match="a file of --weights"):
         files.check_outputs({"--outputs": folder / "sub" / ".." / "config.json"}, {"--weights": folder})
+
+
+# ----- one rule for the files a model folder holds ------------------------------------------------------------
+
+@pytest.mark.parametrize("shards", [0, 2])
+def test_weights_may_be_a_snapshot_folder_of_the_hugging_face_cache(tmp_path, capsys, shards):
+    snap = hf_cache(tmp_path, shards)
+    plain = tmp_path / "plain"
+    model_folder(plain, shards)
+    outs = []
+    for folder in (snap, plain):
+        outs.append(tmp_path / f"{folder.name}.npz")
+        assert turnip([*MODEL_RUNS["llama"], "--weights", str(folder), "--outputs", str(outs[-1])]) == 0, capsys.readouterr().err
+    assert np.array_equal(np.load(outs[0])["hidden_states"], np.load(outs[1])["hidden_states"])
+    assert SafeTensors.open(snap / ("model.safetensors.index.json" if shards else "model.safetensors")).names()
+
+
+def test_a_link_to_the_snapshot_folder_is_the_snapshot(tmp_path):
+    snap = hf_cache(tmp_path)
+    (tmp_path / "tiny").symlink_to(snap)
+    assert llama.load_config(str(tmp_path / "tiny")).hidden_size == CONFIG["hidden_size"]
+    assert len(SafeTensors.open(tmp_path / "tiny")) == len(SafeTensors.open(snap))
+
+
+def _relink(path: Path, target: Path) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"])
+@pytest.mark.parametrize("layout", ["plain", "cache"])
+def test_a_file_that_links_out_of_the_folder_is_refused(tmp_path, capsys, name, layout):
+    """Every file the folder holds, whether a link out of a plain folder or out of a snapshot's repository
+    (to another repository's blobs): the linked file is valid, so only the rule refuses it."""
+    folder = hf_cache(tmp_path) if layout == "cache" else tmp_path / "ck"
+    if layout == "plain":
+        model_folder(folder, shards=2)
+    elsewhere = hf_cache(tmp_path / "other") / name  # the same file, in another model's cache repository
+    target = elsewhere.resolve()
+    _relink(folder / name, target)
+    for command in MODEL_RUNS:
+        assert turnip([*MODEL_RUNS[command], "--weights", str(folder)]) == 1
+        line = _one_line(capsys)
+        assert f"{name!r} leads to {str(target)!r}, outside the model folder '{folder}'" in line
+    with pytest.raises(InputError, match="outside the model folder"):
+        llama.CheckpointWeights(folder, from_hf(CONFIG, "c")) if name != "config.json" else llama.load_config(str(folder))
+
+
+def test_a_config_linked_to_a_system_file_is_never_read(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "ck"
+    model_folder(folder)
+    secret = tmp_path / "passwd"
+    secret.write_text("root:x:0:0:hunter2:/root:/bin/sh\n")
+    _relink(folder / "config.json", secret)
+    read = []
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or real(self, *a, **k))
+    assert turnip([*MODEL_RUNS["llama"], "--weights", str(folder)]) == 1
+    line = _one_line(capsys)
+    assert "outside the model folder" in line and "hunter2" not in line
+    assert not any(p.resolve() == secret for p in read)
+
+
+def test_a_shard_named_with_a_nul_or_a_link_loop_is_one_line(tmp_path):
+    folder = tmp_path / "ck"
+    model_folder(folder, shards=2)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    (folder / "loop.safetensors").symlink_to(folder / "loop.safetensors")
+    for shard in ("a\x00b.safetensors", "loop.safetensors"):
+        index["weight_map"] = {name: shard for name in index["weight_map"]}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        with pytest.raises(InputError) as caught:
+            SafeTensors.open(folder)
+        assert "\x00" not in str(caught.value) and "\n" not in str(caught.value)

@@ -7,7 +7,8 @@ refused in one line at the reader instead of overflowing, recursing or parsing f
   real limit; a graph never needs more than a few levels).
 - `MAX_RANK`: a tensor has at most this many dimensions (xDSL parses a longer `tensor<...>` in quadratic
   time: 100k dimensions took 74 s to refuse).
-- `ECHO_CHARS`: a diagnostic quotes at most this many characters of the input in one piece.
+- `ECHO_CHARS`: a diagnostic quotes at most this many characters of the input in one piece (`shorten`;
+  `quoted` also escapes what a terminal would act on).
 """
 
 from __future__ import annotations
@@ -42,3 +43,9 @@ def out_of_range(value: int) -> str:
 def shorten(text: str, limit: int = ECHO_CHARS) -> str:
     """`text` cut to `limit` characters with an ellipsis, for echoing input in a diagnostic."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def quoted(text) -> str:
+    """A name from the input as a diagnostic shows it: shortened to `ECHO_CHARS`, then quoted and escaped
+    as Python's `repr` does, so a NUL, a newline or a terminal escape shows as `\\x00`, `\\n`, `\\x1b`."""
+    return repr(shorten(str(text)))

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from frontend.model_folder import model_file
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import DTYPE_BYTES
 
@@ -83,7 +84,7 @@ def load_config(text: str) -> LlamaConfig:
         return from_hf(PRESETS[text], text)
     path = Path(text)
     if path.is_dir():
-        path = path / "config.json"
+        path = model_file(path, "config.json", "config file")
     if not path.is_file():
         raise InputError(f"config '{text}' is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
     try:

@@ -39,6 +39,7 @@ from frontend.lazy import LazyTensor
 from frontend.model_folder import model_file
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write
+from turnip_ir.limits import json_document
 
 FORMATS: dict[str, tuple[str, np.dtype]] = {
     "F16": ("float16", np.dtype("<f2")),
@@ -296,10 +297,10 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
             raise InputError(f"'{path}' is not a safetensors file (its header length runs past the end of the file)")
         text = handle.read(length)
     try:
-        header = json.loads(text.decode("utf-8"))
+        header = json_document(text.decode("utf-8"))
     except UnicodeDecodeError:
         raise InputError(f"'{path}' is not a safetensors file (its header is not UTF-8 JSON)") from None
-    except json.JSONDecodeError as err:  # the message names a position, never the text
+    except InputError as err:  # the message names a position, never the text
         raise InputError(f"safetensors file '{path}': malformed header: {err}") from None
     if not isinstance(header, dict):
         raise InputError(f"safetensors file '{path}': malformed header: not a JSON object")
@@ -369,8 +370,8 @@ def _shard(index: Path, file_name: str) -> Path:
 def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """The tensors of every shard an index's `weight_map` names; each must be in the file it is mapped to."""
     try:
-        index = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        index = json_document(path.read_text())
+    except (UnicodeDecodeError, InputError) as err:
         raise InputError(f"safetensors index '{path}' is not valid JSON: {err}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):

@@ -92,3 +92,18 @@ def test_scaled_rope_frequencies():
     wavelength = 2 * np.pi / default
     np.testing.assert_array_equal(scaled[wavelength < 16], default[wavelength < 16])  # short waves kept
     np.testing.assert_allclose(scaled[wavelength > 64], default[wavelength > 64] / 8)  # long waves divided
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "arrays and objects nest too deep (at most 200 levels)"),
+    ("1" + "0" * 5000, "an integer has thousands of digits"),
+    ("NaN", "NaN is not a finite number"),
+    ("Infinity", "Infinity is not a finite number"),
+    ("1e999", "1e999 is not a finite number"),
+], ids=["deep", "digits", "nan", "infinity", "overflow"])
+def test_config_json_past_the_readers_bounds_is_one_line(tmp_path, text, message):
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": 64, "rms_norm_eps": ' + text + "}")
+    with pytest.raises(InputError) as caught:
+        load_config(str(tmp_path))
+    assert str(caught.value).startswith(f"config '{path}' is not readable JSON: {message}")

@@ -206,7 +206,7 @@ ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 @pytest.mark.parametrize(
     "header,data,length,message",
     [
-        ("not json", b"", None, "malformed header: Expecting value"),
+        ("not json", b"", None, "malformed header: 1:1: expecting value"),
         ([1, 2], b"", None, "malformed header: not a JSON object"),
         ({"w": {"dtype": "F32", "shape": [2]}}, b"", None, "tensor 'w' in '{p}': malformed header entry (needs exactly dtype, shape, data_offsets)"),
         ({"w": {**ENTRY, "dtype": "F8_E4M3"}}, b"x" * 8, None, "tensor 'w' in '{p}': dtype 'F8_E4M3' is not supported (supported: F16, BF16, F32, F64, I32, I64)"),
@@ -325,3 +325,26 @@ def test_agrees_with_the_safetensors_package(tmp_path) -> None:
     assert st.metadata == {"who": "them"}
     for name, want in tensors.items():
         np.testing.assert_array_equal(st.get(name), want)
+
+
+HOSTILE_JSON = {  # text inside a JSON object's value -> what the one line says
+    "deep": ("[" * 100_000 + "]" * 100_000, "arrays and objects nest too deep (at most 200 levels)"),
+    "deep-300": ("[" * 300 + "]" * 300, "arrays and objects nest too deep (at most 200 levels)"),
+    "digits": ("1" + "0" * 5000, "an integer has thousands of digits"),
+    "nan": ("NaN", "NaN is not a finite number"),
+    "infinity": ("-Infinity", "-Infinity is not a finite number"),
+    "overflow": ("1e999", "1e999 is not a finite number"),
+}
+"""JSON Python's reader takes or crashes on (RecursionError, ValueError), each refused in one line."""
+
+
+@pytest.mark.parametrize("value", list(HOSTILE_JSON))
+def test_a_hostile_header_or_index_is_one_line(tmp_path, value) -> None:
+    text, message = HOSTILE_JSON[value]
+    header = ('{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "x": ' + text + "}").encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    assert _error(path).startswith(f"safetensors file '{path}': malformed header: {message}")
+    index = tmp_path / INDEX_FILE
+    index.write_text('{"weight_map": {"w": "m.safetensors"}, "metadata": ' + text + "}")
+    assert _error(index).startswith(f"safetensors index '{index}' is not valid JSON: {message}")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from frontend.model_folder import model_file
 from turnip_ir.errors import InputError
+from turnip_ir.limits import json_document
 from turnip_ir.kernels import DTYPE_BYTES
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
@@ -88,8 +89,8 @@ def load_config(text: str) -> LlamaConfig:
     if not path.is_file():
         raise InputError(f"config '{text}' is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        doc = json_document(path.read_text())
+    except (OSError, UnicodeDecodeError, InputError) as err:
         raise InputError(f"config '{path}' is not readable JSON: {err}") from None
     return from_hf(doc, str(path))
 

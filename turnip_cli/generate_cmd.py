@@ -16,7 +16,7 @@ import numpy as np
 
 from frontend.workloads import llama
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
-from runtime.inputs import NUMPY_READ_ERRORS
+from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip import Session
 from turnip_cli.llama_cmd import model_input_files
@@ -24,6 +24,7 @@ from turnip_cli.planning import check_positive_options, parse_size, warn_ignored
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs, write_all
+from turnip_ir.limits import quoted
 from turnip_ir.units import format_size
 
 
@@ -111,15 +112,9 @@ def _prompts(args: argparse.Namespace, config: llama.LlamaConfig) -> list[np.nda
         ids = llama.random_ids(config, args.prompt_tokens * args.batch, args.seed)
         return list(ids.reshape(args.batch, args.prompt_tokens))
     path = Path(args.input_ids)
-    if not path.is_file():
-        raise InputError(f"token ids file '{path}' does not exist")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                return [_one_dimensional(loaded[name], f"array '{name}' in '{path}'") for name in loaded.files]
-    except NUMPY_READ_ERRORS as err:  # a damaged header makes numpy raise SyntaxError or TokenError too
-        raise InputError(f"token ids file '{path}' is not a readable .npy or .npz: {' '.join(str(err).split())[:120]}") from None
+    loaded = read_arrays(path, "token ids file", "a .npy of integer token ids [P] or [B, P], or an .npz of 1-D prompts")
+    if isinstance(loaded, dict):
+        return [_one_dimensional(array, f"array {quoted(name)} in '{path}'") for name, array in loaded.items()]
     if loaded.ndim not in (1, 2):
         raise InputError(f"token ids in '{path}' must have shape [P] or [B, P], got {list(loaded.shape)}")
     return [loaded] if loaded.ndim == 1 else list(loaded)

@@ -23,7 +23,7 @@ from runtime.api import plan_choosing_attention, refit_arena
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, CPU_BFLOAT16, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
-from runtime.inputs import NUMPY_READ_ERRORS
+from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import (
@@ -257,12 +257,10 @@ def _model(args: argparse.Namespace, backend: str):
 
 
 def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
-    try:
-        ids = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"token ids file '{path}' does not exist") from None
-    except NUMPY_READ_ERRORS as err:  # a damaged header makes numpy raise SyntaxError or TokenError too
-        raise InputError(f"token ids file '{path}' is not a readable .npy: {' '.join(str(err).split())[:120]}") from None
+    ids = read_arrays(path, "token ids file", IDS_EXPECTED)
+    if isinstance(ids, dict):
+        raise InputError(f"token ids file '{path}' is an .npz: turnip llama takes one prompt, {IDS_EXPECTED} "
+                         "(turnip generate takes an .npz of several)")
     if ids.ndim == 2 and ids.shape[0] == 1:  # [1, T], as tokenizers return them
         ids = ids[0]
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
@@ -271,3 +269,6 @@ def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
     if bad.size:
         raise InputError(f"token id {int(bad[0])} in '{path}' is out of the vocabulary range [0, {config.vocab_size})")
     return ids.astype(np.int64)
+
+
+IDS_EXPECTED = "a .npy of integer token ids, shape [T] or [1, T]"

@@ -20,7 +20,7 @@ from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip import Session
 from turnip_cli.llama_cmd import model_input_files
-from turnip_cli.planning import check_positive_options, parse_size, warn_ignored_attention
+from turnip_cli.planning import check_positive_options, check_seed, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs, write_all
@@ -59,13 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_positive_options(args, "gpus")
+    check_seed(args.seed)
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
-    check_positive_options(args, "gpus")
     if args.weights is not None and not (Path(args.weights) / "config.json").is_file():
         raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
     warn_ignored_attention(args.attention, backend)

@@ -33,6 +33,7 @@ from turnip_cli.planning import (
     add_schedule_argument,
     block_argument,
     check_positive_options,
+    check_seed,
     choose_llama_build,
     compile_printing_choice,
     parse_size,
@@ -88,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_positive_options(args, "tokens", "block", "gpus", "query_group", "repeats")
+    check_seed(args.seed)
     backend = resolve_backend(args.backend)
     warn_ignored_attention(args.attention, backend)
     if args.outputs and backend == "sim":

@@ -86,3 +86,46 @@ def test_run_jitter_must_be_finite(capsys, plan, jitter):
 def test_explain_streams_must_be_positive(capsys, plan):
     assert turnip(["explain", str(plan), "--streams", "0"]) == 1
     assert _one_line(capsys).endswith("error: --streams must be a positive integer, got 0")
+
+
+# ----- counts bounded before anything is allocated or run --------------------------------------------------------
+
+GENERATE = ["generate", "--config", "tiny", "--memory", "1MiB"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt-tokens", "100000000", "--max-new-tokens", "1"], "--prompt-tokens must be at most 16777216, got 100000000"),
+    (["--prompt-tokens", "4", "--max-new-tokens", str(10**12)], "--max-new-tokens must be at most 1048576, got 1000000000000"),
+    (["--prompt-tokens", "4", "--max-new-tokens", "100000000", "--backend", "sim"], "--max-new-tokens must be at most 1048576"),
+    (["--prompt-tokens", "4", "--batch", "100000000", "--max-new-tokens", "1"], "--batch must be at most 65536"),
+    (["--prompt-tokens", "0", "--max-new-tokens", "1"], "--prompt-tokens must be a positive integer, got 0"),
+])
+def test_generate_counts_past_their_bounds_are_one_line(capsys, monkeypatch, argv, message):
+    monkeypatch.setattr("frontend.workloads.llama.random_ids", _never)
+    assert turnip([*GENERATE, "--backend", "cpu", *argv]) == 1
+    assert f"error: {message}" in _one_line(capsys)
+
+
+def _never(*_):
+    raise AssertionError("token ids drawn before the check")
+
+
+@pytest.mark.parametrize("backend, parts", [
+    ("cpu", ["weights", "activations of 1000000 tokens", "cpu arenas", "KV cache", "token ids"]),
+    ("sim", ["token ids"]),
+])
+def test_generate_holds_the_run_against_host_memory_before_drawing_prompts(capsys, monkeypatch, backend, parts):
+    monkeypatch.setattr("frontend.workloads.llama.random_ids", _never)
+    monkeypatch.setattr("turnip_cli.llama_cmd.available_bytes", lambda: 1 << 20)
+    assert turnip([*GENERATE, "--backend", backend, "--prompt-tokens", "1000000", "--batch", "2", "--max-new-tokens", "100"]) == 1
+    line = _one_line(capsys)
+    assert "error: host memory: the run needs" in line and "(1.00 MiB) are available" in line
+    listed = line[line.index("bytes (") + 7 : line.index(") but")]
+    assert [part.rsplit(" ", 2)[0] for part in listed.split(", ")] == parts
+
+
+def test_the_kv_cache_of_many_new_tokens_is_counted(capsys, monkeypatch):
+    """tiny: 2 layers of k and v, 4 kv heads of 16 in float32, so 1024 bytes a row; 1M rows are 1 GiB."""
+    monkeypatch.setattr("turnip_cli.llama_cmd.available_bytes", lambda: 1 << 30)
+    assert turnip([*GENERATE, "--backend", "cpu", "--prompt-tokens", "4", "--max-new-tokens", str(1 << 20)]) == 1
+    assert "KV cache 1.00 GiB" in _one_line(capsys)

@@ -19,11 +19,12 @@ from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
 from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip import Session
-from turnip_cli.llama_cmd import model_input_files
+from turnip_cli.llama_cmd import check_host_memory_for, model_input_files
 from turnip_cli.planning import check_positive_options, check_seed, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs, write_all
+from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.limits import quoted
 from turnip_ir.units import format_size
 
@@ -59,14 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_positive_options(args, "gpus")
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    check_positive_options(args, "gpus", "batch", "prompt_tokens", "max_new_tokens")
     check_seed(args.seed)
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
-    if args.max_new_tokens < 1:
-        raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
     if args.weights is not None and not (Path(args.weights) / "config.json").is_file():
         raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
     warn_ignored_attention(args.attention, backend)
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                       gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
                       backend_options=named)
     with session:
-        prompts = _prompts(args, session.config)
+        prompts = _prompts(args, session)
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
               f"{args.max_new_tokens} new tokens each; budget {args.memory} per GPU on {backend}")
         result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos)
@@ -105,20 +106,36 @@ def summary_lines(result) -> list[str]:
     return lines
 
 
-def _prompts(args: argparse.Namespace, config: llama.LlamaConfig) -> list[np.ndarray]:
-    """The prompts as given (checked by the session), or --batch random ones of --prompt-tokens ids."""
+def _prompts(args: argparse.Namespace, session: Session) -> list[np.ndarray]:
+    """The prompts as given (checked by the session), or --batch random ones of --prompt-tokens ids; either
+    way the run is held against host memory first (`_check_memory`), before random ids are drawn."""
     if args.prompt_tokens is not None:
-        if args.prompt_tokens < 1 or args.batch < 1:
-            raise InputError(f"--prompt-tokens and --batch must be positive, got {args.prompt_tokens} and {args.batch}")
-        ids = llama.random_ids(config, args.prompt_tokens * args.batch, args.seed)
+        _check_memory(args, session, [args.prompt_tokens] * args.batch)
+        ids = llama.random_ids(session.config, args.prompt_tokens * args.batch, args.seed)
         return list(ids.reshape(args.batch, args.prompt_tokens))
     path = Path(args.input_ids)
     loaded = read_arrays(path, "token ids file", "a .npy of integer token ids [P] or [B, P], or an .npz of 1-D prompts")
     if isinstance(loaded, dict):
-        return [_one_dimensional(array, f"array {quoted(name)} in '{path}'") for name, array in loaded.items()]
-    if loaded.ndim not in (1, 2):
+        prompts = [_one_dimensional(array, f"array {quoted(name)} in '{path}'") for name, array in loaded.items()]
+    elif loaded.ndim not in (1, 2):
         raise InputError(f"token ids in '{path}' must have shape [P] or [B, P], got {list(loaded.shape)}")
-    return [loaded] if loaded.ndim == 1 else list(loaded)
+    else:
+        prompts = [loaded] if loaded.ndim == 1 else list(loaded)
+    _check_memory(args, session, [len(p) for p in prompts])
+    return prompts
+
+
+def _check_memory(args: argparse.Namespace, session: Session, lengths: list[int]) -> None:
+    """The host memory a generation holds (llama_cmd.check_host_memory_for): the weights and the longest
+    prefill's activations, the KV cache of every prompt with room for the new tokens (kv_block rows a
+    column), the new ids and the prompts' ids; on the sim, only the ids."""
+    config, new = session.config, args.max_new_tokens
+    rows = -(-(max(lengths, default=1) + new) // session.kv_block) * session.kv_block
+    row_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * DTYPE_BYTES[config.dtype]
+    held = {} if session.backend == "sim" else {"KV cache": len(lengths) * rows * row_bytes}
+    held |= {"token ids": 8 * (len(lengths) * new + sum(lengths))}
+    arenas = session.memory * session.gpus if session.backend == "cpu" else 0
+    check_host_memory_for(config, max(lengths, default=1), session.backend, arenas, held)
 
 
 def _one_dimensional(array: np.ndarray, what: str) -> np.ndarray:

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         stored_dtype, config, weights = _model(args, backend)
         ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
         tokens = len(ids) if ids is not None else args.tokens
-        _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
+        check_host_memory_for(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
         if ids is None:
             ids = llama.random_ids(config, tokens, args.seed)
     read = time.perf_counter() - began
@@ -213,20 +213,25 @@ def model_input_files(args: argparse.Namespace) -> dict[str, str | None]:
             "--plan-dir": getattr(args, "plan_dir", None)}
 
 
-def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int) -> None:
-    """Refuse, before any weight is drawn or read, a run whose weights and activations cannot fit in host
-    memory; the sim backend holds no values. On the cpu backend the GPU arenas are host memory too: they
-    are sized by the plan's peak (runtime/host_memory.py checks them exactly before allocating), which is
-    at most `arenas` (the budget over all GPUs) and at most what the weights and activations take."""
-    if backend == "sim":
-        return
-    footprint = llama.host_footprint(config, tokens)
-    arenas = min(arenas, footprint.total)
-    need, available = footprint.total + arenas, available_bytes()
+def check_host_memory_for(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int,
+                          held: dict[str, int] | None = None) -> None:
+    """Refuse, before any weight or token id is drawn or read, a run whose weights, activations of a
+    prompt of `tokens`, cpu arenas and `held` arrays (what -> bytes: a session's KV cache, the ids it
+    draws) cannot fit in host memory; the sim backend holds no values, only `held`. On the cpu backend the
+    GPU arenas are host memory too: they are sized by the plan's peak (runtime/host_memory.py checks them
+    exactly before allocating), which is at most `arenas` (the budget over all GPUs) and at most what the
+    weights and activations take."""
+    parts: dict[str, int] = {}
+    if backend != "sim":
+        footprint = llama.host_footprint(config, tokens)
+        parts = {"weights": footprint.weights, f"activations of {tokens} tokens": footprint.activations}
+        if min(arenas, footprint.total):
+            parts["cpu arenas"] = min(arenas, footprint.total)
+    parts |= held or {}
+    need, available = sum(parts.values()), available_bytes()
     if available is not None and need > available:
-        parts = f"weights {format_size(footprint.weights)}, activations of {tokens} tokens {format_size(footprint.activations)}"
-        parts += f", cpu arenas {format_size(arenas)}" if arenas else ""
-        raise InputError(f"host memory: the run needs {need} bytes ({parts}) but {available} bytes "
+        listed = ", ".join(f"{what} {format_size(size)}" for what, size in parts.items())
+        raise InputError(f"host memory: the run needs {need} bytes ({listed}) but {available} bytes "
                           f"({format_size(available)}) are available")
 
 

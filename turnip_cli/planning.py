@@ -54,7 +54,14 @@ MAX_GPUS = 1024
 """`--gpus` at most: far more than one host holds (a plan's GPUs are one host's); 100000 simulated GPUs
 took minutes and printed a line of 100000 figures."""
 
-OPTION_MAXIMA = {"gpus": MAX_GPUS}
+MAX_TOKENS = 1 << 24
+"""A prompt's tokens at most (`--tokens`, `--prompt-tokens`): 16M, beyond every model's context (10M)."""
+
+MAX_NEW_TOKENS = 1 << 20
+"""`turnip generate --max-new-tokens` at most: a step per token, and 10^8 sim steps ran for ever."""
+
+OPTION_MAXIMA = {"gpus": MAX_GPUS, "tokens": MAX_TOKENS, "prompt_tokens": MAX_TOKENS, "max_new_tokens": MAX_NEW_TOKENS,
+                 "batch": 1 << 16}
 """Counts with a bound of their own; every other count stays below `INT_LIMIT`, as sizes in a plan do."""
 
 

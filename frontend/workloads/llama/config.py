@@ -25,6 +25,7 @@ from pathlib import Path
 
 from frontend.model_folder import model_file
 from turnip_ir.errors import InputError
+from turnip_ir.files import is_file, is_folder
 from turnip_ir.limits import INT_LIMIT, json_document, quoted, shorten
 from turnip_ir.kernels import DTYPE_BYTES
 
@@ -103,10 +104,10 @@ def load_config(text: str) -> LlamaConfig:
     if text in PRESETS:
         return from_hf(PRESETS[text], text)
     path = Path(text)
-    if path.is_dir():
+    if is_folder(path):
         path = model_file(path, "config.json", "config file")
-    if not path.is_file():
-        raise InputError(f"config '{text}' is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
+    if not is_file(path):
+        raise InputError(f"config {quoted(text)} is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
     try:
         doc = json_document(path.read_text())
     except (OSError, UnicodeDecodeError, InputError) as err:

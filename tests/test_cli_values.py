@@ -129,3 +129,21 @@ def test_the_kv_cache_of_many_new_tokens_is_counted(capsys, monkeypatch):
     monkeypatch.setattr("turnip_cli.llama_cmd.available_bytes", lambda: 1 << 30)
     assert turnip([*GENERATE, "--backend", "cpu", "--prompt-tokens", "4", "--max-new-tokens", str(1 << 20)]) == 1
     assert "KV cache 1.00 GiB" in _one_line(capsys)
+
+
+# ----- one bound for turnip-opt's options and turnip run's plans ------------------------------------------------
+
+@pytest.mark.parametrize("budget, code", [("99999999999999999999999", 1), (str(2**62), 1), (str(2**62 - 1), 0)])
+def test_turnip_opt_holds_a_budget_to_the_bound_turnip_run_holds_a_plan_to(tmp_path, capsys, budget, code):
+    from turnip_cli.opt import main as turnip_opt
+
+    graph, plan = tmp_path / "g.json", tmp_path / "plan.json"
+    graph.write_text(json.dumps(matmul.build(matmul.PRESETS["small"]).taskgraph().to_json()))
+    assert turnip_opt([str(graph), "-p", f"turnip-memgraph{{budget={budget}}}", "--emit", "json", "-o", str(plan)]) == code
+    if code:
+        assert _one_line(capsys).endswith(f"error: turnip-memgraph: option budget={budget} is out of range "
+                                          "(magnitude must stay below 2**62)")
+        assert not plan.exists()
+        return
+    capsys.readouterr()
+    assert turnip(["run", str(plan), "--backend", "sim"]) == 0, capsys.readouterr().err  # what one writes, the other runs

@@ -98,3 +98,9 @@ def test_an_unknown_key_of_an_inline_config_is_escaped(tmp_path, capsys):
 def test_valid_names_read_as_before(tmp_path):
     save_file({"w": np.ones(2, np.float32)}, tmp_path / "m.safetensors")
     assert SafeTensors.open(tmp_path / "m.safetensors").get("w").tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("command", [["llama", "--tokens", "4"], ["generate", "--prompt-tokens", "4", "--max-new-tokens", "1"]])
+def test_a_weights_folder_name_too_long_for_the_system_is_one_short_line(capsys, command):
+    assert turnip([*command, "--weights", "w" * LONG, "--memory", "1MiB", "--backend", "cpu"]) == 1
+    assert "weights folder 'wwwwwwww" in _one_line(capsys)

@@ -23,7 +23,7 @@ from turnip_cli.llama_cmd import check_host_memory_for, model_input_files
 from turnip_cli.planning import check_positive_options, check_seed, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
-from turnip_ir.files import check_outputs, write_all
+from turnip_ir.files import check_outputs, is_file, write_all
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.limits import quoted
 from turnip_ir.units import format_size
@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
-    if args.weights is not None and not (Path(args.weights) / "config.json").is_file():
-        raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
+    if args.weights is not None and not is_file(Path(args.weights) / "config.json"):
+        raise InputError(f"weights folder {quoted(args.weights)} does not exist or has no config.json")
     warn_ignored_attention(args.attention, backend)
     named = {"attention_provider": args.attention} if args.attention != "auto" and backend == "cuda" else None
     session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,

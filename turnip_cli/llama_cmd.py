@@ -44,7 +44,8 @@ from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
-from turnip_ir.files import check_outputs, write_all
+from turnip_ir.files import check_outputs, is_file, is_folder, write_all
+from turnip_ir.limits import quoted
 from turnip_ir.units import format_size
 from frontend.workloads import llama
 
@@ -251,10 +252,10 @@ def _model(args: argparse.Namespace, backend: str):
     """The config's own dtype, the config (with the compute dtype) and its weights: a checkpoint, or random."""
     if args.weights is not None:
         folder = Path(args.weights)
-        if not folder.is_dir():
-            raise InputError(f"weights folder '{folder}' does not exist")
-        if not (folder / "config.json").is_file():
-            raise InputError(f"weights folder '{folder}' has no config.json")
+        if not is_folder(folder):
+            raise InputError(f"weights folder {quoted(str(folder))} does not exist")
+        if not is_file(folder / "config.json"):
+            raise InputError(f"weights folder {quoted(str(folder))} has no config.json")
         stored = llama.load_config(str(folder))
         config = replace(stored, dtype=compute_dtype(stored.dtype, args.dtype, backend))
         return stored.dtype, config, llama.CheckpointWeights(folder, config)

@@ -4,7 +4,10 @@ never another exception, a traceback or a hang.
 Readers: taskgraph and memgraph JSON and IR text (through `turnip-opt`), an .npz of inputs (`turnip run
 --inputs`), an .npy of token ids (`turnip llama --input-ids`), a model's config.json (`load_config`), and
 safetensors files and their model.safetensors.index.json (`SafeTensors.open`). A seeded mutator flips,
-deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path.
+deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path;
+configs also get non-finite, mistyped and enormous values in any field (a config that still reads must
+be sane: `_sane`), and configs, headers and indexes get JSON nested 100,000 deep, integers of thousands
+of digits, NaN and Infinity anywhere in them (`hostile_text`).
 Through a CLI the property is: exit 0, or a non-zero exit with one line on stderr; no traceback; no file
 in the folder but the named outputs created or changed; an output only on success, and then whole.
 The CI part runs a few hundred cases per reader in seconds; `-m slow` runs ten times as many.

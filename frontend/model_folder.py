@@ -7,10 +7,16 @@ blob store: `models--ORG--NAME/snapshots/<rev>/config.json -> ../../blobs/<sha>`
 model folder, and its links may lead to `models--ORG--NAME/blobs/` (that repository's, not another's).
 Anything else (`../x`, an absolute path, a link to /etc/passwd) is refused in one line naming the file and
 where it leads; the file's contents are never read, so never echoed.
+
+A reader opens a folder's file through `model_file`. Opening a folder (`check_folder`: the config, the
+weights) also holds every file in it and below to the rule, so a tokenizer file linking out of the folder
+is refused before any reader of it (a tokenizer library that follows links) can open it. Folders whose
+names start with a dot (`.git`, `.cache`: a clone's or the hub client's own records) are not model files.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from turnip_ir.errors import InputError
@@ -39,6 +45,15 @@ def model_file(folder: str | Path, name: str, what: str = "file") -> Path:
     also = " or in its Hugging Face cache repository's blobs" if blobs is not None else ""
     raise InputError(f"{what} {quoted(name)} leads to {str(target)!r}, outside the model folder '{folder}'; a model "
                      f"folder's files must lie in it{also}")
+
+
+def check_folder(folder: str | Path, what: str = "model folder file") -> None:
+    """Every file in `folder` and below (dot folders aside) follows the rule (`model_file`), or a one-line
+    `InputError` for the first that does not."""
+    for root, folders, names in os.walk(folder):  # links to folders are listed, not followed: checked as entries
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        for name in [*folders, *sorted(names)]:
+            model_file(folder, os.path.relpath(os.path.join(root, name), folder), what)
 
 
 def cache_blobs(folder: Path) -> Path | None:

@@ -36,7 +36,7 @@ import ml_dtypes
 import numpy as np
 
 from frontend.lazy import LazyTensor
-from frontend.model_folder import model_file
+from frontend.model_folder import check_folder, model_file
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, is_file, is_folder
 from turnip_ir.limits import json_document, quoted, shorten
@@ -85,6 +85,7 @@ class SafeTensors:
         """A `.safetensors` file, a `model.safetensors.index.json`, or a folder holding either."""
         path = Path(path)
         if is_folder(path):
+            check_folder(path)
             path = _model_file(path)
         if not is_file(path):
             raise InputError(f"safetensors file '{path}' does not exist")

@@ -7,9 +7,7 @@ the same Hugging Face cache repository (`models--ORG--NAME/snapshots/<rev>/x -> 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from frontend.workloads.llama.config import from_hf
 from turnip_cli.main import main as turnip
 from turnip_ir import files
 from turnip_ir.errors import InputError
+from turnip_ir.limits import quoted
 
 CONFIG = {"model_type": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
           "num_attention_heads": 2, "vocab_size": 32, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
@@ -221,14 +220,44 @@ def test_a_config_linked_to_a_system_file_is_never_read(tmp_path, capsys, monkey
     assert not any(p.resolve() == secret for p in read)
 
 
-def test_a_shard_named_with_a_nul_or_a_link_loop_is_one_line(tmp_path):
+@pytest.mark.parametrize("shard", ["a\x00b.safetensors", "loop.safetensors"])
+def test_a_shard_named_with_a_nul_or_a_link_loop_is_one_line(tmp_path, shard):
     folder = tmp_path / "ck"
     model_folder(folder, shards=2)
     index = json.loads((folder / "model.safetensors.index.json").read_text())
-    (folder / "loop.safetensors").symlink_to(folder / "loop.safetensors")
-    for shard in ("a\x00b.safetensors", "loop.safetensors"):
-        index["weight_map"] = {name: shard for name in index["weight_map"]}
-        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-        with pytest.raises(InputError) as caught:
-            SafeTensors.open(folder)
+    index["weight_map"] = {name: shard for name in index["weight_map"]}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    if shard == "loop.safetensors":
+        (folder / shard).symlink_to(folder / shard)
+    for opened in (folder, folder / "model.safetensors.index.json"):  # the folder's check, the index's
+        with pytest.raises(InputError, match=f"{re.escape(quoted(shard))} in .* cannot be resolved") as caught:
+            SafeTensors.open(opened)
         assert "\x00" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "original/params.json", "original"])
+def test_any_file_of_a_folder_that_links_out_is_refused_when_the_folder_opens(tmp_path, capsys, name):
+    """Not only the files turnip reads: a tokenizer file or a folder linking out is refused before any
+    reader (a tokenizer library, which follows links) opens it; dot folders are a clone's records."""
+    folder = tmp_path / "ck"
+    model_folder(folder)
+    (folder / "original").mkdir()
+    (folder / "original" / "params.json").write_text("{}")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").symlink_to("/etc/hostname")
+    assert llama.load_config(str(folder)).vocab_size == CONFIG["vocab_size"]  # dot folders aside, all inside
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "params.json").write_text("{}")
+    target = secret if name == "original" else secret / "params.json"
+    if name == "original":
+        (folder / name / "params.json").unlink()
+        (folder / name).rmdir()
+    else:
+        (folder / name).unlink()
+    (folder / name).symlink_to(target)
+    for command in MODEL_RUNS:
+        assert turnip([*MODEL_RUNS[command], "--weights", str(folder)]) == 1
+        assert f"model folder file {name!r} leads to {str(target)!r}, outside the model folder" in _one_line(capsys)
+    assert turnip([*MODEL_RUNS["llama"], "--config", str(folder)]) == 1
+    assert "outside the model folder" in _one_line(capsys)

@@ -277,7 +277,10 @@ def test_an_index_cannot_name_a_shard_outside_its_folder(tmp_path, shard) -> Non
     (folder / "link.safetensors").symlink_to(tmp_path / "outside.safetensors")
     shard = shard.format(abs=tmp_path / "outside.safetensors")
     (folder / INDEX_FILE).write_text(json.dumps({"weight_map": {"w": shard}}))
-    message = _error(folder)
+    message = _error(folder)  # opening the folder refuses its link out first, whatever the index names
+    assert message.startswith(f"model folder file 'link.safetensors' leads to '{tmp_path / 'outside.safetensors'}'")
+    assert message.endswith(f", outside the model folder '{folder}'; a model folder's files must lie in it")
+    message = _error(folder / INDEX_FILE)  # the index opened as a file: its shards by the same rule
     assert message.startswith(f"safetensors index '{folder / INDEX_FILE}': shard {quoted(shard)} leads to ")
     assert message.endswith(f", outside the model folder '{folder}'; a model folder's files must lie in it")
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from frontend.model_folder import model_file
+from frontend.model_folder import check_folder, model_file
 from turnip_ir.errors import InputError
 from turnip_ir.files import is_file, is_folder
 from turnip_ir.limits import INT_LIMIT, json_document, quoted, shorten
@@ -105,6 +105,7 @@ def load_config(text: str) -> LlamaConfig:
         return from_hf(PRESETS[text], text)
     path = Path(text)
     if is_folder(path):
+        check_folder(path)
         path = model_file(path, "config.json", "config file")
     if not is_file(path):
         raise InputError(f"config {quoted(text)} is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")

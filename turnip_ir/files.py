@@ -137,7 +137,9 @@ def check_outputs(outputs: Mapping[str, str | Path | None], inputs: Mapping[str,
         for other_flag, other in given_inputs:
             clash = _input_file_at(path, other)
             if clash is not None:
-                what = f"{clash}, a file of {other_flag} {other}" if is_folder(other) else f"the input file {other}"
+                what = f"the input file {other}"
+                if is_folder(other):  # the clash itself, or the file it is another name of
+                    what = f"a file of {other_flag} {other}" if clash == Path(path) else f"{clash}, a file of {other_flag} {other}"
                 raise InputError(f"{flag} {path} is {what}: writing it would destroy the input, choose another path")
         for other_flag, other in seen:
             if _same(path, other):

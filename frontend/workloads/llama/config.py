@@ -140,12 +140,12 @@ def from_hf(doc: dict, where: str) -> LlamaConfig:
         dtype=_dtype(doc, where),
         name=where,
         tie_word_embeddings=_bool(doc, "tie_word_embeddings", where),
-        eos_token_id=_ids(doc, "eos_token_id", where, vocab),
+        eos_token_id=_ids(doc.get("eos_token_id"), "eos_token_id", where, vocab),
         model_type=doc.get("model_type", "llama"),
         sliding_window=_window(doc, where),
         qkv_bias=doc.get("model_type") == "qwen2",
     )
-    _ids(doc, "bos_token_id", where, vocab)  # not used, but a wrong one is a wrong config
+    _ids(doc.get("bos_token_id"), "bos_token_id", where, vocab)  # not used, but a wrong one is a wrong config
     if config.num_attention_heads % config.num_key_value_heads:
         raise InputError(f"config '{where}': num_key_value_heads {config.num_key_value_heads} does not divide num_attention_heads {heads}")
     if config.head_dim % 2:
@@ -242,15 +242,15 @@ def _dtype(doc: dict, where: str) -> str:
     return value
 
 
-def _ids(doc: dict, key: str, where: str, vocab: int) -> tuple[int, ...]:
-    """A token id field: null, one id or a list of ids, each in the vocabulary, as a tuple."""
-    value = doc.get(key)
+def _ids(value, key: str, where: str, vocab: int | None = None) -> tuple[int, ...]:
+    """A token id field's value: null, one id or a list of ids, each in the vocabulary (when given), as a tuple."""
     values = [] if value is None else value if isinstance(value, list) else [value]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise InputError(f"config '{where}': {key} must be an integer or a list of integers, got {_shown(value)}")
-    bad = [v for v in values if not 0 <= v < vocab]
+    bad = [v for v in values if v < 0 or (vocab is not None and v >= vocab)]
     if bad:
-        raise InputError(f"config '{where}': {key} {shorten(str(bad[0]))} is not a token id of the vocabulary [0, {vocab})")
+        within = f"the vocabulary [0, {vocab})" if vocab is not None else "0 or more"
+        raise InputError(f"config '{where}': {key} {shorten(str(bad[0]))} is not a token id of {within}")
     return tuple(values)
 
 

@@ -17,7 +17,8 @@ bfloat16 it is a view like any other, with no dtype it comes back as float32 (ex
 dtype; ml_dtypes rounds float32 to bfloat16 to nearest even, as torch does. Every problem is a one-line `InputError` naming the file and, where there is one, the tensor;
 a file's bytes are never echoed. Headers are checked as the format specifies: each range holds exactly
 its dtype and shape, and sorted by offset the ranges tile the data section with no overlap, gap or
-trailing bytes. An index's shards must resolve (links followed) inside the index's folder.
+trailing bytes. A folder's files and an index's shards follow the model folder rule
+(frontend/model_folder.py): inside the folder, or in its Hugging Face cache repository's blobs.
 `save_file` and `save_sharded` write the format, for tests and for converting random weights.
 """
 
@@ -35,8 +36,10 @@ import ml_dtypes
 import numpy as np
 
 from frontend.lazy import LazyTensor
+from frontend.model_folder import check_folder, model_file
 from turnip_ir.errors import InputError
-from turnip_ir.files import atomic_write
+from turnip_ir.files import atomic_write, is_file, is_folder
+from turnip_ir.limits import json_document, quoted, shorten
 
 FORMATS: dict[str, tuple[str, np.dtype]] = {
     "F16": ("float16", np.dtype("<f2")),
@@ -81,9 +84,10 @@ class SafeTensors:
     def open(cls, path: str | Path) -> SafeTensors:
         """A `.safetensors` file, a `model.safetensors.index.json`, or a folder holding either."""
         path = Path(path)
-        if path.is_dir():
+        if is_folder(path):
+            check_folder(path)
             path = _model_file(path)
-        if not path.is_file():
+        if not is_file(path):
             raise InputError(f"safetensors file '{path}' does not exist")
         if path.name.endswith(".json"):
             return cls(path, *_read_index(path))
@@ -134,7 +138,7 @@ class SafeTensors:
         entry = self._entry(name)
         if shape is not None and tuple(shape) != entry.shape:
             raise InputError(
-                f"tensor '{name}' in '{entry.file}': expected shape {list(shape)}, found {list(entry.shape)}"
+                f"tensor {quoted(name)} in '{entry.file}': expected shape {list(shape)}, found {list(entry.shape)}"
             )
         array = self.raw(name)
         if dtype is None and entry.code == "BF16":
@@ -154,7 +158,7 @@ class SafeTensors:
         entry = self._entry(name)
         source = self.raw(name)[index]
         if source.shape != out.shape:
-            raise InputError(f"tensor '{name}' in '{entry.file}': a block of shape {list(source.shape)} cannot fill "
+            raise InputError(f"tensor {quoted(name)} in '{entry.file}': a block of shape {list(source.shape)} cannot fill "
                              f"a buffer of shape {list(out.shape)}")
         if source.ndim == 0 or source.size == 0:
             _copy_checked(entry, source, out)
@@ -197,7 +201,7 @@ class SafeTensors:
     def _entry(self, name: str) -> TensorEntry:
         entry = self._entries.get(name)
         if entry is None:
-            raise InputError(f"tensor '{name}' is not in '{self.source}'")
+            raise InputError(f"tensor {quoted(name)} is not in '{self.source}'")
         return entry
 
     def _map(self, file: Path) -> tuple[mmap.mmap, np.memmap]:
@@ -267,7 +271,7 @@ def _check_range(entry: TensorEntry, stored: np.ndarray, converted: np.ndarray) 
     overflow = np.isinf(converted) & np.isfinite(stored)
     if overflow.any():
         largest = float(np.abs(stored[overflow].astype(np.float32)).max())
-        raise InputError(f"tensor '{entry.name}' in '{entry.file}': values up to {largest:.4g} overflow float16 "
+        raise InputError(f"tensor {quoted(entry.name)} in '{entry.file}': values up to {largest:.4g} overflow float16 "
                          f"(largest {float(np.finfo(np.float16).max):g}); run it in bfloat16 or float32 (--dtype)")
 
 
@@ -276,8 +280,9 @@ def _check_range(entry: TensorEntry, stored: np.ndarray, converted: np.ndarray) 
 
 def _model_file(folder: Path) -> Path:
     for name in (INDEX_FILE, SINGLE_FILE):
-        if (folder / name).is_file():
-            return folder / name
+        path = model_file(folder, name, "weights file")
+        if is_file(path):
+            return path
     raise InputError(f"folder '{folder}' has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
@@ -293,10 +298,10 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
             raise InputError(f"'{path}' is not a safetensors file (its header length runs past the end of the file)")
         text = handle.read(length)
     try:
-        header = json.loads(text.decode("utf-8"))
+        header = json_document(text.decode("utf-8"))
     except UnicodeDecodeError:
         raise InputError(f"'{path}' is not a safetensors file (its header is not UTF-8 JSON)") from None
-    except json.JSONDecodeError as err:  # the message names a position, never the text
+    except InputError as err:  # the message names a position, never the text
         raise InputError(f"safetensors file '{path}': malformed header: {err}") from None
     if not isinstance(header, dict):
         raise InputError(f"safetensors file '{path}': malformed header: not a JSON object")
@@ -314,9 +319,9 @@ def _check_tiling(entries: dict[str, TensorEntry], path: Path, start: int, size:
     for entry in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
         offsets = [entry.begin - start, entry.end - start]
         if entry.begin < end:
-            raise InputError(f"tensor '{entry.name}' in '{path}': data_offsets {offsets} overlap tensor '{previous}'")
+            raise InputError(f"tensor {quoted(entry.name)} in '{path}': data_offsets {offsets} overlap tensor {quoted(previous)}")
         if entry.begin > end:
-            raise InputError(f"tensor '{entry.name}' in '{path}': data_offsets {offsets} leave a gap of "
+            raise InputError(f"tensor {quoted(entry.name)} in '{path}': data_offsets {offsets} leave a gap of "
                              f"{entry.begin - end} bytes before them")
         end, previous = entry.end, entry.name
     if end != size:
@@ -330,16 +335,16 @@ def _metadata(raw, path: Path) -> dict[str, str]:
 
 
 def _entry(name: str, raw, path: Path, start: int, size: int) -> TensorEntry:
-    where = f"tensor '{name}' in '{path}'"
+    where = f"tensor {quoted(name)} in '{path}'"
     if not isinstance(raw, dict) or set(raw) != {"dtype", "shape", "data_offsets"}:
         raise InputError(f"{where}: malformed header entry (needs exactly dtype, shape, data_offsets)")
     code, shape, offsets = raw["dtype"], raw["shape"], raw["data_offsets"]
     if not isinstance(code, str) or code not in FORMATS:
         raise InputError(f"{where}: dtype {str(code)[:20]!r} is not supported (supported: {', '.join(FORMATS)})")
     if not isinstance(shape, list) or not all(_count(d) for d in shape):
-        raise InputError(f"{where}: malformed header: shape {shape!r} must be a list of sizes")
+        raise InputError(f"{where}: malformed header: shape {shorten(repr(shape))} must be a list of sizes")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets):
-        raise InputError(f"{where}: malformed header: data_offsets {offsets!r} must be [begin, end]")
+        raise InputError(f"{where}: malformed header: data_offsets {shorten(repr(offsets))} must be [begin, end]")
     begin, end = offsets
     need = math.prod(shape) * FORMATS[code][1].itemsize
     if end - begin != need:
@@ -354,26 +359,20 @@ def _count(value) -> bool:
 
 
 def _shard(index: Path, file_name: str) -> Path:
-    """The shard `file_name` of `index`: it must resolve (symlinks followed) inside the index's folder,
-    so an index cannot make the reader open `../../x`, an absolute path, or a link out of the folder."""
-    folder = index.parent.resolve()
-    shard = index.parent / file_name
-    try:
-        inside = shard.resolve().is_relative_to(folder)
-    except (OSError, ValueError, RuntimeError):  # a NUL in the name, a symlink loop
-        inside = False
-    if not inside:
-        raise InputError(f"safetensors index '{index}': shard '{file_name}' does not resolve inside the model folder '{folder}'")
-    if not shard.is_file():
-        raise InputError(f"safetensors index '{index}': shard '{shard}' does not exist")
+    """The shard `file_name` of `index`: a file of the index's folder by the model folder rule
+    (frontend/model_folder.py), so an index cannot make the reader open `../../x`, an absolute path, or a
+    link out of the folder, while a Hugging Face cache snapshot's links into its blobs are read."""
+    shard = model_file(index.parent, file_name, f"safetensors index '{index}': shard")
+    if not is_file(shard):
+        raise InputError(f"safetensors index '{index}': shard {quoted(file_name)} does not exist")
     return shard
 
 
 def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """The tensors of every shard an index's `weight_map` names; each must be in the file it is mapped to."""
     try:
-        index = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        index = json_document(path.read_text())
+    except (UnicodeDecodeError, InputError) as err:
         raise InputError(f"safetensors index '{path}' is not valid JSON: {err}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -384,7 +383,7 @@ def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
         if file_name not in shards:
             shards[file_name] = read_header(_shard(path, file_name))[0]
         if name not in shards[file_name]:
-            raise InputError(f"tensor '{name}' is not in '{path.parent / file_name}' (the index '{path}' maps it there)")
+            raise InputError(f"tensor {quoted(name)} is not in {str(path.parent / file_name)!r} (the index '{path}' maps it there)")
         entries[name] = shards[file_name][name]
     metadata = index.get("metadata") or {}
     return entries, {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {}
@@ -428,12 +427,12 @@ def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.
     array = np.asarray(array)
     if as_bfloat16:
         if array.dtype.kind != "f":
-            raise InputError(f"tensor '{name}' for '{target}': only a float array can be stored as BF16, not {array.dtype}")
+            raise InputError(f"tensor {quoted(name)} for '{target}': only a float array can be stored as BF16, not {array.dtype}")
         return "BF16", np.asarray(array, np.float32).astype(ml_dtypes.bfloat16, order="C")  # 0-d stays 0-d
     code = "BF16" if array.dtype == FORMATS["BF16"][1] else CODES.get((array.dtype.kind, array.dtype.itemsize))
     if code is None:
         known = ", ".join(FORMATS[c][0] for c in CODES.values())
-        raise InputError(f"tensor '{name}' for '{target}': dtype {array.dtype} cannot be stored (use {known})")
+        raise InputError(f"tensor {quoted(name)} for '{target}': dtype {array.dtype} cannot be stored (use {known})")
     return code, array.astype(FORMATS[code][1], order="C", copy=False)  # keeps a 0-d array 0-d
 
 

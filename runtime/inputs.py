@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import math
 import os
-import tokenize
 import weakref
 import zlib
-import zipfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.array_files import read_arrays
 from runtime.host_memory import check_host_memory
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
@@ -141,20 +140,13 @@ def fill_all(pairs: list[tuple[np.ndarray, object]], threads: int | None = None)
         filler.finish()
 
 
-NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile)
-"""What `np.load` raises on a damaged file: an .npy header is parsed as a Python literal, so a damaged one
-raises SyntaxError or tokenize.TokenError, not only ValueError."""
-
-
 def load_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz file, by key."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except FileNotFoundError:
-        raise InputError(f"inputs file '{path}' does not exist") from None
-    except NUMPY_READ_ERRORS as err:
-        raise InputError(f"inputs file '{path}' is not a readable .npz: {' '.join(str(err).split())}") from None
+    """Every array of an .npz file, by key, each header checked before its data (runtime/array_files.py)."""
+    expected = "an .npz of input tensors keyed by taskgraph input id"
+    arrays = read_arrays(path, "inputs file", expected)
+    if not isinstance(arrays, dict):
+        raise InputError(f"inputs file '{path}' is an .npy; expected {expected}")
+    return arrays
 
 
 def input_specs(memgraph) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -4,7 +4,10 @@ never another exception, a traceback or a hang.
 Readers: taskgraph and memgraph JSON and IR text (through `turnip-opt`), an .npz of inputs (`turnip run
 --inputs`), an .npy of token ids (`turnip llama --input-ids`), a model's config.json (`load_config`), and
 safetensors files and their model.safetensors.index.json (`SafeTensors.open`). A seeded mutator flips,
-deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path.
+deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path;
+configs also get non-finite, mistyped and enormous values in any field (a config that still reads must
+be sane: `_sane`), and configs, headers and indexes get JSON nested 100,000 deep, integers of thousands
+of digits, NaN and Infinity anywhere in them (`hostile_text`).
 Through a CLI the property is: exit 0, or a non-zero exit with one line on stderr; no traceback; no file
 in the folder but the named outputs created or changed; an output only on success, and then whole.
 The CI part runs a few hundred cases per reader in seconds; `-m slow` runs ten times as many.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import math
 import random
 import signal
 import struct
@@ -457,6 +461,85 @@ def test_load_config_reads_damaged_configs_cleanly(tmp_path, alarm, scale) -> No
         reader_case(lambda p: load_config(str(p)), path, tmp_path)
 
 
+HOSTILE = ["[" * 100_000 + "]" * 100_000, "{\"a\": " * 300 + "1" + "}" * 300, "1" + "0" * 5000, "-" + "9" * 4400,
+           "NaN", "Infinity", "-Infinity", "1e999", "-1e999"]
+"""JSON texts Python's reader crashes on (RecursionError, ValueError for 4300+ digits) or takes where a
+number must be finite (NaN, Infinity, 1e999 read as inf)."""
+SENTINEL = "@@hostile@@"
+
+
+def hostile_text(rng: random.Random, doc) -> bytes:
+    """`doc` as JSON text with one value somewhere inside (or the whole) replaced by a `HOSTILE` literal."""
+    doc = copy.deepcopy(doc)
+    parent, key = _pick(rng, doc)
+    if parent is None:
+        return rng.choice(HOSTILE).encode()
+    parent[key] = SENTINEL
+    return json.dumps(doc).replace(json.dumps(SENTINEL), rng.choice(HOSTILE)).encode()
+
+
+CONFIG_FIELDS = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                 "head_dim", "vocab_size", "rms_norm_eps", "max_position_embeddings", "rope_theta", "tie_word_embeddings",
+                 "eos_token_id", "bos_token_id", "model_type", "sliding_window", "attention_bias", "mlp_bias", "hidden_act",
+                 "torch_dtype", "rope_scaling", "partial_rotary_factor", "use_sliding_window", "max_window_layers", "layer_types"]
+ROPE_FIELDS = ["rope_type", "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+               "rope_theta", "partial_rotary_factor"]
+CONFIG_VALUES = [float("nan"), float("inf"), -float("inf"), 0, -1, -5, 1, 2, 3, 2.5, 1e-300, 10**9, 10**12, 2**62, 10**400,
+                 "false", "true", "1", "", True, False, None, [], {}, [1, 2], [-1], "x" * 10_000, "llama3", "dynamic", "linear"]
+"""Non-finite, mistyped and enormous values for any field of a config."""
+
+
+def mutate_config(rng: random.Random, doc: dict) -> dict:
+    """A config with one to three fields (of its own or of its RoPE parameters) set to a `CONFIG_VALUES` value."""
+    doc = copy.deepcopy(doc)
+    for _ in range(rng.randint(1, 3)):
+        rope = doc.get("rope_scaling")
+        if isinstance(rope, dict) and rng.random() < 0.3:
+            rope[rng.choice(ROPE_FIELDS)] = rng.choice(CONFIG_VALUES)
+        else:
+            doc[rng.choice(CONFIG_FIELDS)] = rng.choice(CONFIG_VALUES)
+    return doc
+
+
+def _sane(config) -> None:
+    """What a config that reads must be: sizes within their maxima, finite floats in range, ids in the
+    vocabulary, a bool where one goes, finite RoPE frequencies, and its weight shapes listed at once."""
+    from frontend.workloads.llama.config import MAXIMA
+    from frontend.workloads.llama.rope import inverse_frequencies
+    from frontend.workloads.llama.weights import weight_shapes
+
+    for key, most in MAXIMA.items():
+        value = getattr(config, key, None) if key != "original_max_position_embeddings" else config.rope.original_max_position_embeddings
+        assert value is None or (type(value) is int and 1 <= value <= most), (key, value)
+    assert 0 < config.rms_norm_eps <= 1 and config.rope.theta > 1 and math.isfinite(config.rope.theta)
+    assert all(math.isfinite(x) and x > 0 for x in (config.rope.factor, config.rope.low_freq_factor, config.rope.high_freq_factor))
+    assert type(config.tie_word_embeddings) is bool and all(0 <= i < config.vocab_size for i in config.eos_token_id)
+    assert config.hidden_size % config.num_attention_heads == 0 and config.head_dim % 2 == 0
+    assert np.isfinite(inverse_frequencies(config, config.max_position_embeddings + 1)).all()
+    assert len(weight_shapes(config)) == 2 + 9 * config.num_hidden_layers + (3 * config.num_hidden_layers if config.qkv_bias else 0)
+
+
+@both
+def test_load_config_reads_hostile_values_cleanly_or_sanely(tmp_path, alarm, scale) -> None:
+    """Configs with non-finite, mistyped and enormous values, and deeply nested or huge-integer JSON: one
+    line, or a config that is sane (`_sane`) and whose weights are listed without a hang."""
+    from frontend.workloads.llama import load_config
+    from frontend.workloads.llama.config import PRESETS
+
+    rng = random.Random(53)
+    llama3 = {**PRESETS["tiny"], "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    seeds = [SMALL_LLAMA, PRESETS["7b"], llama3, {**PRESETS["tiny"], "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+             {**SMALL_LLAMA, "model_type": "mistral", "sliding_window": 16}, {**SMALL_LLAMA, "model_type": "qwen2"}]
+    path = tmp_path / "config.json"
+    read: list = []
+    for _ in range(300 * scale):
+        doc = rng.choice(seeds)
+        path.write_bytes(hostile_text(rng, doc) if rng.random() < 0.3 else json.dumps(mutate_config(rng, doc)).encode())
+        reader_case(lambda p: read.append(_sane(load_config(str(p)))), path, tmp_path)
+    assert 0 < len(read) < 300 * scale  # some mutations still read: the property is checked on them
+
+
 # ----- safetensors files and their index: SafeTensors.open ------------------------------------------------------
 
 def _read_all(path: Path) -> None:
@@ -507,6 +590,31 @@ def test_safetensors_index_reads_damaged_indexes_cleanly(tmp_path, alarm, scale)
         data = json.dumps(mutate_doc(rng, valid)).encode() if rng.random() < 0.7 else mutate_bytes(rng, json.dumps(valid).encode())
         index.write_bytes(data)
         reader_case(_read_all, folder, folder)
+
+
+@both
+def test_safetensors_reads_hostile_json_cleanly(tmp_path, alarm, scale) -> None:
+    """A header or an index with a deeply nested or huge-integer value, or NaN or Infinity, anywhere in it."""
+    from frontend.safetensors import save_file, save_sharded
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = folder / "model.safetensors"
+    save_file(_tensors(), path, metadata={"format": "pt"})
+    valid = path.read_bytes()
+    (length,) = struct.unpack("<Q", valid[:8])
+    header, data = json.loads(valid[8:8 + length]), valid[8 + length:]
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    index = save_sharded(_tensors(), sharded, shards=2, metadata={"format": "pt"})
+    weight_map = json.loads(index.read_text())
+    rng = random.Random(63)
+    for _ in range(100 * scale):
+        text = hostile_text(rng, header)
+        path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+        reader_case(_read_all, path, folder)
+        index.write_bytes(hostile_text(rng, weight_map))
+        reader_case(_read_all, sharded, sharded)
 
 
 # ----- the tracebacks the fuzz found, one concrete input each, fixed -----------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from turnip_cli.main import main as turnip
 from turnip_ir.io import load_taskgraph
+from turnip_ir.units import format_size
 from frontend.safetensors import save_file, save_sharded
 from frontend.workloads import llama
 
@@ -124,7 +125,7 @@ def test_token_ids_are_checked(tmp_path, capsys):
     np.save(tmp_path / "flat.npy", np.zeros((2, 2), dtype=np.int64))
     (tmp_path / "junk.npy").write_text("no")
     for name, message in [("big", "token id 256 in"), ("flat", "must be a non-empty 1-D integer array"),
-                          ("junk", "is not a readable .npy"), ("absent", "does not exist")]:
+                          ("junk", "is neither a .npy nor an .npz file; expected a .npy"), ("absent", "does not exist")]:
         assert turnip(["llama", "--config", "tiny", "--input-ids", str(tmp_path / f"{name}.npy"), "--memory", "1MiB"]) == 1
         assert message in capsys.readouterr().err
 
@@ -258,14 +259,16 @@ def test_a_run_past_host_memory_is_refused_before_any_weight_is_drawn(tmp_path, 
         return real_rng(seed, name)
 
     monkeypatch.setattr(module, "rng", rng)
-    (tmp_path / "huge.json").write_text(json.dumps({**CONFIG, "vocab_size": 2**40}))
+    (tmp_path / "huge.json").write_text(json.dumps({**CONFIG, "vocab_size": 2**24, "hidden_size": 8192}))  # within MAXIMA
     assert turnip(["llama", "--config", str(tmp_path / "huge.json"), "--input-ids", str(_ids(tmp_path)), "--memory", "1MiB",
                    "--backend", "cpu"]) == 1
     err = capsys.readouterr().err.strip()
-    need = llama.host_footprint(llama.load_config(str(tmp_path / "huge.json")), 3).total + (1 << 20)
-    assert need > 2**40 * 32 * 4  # the embedding table alone is 128 TiB
-    assert err == (f"turnip llama: error: host memory: the run needs {need} bytes (weights 131072.00 GiB, "
-                   f"activations of 3 tokens 4.31 KiB, cpu arenas 1.00 MiB) but {16 * GiB} bytes (16.00 GiB) are available")
+    footprint = llama.host_footprint(llama.load_config(str(tmp_path / "huge.json")), 3)
+    need = footprint.total + (1 << 20)
+    assert need > 2**24 * 8192 * 4  # the embedding table alone is 512 GiB
+    assert err == (f"turnip llama: error: host memory: the run needs {need} bytes (weights {format_size(footprint.weights)}, "
+                   f"activations of 3 tokens {format_size(footprint.activations)}, cpu arenas 1.00 MiB) but {16 * GiB} "
+                   "bytes (16.00 GiB) are available")
     monkeypatch.setattr("turnip_cli.llama_cmd.available_bytes", lambda: 8 * GiB)
     assert turnip(["llama", "--config", "7b", "--tokens", "32768", "--memory", "4GiB", "--backend", "cpu",
                    "--attention", "triton"]) == 1
@@ -273,8 +276,8 @@ def test_a_run_past_host_memory_is_refused_before_any_weight_is_drawn(tmp_path, 
     need = llama.host_footprint(llama.load_config("7b"), 32768).total + 4 * GiB
     assert f"needs {need} bytes (weights 12.31 GiB, activations of 32768 tokens 3.36 GiB, cpu arenas 4.00 GiB)" in out.err
     assert out.err.startswith("warning: --attention triton is ignored") and len(out.err.splitlines()) == 2
-    assert turnip(["llama", "--config", "tiny", "--tokens", str(2**40), "--memory", "1MiB", "--backend", "cpu"]) == 1
-    assert "activations of 1099511627776 tokens" in capsys.readouterr().err  # refused before 2^40 ids are drawn
+    assert turnip(["llama", "--config", "tiny", "--tokens", str(2**24), "--memory", "1MiB", "--backend", "cpu"]) == 1
+    assert "activations of 16777216 tokens" in capsys.readouterr().err  # refused before 2^24 ids are drawn
 
 
 def _ids(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from turnip_ir.errors import InputError
 from frontend.workloads.llama import load_config
 from frontend.workloads.llama.config import Rope, from_hf
 from frontend.workloads.llama.rope import inverse_frequencies, rope_tables
+from frontend.workloads.llama.weights import weight_shapes
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
 
@@ -48,11 +50,11 @@ def test_new_spelling_rope_parameters():
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
     ({"attention_bias": True}, "attention_bias true is not supported"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
-    ({"hidden_size": None}, "hidden_size must be a positive integer, got None"),
+    ({"hidden_size": None}, "hidden_size must be a positive integer, got null"),
     ({"num_key_value_heads": 3}, "num_key_value_heads 3 does not divide num_attention_heads 4"),
     ({"torch_dtype": "int8"}, "dtype 'int8' is not one of"),
     ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
-    ({"rope_scaling": {"rope_type": "linear"}}, "rope factor must be a positive number, got None"),
+    ({"rope_scaling": {"rope_type": "linear"}}, "rope factor must be a finite number from 1, got null"),
 ])
 def test_unsupported_or_broken_configs_are_one_line_errors(change, message):
     with pytest.raises(InputError, match=message):
@@ -92,3 +94,92 @@ def test_scaled_rope_frequencies():
     wavelength = 2 * np.pi / default
     np.testing.assert_array_equal(scaled[wavelength < 16], default[wavelength < 16])  # short waves kept
     np.testing.assert_allclose(scaled[wavelength > 64], default[wavelength > 64] / 8)  # long waves divided
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "arrays and objects nest too deep (at most 200 levels)"),
+    ("1" + "0" * 5000, "an integer has thousands of digits"),
+    ("NaN", "NaN is not a finite number"),
+    ("Infinity", "Infinity is not a finite number"),
+    ("1e999", "1e999 is not a finite number"),
+], ids=["deep", "digits", "nan", "infinity", "overflow"])
+def test_config_json_past_the_readers_bounds_is_one_line(tmp_path, text, message):
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": 64, "rms_norm_eps": ' + text + "}")
+    with pytest.raises(InputError) as caught:
+        load_config(str(tmp_path))
+    assert str(caught.value).startswith(f"config '{path}' is not readable JSON: {message}")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rms_norm_eps": math.nan}, "rms_norm_eps must be a finite number above 0 and at most 1, got NaN"),
+    ({"rms_norm_eps": math.inf}, "rms_norm_eps must be a finite number above 0 and at most 1, got Infinity"),
+    ({"rms_norm_eps": 10.0}, "rms_norm_eps must be a finite number above 0 and at most 1, got 10.0"),
+    ({"rms_norm_eps": "1e-5"}, "rms_norm_eps must be a finite number above 0 and at most 1, got '1e-5'"),
+    ({"rope_theta": math.nan}, "rope_theta must be a finite number above 1, got NaN"),
+    ({"rope_theta": -math.inf}, "rope_theta must be a finite number above 1, got -Infinity"),
+    ({"rope_theta": 10**400}, "rope_theta must be a finite number above 1, got 1000000000"),
+    ({"rope_theta": 0.5}, "rope_theta must be a finite number above 1, got 0.5"),
+    ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false, got 'false'"),
+    ({"tie_word_embeddings": 1}, "tie_word_embeddings must be true or false, got 1"),
+    ({"attention_bias": "false"}, "attention_bias must be true or false, got 'false'"),
+    ({"hidden_size": True}, "hidden_size must be a positive integer, got true"),
+    ({"num_hidden_layers": 2.0}, "num_hidden_layers must be a positive integer, got 2.0"),
+    ({"intermediate_size": -128}, "intermediate_size must be a positive integer, got -128"),
+    ({"vocab_size": 0}, "vocab_size must be a positive integer, got 0"),
+    ({"hidden_size": 66}, "hidden_size 66 is not a multiple of num_attention_heads 4"),
+    ({"head_dim": 7}, "head_dim 7 must be even for RoPE"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": math.nan}}, "rope factor must be a finite number from 1, got NaN"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "rope factor must be a finite number from 1, got 0.5"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0}},
+     "high_freq_factor 4 must be more than low_freq_factor 4"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": "8192"}}, "original_max_position_embeddings must be a positive integer"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, "head_dim": 2}, "head_dim 2 is too small for dynamic RoPE"),
+    ({"rope_scaling": {"rope_type": ["x" * 500]}}, r'rope type \["xxxxxxxxx'),
+    ({"model_type": "mistral", "sliding_window": 0}, "sliding_window must be a positive integer, got 0"),
+    ({"model_type": "mistral", "sliding_window": "4096"}, "sliding_window must be a positive integer, got '4096'"),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": "28"},
+     "max_window_layers must be an integer of 0 or more, got '28'"),
+    ({"model_type": "qwen2", "use_sliding_window": 1}, "use_sliding_window must be true or false, got 1"),
+    ({"eos_token_id": -5}, r"eos_token_id -5 is not a token id of the vocabulary \[0, 32000\)"),
+    ({"eos_token_id": [2, 32000]}, r"eos_token_id 32000 is not a token id of the vocabulary \[0, 32000\)"),
+    ({"bos_token_id": -1}, r"bos_token_id -1 is not a token id"),
+    ({"eos_token_id": "2"}, "eos_token_id must be an integer or a list of integers, got '2'"),
+    ({"layer_types": "full_attention"}, "layer_types must be a list of strings, got 'full_attention'"),
+])
+def test_every_field_is_checked_for_its_type_and_a_finite_sensible_range(change, message):
+    with pytest.raises(InputError, match=message) as caught:
+        from_hf({**BASE, **change}, "c")
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+
+
+@pytest.fixture
+def deadline():
+    """A call that would hang (a loop over 10^9 layers) fails the test after a few seconds instead."""
+    def expired(*_):
+        raise TimeoutError("still running after 5 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(5)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("key", ["vocab_size", "intermediate_size", "head_dim", "hidden_size", "num_hidden_layers",
+                                 "num_attention_heads", "max_position_embeddings"])
+@pytest.mark.parametrize("value", [10**9, 10**12])
+def test_enormous_sizes_are_one_line_before_any_shape_is_made(deadline, key, value):
+    doc = {**BASE, key: value}
+    if key == "num_attention_heads":
+        doc["hidden_size"] = value * 16
+    with pytest.raises(InputError, match=f"{key} {value} is more than .*, the largest this frontend builds"):
+        weight_shapes(from_hf(doc, "c"))
+
+
+def test_the_largest_published_shapes_are_within_the_maxima():
+    """Llama 3.1 405B's sizes, a 262144-token vocabulary and 10M positions still read."""
+    doc = {"hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126, "num_attention_heads": 128,
+           "num_key_value_heads": 8, "vocab_size": 262144, "max_position_embeddings": 10485760, "rope_theta": 500000}
+    assert len(weight_shapes(from_hf(doc, "c"))) == 1 + 126 * 9 + 1

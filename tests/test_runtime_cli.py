@@ -84,7 +84,7 @@ def test_memgraph_file_runs_on_sim(tmp_path):
         (["--inputs", "missing.npz"], 1, "inputs file 'missing.npz' does not exist"),
         (["--outputs", "no/such/dir/o.npz"], 1, "cannot write no/such/dir/o.npz: its folder does not exist"),
         (["--trace", "no/such/dir/t.json"], 1, "cannot write no/such/dir/t.json: its folder does not exist"),
-        (["--jitter", "-1"], 1, "--jitter must be 0 or more"),
+        (["--jitter", "-1"], 1, "--jitter must be a finite number, 0 or more"),
         (["--streams", "0"], 1, "streams must be at least 1"),
     ],
 )

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from turnip_ir.errors import InputError
+from turnip_ir.limits import quoted
 from frontend.safetensors import INDEX_FILE, SafeTensors, save_file, save_sharded
 
 
@@ -205,7 +206,7 @@ ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 @pytest.mark.parametrize(
     "header,data,length,message",
     [
-        ("not json", b"", None, "malformed header: Expecting value"),
+        ("not json", b"", None, "malformed header: 1:1: expecting value"),
         ([1, 2], b"", None, "malformed header: not a JSON object"),
         ({"w": {"dtype": "F32", "shape": [2]}}, b"", None, "tensor 'w' in '{p}': malformed header entry (needs exactly dtype, shape, data_offsets)"),
         ({"w": {**ENTRY, "dtype": "F8_E4M3"}}, b"x" * 8, None, "tensor 'w' in '{p}': dtype 'F8_E4M3' is not supported (supported: F16, BF16, F32, F64, I32, I64)"),
@@ -259,7 +260,7 @@ def test_broken_indexes(tmp_path) -> None:
     index.write_text(json.dumps({"metadata": {}}))
     assert _error(index) == f"safetensors index '{index}' needs a 'weight_map' of tensor name -> file name"
     index.write_text(json.dumps({"weight_map": {"w": "gone.safetensors"}}))
-    assert _error(index) == f"safetensors index '{index}': shard '{tmp_path}/gone.safetensors' does not exist"
+    assert _error(index) == f"safetensors index '{index}': shard 'gone.safetensors' does not exist"
     save_file({"v": np.ones(1, np.float32)}, tmp_path / "a.safetensors")
     index.write_text(json.dumps({"weight_map": {"w": "a.safetensors"}}))
     assert _error(index) == f"tensor 'w' is not in '{tmp_path}/a.safetensors' (the index '{index}' maps it there)"
@@ -276,8 +277,12 @@ def test_an_index_cannot_name_a_shard_outside_its_folder(tmp_path, shard) -> Non
     (folder / "link.safetensors").symlink_to(tmp_path / "outside.safetensors")
     shard = shard.format(abs=tmp_path / "outside.safetensors")
     (folder / INDEX_FILE).write_text(json.dumps({"weight_map": {"w": shard}}))
-    message = _error(folder)
-    assert message == f"safetensors index '{folder / INDEX_FILE}': shard '{shard}' does not resolve inside the model folder '{folder}'"
+    message = _error(folder)  # opening the folder refuses its link out first, whatever the index names
+    assert message.startswith(f"model folder file 'link.safetensors' leads to '{tmp_path / 'outside.safetensors'}'")
+    assert message.endswith(f", outside the model folder '{folder}'; a model folder's files must lie in it")
+    message = _error(folder / INDEX_FILE)  # the index opened as a file: its shards by the same rule
+    assert message.startswith(f"safetensors index '{folder / INDEX_FILE}': shard {quoted(shard)} leads to ")
+    assert message.endswith(f", outside the model folder '{folder}'; a model folder's files must lie in it")
 
 
 def test_a_link_inside_the_folder_is_a_shard(tmp_path) -> None:
@@ -323,3 +328,26 @@ def test_agrees_with_the_safetensors_package(tmp_path) -> None:
     assert st.metadata == {"who": "them"}
     for name, want in tensors.items():
         np.testing.assert_array_equal(st.get(name), want)
+
+
+HOSTILE_JSON = {  # text inside a JSON object's value -> what the one line says
+    "deep": ("[" * 100_000 + "]" * 100_000, "arrays and objects nest too deep (at most 200 levels)"),
+    "deep-300": ("[" * 300 + "]" * 300, "arrays and objects nest too deep (at most 200 levels)"),
+    "digits": ("1" + "0" * 5000, "an integer has thousands of digits"),
+    "nan": ("NaN", "NaN is not a finite number"),
+    "infinity": ("-Infinity", "-Infinity is not a finite number"),
+    "overflow": ("1e999", "1e999 is not a finite number"),
+}
+"""JSON Python's reader takes or crashes on (RecursionError, ValueError), each refused in one line."""
+
+
+@pytest.mark.parametrize("value", list(HOSTILE_JSON))
+def test_a_hostile_header_or_index_is_one_line(tmp_path, value) -> None:
+    text, message = HOSTILE_JSON[value]
+    header = ('{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "x": ' + text + "}").encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    assert _error(path).startswith(f"safetensors file '{path}': malformed header: {message}")
+    index = tmp_path / INDEX_FILE
+    index.write_text('{"weight_map": {"w": "m.safetensors"}, "metadata": ' + text + "}")
+    assert _error(index).startswith(f"safetensors index '{index}' is not valid JSON: {message}")

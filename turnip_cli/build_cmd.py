@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 
 from turnip_cli.planning import (
     add_layer_order_arguments,
@@ -21,7 +20,7 @@ from turnip_cli.planning import (
 )
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
-from turnip_ir.files import atomic_write, check_outputs
+from turnip_ir.files import atomic_write, check_outputs, is_file, is_folder
 from turnip_ir.io import graph_text
 from turnip_ir.taskgraph import TaskGraph
 from frontend.workloads import ffn, llama, matmul
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--memory goes with --block, --layer-order or --query-group auto: the choice is made by compiling at the budget")
     if args.remat and not auto:
         raise InputError("--remat applies to the auto choices (the plans that choose them); turnip build writes no plan")
-    config = args.config if args.config is not None and Path(args.config).is_file() else None
+    config = args.config if args.config is not None and (is_file(args.config) or is_folder(args.config)) else None
     check_outputs({"-o": args.output}, {"--config": config})
     progress = Progress.for_args(args)
     with progress.phase("building the taskgraph"):

@@ -13,7 +13,7 @@ import argparse
 import json
 
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
-from turnip_cli.planning import add_remat_argument, add_schedule_argument, load_plan
+from turnip_cli.planning import add_remat_argument, add_schedule_argument, check_positive_options, load_plan
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import atomic_write, check_outputs
@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise InputError(f"--limit must be 0 or more, got {args.limit}")
+    check_positive_options(args, "streams")
     check_outputs({"--json": args.json}, {"FILE": args.file})
     memgraph, _, _ = load_plan(args.file, args.memory, resolve_backend(args.backend), args.streams, args.attention, args.schedule,
                              args.remat)

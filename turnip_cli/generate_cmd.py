@@ -21,16 +21,18 @@ import numpy as np
 from frontend.text import TextStream, Tokenizer, jsonl_texts
 from frontend.workloads import llama
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
-from runtime.inputs import NUMPY_READ_ERRORS
+from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip import Session
 from turnip.inputs import checked_prompts
-from turnip_cli.llama_cmd import model_input_files
+from turnip_cli.llama_cmd import check_host_memory_for, model_input_files
 from turnip_cli.progress import Progress, add_progress_argument
-from turnip_cli.planning import check_positive_options, parse_size, warn_ignored_attention
+from turnip_cli.planning import check_positive_options, check_seed, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
-from turnip_ir.files import check_outputs, write_all
+from turnip_ir.files import check_outputs, is_file, write_all
+from turnip_ir.kernels import DTYPE_BYTES
+from turnip_ir.limits import quoted
 from turnip_ir.units import format_size
 
 
@@ -73,17 +75,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    check_positive_options(args, "gpus", "batch", "prompt_tokens", "max_new_tokens")
+    check_seed(args.seed)
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace},
                   {**model_input_files(args), "--prompt-file": args.prompt_file})  # before a long run
     _check_text_options(args, backend)
-    if args.max_new_tokens < 1:
-        raise InputError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
-    check_positive_options(args, "gpus")
-    if args.weights is not None and not (Path(args.weights) / "config.json").is_file():
-        raise InputError(f"weights folder '{args.weights}' does not exist or has no config.json")
+    if args.weights is not None and not is_file(Path(args.weights) / "config.json"):
+        raise InputError(f"weights folder {quoted(args.weights)} does not exist or has no config.json")
     warn_ignored_attention(args.attention, backend)
     named = {"attention_provider": args.attention} if args.attention != "auto" and backend == "cuda" else None
     progress = Progress.for_args(args)
@@ -221,29 +224,41 @@ class Stream:
 
 def _prompts(args: argparse.Namespace, session: Session) -> list[np.ndarray]:
     """The prompts as given (checked by the session): token ids, text tokenized by the folder's tokenizer, or
-    --batch random ones of --prompt-tokens ids."""
+    --batch random ones of --prompt-tokens ids; the run is held against host memory first (`_check_memory`),
+    before random ids are drawn."""
     config = session.config
     if args.prompt is not None or args.prompt_file is not None:
         texts = args.prompt if args.prompt is not None else jsonl_texts(args.prompt_file, "prompt")
-        return checked_prompts(texts, config, session.tokenizer, chat=args.chat)
+        prompts = checked_prompts(texts, config, session.tokenizer, chat=args.chat)
+        _check_memory(args, session, [len(p) for p in prompts])
+        return prompts
     if args.prompt_tokens is not None:
-        if args.prompt_tokens < 1 or args.batch < 1:
-            raise InputError(f"--prompt-tokens and --batch must be positive, got {args.prompt_tokens} and {args.batch}")
+        _check_memory(args, session, [args.prompt_tokens] * args.batch)
         ids = llama.random_ids(config, args.prompt_tokens * args.batch, args.seed)
         return list(ids.reshape(args.batch, args.prompt_tokens))
     path = Path(args.input_ids)
-    if not path.is_file():
-        raise InputError(f"token ids file '{path}' does not exist")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                return [_one_dimensional(loaded[name], f"array '{name}' in '{path}'") for name in loaded.files]
-    except NUMPY_READ_ERRORS as err:  # a damaged header makes numpy raise SyntaxError or TokenError too
-        raise InputError(f"token ids file '{path}' is not a readable .npy or .npz: {' '.join(str(err).split())[:120]}") from None
-    if loaded.ndim not in (1, 2):
+    loaded = read_arrays(path, "token ids file", "a .npy of integer token ids [P] or [B, P], or an .npz of 1-D prompts")
+    if isinstance(loaded, dict):
+        prompts = [_one_dimensional(array, f"array {quoted(name)} in '{path}'") for name, array in loaded.items()]
+    elif loaded.ndim not in (1, 2):
         raise InputError(f"token ids in '{path}' must have shape [P] or [B, P], got {list(loaded.shape)}")
-    return [loaded] if loaded.ndim == 1 else list(loaded)
+    else:
+        prompts = [loaded] if loaded.ndim == 1 else list(loaded)
+    _check_memory(args, session, [len(p) for p in prompts])
+    return prompts
+
+
+def _check_memory(args: argparse.Namespace, session: Session, lengths: list[int]) -> None:
+    """The host memory a generation holds (llama_cmd.check_host_memory_for): the weights and the longest
+    prefill's activations, the KV cache of every prompt with room for the new tokens (kv_block rows a
+    column), the new ids and the prompts' ids; on the sim, only the ids."""
+    config, new = session.config, args.max_new_tokens
+    rows = -(-(max(lengths, default=1) + new) // session.kv_block) * session.kv_block
+    row_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * DTYPE_BYTES[config.dtype]
+    held = {} if session.backend == "sim" else {"KV cache": len(lengths) * rows * row_bytes}
+    held |= {"token ids": 8 * (len(lengths) * new + sum(lengths))}
+    arenas = session.memory * session.gpus if session.backend == "cpu" else 0
+    check_host_memory_for(config, max(lengths, default=1), session.backend, arenas, held)
 
 
 def _one_dimensional(array: np.ndarray, what: str) -> np.ndarray:

@@ -23,7 +23,7 @@ from runtime.api import plan_choosing_attention, refit_arena
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, CPU_BFLOAT16, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
 from runtime.host_memory import available_bytes
-from runtime.inputs import NUMPY_READ_ERRORS
+from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
 from turnip_cli.planning import (
@@ -33,6 +33,7 @@ from turnip_cli.planning import (
     add_schedule_argument,
     block_argument,
     check_positive_options,
+    check_seed,
     choose_llama_build,
     compile_printing_choice,
     parse_size,
@@ -43,7 +44,8 @@ from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
-from turnip_ir.files import check_outputs, write_all
+from turnip_ir.files import check_outputs, is_file, is_folder, write_all
+from turnip_ir.limits import quoted
 from turnip_ir.units import format_size
 from frontend.workloads import llama
 
@@ -88,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_positive_options(args, "tokens", "block", "gpus", "query_group", "repeats")
+    check_seed(args.seed)
     backend = resolve_backend(args.backend)
     warn_ignored_attention(args.attention, backend)
     if args.outputs and backend == "sim":
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         stored_dtype, config, weights = _model(args, backend)
         ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
         tokens = len(ids) if ids is not None else args.tokens
-        _check_host_memory(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
+        check_host_memory_for(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
         if ids is None:
             ids = llama.random_ids(config, tokens, args.seed)
     read = time.perf_counter() - began
@@ -204,25 +207,32 @@ def _print_summary(args: argparse.Namespace, config: llama.LlamaConfig, built: l
 
 
 def model_input_files(args: argparse.Namespace) -> dict[str, str | None]:
-    """The files a model command (llama, generate) reads, which no output may overwrite."""
-    config = args.config if args.config is not None and Path(args.config).is_file() else None
-    return {"--config": config, "--input-ids": args.input_ids}
+    """The files and folders a model command (llama, generate) reads, which no output may overwrite; a
+    folder (--weights, --config FOLDER, --plan-dir) stands for every file in it (`check_outputs`)."""
+    config = args.config if args.config not in llama.PRESETS else None
+    return {"--weights": args.weights, "--config": config, "--input-ids": args.input_ids,
+            "--plan-dir": getattr(args, "plan_dir", None)}
 
 
-def _check_host_memory(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int) -> None:
-    """Refuse, before any weight is drawn or read, a run whose weights and activations cannot fit in host
-    memory; the sim backend holds no values. On the cpu backend the GPU arenas are host memory too: they
-    are sized by the plan's peak (runtime/host_memory.py checks them exactly before allocating), which is
-    at most `arenas` (the budget over all GPUs) and at most what the weights and activations take."""
-    if backend == "sim":
-        return
-    footprint = llama.host_footprint(config, tokens)
-    arenas = min(arenas, footprint.total)
-    need, available = footprint.total + arenas, available_bytes()
+def check_host_memory_for(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int,
+                          held: dict[str, int] | None = None) -> None:
+    """Refuse, before any weight or token id is drawn or read, a run whose weights, activations of a
+    prompt of `tokens`, cpu arenas and `held` arrays (what -> bytes: a session's KV cache, the ids it
+    draws) cannot fit in host memory; the sim backend holds no values, only `held`. On the cpu backend the
+    GPU arenas are host memory too: they are sized by the plan's peak (runtime/host_memory.py checks them
+    exactly before allocating), which is at most `arenas` (the budget over all GPUs) and at most what the
+    weights and activations take."""
+    parts: dict[str, int] = {}
+    if backend != "sim":
+        footprint = llama.host_footprint(config, tokens)
+        parts = {"weights": footprint.weights, f"activations of {tokens} tokens": footprint.activations}
+        if min(arenas, footprint.total):
+            parts["cpu arenas"] = min(arenas, footprint.total)
+    parts |= held or {}
+    need, available = sum(parts.values()), available_bytes()
     if available is not None and need > available:
-        parts = f"weights {format_size(footprint.weights)}, activations of {tokens} tokens {format_size(footprint.activations)}"
-        parts += f", cpu arenas {format_size(arenas)}" if arenas else ""
-        raise InputError(f"host memory: the run needs {need} bytes ({parts}) but {available} bytes "
+        listed = ", ".join(f"{what} {format_size(size)}" for what, size in parts.items())
+        raise InputError(f"host memory: the run needs {need} bytes ({listed}) but {available} bytes "
                           f"({format_size(available)}) are available")
 
 
@@ -242,10 +252,10 @@ def _model(args: argparse.Namespace, backend: str):
     """The config's own dtype, the config (with the compute dtype) and its weights: a checkpoint, or random."""
     if args.weights is not None:
         folder = Path(args.weights)
-        if not folder.is_dir():
-            raise InputError(f"weights folder '{folder}' does not exist")
-        if not (folder / "config.json").is_file():
-            raise InputError(f"weights folder '{folder}' has no config.json")
+        if not is_folder(folder):
+            raise InputError(f"weights folder {quoted(str(folder))} does not exist")
+        if not is_file(folder / "config.json"):
+            raise InputError(f"weights folder {quoted(str(folder))} has no config.json")
         stored = llama.load_config(str(folder))
         config = replace(stored, dtype=compute_dtype(stored.dtype, args.dtype, backend))
         return stored.dtype, config, llama.CheckpointWeights(folder, config)
@@ -255,12 +265,10 @@ def _model(args: argparse.Namespace, backend: str):
 
 
 def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
-    try:
-        ids = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"token ids file '{path}' does not exist") from None
-    except NUMPY_READ_ERRORS as err:  # a damaged header makes numpy raise SyntaxError or TokenError too
-        raise InputError(f"token ids file '{path}' is not a readable .npy: {' '.join(str(err).split())[:120]}") from None
+    ids = read_arrays(path, "token ids file", IDS_EXPECTED)
+    if isinstance(ids, dict):
+        raise InputError(f"token ids file '{path}' is an .npz: turnip llama takes one prompt, {IDS_EXPECTED} "
+                         "(turnip generate takes an .npz of several)")
     if ids.ndim == 2 and ids.shape[0] == 1:  # [1, T], as tokenizers return them
         ids = ids[0]
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
@@ -269,3 +277,6 @@ def _read_ids(path: str, config: llama.LlamaConfig) -> np.ndarray:
     if bad.size:
         raise InputError(f"token id {int(bad[0])} in '{path}' is out of the vocabulary range [0, {config.vocab_size})")
     return ids.astype(np.int64)
+
+
+IDS_EXPECTED = "a .npy of integer token ids, shape [T] or [1, T]"

@@ -44,6 +44,7 @@ from turnip_ir.io import (
     parse_ir,
     parse_json,
 )
+from turnip_ir.limits import int_in_range, shorten
 from turnip_ir.memgraph import MemGraph
 
 EMITS = ("mlir", "json", "dot")
@@ -120,6 +121,8 @@ class TurnipOptMain(xDSLOptMain):
         if self.args.emit is not None:
             self.args.target = self.args.emit
         super().setup_pipeline()
+        for step in self.pipeline.passes:
+            check_pass_options(step)
 
     def prepare_output(self) -> IO[str]:
         self.buffer = _Buffer()
@@ -164,6 +167,16 @@ class TurnipOptMain(xDSLOptMain):
         if extension == "mlir":
             return module_to_graph(parse_ir(text, name, self.ctx))
         raise ValueError(f"Unrecognized file extension '{extension}'")
+
+
+def check_pass_options(step) -> None:
+    """Every integer option of a pass below `INT_LIMIT` in magnitude, the bound every reader of a plan holds
+    to: `budget=99999999999999999999999` would compile into a memgraph that `turnip run` refuses."""
+    for field in dataclasses.fields(step):
+        value = getattr(step, field.name)
+        if isinstance(value, int) and not isinstance(value, bool) and not int_in_range(value):
+            raise InputError(f"{step.name}: option {field.name}={shorten(str(value))} is out of range "
+                             "(magnitude must stay below 2**62)")
 
 
 class _Buffer(StringIO):

@@ -19,8 +19,9 @@ compiles, not their product.
 `--remat` (turnip run, llama, explain, and build with `--block auto`) passes `remat=True` to every compile
 here, so the schedules and blocks are ranked by plans that may recompute.
 
-The commands' shared option readers live here too: `parse_size` for `--memory`, `block_argument` and
-`check_positive_options` (a count of 0 or less is refused, never read as the default).
+The commands' shared option readers live here too: `parse_size` for `--memory`, `block_argument`,
+`check_positive_options` (a count of 0 or less is refused, never read as the default; `--gpus` at most
+`MAX_GPUS`) and `check_seed`.
 """
 
 from __future__ import annotations
@@ -37,19 +38,46 @@ from runtime import arena_budget, sim_makespan
 from runtime.api import AttentionChoice, plan_choosing_attention
 from turnip_ir.errors import BudgetError, InputError
 from turnip_ir.io import load_graph
-from turnip_ir.limits import shorten
+from turnip_ir.limits import INT_LIMIT, shorten
 from turnip_ir.units import parse_size  # noqa: F401  (the commands read --memory through here)
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
 SCHEDULE_CHOICES = (*SCHEDULES, "auto")
 
+MAX_GPUS = 1024
+"""`--gpus` at most: far more than one host holds (a plan's GPUs are one host's); 100000 simulated GPUs
+took minutes and printed a line of 100000 figures."""
+
+MAX_TOKENS = 1 << 24
+"""A prompt's tokens at most (`--tokens`, `--prompt-tokens`): 16M, beyond every model's context (10M)."""
+
+MAX_NEW_TOKENS = 1 << 20
+"""`turnip generate --max-new-tokens` at most: a step per token, and 10^8 sim steps ran for ever."""
+
+OPTION_MAXIMA = {"gpus": MAX_GPUS, "tokens": MAX_TOKENS, "prompt_tokens": MAX_TOKENS, "max_new_tokens": MAX_NEW_TOKENS,
+                 "batch": 1 << 16}
+"""Counts with a bound of their own; every other count stays below `INT_LIMIT`, as sizes in a plan do."""
+
+
 def check_positive_options(args: argparse.Namespace, *names: str) -> None:
-    """One line for an option given as 0 or less, which would otherwise read as "the default"."""
+    """One line for a count given as 0 or less, which would otherwise read as "the default", or past its
+    bound (`OPTION_MAXIMA`, else `INT_LIMIT`)."""
     for name in names:
         value = getattr(args, name)
-        if isinstance(value, int) and value < 1:  # `--block auto` is checked where it is read
+        if not isinstance(value, int):  # `--block auto` is checked where it is read
+            continue
+        if value < 1:
             raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        most = OPTION_MAXIMA.get(name, INT_LIMIT - 1)
+        if value > most:
+            raise InputError(f"--{name.replace('_', '-')} must be at most {most}, got {shorten(str(value))}")
+
+
+def check_seed(seed: int) -> None:
+    """`--seed` as numpy's generators take it: an integer from 0, below 2**62 (the bound of every integer here)."""
+    if not 0 <= seed < INT_LIMIT:
+        raise InputError(f"--seed must be an integer from 0 to 2**62 - 1, got {shorten(str(seed))}")
 
 
 def add_schedule_argument(parser: argparse.ArgumentParser) -> None:

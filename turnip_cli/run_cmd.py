@@ -7,6 +7,7 @@ Thin: it parses flags, calls `turnip_ir.io.load_graph`, `passes.pipeline.compile
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 import numpy as np
 
@@ -16,7 +17,7 @@ from runtime.callbacks import ProgressBar, Recorder
 from runtime.inputs import load_npz
 from runtime.policies import ORDERS
 from turnip_cli.interrupt import check as check_interrupt, stop_on_interrupt
-from turnip_cli.planning import ATTENTION_HELP, add_remat_argument, add_schedule_argument, load_plan
+from turnip_cli.planning import ATTENTION_HELP, add_remat_argument, add_schedule_argument, check_seed, load_plan
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import Contents, check_outputs, write_all
@@ -45,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend)
     if args.outputs and backend == "sim":
         raise InputError("the sim backend computes no values, so --outputs needs --backend cpu")
-    if args.jitter < 0:
-        raise InputError(f"--jitter must be 0 or more, got {args.jitter}")
+    if not (math.isfinite(args.jitter) and args.jitter >= 0):
+        raise InputError(f"--jitter must be a finite number, 0 or more, got {args.jitter}")
+    check_seed(args.seed)
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, {"FILE": args.file, "--inputs": args.inputs})  # before a long run
     backend_object = make_backend(backend, args.jitter, args.seed, attention_provider=args.attention)  # before compiling: a missing GPU fails fast
     progress = Progress.for_args(args)

@@ -10,12 +10,16 @@ picture of more than 2,000 nodes needs `--limit N` (the first N nodes in file or
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from turnip_ir.dot import DOT_TIMEOUT, MAX_DRAWN, render
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs
 from turnip_ir.io import is_trace, load_graph
+
+MAX_TIMEOUT = 86400.0
+"""`--timeout` at most a day: graphviz's wait takes a finite number of seconds (nan and inf crashed it)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT):
+        raise InputError(f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, got {args.timeout:g}")
     output = args.output or Path(args.file).with_suffix(".svg").name
     check_outputs({"-o": output}, {"FILE": args.file})
     if is_trace(args.file):

@@ -9,7 +9,10 @@ On any failure the temporary is removed, the old file stays, and the error names
 A command that writes several files prepares all their temporaries first and renames them only once
 every one is written (`write_all`), so a failure on the last leaves all the old files in place.
 `check_outputs` refuses, before a command does any work, an output that is one of its inputs or another
-of its outputs.
+of its outputs. An input may be a folder (a model folder, a folder of plans): it stands for every file in
+it and below, whatever they are named, so no output replaces a config, a shard, a tokenizer file or a plan.
+Paths are compared resolved (links followed) and by file identity (device and inode: hard links, links
+from elsewhere into the folder, or a Hugging Face cache blob a folder's link points at).
 """
 
 from __future__ import annotations
@@ -120,29 +123,72 @@ def _cannot_write(target: Path, err: OSError) -> InputError:
 
 def check_outputs(outputs: Mapping[str, str | Path | None], inputs: Mapping[str, str | Path | None]) -> None:
     """Refuse, before any work, an output whose folder is missing, that is a folder, that is one of the
-    inputs, or that is another output. Keys are how the user named each path (a flag, or FILE)."""
+    inputs (or a file of an input folder), or that is another output. Keys are how the user named each
+    path (a flag, or FILE)."""
     given_inputs = [(flag, path) for flag, path in inputs.items() if path is not None]
     seen: list[tuple[str, str | Path]] = []
     for flag, path in outputs.items():
         if path is None:
             continue
-        if not Path(path).resolve().parent.is_dir():
+        if not is_folder(Path(path).resolve().parent):
             raise InputError(f"cannot write {path}: its folder does not exist")
-        if Path(path).is_dir():
+        if is_folder(path):
             raise InputError(f"cannot write {path}: it is a folder")
         for other_flag, other in given_inputs:
-            if _same(path, other):
-                raise InputError(f"{flag} {path} is the input file {other}: writing it would destroy the input, choose another path")
+            clash = _input_file_at(path, other)
+            if clash is not None:
+                what = f"the input file {other}"
+                if is_folder(other):  # the clash itself, or the file it is another name of
+                    what = f"a file of {other_flag} {other}" if clash == Path(path) else f"{clash}, a file of {other_flag} {other}"
+                raise InputError(f"{flag} {path} is {what}: writing it would destroy the input, choose another path")
         for other_flag, other in seen:
             if _same(path, other):
                 raise InputError(f"{flag} {path} is also {other_flag} {other}: choose two different paths")
         seen.append((flag, path))
 
 
-def _same(a: str | Path, b: str | Path) -> bool:
-    if Path(a).resolve() == Path(b).resolve():
-        return True
+def is_folder(path: str | Path) -> bool:
+    """Whether `path` is a folder (links followed); False for a name the system refuses (too long, a NUL)."""
     try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def is_file(path: str | Path) -> bool:
+    """Whether `path` is a regular file (links followed); False for a name the system refuses."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _input_file_at(path: str | Path, source: str | Path) -> Path | None:
+    """The file of input `source` (a file, or any file in a folder) that writing `path` would replace."""
+    if not is_folder(source):
+        return Path(source) if _same(path, source) else None
+    folder = Path(source).resolve()
+    if os.path.lexists(path) and Path(path).parent.resolve().is_relative_to(folder):
+        return Path(path)  # an entry of the folder or of one below it, a link of any kind included
+    try:
+        wanted = os.stat(path)
+    except (OSError, ValueError):
+        return None  # nothing there yet: writing it replaces no file
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                found = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
+                return Path(root, name)
+    return None
+
+
+def _same(a: str | Path, b: str | Path) -> bool:
+    try:
+        if Path(a).resolve() == Path(b).resolve():
+            return True
         return os.path.samefile(a, b)  # hard links, or paths through different mounts
-    except OSError:
-        return False  # one of them does not exist yet
+    except (OSError, ValueError):
+        return False  # one of them does not exist yet, or cannot be named

@@ -9,7 +9,6 @@ inside the budget.
 from __future__ import annotations
 
 import gc
-import json
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +32,7 @@ from turnip_ir.dialect import TokenParser, Turnip, TurnipOp
 from turnip_ir.errors import InputError
 from turnip_ir.json_memgraph import memgraph_from_json
 from turnip_ir.json_taskgraph import taskgraph_from_json
-from turnip_ir.limits import ECHO_CHARS, MAX_NESTING, MAX_RANK, int_in_range, out_of_range, shorten
+from turnip_ir.limits import ECHO_CHARS, MAX_NESTING, MAX_RANK, digits_message, int_in_range, json_document, out_of_range, shorten
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MemGraph
 from turnip_ir.taskgraph import TASKGRAPH_FORMAT, TaskGraph
 
@@ -139,17 +138,10 @@ def parse_ir(text: str, name: str = "<input>", ctx: Context | None = None) -> Mo
     except (VerifyException, ValueError, RecursionError) as err:
         # xDSL checks attributes and format constraints while parsing, without a span: use its position
         pos = parser.pos if parser is not None else 0
-        message = "nested too deep" if isinstance(err, RecursionError) else _digits_message(" ".join(str(err).split()))
+        message = "nested too deep" if isinstance(err, RecursionError) else digits_message(" ".join(str(err).split()))
         raise InputError(f"{name}:{_line_col(text, pos)}: {_short_tokens(lower_first(message))}") from None
     check_module(module, name, text)
     return module
-
-
-def _digits_message(message: str) -> str:
-    """Python's refusal of an integer literal of thousands of digits, in our terms (no interpreter setting)."""
-    if message.startswith("Exceeds the limit") and "digits" in message:
-        return "an integer has thousands of digits (magnitude must stay below 2**62)"
-    return message
 
 
 def _short_tokens(message: str) -> str:
@@ -286,15 +278,7 @@ def _no_cycle_collection():
 
 
 def _parse_json(text: str, name: str) -> Graph:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{name}:{err.lineno}:{err.colno}: {lower_first(err.msg)}") from None
-    except RecursionError:
-        raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)") from None
-    except ValueError as err:  # Python's cap on digits in an integer (4300 by default)
-        raise InputError(f"{name}: {_digits_message(str(err))}") from None
-    _check_json_depth(text, name)
+    doc = json_document(text, name, allow_nan=True)
     fmt = doc.get("format") if isinstance(doc, dict) else None
     if fmt is None and isinstance(doc, dict) and TRACE_KEY in doc:
         raise InputError(f"{name} is a run trace, not a taskgraph or memgraph: view it with turnip viz")
@@ -306,31 +290,6 @@ def _parse_json(text: str, name: str) -> Graph:
     except InputError as err:
         raise InputError(f"{name}: {err}") from None
     raise InputError(f"{name}: field 'format' must be '{TASKGRAPH_FORMAT}' or '{MEMGRAPH_FORMAT}', got {fmt!r}")
-
-
-def _check_json_depth(text: str, name: str) -> None:
-    """Refuse a parsed document nested deeper than `MAX_NESTING` (the readers and writers recurse into values).
-
-    Works on the text, in C-level string operations, so that it costs little on a large file and cannot
-    overflow the stack: escaped backslashes and quotes go, then every character but quotes and brackets;
-    string literals are then the quoted runs, which only matter when one holds a bracket. Each pass of
-    removing `()` takes the innermost containers, so the passes to empty are the depth. `text` must
-    already parse as JSON, so its brackets outside strings balance."""
-    kept = text.replace("\\\\", "").replace('\\"', "").translate(_BRACKETS_AND_QUOTES)
-    brackets = kept.replace('""', "")  # each removed pair has nothing between it, in or out of a string
-    if '"' in brackets:
-        brackets = "".join(brackets.split('"')[::2])
-    brackets = brackets.translate(_OPEN_CLOSE)
-    for _ in range(MAX_NESTING + 1):
-        if not brackets:
-            return
-        brackets = brackets.replace("()", "")
-    if brackets:
-        raise InputError(f"{name}: arrays and objects nest too deep (at most {MAX_NESTING} levels)")
-
-
-_BRACKETS_AND_QUOTES = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in '"[]{}'))
-_OPEN_CLOSE = str.maketrans("[]{}", "()()")
 
 
 def module_to_graph(module: ModuleOp) -> Graph:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from turnip_ir.errors import KernelError, ShapeError
+from turnip_ir.limits import quoted
 
 Shape = tuple[int, ...]
 
@@ -137,10 +138,10 @@ def parse_equation(equation: str, count: int) -> tuple[list[str], str]:
     """Split an explicit einsum equation ('ij,jk->ik') into operand and output subscripts."""
     match = _EQUATION.match(equation.replace(" ", ""))
     if match is None:
-        raise ShapeError(f"einsum equation '{equation}' must look like 'ij,jk->ik'")
+        raise ShapeError(f"einsum equation {quoted(equation)} must look like 'ij,jk->ik'")
     operands = match.group(1).split(",")
     if len(operands) != count:
-        raise ShapeError(f"einsum equation '{equation}' names {len(operands)} operands, got {count}")
+        raise ShapeError(f"einsum equation {quoted(equation)} names {len(operands)} operands, got {count}")
     return operands, match.group(3)
 
 
@@ -150,7 +151,7 @@ def _einsum(shapes: list[Shape], attrs: dict) -> Shape:
     sizes: dict[str, int] = {}
     for letters, shape in zip(operands, shapes):
         if len(letters) != len(shape):
-            raise ShapeError(f"einsum subscripts '{letters}' do not match rank of {list(shape)}")
+            raise ShapeError(f"einsum subscripts {quoted(letters)} do not match rank of {list(shape)}")
         for letter, size in zip(letters, shape):
             if sizes.setdefault(letter, size) != size:
                 raise ShapeError(f"einsum index '{letter}' has sizes {sizes[letter]} and {size}")
@@ -158,7 +159,7 @@ def _einsum(shapes: list[Shape], attrs: dict) -> Shape:
         if letter not in sizes:
             raise ShapeError(f"einsum output index '{letter}' is not in any operand")
     if len(set(output)) != len(output):
-        raise ShapeError(f"einsum output '{output}' repeats an index")
+        raise ShapeError(f"einsum output {quoted(output)} repeats an index")
     return tuple(sizes[letter] for letter in output)
 
 

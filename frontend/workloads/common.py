@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import fields, replace
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from turnip_ir.errors import InputError
+from turnip_ir.files import is_file
+from turnip_ir.limits import json_document, quoted, shorten
 
 
 def rng(seed: int, name: str) -> np.random.Generator:
@@ -26,7 +27,7 @@ def check_positive(config, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{type(config).__name__}.{name} must be a positive integer, got {value!r}")
+            raise InputError(f"{type(config).__name__}.{name} must be a positive integer, got {shorten(repr(value))}")
 
 
 def field_names(config_type) -> list[str]:
@@ -39,15 +40,14 @@ def config_from_text(config_type, presets: dict, text: str | None, default: str)
     text = default if text is None else text
     if text in presets:
         return presets[text]
-    path = Path(text)
     try:
-        doc = json.loads(path.read_text() if path.is_file() else text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise InputError(f"config '{text}' is neither a preset ({', '.join(presets)}), a JSON file nor inline JSON") from None
+        doc = json_document(Path(text).read_text() if is_file(text) else text)
+    except (OSError, UnicodeDecodeError, InputError):
+        raise InputError(f"config {quoted(text)} is neither a preset ({', '.join(presets)}), a JSON file nor inline JSON") from None
     if not isinstance(doc, dict):
-        raise InputError(f"config '{text}': expected a JSON object")
+        raise InputError(f"config {quoted(text)}: expected a JSON object")
     known = field_names(config_type)
     for key in doc:
         if key not in known:
-            raise InputError(f"config '{text}': unknown key '{key}' (known: {', '.join(known)})")
+            raise InputError(f"config {quoted(text)}: unknown key {quoted(key)} (known: {', '.join(known)})")
     return replace(presets[default], **doc)

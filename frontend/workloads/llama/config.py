@@ -12,18 +12,40 @@ name of `rope_type`; the dtype from `dtype` or `torch_dtype`; the end-of-sequenc
 What the graph cannot express (another model_type, biases other than qwen2's q/k/v ones, an activation
 other than silu, partial rotary, unsupported RoPE types, qwen2's sliding layers) is refused with one
 line naming the field and its value.
+So is a value of the wrong type (a string or a number where a bool goes: `"tie_word_embeddings": "false"`
+is refused, as transformers refuses it), a size outside 1 to its `MAXIMA`, a float that is not finite or
+outside its range (`rms_norm_eps` in (0, 1], `rope_theta` above 1, RoPE factors), a token id outside the
+vocabulary, and a hidden size that is not a multiple of the head count (transformers' rule).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from frontend.model_folder import check_folder, model_file
 from turnip_ir.errors import InputError
+from turnip_ir.files import is_file, is_folder
+from turnip_ir.limits import INT_LIMIT, json_document, quoted, shorten
 from turnip_ir.kernels import DTYPE_BYTES
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+MAXIMA = {"hidden_size": 1 << 20, "intermediate_size": 1 << 22, "num_hidden_layers": 1 << 12, "num_attention_heads": 1 << 12,
+          "num_key_value_heads": 1 << 12, "head_dim": 1 << 12, "vocab_size": 1 << 24, "max_position_embeddings": 1 << 28,
+          "original_max_position_embeddings": 1 << 28, "sliding_window": 1 << 28, "max_window_layers": 1 << 12}
+"""The largest value of each size field: many times the largest published model's (hidden 16384, intermediate
+53248, 126 layers, 128 heads, head_dim 256, a vocabulary of 262144, 10M positions), so a typo or a hostile
+file is one line here, not a weight table of 10^12 values or a loop over 10^9 layers later."""
+EPS_RANGE = (0.0, 1.0, False)
+"""`rms_norm_eps` above 0, at most 1 (published models use 1e-6 to 1e-5): (low, high, low included)."""
+THETA_RANGE = (1.0, math.inf, False)
+"""`rope_theta` above 1: a base of 1 or less makes frequencies of 1 or more, overflowing to NaN tables."""
+FACTOR_RANGE = (1.0, math.inf, True)
+"""A RoPE scaling `factor` of 1 or more (transformers' rule: below 1 it would stretch positions, not shrink)."""
+BLEND_RANGE = (0.0, math.inf, False)
+"""llama3's `low_freq_factor` and `high_freq_factor`, above 0."""
 FAMILIES = ("llama", "mistral", "qwen2")
 GENERATION_FILE = "generation_config.json"
 MISTRAL_WINDOW = 4096
@@ -86,13 +108,14 @@ def load_config(text: str) -> LlamaConfig:
     if text in PRESETS:
         return from_hf(PRESETS[text], text)
     path = Path(text)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise InputError(f"config '{text}' is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
+    if is_folder(path):
+        check_folder(path)
+        path = model_file(path, "config.json", "config file")
+    if not is_file(path):
+        raise InputError(f"config {quoted(text)} is neither a preset ({', '.join(PRESETS)}) nor a JSON file or model folder")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        doc = json_document(path.read_text())
+    except (OSError, UnicodeDecodeError, InputError) as err:
         raise InputError(f"config '{path}' is not readable JSON: {err}") from None
     return from_hf(_with_generation_eos(doc, path), str(path))
 
@@ -104,8 +127,8 @@ def _with_generation_eos(doc, path: Path):
     if path.name != "config.json" or not beside.is_file() or not isinstance(doc, dict):
         return doc
     try:
-        generation = json.loads(beside.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        generation = json_document(beside.read_text())
+    except (OSError, UnicodeDecodeError, InputError) as err:
         raise InputError(f"generation config '{beside}' is not readable JSON: {err}") from None
     if not isinstance(generation, dict):
         raise InputError(f"generation config '{beside}': expected a JSON object")
@@ -119,6 +142,9 @@ def from_hf(doc: dict, where: str) -> LlamaConfig:
     _refuse_unsupported(doc, where)
     heads = _int(doc, "num_attention_heads", where)
     hidden = _int(doc, "hidden_size", where)
+    if hidden % heads:  # as transformers' LlamaConfig, whatever head_dim says
+        raise InputError(f"config '{where}': hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    vocab = _int(doc, "vocab_size", where, 32000)
     config = LlamaConfig(
         hidden_size=hidden,
         intermediate_size=_int(doc, "intermediate_size", where),
@@ -126,22 +152,25 @@ def from_hf(doc: dict, where: str) -> LlamaConfig:
         num_attention_heads=heads,
         num_key_value_heads=_int(doc, "num_key_value_heads", where, heads),
         head_dim=_int(doc, "head_dim", where, hidden // heads),
-        vocab_size=_int(doc, "vocab_size", where, 32000),
-        rms_norm_eps=_float(doc, "rms_norm_eps", where, 1e-6),
+        vocab_size=vocab,
+        rms_norm_eps=_float(doc, "rms_norm_eps", where, 1e-6, EPS_RANGE),
         max_position_embeddings=_int(doc, "max_position_embeddings", where, 2048),
         rope=_rope(doc, where),
         dtype=_dtype(doc, where),
         name=where,
-        tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)),
-        eos_token_id=_ids(doc.get("eos_token_id"), "eos_token_id", where),
+        tie_word_embeddings=_bool(doc, "tie_word_embeddings", where),
+        eos_token_id=_ids(doc.get("eos_token_id"), "eos_token_id", where, vocab),
         model_type=doc.get("model_type", "llama"),
         sliding_window=_window(doc, where),
         qkv_bias=doc.get("model_type") == "qwen2",
     )
+    _ids(doc.get("bos_token_id"), "bos_token_id", where, vocab)  # not used, but a wrong one is a wrong config
     if config.num_attention_heads % config.num_key_value_heads:
         raise InputError(f"config '{where}': num_key_value_heads {config.num_key_value_heads} does not divide num_attention_heads {heads}")
     if config.head_dim % 2:
         raise InputError(f"config '{where}': head_dim {config.head_dim} must be even for RoPE")
+    if config.rope.type == "dynamic" and config.head_dim < 4:
+        raise InputError(f"config '{where}': head_dim {config.head_dim} is too small for dynamic RoPE (4 or more)")
     return config
 
 
@@ -153,26 +182,38 @@ def _refuse_unsupported(doc: dict, where: str) -> None:
     if doc.get("hidden_act", "silu") != "silu":
         _refuse(where, "hidden_act", doc["hidden_act"], "only silu")
     for key in ("attention_bias", "mlp_bias"):
-        if doc.get(key):
+        if _bool(doc, key, where):
             _refuse(where, key, doc[key], "the graph has no bias terms but qwen2's q/k/v ones")
-    if family == "qwen2" and doc.get("use_sliding_window") and _sliding_layers(doc):
+    if family == "qwen2" and _bool(doc, "use_sliding_window", where) and _sliding_layers(doc, where):
         _refuse(where, "use_sliding_window", doc["use_sliding_window"], "qwen2's per-layer sliding window is not built; "
                 "set it false or max_window_layers to num_hidden_layers")
-    kinds = set(doc.get("layer_types") or ()) - {"full_attention"}
+    kinds = doc.get("layer_types") or []
+    if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
+        raise InputError(f"config '{where}': layer_types must be a list of strings, got {_shown(kinds)}")
+    kinds = set(kinds) - {"full_attention"}
     if kinds and family != "mistral":  # mistral's transformers class ignores layer_types
         _refuse(where, "layer_types", sorted(kinds), "only full_attention layers")
 
 
 def _refuse(where: str, key: str, value, why: str) -> None:
-    shown = json.dumps(value) if not isinstance(value, str) else f"'{value}'"
-    raise InputError(f"config '{where}': {key} {shown} is not supported ({why})")
+    raise InputError(f"config '{where}': {key} {_shown(value)} is not supported ({why})")
 
 
-def _sliding_layers(doc: dict) -> bool:
+def _shown(value) -> str:
+    """A config value as a diagnostic shows it: a string quoted, anything else as JSON; shortened."""
+    if isinstance(value, str):
+        return quoted(value)
+    try:
+        return shorten(json.dumps(value))
+    except (TypeError, ValueError):  # a document from Python rather than JSON: not serializable
+        return shorten(repr(value))
+
+
+def _sliding_layers(doc: dict, where: str) -> bool:
     """Whether qwen2 slides on some layer: layers from `max_window_layers` on (transformers' rule)."""
     if doc.get("sliding_window") is None:
         return False
-    return doc.get("max_window_layers", 28) < doc.get("num_hidden_layers", 0)
+    return _int(doc, "max_window_layers", where, 28, low=0) < _int(doc, "num_hidden_layers", where)
 
 
 def _window(doc: dict, where: str) -> int | None:
@@ -190,22 +231,25 @@ def _rope(doc: dict, where: str) -> Rope:
     """RoPE as transformers standardizes it: `rope_scaling` or `rope_parameters`, then the top-level theta."""
     params = doc.get("rope_scaling") or doc.get("rope_parameters") or {}
     if not isinstance(params, dict):
-        raise InputError(f"config '{where}': rope_parameters must be an object, got {params!r}")
+        raise InputError(f"config '{where}': rope_parameters must be an object, got {_shown(params)}")
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ROPE_TYPES:
-        raise InputError(f"config '{where}': rope type '{kind}' is not supported (supported: {', '.join(ROPE_TYPES)})")
+        raise InputError(f"config '{where}': rope type {_shown(kind)} is not supported (supported: {', '.join(ROPE_TYPES)})")
     if params.get("partial_rotary_factor", doc.get("partial_rotary_factor", 1.0)) != 1.0:
         raise InputError(f"config '{where}': partial_rotary_factor other than 1 is not supported")
     theta = params.get("rope_theta", doc.get("rope_theta", 10000.0))
-    rope = Rope(theta=_number(theta, "rope_theta", where), type=kind)
+    rope = Rope(theta=_number(theta, "rope_theta", where, THETA_RANGE), type=kind)
     if kind == "default":
         return rope
-    fields = {"factor": _number(params.get("factor"), "rope factor", where)}
+    fields = {"factor": _number(params.get("factor"), "rope factor", where, FACTOR_RANGE)}
     if kind == "llama3":
-        fields["low_freq_factor"] = _number(params.get("low_freq_factor"), "low_freq_factor", where)
-        fields["high_freq_factor"] = _number(params.get("high_freq_factor"), "high_freq_factor", where)
+        low = fields["low_freq_factor"] = _number(params.get("low_freq_factor"), "low_freq_factor", where, BLEND_RANGE)
+        high = fields["high_freq_factor"] = _number(params.get("high_freq_factor"), "high_freq_factor", where, BLEND_RANGE)
+        if high <= low:  # the blend between them divides by high - low
+            raise InputError(f"config '{where}': high_freq_factor {high:g} must be more than low_freq_factor {low:g}")
         original = params.get("original_max_position_embeddings", doc.get("max_position_embeddings", 2048))
-        fields["original_max_position_embeddings"] = int(_number(original, "original_max_position_embeddings", where))
+        fields["original_max_position_embeddings"] = _int({"original_max_position_embeddings": original},
+                                                          "original_max_position_embeddings", where)
     return Rope(theta=rope.theta, type=kind, **fields)
 
 
@@ -213,32 +257,59 @@ def _dtype(doc: dict, where: str) -> str:
     value = doc.get("dtype") or doc.get("torch_dtype") or "float32"
     value = "float32" if value == "auto" else str(value).removeprefix("torch.")
     if value not in DTYPE_BYTES:
-        raise InputError(f"config '{where}': dtype '{value}' is not one of {', '.join(DTYPE_BYTES)}")
+        raise InputError(f"config '{where}': dtype {quoted(value)} is not one of {', '.join(DTYPE_BYTES)}")
     return value
 
 
-def _ids(value, key: str, where: str) -> tuple[int, ...]:
-    """None, one integer or a list of integers, as a tuple."""
+def _ids(value, key: str, where: str, vocab: int | None = None) -> tuple[int, ...]:
+    """A token id field's value: null, one id or a list of ids, each in the vocabulary (when given), as a tuple."""
     values = [] if value is None else value if isinstance(value, list) else [value]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise InputError(f"config '{where}': {key} must be an integer or a list of integers, got {value!r}")
+        raise InputError(f"config '{where}': {key} must be an integer or a list of integers, got {_shown(value)}")
+    bad = [v for v in values if v < 0 or (vocab is not None and v >= vocab)]
+    if bad:
+        within = f"the vocabulary [0, {vocab})" if vocab is not None else "0 or more"
+        raise InputError(f"config '{where}': {key} {shorten(str(bad[0]))} is not a token id of {within}")
     return tuple(values)
 
 
-def _int(doc: dict, key: str, where: str, default: int | None = None) -> int:
+def _int(doc: dict, key: str, where: str, default: int | None = None, low: int = 1) -> int:
+    """An integer field from `low` to its `MAXIMA` (or `INT_LIMIT`); null or absent: `default`."""
     value = doc.get(key)
     value = default if value is None else value  # configs write null for "the default"
-    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"config '{where}': {key} must be a positive integer, got {value!r}")
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a positive integer" if low == 1 else f"an integer of {low} or more"
+        raise InputError(f"config '{where}': {key} must be {kind}, got {_shown(value)}")
+    most = MAXIMA.get(key, INT_LIMIT - 1)
+    if value > most:
+        raise InputError(f"config '{where}': {key} {shorten(str(value))} is more than {most}, the largest this frontend builds")
     return value
 
 
-def _float(doc: dict, key: str, where: str, default: float) -> float:
+def _bool(doc: dict, key: str, where: str) -> bool:
+    """A true/false field (null or absent: false); a string or a number is refused, as transformers does."""
     value = doc.get(key)
-    return _number(default if value is None else value, key, where)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InputError(f"config '{where}': {key} must be true or false, got {_shown(value)}")
+    return value
 
 
-def _number(value, key: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise InputError(f"config '{where}': {key} must be a positive number, got {value!r}")
-    return float(value)
+def _float(doc: dict, key: str, where: str, default: float, bounds: tuple[float, float, bool]) -> float:
+    value = doc.get(key)
+    return _number(default if value is None else value, key, where, bounds)
+
+
+def _number(value, key: str, where: str, bounds: tuple[float, float, bool]) -> float:
+    """A finite number in `bounds`: (low, high, whether low itself is allowed); high is allowed."""
+    low, high, closed = bounds
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
+    if not math.isfinite(number) or not (low <= number if closed else low < number) or number > high:
+        limit = "" if high == math.inf else f" and at most {high:g}"
+        raise InputError(f"config '{where}': {key} must be a finite number {'from' if closed else 'above'} "
+                         f"{low:g}{limit}, got {_shown(value)}")
+    return number

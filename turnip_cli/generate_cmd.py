@@ -32,7 +32,7 @@ from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.files import check_outputs, is_file, write_all
 from turnip_ir.kernels import DTYPE_BYTES
-from turnip_ir.limits import quoted
+from turnip_ir.limits import PATH_CHARS, quoted
 from turnip_ir.units import format_size
 
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                   {**model_input_files(args), "--prompt-file": args.prompt_file})  # before a long run
     _check_text_options(args, backend)
     if args.weights is not None and not is_file(Path(args.weights) / "config.json"):
-        raise InputError(f"weights folder {quoted(args.weights)} does not exist or has no config.json")
+        raise InputError(f"weights folder {quoted(args.weights, PATH_CHARS)} does not exist or has no config.json")
     warn_ignored_attention(args.attention, backend)
     named = {"attention_provider": args.attention} if args.attention != "auto" and backend == "cuda" else None
     progress = Progress.for_args(args)

@@ -45,7 +45,7 @@ from turnip_cli.run_cmd import run_files
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import check_outputs, is_file, is_folder, write_all
-from turnip_ir.limits import quoted
+from turnip_ir.limits import PATH_CHARS, quoted
 from turnip_ir.units import format_size
 from frontend.workloads import llama
 
@@ -253,9 +253,9 @@ def _model(args: argparse.Namespace, backend: str):
     if args.weights is not None:
         folder = Path(args.weights)
         if not is_folder(folder):
-            raise InputError(f"weights folder {quoted(str(folder))} does not exist")
+            raise InputError(f"weights folder {quoted(str(folder), PATH_CHARS)} does not exist")
         if not is_file(folder / "config.json"):
-            raise InputError(f"weights folder {quoted(str(folder))} has no config.json")
+            raise InputError(f"weights folder {quoted(str(folder), PATH_CHARS)} has no config.json")
         stored = llama.load_config(str(folder))
         config = replace(stored, dtype=compute_dtype(stored.dtype, args.dtype, backend))
         return stored.dtype, config, llama.CheckpointWeights(folder, config)

@@ -27,6 +27,9 @@ INT_LIMIT = 1 << 62
 MAX_NESTING = 200
 MAX_RANK = 64
 ECHO_CHARS = 80
+PATH_CHARS = 1024
+"""A path echoed whole up to this length: a Hugging Face cache snapshot's is about 120 characters, and a
+user must see the path they gave, not its first 80 characters."""
 
 
 def int_in_range(value) -> bool:
@@ -55,10 +58,11 @@ def shorten(text: str, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def quoted(text) -> str:
-    """A name from the input as a diagnostic shows it: shortened to `ECHO_CHARS`, then quoted and escaped
-    as Python's `repr` does, so a NUL, a newline or a terminal escape shows as `\\x00`, `\\n`, `\\x1b`."""
-    return repr(shorten(str(text)))
+def quoted(text, limit: int = ECHO_CHARS) -> str:
+    """A name from the input as a diagnostic shows it: shortened to `limit` characters (`ECHO_CHARS`; a path
+    the user typed gets `PATH_CHARS`), then quoted and escaped as Python's `repr` does, so a NUL, a newline
+    or a terminal escape shows as `\\x00`, `\\n`, `\\x1b`."""
+    return repr(shorten(str(text), limit))
 
 
 def json_document(text: str, name: str = "", allow_nan: bool = False) -> object:

@@ -426,7 +426,7 @@ class Session:
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
         path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, self.schedule, inputs, kept)}.json"
-        memgraph = read_plan(path) if path is not None else None
+        memgraph = read_plan(path, graph, self.arena) if path is not None else None
         if memgraph is not None:
             self.disk_hits += 1
             stats.cache_hits += 1

@@ -198,3 +198,20 @@ def test_read_plan_takes_the_plan_of_its_graph_and_budget_only(tmp_path):
     assert read_plan(path, other.graph, MEMORY) is None
     assert read_plan(path, step.graph, MEMORY * 2) is None
     assert read_plan(tmp_path / "none.json", step.graph, MEMORY) is None
+
+
+@pytest.mark.parametrize("where", ["replace", "fsync"])
+def test_ctrl_c_while_a_plan_is_written_leaves_no_temporary(where, tmp_path, monkeypatch):
+    """A KeyboardInterrupt in the write or in the rename (SIGINT lands anywhere) removes the temporary."""
+    config = llama.load_config("tiny")
+    step = build_decode_step(config, [10, 3], 1, 16)
+    memgraph = compile_taskgraph(step.graph, MEMORY, inputs="recur")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, where, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_plan(tmp_path / "plan.json", memgraph)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

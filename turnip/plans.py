@@ -9,7 +9,8 @@ outputs are the taskgraph's; the budget is the session's; and the verifier prove
 with the taskgraph (every operand traced back to the right task, no race, outputs survive). Anything
 else (not a regular file, larger than any plan of the graph could be, not JSON, nested too deep, a plan
 of another graph or budget) reads as no plan: it is compiled again and written anew, never refused.
-A plan is written whole or not at all (a temporary file renamed).
+A plan is written whole or not at all (`turnip_ir.files.atomic_write`: its temporary goes on any exit,
+Ctrl-C included).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from turnip_ir.errors import InputError, TurnipError
+from turnip_ir.errors import TurnipError
+from turnip_ir.files import atomic_write
 from turnip_ir.io import parse_json
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph, attr_key
@@ -120,12 +122,5 @@ def _signature(op: str, shape, dtype: str | None, attrs: dict) -> tuple:
 
 
 def write_plan(path: Path, memgraph: MemGraph) -> None:
-    """Keep `memgraph` at `path`, written whole or not at all (a temporary file renamed)."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(memgraph.dumps())
-        os.replace(temporary, path)
-    except OSError as err:
-        temporary.unlink(missing_ok=True)
-        raise InputError(f"cannot write a plan into '{path.parent}': {err.strerror or err}") from None
+    """Keep `memgraph` at `path`, written whole or not at all (the temporary removed on any exit)."""
+    atomic_write(path, memgraph.dumps())

@@ -4,11 +4,15 @@ never a hang, a silent wrong token or another exception."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
 from turnip import Session
 from turnip.sampling import next_tokens
+from turnip_ir.errors import InputError
 
 PROMPTS = [np.array([1, 2, 3]), np.array([4, 5])]
 
@@ -28,3 +32,70 @@ def test_a_session_at_temperature_1e_320_gives_the_greedy_tokens():
         greedy = session.generate(PROMPTS, 4).tokens
         tiny = session.generate(PROMPTS, 4, temperature=1e-320, seed=3).tokens
     np.testing.assert_array_equal(tiny, greedy)
+
+
+# ----- one call at a time ------------------------------------------------------------------------------
+def test_a_second_thread_calling_generate_meanwhile_gets_a_clear_error_at_once(monkeypatch):
+    """Thread A's generate is held inside its first run until thread B has tried its own call."""
+    inside, tried = threading.Event(), threading.Event()
+    results: dict[str, object] = {}
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        greedy = session.generate(PROMPTS, 3).tokens
+        run = Session._run
+
+        def held(self, *args, **kwargs):
+            if threading.current_thread().name == "A" and not inside.is_set():
+                inside.set()
+                tried.wait(20)
+            return run(self, *args, **kwargs)
+
+        monkeypatch.setattr(Session, "_run", held)
+
+        def call(name):
+            try:
+                results[name] = session.generate(PROMPTS, 3).tokens
+            except Exception as err:  # what the caller sees
+                results[name] = err
+            finally:
+                if name == "B":
+                    tried.set()
+
+        a = threading.Thread(target=call, args=("A",), name="A")
+        a.start()
+        assert inside.wait(20)
+        began = time.perf_counter()
+        b = threading.Thread(target=call, args=("B",), name="B")
+        b.start()
+        b.join(20)
+        a.join(20)
+        assert not a.is_alive() and not b.is_alive()
+        assert isinstance(results["B"], InputError) and "one call at a time" in str(results["B"])
+        assert "\n" not in str(results["B"]) and time.perf_counter() - began < 5
+        np.testing.assert_array_equal(results["A"], greedy)
+        np.testing.assert_array_equal(session.generate(PROMPTS, 3).tokens, greedy)  # usable after
+
+
+def test_threads_hammering_one_session_never_hang_and_every_call_that_runs_is_right():
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        greedy = session.generate(PROMPTS, 2).tokens
+        outcomes: list[object] = []
+
+        def calls():
+            for _ in range(4):
+                try:
+                    outcomes.append(session.generate(PROMPTS, 2).tokens)
+                except InputError as err:
+                    outcomes.append(err)
+
+        threads = [threading.Thread(target=calls) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+    assert len(outcomes) == 12
+    for outcome in outcomes:
+        if isinstance(outcome, InputError):
+            assert "one call at a time" in str(outcome)
+        else:
+            np.testing.assert_array_equal(outcome, greedy)

@@ -26,12 +26,16 @@ returns are written in, and the next token is chosen on the host from the logits
 greedy takes their argmax as they are, sampling works in float64).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
+A session runs one call at a time (`prefill`, `generate`, `close`): a call made while another thread's
+call runs raises `InputError` at once, never waits (use a session per thread).
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
 is -1; `GenerateResult.computed` is False).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -111,6 +115,22 @@ class GenerateResult:
         return self.tokens.size / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
+def _one_call_at_a_time(method):
+    """`method` refused with a one-line `InputError` while another call of the session runs (module docstring)."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if not self._busy.acquire(blocking=False):
+            raise InputError(f"the session is running another call (in another thread), so {method.__name__} cannot start: "
+                             "a session runs one call at a time; use a session per thread")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy.release()
+
+    return call
+
+
 class Session:
     """A model, its weights and a compile cache; `prefill` and `generate` run it under `memory` bytes per GPU."""
 
@@ -118,6 +138,8 @@ class Session:
                  memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
                  dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None,
                  plan_dir: str | Path | None = None):
+        self._busy = threading.Lock()
+        """Held while a call runs (`_one_call_at_a_time`)."""
         self.backend = resolve_backend(backend)
         self.plan_dir = None if plan_dir is None else Path(plan_dir)
         """Where compiled plans are also kept on disk, across sessions and processes (None: memory only)."""
@@ -168,6 +190,7 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @_one_call_at_a_time
     def close(self) -> None:
         """Close the backend, free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
         self.closed = True
@@ -178,6 +201,7 @@ class Session:
         self.host.release()
 
     # ----- calls ------------------------------------------------------------------------------------
+    @_one_call_at_a_time
     def prefill(self, ids) -> np.ndarray:
         """The final hidden states [T, hidden] of one prompt (as `turnip llama`), computed backends only."""
         self._check_open()
@@ -188,6 +212,7 @@ class Session:
         result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
         return built.gather(result.outputs)
 
+    @_one_call_at_a_time
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int | None = None, stop_at_eos: bool = False, forced=None, caches=None) -> GenerateResult:
         """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].

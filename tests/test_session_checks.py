@@ -10,9 +10,12 @@ import time
 import numpy as np
 import pytest
 
+import turnip.inputs
+from frontend.workloads import llama
 from turnip import Session
+from turnip.inputs import holds_nonfinite
 from turnip.sampling import next_tokens
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, KernelError
 
 PROMPTS = [np.array([1, 2, 3]), np.array([4, 5])]
 
@@ -99,3 +102,69 @@ def test_threads_hammering_one_session_never_hang_and_every_call_that_runs_is_ri
             assert "one call at a time" in str(outcome)
         else:
             np.testing.assert_array_equal(outcome, greedy)
+
+
+# ----- NaN and inf in the weights and the logits -------------------------------------------------------
+def _tiny_weights(dtype=None):
+    config = llama.load_config("tiny")
+    return {name: np.array(value) for name, value in llama.RandomWeights(config, 0).items()}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("name", ["lm_head.weight", "model.layers.1.mlp.down_proj.weight", "model.embed_tokens.weight"])
+def test_a_weight_holding_nan_or_inf_is_refused_naming_it(name, bad):
+    weights = _tiny_weights()
+    weights[name][3, 2] = bad
+    with Session(config="tiny", weights=weights, memory=1 << 20, backend="cpu") as session:
+        with pytest.raises(InputError) as caught:
+            session.generate(PROMPTS, 2)
+    message = str(caught.value)
+    assert f"'{name}'" in message and "[3, 2]" in message and "\n" not in message
+
+
+def test_a_weight_beyond_float16s_range_is_refused_in_a_float16_session():
+    weights = _tiny_weights()
+    weights["model.layers.0.self_attn.o_proj.weight"][0, 0] = 1e6  # finite in float32, inf in float16
+    with Session(config="tiny", weights=weights, memory=1 << 20, backend="cpu", dtype="float16") as session:
+        with pytest.raises(InputError, match="o_proj.weight.*float16"):
+            session.generate(PROMPTS, 2)
+
+
+def test_finite_weights_pass_and_the_check_reads_each_tensor_once(monkeypatch):
+    import turnip.session
+
+    checked = []
+    check = turnip.session.check_finite_weight
+    monkeypatch.setattr(turnip.session, "check_finite_weight", lambda name, values: (checked.append(name), check(name, values)))
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        session.generate(PROMPTS, 2)
+        session.generate(PROMPTS, 2)
+    assert checked and len(checked) == len(set(checked))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_holds_nonfinite_on_the_bits_of_every_float_type(dtype, monkeypatch):
+    import ml_dtypes
+
+    kind = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    monkeypatch.setattr(turnip.inputs, "CHECK_CHUNK", 64)  # the threaded chunks too
+    values = np.linspace(-60000, 60000, 1001).astype(kind)
+    values[[0, 500]] = [np.finfo(np.float16).max, -0.0]
+    assert not holds_nonfinite(values) and not holds_nonfinite(values[::3])
+    for bad in (np.nan, -np.nan, np.inf, -np.inf):
+        spoiled = values.copy()
+        spoiled[777] = bad
+        assert holds_nonfinite(spoiled) and holds_nonfinite(spoiled.reshape(7, 11, 13))
+        assert holds_nonfinite(spoiled, nan_only=True) == bool(np.isnan(bad))
+    assert not holds_nonfinite(np.arange(10)) and not holds_nonfinite(np.empty(0, kind))
+
+
+def test_logits_holding_nan_are_one_line_not_tokens():
+    """Finite weights whose products overflow float32: inf - inf in the LM head's sums."""
+    weights = _tiny_weights()
+    weights["model.norm.weight"][:] = 1e20
+    weights["lm_head.weight"][:] = 1e20 * np.sign(weights["lm_head.weight"])
+    with Session(config="tiny", weights=weights, memory=1 << 20, backend="cpu") as session:
+        with pytest.raises(KernelError) as caught:
+            session.generate(PROMPTS, 2)
+    assert "logits" in str(caught.value) and "NaN" in str(caught.value) and "\n" not in str(caught.value)

@@ -1,9 +1,18 @@
 """A session's arguments checked: the model (config and weights), prompts, forced tokens and given KV
-caches, each as the session uses it or a one-line `InputError` naming what is wrong."""
+caches, each as the session uses it or a one-line `InputError` naming what is wrong.
+
+Weights are refused, not warned about, when one holds a NaN or an infinity in the compute dtype
+(`check_finite_weight`): a NaN in one tensor makes every token the same id, and a value beyond float16's
+range becomes an infinity when converted. The check reads each tensor once, when the session first
+converts it, on its bits (two integer maxima, in chunks on threads for a large one: memory speed, no
+temporary array).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +22,11 @@ from frontend.workloads import llama
 from frontend.workloads.llama.kv_cache import KvCache
 from runtime.backends import compute_dtype
 from turnip_ir.errors import InputError
+
+CHECK_CHUNK = 64 << 20
+"""Bytes of a tensor one thread checks at a time (`holds_nonfinite`)."""
+CHECK_THREADS = 8
+"""Threads that check one large tensor at most (memory-bound: a few reach the bus's rate)."""
 
 def load_model(config, weights, seed: int, dtype: str | None, backend: str) -> tuple[llama.LlamaConfig, Mapping]:
     """The config (with the compute dtype) and the weights: a mapping, a checkpoint folder, or random from `seed`."""
@@ -34,6 +48,40 @@ def load_model(config, weights, seed: int, dtype: str | None, backend: str) -> t
     if head not in source:
         raise InputError(f"the weights have no '{head}' (the LM head; set tie_word_embeddings if it is the embedding table)")
     return config, source
+
+
+def check_finite_weight(name: str, values: np.ndarray) -> None:
+    """Refuse a weight (in the compute dtype) that holds a NaN or an infinity, naming it and the first bad value."""
+    if not holds_nonfinite(values):
+        return
+    flat = np.asarray(values).reshape(-1)
+    bad = ~np.isfinite(flat.astype(np.float32) if flat.dtype.kind != "f" else flat)
+    first = np.unravel_index(int(np.argmax(bad)), np.shape(values))
+    raise InputError(f"weight {name!r} holds {int(bad.sum())} NaN or infinite value(s) in {np.asarray(values).dtype} "
+                     f"(the first {flat[np.argmax(bad)]} at {list(map(int, first))}): the checkpoint is damaged, "
+                     "or its values exceed the compute dtype's range (--dtype)")
+
+
+def holds_nonfinite(values: np.ndarray, nan_only: bool = False) -> bool:
+    """Whether float `values` (IEEE: float16, bfloat16, float32, float64) hold a NaN or an infinity (with
+    `nan_only`, a NaN), judged on their bits: a positive one's bits as a signed integer are at least
+    +inf's (a NaN's above them), a negative one's as an unsigned integer at least -inf's. Other dtypes
+    hold none."""
+    values = np.asarray(values)
+    kind = values.dtype
+    if values.size == 0 or not (kind.kind == "f" or kind.name == "bfloat16"):
+        return False
+    width = kind.itemsize * 8
+    top = int(np.array(np.inf, kind).view(f"int{width}")) + int(nan_only)
+    signed, unsigned = values.view(f"int{width}"), values.view(f"uint{width}")
+    if values.nbytes <= CHECK_CHUNK or not values.flags.c_contiguous:
+        return bool(signed.max() >= top or unsigned.max() >= (1 << (width - 1)) | top)
+    signed, unsigned = signed.reshape(-1), unsigned.reshape(-1)
+    step = CHECK_CHUNK // kind.itemsize
+    chunks = [slice(start, start + step) for start in range(0, values.size, step)]
+    with ThreadPoolExecutor(min(CHECK_THREADS, os.cpu_count() or 1)) as pool:  # numpy's reductions release the GIL
+        tops = list(pool.map(lambda part: (int(signed[part].max()), int(unsigned[part].max())), chunks))
+    return max(high for high, _ in tops) >= top or max(low for _, low in tops) >= (1 << (width - 1)) | top
 
 
 def given_caches(caches, prompts: list[np.ndarray], config: llama.LlamaConfig) -> list[list[tuple]]:

@@ -26,6 +26,9 @@ returns are written in, and the next token is chosen on the host from the logits
 greedy takes their argmax as they are, sampling works in float64).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
+Weights holding a NaN or an infinity in the compute dtype are refused when first read, naming the
+tensor (turnip/inputs.py), and a decode step whose logits hold a NaN ends the call with one line rather
+than a token chosen from them.
 A session runs one call at a time (`prefill`, `generate`, `close`): a call made while another thread's
 call runs raises `InputError` at once, never waits (use a session per thread).
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
@@ -54,11 +57,11 @@ from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
 from turnip.host import HostMemory, Materialized
-from turnip.inputs import checked_prompts, forced_tokens, given_cache, given_caches, load_model
+from turnip.inputs import check_finite_weight, checked_prompts, forced_tokens, given_cache, given_caches, holds_nonfinite, load_model
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, KernelError
 from turnip_ir.memgraph import MemGraph
 from turnip_ir.taskgraph import TaskGraph
 
@@ -158,7 +161,7 @@ class Session:
         self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
         self.schedule, self.kv_block = schedule, kv_block
         self.host = HostMemory(self.backend)
-        self.weights = Materialized(source, self.config.dtype, self.host)
+        self.weights = Materialized(source, self.config.dtype, self.host, check=check_finite_weight)
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0
@@ -260,6 +263,10 @@ class Session:
             if not stats.computed:
                 current[:] = 0
                 continue
+            if holds_nonfinite(logits, nan_only=True):
+                rows = np.flatnonzero(np.isnan(np.asarray(logits, np.float32)).any(axis=1)).tolist()
+                raise KernelError(f"decode step {step}: the logits of prompt(s) {rows} hold NaN (the computation overflowed in "
+                                  f"{self.config.dtype}, or the config's numbers are off); no tokens are returned")
             chose = time.perf_counter()
             if forced is not None:  # kept as they came (a copy: the backend reuses that memory), widened after the loop
                 if kept is None:  # every step's room at once, its pages touched now: no page faults in later steps

@@ -168,3 +168,85 @@ def test_logits_holding_nan_are_one_line_not_tokens():
         with pytest.raises(KernelError) as caught:
             session.generate(PROMPTS, 2)
     assert "logits" in str(caught.value) and "NaN" in str(caught.value) and "\n" not in str(caught.value)
+
+
+# ----- arguments: one InputError line, at construction or at the call ---------------------------------
+def _weights_without(name):
+    weights = _tiny_weights()
+    weights.pop(name)
+    return weights
+
+
+def _weights_with(name, value):
+    weights = _tiny_weights()
+    weights[name] = value
+    return weights
+
+
+BAD_SESSIONS = {
+    "dtype-int8": (dict(dtype="int8"), "dtype 'int8'"),
+    "dtype-a-numpy-type": (dict(dtype=np.float16), "dtype"),
+    "kv_block-0": (dict(kv_block=0), "kv_block must be a positive integer"),
+    "kv_block-negative": (dict(kv_block=-16), "kv_block"),
+    "kv_block-float": (dict(kv_block=16.0), "kv_block"),
+    "gpus-string": (dict(gpus="2"), "gpus must be a positive integer"),
+    "gpus-100000": (dict(gpus=100000), "more than the model's 2 layers"),
+    "seed-negative": (dict(seed=-1), "seed must be an integer >= 0"),
+    "seed-string": (dict(seed="x"), "seed"),
+    "memory-string": (dict(memory="1MiB"), "memory must be a positive number of bytes"),
+    "memory-past-2**62": (dict(memory=1 << 70), "memory"),
+    "order": (dict(order="best"), "unknown order 'best'"),
+    "schedule": (dict(schedule=None), "unknown schedule None"),
+    "backend-options-list": (dict(backend_options=[1]), "backend_options must be a mapping"),
+    "plan-dir-int": (dict(plan_dir=3), "plan_dir must be a folder's path"),
+    "config-int": (dict(config=3), "config must be a LlamaConfig"),
+    "weights-int": (dict(weights=5), "weights must be a mapping"),
+    "weights-incomplete": (dict(weights=_weights_without("model.layers.1.mlp.up_proj.weight")), "no 'model.layers.1.mlp.up_proj.weight'"),
+    "weights-wrong-shape": (dict(weights=_weights_with("model.norm.weight", np.ones(3, np.float32))), "shape [3], the config needs [64]"),
+    "weights-strings": (dict(weights=_weights_with("model.norm.weight", "abc")), "real numbers"),
+    "weights-complex": (dict(weights=_weights_with("model.norm.weight", np.ones(64, np.complex64))), "real numbers"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SESSIONS)
+def test_a_bad_session_argument_is_one_input_error_at_construction(case, tmp_path):
+    given, words = BAD_SESSIONS[case]
+    arguments = {"config": "tiny", "memory": 1 << 20, "backend": "cpu", "plan_dir": tmp_path / "plans", **given}
+    with pytest.raises(InputError) as caught:
+        Session(**arguments)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "plans").exists()  # refused before any work
+
+
+BAD_CALLS = {
+    "prompts-int": (dict(prompts=5), "prompts must be a list"),
+    "prompts-none": (dict(prompts=None), "prompts must be a list"),
+    "temperature-string": (dict(temperature="0.5"), "temperature must be a number"),
+    "temperature-none": (dict(temperature=None), "temperature"),
+    "top-p-string": (dict(top_p="x"), "top_p must be in (0, 1]"),
+    "seed-negative": (dict(seed=-1), "seed must be an integer >= 0"),
+    "seed-float": (dict(seed=1.5), "seed"),
+    "stop-at-eos-string": (dict(stop_at_eos="no"), "stop_at_eos must be True or False"),
+    "caches-int": (dict(caches=5), "caches must be a list"),
+    "caches-none-inside": (dict(caches=[None, None]), "its cache must hold"),
+    "caches-strings": (dict(caches=[[(np.full((2, 64), "a"), np.zeros((2, 64)))] * 2, [(np.zeros((1, 64)),) * 2] * 2]), "real numbers"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CALLS)
+def test_a_bad_generate_argument_is_one_input_error(case):
+    given, words = BAD_CALLS[case]
+    arguments = {"prompts": PROMPTS, "max_new_tokens": 2, **given}
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        with pytest.raises(InputError) as caught:
+            session.generate(**arguments)
+        assert words in str(caught.value) and "\n" not in str(caught.value)
+        assert session.generate(PROMPTS, 1).tokens.shape == (2, 1)  # still usable
+
+
+def test_numpy_integers_and_paths_are_arguments_too(tmp_path):
+    with Session(config="tiny", memory=np.int64(1 << 20), backend="cpu", gpus=np.int64(1), kv_block=np.int64(16), seed=np.uint8(3),
+                 plan_dir=tmp_path) as session:
+        tokens = session.generate(PROMPTS, np.int32(2), temperature=np.float32(0.7), seed=np.int64(4)).tokens
+    assert tokens.shape == (2, 2)
+

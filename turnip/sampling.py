@@ -21,10 +21,14 @@ GREEDY_BELOW = float(np.finfo(np.float64).tiny)
 
 
 def check_sampling(temperature: float, top_p: float) -> None:
-    if not np.isfinite(temperature) or temperature < 0:
+    if not _real(temperature) or not np.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not 0 < top_p <= 1:
+    if not _real(top_p) or not 0 < top_p <= 1:
         raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def next_tokens(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> np.ndarray:

@@ -57,7 +57,8 @@ from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
 from turnip.host import HostMemory, Materialized
-from turnip.inputs import check_finite_weight, checked_prompts, forced_tokens, given_cache, given_caches, holds_nonfinite, load_model
+from turnip.inputs import (check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts, forced_tokens,
+                           given_cache, given_caches, holds_nonfinite, load_model)
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
@@ -143,7 +144,10 @@ class Session:
                  plan_dir: str | Path | None = None):
         self._busy = threading.Lock()
         """Held while a call runs (`_one_call_at_a_time`)."""
+        check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block, backend_options, plan_dir)
         self.backend = resolve_backend(backend)
+        self.config, source = load_model(config, weights, seed, dtype, self.backend)
+        check_gpus(gpus, self.config)
         self.plan_dir = None if plan_dir is None else Path(plan_dir)
         """Where compiled plans are also kept on disk, across sessions and processes (None: memory only)."""
         if self.plan_dir is not None:
@@ -155,11 +159,8 @@ class Session:
         """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
-        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-            raise InputError(f"memory must be a positive number of bytes, got {memory!r}")
-        self.config, source = load_model(config, weights, seed, dtype, self.backend)
-        self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
-        self.schedule, self.kv_block = schedule, kv_block
+        self.memory, self.gpus, self.order, self.seed = int(memory), int(gpus), order, int(seed)
+        self.schedule, self.kv_block = schedule, int(kv_block)
         self.host = HostMemory(self.backend)
         self.weights = Materialized(source, self.config.dtype, self.host, check=check_finite_weight)
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
@@ -167,7 +168,7 @@ class Session:
         self.cache_hits = 0
         self.backends_built = 0
         """Backends made for runs: 1 for a session whose runs all succeed."""
-        self.arena = memory
+        self.arena = self.memory
         """The arena bytes every plan of the session is compiled under (module docstring)."""
         self.attention = self.backend_options.get("attention_provider", "auto")
         """The attention provider the arena is sized for and the cuda backend runs; `auto` until the first
@@ -231,6 +232,10 @@ class Session:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
+        if seed is not None:
+            check_seed(seed)
+        if not isinstance(stop_at_eos, (bool, np.bool_)):
+            raise InputError(f"stop_at_eos must be True or False, got {stop_at_eos!r}")
         prompts = checked_prompts(prompts, self.config)
         forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")

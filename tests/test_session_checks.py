@@ -250,3 +250,16 @@ def test_numpy_integers_and_paths_are_arguments_too(tmp_path):
         tokens = session.generate(PROMPTS, np.int32(2), temperature=np.float32(0.7), seed=np.int64(4)).tokens
     assert tokens.shape == (2, 2)
 
+
+# ----- --stop-at-eos without an end id ----------------------------------------------------------------
+def test_stop_at_eos_without_an_end_id_says_so_in_one_line(capsys):
+    from turnip_cli.main import main
+
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        assert not session.config.eos_token_id
+        with pytest.raises(InputError, match="needs an end-of-sequence id"):
+            session.generate(PROMPTS, 2, stop_at_eos=True)
+    code = main(["generate", "--config", "tiny", "--prompt-tokens", "3", "--max-new-tokens", "2", "--memory", "1MiB",
+                 "--backend", "cpu", "--stop-at-eos"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "--stop-at-eos" in err and "end-of-sequence id" in err

@@ -236,6 +236,9 @@ class Session:
             check_seed(seed)
         if not isinstance(stop_at_eos, (bool, np.bool_)):
             raise InputError(f"stop_at_eos must be True or False, got {stop_at_eos!r}")
+        if stop_at_eos and not self.config.eos_token_id:
+            raise InputError("stop_at_eos (--stop-at-eos) needs an end-of-sequence id, and the model names none "
+                             "(eos_token_id in its config.json or generation_config.json)")
         prompts = checked_prompts(prompts, self.config)
         forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")

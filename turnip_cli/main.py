@@ -52,9 +52,11 @@ def _main(argv: list[str] | None) -> int:
     try:
         return modules[args.command].run(args)
     except TurnipError as err:
+        interrupt.check()  # an error that follows a swallowed Ctrl-C is the interrupt's doing
         print(f"turnip {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except OSError as err:  # a path the user gave that cannot be read or written
+        interrupt.check()
         where = f"{err.filename}: " if err.filename else ""
         print(f"turnip {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 1

@@ -54,3 +54,64 @@ def test_an_error_without_a_ctrl_c_is_still_its_own(monkeypatch):
     with pytest.raises(RuntimeError, match="a bug"):
         main(["run", "in.json", "--memory", "1MiB"])
     assert not interrupt._pending
+
+
+# ----- options are never matched by a prefix --------------------------------------------------------
+def _prefixes(parser):
+    """Each long option of `parser` cut by one character, where that is no option itself."""
+    options = {name for action in parser._actions for name in action.option_strings}
+    return [name[:-1] for name in sorted(options) if name.startswith("--") and len(name) > 3 and name[:-1] not in options]
+
+
+def _refused(parser, prefix, positionals) -> bool:
+    """Whether `prefix` is left unknown (not taken as the option it begins), with every option optional."""
+    for action in parser._actions:
+        action.required = False
+    for group in parser._mutually_exclusive_groups:
+        group.required = False
+    try:
+        _, unknown = parser.parse_known_args([*positionals, prefix, "1"])
+    except SystemExit:
+        return False  # taken as the option, then its value refused
+    return prefix in unknown
+
+
+@pytest.mark.parametrize("command", sorted(__import__("turnip_cli.main").main.SUBCOMMANDS))
+def test_no_option_of_any_command_is_matched_by_a_prefix(command):
+    from turnip_cli.main import build_parser
+
+    parser, _ = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[command]
+    positionals = [next(iter(action.choices or ["x"])) for action in sub._actions if not action.option_strings and action.nargs not in ("?", "*")]
+    prefixes = _prefixes(sub)
+    assert prefixes, "the command has long options"
+    taken = [prefix for prefix in prefixes if not _refused(sub, prefix, positionals)]
+    assert taken == []
+
+
+def test_a_prefix_of_an_option_is_an_unrecognized_argument(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["generate", "--config", "tiny", "--input-ids", "ids.npy", "--prompt-tok", "6", "--max-new-tokens", "2",
+              "--memory", "1MiB"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.splitlines() == ["turnip: error: unrecognized arguments: --prompt-tok 6"]
+
+
+def test_turnip_opt_matches_no_option_by_a_prefix(tmp_path, monkeypatch):
+    from turnip_cli import opt_driver
+
+    seen = {}
+    register = opt_driver.TurnipOptMain.register_all_arguments
+
+    def keep(self, arg_parser):
+        register(self, arg_parser)
+        seen["parser"] = arg_parser
+
+    monkeypatch.setattr(opt_driver.TurnipOptMain, "register_all_arguments", keep)
+    source = tmp_path / "in.mlir"
+    source.write_text("")
+    opt_driver.main([str(source)])
+    parser = seen["parser"]
+    prefixes = _prefixes(parser)
+    assert "--emi" in prefixes and "--stat" in prefixes
+    assert [prefix for prefix in prefixes if not _refused(parser, prefix, [str(source)])] == []

@@ -1,7 +1,8 @@
 """`turnip`: the user-facing command. Subcommands live in their own modules and stay thin.
 
 Each subcommand module has `add_arguments(parser)` and `run(args) -> int`. `TurnipError`s become one
-line on stderr and their exit code; nothing else a user can cause prints a traceback.
+line on stderr and their exit code; nothing else a user can cause prints a traceback. No parser matches
+an option by a prefix (`--prompt` is not `--prompt-tokens`).
 """
 
 from __future__ import annotations
@@ -34,20 +35,29 @@ def main(argv: list[str] | None = None) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (`turnip run: error: ...`, exit 2), not the usage text and a
-    line; `--help` still prints the usage."""
+    line; `--help` still prints the usage. Options are matched whole, never by a prefix."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _main(argv: list[str] | None) -> int:
+def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+    """`turnip`'s parser with every subcommand and its arguments, and their modules by name."""
     parser = _Parser(prog="turnip", description="Turnip: run computations larger than GPU memory")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        modules[name] = importlib.import_module(module_name)
+        modules[name].add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser, modules
+
+
+def _main(argv: list[str] | None) -> int:
+    parser, modules = build_parser()
     args = parser.parse_args(argv)
     try:
         return modules[args.command].run(args)

@@ -1,16 +1,23 @@
 """The command line as a new user meets it (issue 47): a Ctrl-C that lands in a ctypes callback during a
-cold numba compile still ends in "interrupted"."""
+cold numba compile still ends in "interrupted"; no option is matched by a prefix; `turnip --help` imports
+no subcommand."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import turnip_cli.run_cmd
 from turnip_cli import interrupt
 from turnip_cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _swallowed_ctrl_c() -> None:
@@ -80,7 +87,7 @@ def _refused(parser, prefix, positionals) -> bool:
 def test_no_option_of_any_command_is_matched_by_a_prefix(command):
     from turnip_cli.main import build_parser
 
-    parser, _ = build_parser()
+    parser, _ = build_parser(command)
     sub = parser._subparsers._group_actions[0].choices[command]
     positionals = [next(iter(action.choices or ["x"])) for action in sub._actions if not action.option_strings and action.nargs not in ("?", "*")]
     prefixes = _prefixes(sub)
@@ -115,3 +122,24 @@ def test_turnip_opt_matches_no_option_by_a_prefix(tmp_path, monkeypatch):
     prefixes = _prefixes(parser)
     assert "--emi" in prefixes and "--stat" in prefixes
     assert [prefix for prefix in prefixes if not _refused(parser, prefix, [str(source)])] == []
+
+
+# ----- turnip --help imports no subcommand ----------------------------------------------------------
+HEAVY = ("numpy", "xdsl", "numba", "passes", "runtime", "frontend", "turnip")
+
+
+def _imported_by(args: list[str]) -> set[str]:
+    code = ("import sys\nfrom turnip_cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.splitlines()[-1].split())  # the last line: the help comes before it
+
+
+def test_turnip_help_imports_no_subcommand_and_a_subcommand_only_its_own():
+    top = _imported_by(["--help"])
+    assert not {name for name in top if name.split(".")[0] in HEAVY}
+    assert not {name for name in top if name.startswith("turnip_cli.") and name not in ("turnip_cli.main", "turnip_cli.interrupt")}
+    viz = _imported_by(["viz", "--help"])
+    assert "turnip_cli.viz_cmd" in viz and "turnip_cli.generate_cmd" not in viz and "turnip_cli.llama_cmd" not in viz

@@ -1,8 +1,9 @@
 """`turnip`: the user-facing command. Subcommands live in their own modules and stay thin.
 
 Each subcommand module has `add_arguments(parser)` and `run(args) -> int`. `TurnipError`s become one
-line on stderr and their exit code; nothing else a user can cause prints a traceback. No parser matches
-an option by a prefix (`--prompt` is not `--prompt-tokens`).
+line on stderr and their exit code; nothing else a user can cause prints a traceback. Only the named
+subcommand's module is imported (they import numpy, xDSL, the compiler and the runtime: `turnip --help`
+imports none of them). No parser matches an option by a prefix (`--prompt` is not `--prompt-tokens`).
 """
 
 from __future__ import annotations
@@ -45,19 +46,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    """`turnip`'s parser with every subcommand and its arguments, and their modules by name."""
+def build_parser(command: str | None) -> tuple[argparse.ArgumentParser, dict]:
+    """`turnip`'s parser with every subcommand, and the arguments of `command` alone (its module imported,
+    returned by name); the others parse nothing but `--help`."""
     parser = _Parser(prog="turnip", description="Turnip: run computations larger than GPU memory")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        modules[name] = importlib.import_module(module_name)
-        modules[name].add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            modules[name] = importlib.import_module(module_name)
+            modules[name].add_arguments(sub_parser)
     return parser, modules
 
 
 def _main(argv: list[str] | None) -> int:
-    parser, modules = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in argv if not word.startswith("-")), None)  # turnip's own options take no value
+    parser, modules = build_parser(command)
     args = parser.parse_args(argv)
     try:
         return modules[args.command].run(args)

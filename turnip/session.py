@@ -43,6 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from weakref import WeakKeyDictionary
 
@@ -56,6 +57,7 @@ from runtime import arena_budget, execute
 from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
+from turnip.budget import naming_the_budget
 from turnip.host import HostMemory, Materialized
 from turnip.inputs import (check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts, forced_tokens,
                            given_cache, given_caches, holds_nonfinite, load_model)
@@ -213,7 +215,8 @@ class Session:
             raise InputError("the sim backend computes no values, so prefill needs a backend that computes")
         ids = checked_prompts([ids], self.config)[0]
         built = llama.build_llama(self.config, len(ids), gpus=self.gpus, placement=self._placement())
-        result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
+        with self._budget_of(lambda: [built.graph], "this prefill"):
+            result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
         return built.gather(result.outputs)
 
     @_one_call_at_a_time
@@ -242,23 +245,37 @@ class Session:
         prompts = checked_prompts(prompts, self.config)
         forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim")
-        if isinstance(caches, KvCache):  # the caller's buffers, written in place
-            cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
-        else:
-            if caches is None:
-                self._fit_longest_prefill(prompts)
-                caches = [self._prefill_kv(p, stats) for p in prompts]
+        graphs = partial(self._graphs_of_call, prompts, int(max_new_tokens), caches is None)
+        with self._budget_of(graphs, "this generate (its prefills and every decode step)"):
+            if isinstance(caches, KvCache):  # the caller's buffers, written in place
+                cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
             else:
-                caches = given_caches(caches, prompts, self.config)
-            cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
-        self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
-        rng = np.random.default_rng(self.seed if seed is None else seed)
-        current = np.array([p[-1] for p in prompts], dtype=np.int64)
-        try:
-            self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens))
-        finally:
-            self._call_steps = {}
+                if caches is None:
+                    self._fit_longest_prefill(prompts)
+                    caches = [self._prefill_kv(p, stats) for p in prompts]
+                else:
+                    caches = given_caches(caches, prompts, self.config)
+                cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
+            self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
+            rng = np.random.default_rng(self.seed if seed is None else seed)
+            current = np.array([p[-1] for p in prompts], dtype=np.int64)
+            try:
+                self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens))
+            finally:
+                self._call_steps = {}
         return stats
+
+    def _budget_of(self, graphs, what: str):
+        """A budget error inside as the budget `what` needs in all (turnip/budget.py): `graphs()` are its graphs."""
+        return naming_the_budget(self.memory, graphs, self.backend, what, self.attention)
+
+    def _graphs_of_call(self, prompts: list[np.ndarray], steps: int, prefills: bool) -> list[TaskGraph]:
+        """What a generate compiles that needs the most memory: the prefill of each prompt's length, and the
+        decode steps at the first and the last cache lengths (a step's columns only grow)."""
+        first = [len(p) - 1 for p in prompts]
+        graphs = [llama.build_llama(self.config, n, gpus=self.gpus, placement=self._placement(), kv_outputs=True).graph
+                  for n in sorted(set(first)) if prefills and n > 0]
+        return [*graphs, self._step(first).graph, self._step([n + steps - 1 for n in first]).graph]
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
                        rng, stop_at_eos: bool, max_new_tokens: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,3 +144,17 @@ def test_turnip_help_imports_no_subcommand_and_a_subcommand_only_its_own():
     assert not {name for name in top if name.startswith("turnip_cli.") and name not in ("turnip_cli.main", "turnip_cli.interrupt")}
     viz = _imported_by(["viz", "--help"])
     assert "turnip_cli.viz_cmd" in viz and "turnip_cli.generate_cmd" not in viz and "turnip_cli.llama_cmd" not in viz
+
+
+# ----- turnip generate --help says what each option does ----------------------------------------------
+def test_turnip_generate_help_describes_every_option_and_the_units_memory_takes():
+    from turnip_cli.main import build_parser
+    from turnip_cli.planning import _UNITS
+
+    parser, _ = build_parser("generate")
+    sub = parser._subparsers._group_actions[0].choices["generate"]
+    undescribed = [action.option_strings[0] for action in sub._actions if action.option_strings and not action.help]
+    assert undescribed == []
+    memory = next(action.help for action in sub._actions if "--memory" in action.option_strings)
+    named = {word.lower() for word in re.findall(r"\b[KMG]i?B\b", memory)}
+    assert named == {unit for unit in _UNITS if len(unit) > 1}

@@ -263,3 +263,20 @@ def test_stop_at_eos_without_an_end_id_says_so_in_one_line(capsys):
                  "--backend", "cpu", "--stop-at-eos"])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "--stop-at-eos" in err and "end-of-sequence id" in err
+
+
+def test_turnip_generate_refuses_a_checkpoint_with_a_nan_in_one_line(tmp_path, capsys):
+    from frontend.safetensors import save_file
+    from turnip_cli.main import main
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(__import__("json").dumps({**llama.PRESETS["tiny"], "model_type": "llama"}))
+    weights = _tiny_weights()
+    weights["lm_head.weight"][5, 7] = np.nan
+    save_file(weights, folder / "model.safetensors")
+    code = main(["generate", "--weights", str(folder), "--prompt-tokens", "4", "--max-new-tokens", "2", "--memory", "1MiB",
+                 "--backend", "cpu", "--outputs", str(tmp_path / "gen.npz")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "'lm_head.weight'" in err and "[5, 7]" in err
+    assert not (tmp_path / "gen.npz").exists()

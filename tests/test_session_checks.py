@@ -193,7 +193,7 @@ BAD_SESSIONS = {
     "gpus-100000": (dict(gpus=100000), "more than the model's 2 layers"),
     "seed-negative": (dict(seed=-1), "seed must be an integer >= 0"),
     "seed-string": (dict(seed="x"), "seed"),
-    "memory-string": (dict(memory="1MiB"), "memory must be a positive number of bytes"),
+    "memory-float": (dict(memory=1.5), "memory must be a positive number of bytes"),
     "memory-past-2**62": (dict(memory=1 << 70), "memory"),
     "order": (dict(order="best"), "unknown order 'best'"),
     "schedule": (dict(schedule=None), "unknown schedule None"),

@@ -2,12 +2,13 @@
 never another exception, a traceback or a hang.
 
 Readers: taskgraph and memgraph JSON and IR text (through `turnip-opt`), an .npz of inputs (`turnip run
---inputs`), an .npy of token ids (`turnip llama --input-ids`), a model's config.json (`load_config`), and
-safetensors files and their model.safetensors.index.json (`SafeTensors.open`). A seeded mutator flips,
-deletes and inserts bytes, deletes fields and changes numbers of valid seed files written to tmp_path;
-configs also get non-finite, mistyped and enormous values in any field (a config that still reads must
-be sane: `_sane`), and configs, headers and indexes get JSON nested 100,000 deep, integers of thousands
-of digits, NaN and Infinity anywhere in them (`hostile_text`).
+--inputs`), an .npy of token ids (`turnip llama --input-ids`), a model's config.json (`load_config`),
+safetensors files and their model.safetensors.index.json (`SafeTensors.open`), plan files of --plan-dir
+(`read_plan`: a proven plan or none, whatever the file holds), and the Python API's arguments
+(`Session`, `generate`). A seeded mutator flips, deletes and inserts bytes, deletes fields and changes
+numbers of valid seed files written to tmp_path; configs also get non-finite, mistyped and enormous values
+in any field (a config that still reads must be sane: `_sane`), and configs, headers and indexes get JSON
+nested 100,000 deep, integers of thousands of digits, NaN and Infinity anywhere in them (`hostile_text`).
 Through a CLI the property is: exit 0, or a non-zero exit with one line on stderr; no traceback; no file
 in the folder but the named outputs created or changed; an output only on success, and then whole.
 The CI part runs a few hundred cases per reader in seconds; `-m slow` runs ten times as many.
@@ -615,6 +616,141 @@ def test_safetensors_reads_hostile_json_cleanly(tmp_path, alarm, scale) -> None:
         reader_case(_read_all, path, folder)
         index.write_bytes(hostile_text(rng, weight_map))
         reader_case(_read_all, sharded, sharded)
+
+
+# ----- plan files of --plan-dir: read_plan ----------------------------------------------------------------------
+
+PLAN_BUDGET = 100 << 10
+ATTRIBUTE_VALUES = [float("nan"), float("inf"), -float("inf"), 10.0, 0.0, -1, 0, 1, 10**20, True, "ti,io->to", "x", None]
+
+
+def _tampered_plan(rng: random.Random, doc: dict) -> bytes:
+    """A plan file damaged (bytes, fields) or tampered as a person would: an attribute set, two operands,
+    two task names or two outputs swapped, the budget raised."""
+    doc = copy.deepcopy(doc)
+    nodes, choice = doc["nodes"], rng.random()
+    if choice < 0.15:
+        return mutate_bytes(rng, json.dumps(doc).encode())
+    if choice < 0.35:
+        return json.dumps(mutate_doc(rng, doc)).encode()
+    if choice < 0.55:
+        node = rng.choice([n for n in nodes if n.get("attrs")])
+        node["attrs"][rng.choice([*node["attrs"], "start", "eps"])] = rng.choice(ATTRIBUTE_VALUES)
+    elif choice < 0.7:
+        node = rng.choice([n for n in nodes if len(n["inputs"]) > 1])
+        i, j = rng.sample(range(len(node["inputs"])), 2)
+        node["inputs"][i], node["inputs"][j] = node["inputs"][j], node["inputs"][i]
+    elif choice < 0.85:
+        a, b = rng.sample(nodes, 2)
+        a["task"], b["task"] = b["task"], a["task"]
+    elif choice < 0.95:
+        x, y = rng.sample(list(doc["outputs"]), 2)
+        doc["outputs"][x], doc["outputs"][y] = doc["outputs"][y], doc["outputs"][x]
+    else:
+        doc["budget"] = rng.choice([PLAN_BUDGET * 2, 10 << 20, PLAN_BUDGET - 1, 2**63])
+    return json.dumps(doc).encode()
+
+
+@both
+def test_read_plan_takes_a_proven_plan_or_none(tmp_path, alarm, scale) -> None:
+    """Whatever a plan file holds, `read_plan` returns None or a plan of the graph at the budget that the
+    oracle (tests/oracle.py, which shares no code with the verifier) finds correct; never raises, never hangs."""
+    from frontend.workloads import llama
+    from frontend.workloads.llama.decode import build_decode_step
+    from oracle import violations
+    from turnip.plans import read_plan
+
+    step = build_decode_step(llama.load_config("tiny"), [10, 3], 1, 16)
+    doc = compile_taskgraph(step.graph, PLAN_BUDGET, inputs="recur").to_json()
+    path = tmp_path / "plan.json"
+    rng = random.Random(71)
+    accepted = 0
+    for _ in range(200 * scale):
+        path.write_bytes(_tampered_plan(rng, doc))
+        signal.alarm(20)
+        try:
+            plan = read_plan(path, step.graph, PLAN_BUDGET)
+        except BaseException as err:  # noqa: B036 (read_plan raises nothing, Hang included)
+            _escaped(err, f"plan {path.read_bytes()[:300]!r}")
+        finally:
+            signal.alarm(0)
+        if plan is not None:
+            accepted += 1
+            assert plan.budget == PLAN_BUDGET and violations(plan, step.graph) == [], path.read_text()[:300]
+    assert 0 < accepted < 200 * scale  # some damage leaves a correct plan (an unused field), most does not
+
+
+# ----- the Python API's arguments: Session and generate -------------------------------------------------------------
+
+def _weights_mapping(rng: random.Random):
+    from frontend.workloads import llama
+
+    weights = {name: np.array(value) for name, value in llama.RandomWeights(llama.load_config("tiny"), 0).items()}
+    name = rng.choice(sorted(weights))
+    change = rng.random()
+    if change < 0.25:
+        weights.pop(name)
+    elif change < 0.5:
+        weights[name] = weights[name].reshape(-1)[: rng.randint(0, 4)]
+    elif change < 0.75:
+        weights[name].reshape(-1)[0] = rng.choice([np.nan, np.inf, -np.inf])
+    else:
+        weights[name] = rng.choice(["x", None, 3, [1.0], weights[name].astype(np.complex64)])
+    return weights
+
+
+SESSION_VALUES = {
+    "memory": [1 << 20, 1 << 20, 1 << 10, 0, -1, 1.5, "1MiB", None, 2**70, np.int64(1 << 20)],
+    "backend": ["cpu", "cpu", "sim", "gpu", 3, None],
+    "gpus": [1, 1, 2, 0, -1, 100000, "2", 2.0, None],
+    "order": ["nondet", "fixed", "random", "best", None],
+    "seed": [0, 5, -1, "x", 1.5, 2**70, None],
+    "dtype": [None, "float32", "float16", "int8", "float64", np.float16, 3],
+    "schedule": ["given", "dfs", "memory", "fast", None],
+    "kv_block": [16, 16, 1, 0, -16, 3.5, "16", None],
+    "backend_options": [None, {}, [1], "x"],
+    "plan_dir": [None, 3, "PLANS"],
+}
+CALL_VALUES = {
+    "max_new_tokens": [1, 2, 0, -1, 2.0, "2", None, np.int64(2)],
+    "temperature": [0.0, 0.7, 1e-320, -1.0, float("nan"), float("inf"), "0.5", None],
+    "top_p": [1.0, 0.5, 0.0, 1.5, float("nan"), "x", None],
+    "seed": [None, 3, -1, 1.5, "x"],
+    "stop_at_eos": [False, True, "yes", None],
+    "caches": [None, None, 5, [None, None], []],
+}
+PROMPT_VALUES = [[np.array([1, 2, 3]), np.array([4, 5])], [np.array([1, 2, 3]), np.array([4, 5])], np.array([1, 2]), np.array(5),
+                 [], [np.array([], dtype=np.int64)], [np.array([1, 300])], [np.array([1.5])], "hello", 5, None, [[1, 2], [3]]]
+
+
+@both
+def test_python_api_arguments_give_tokens_or_one_turnip_error(tmp_path, alarm, scale) -> None:
+    """Random arguments, most of them valid: the session runs, or one `TurnipError` line comes back at
+    construction or at the call; never another exception, never a hang."""
+    from turnip import Session
+
+    rng = random.Random(81)
+    outcomes = []
+    for case in range(40 * scale):
+        arguments = {name: rng.choice(values) for name, values in SESSION_VALUES.items() if rng.random() < 0.08}
+        if arguments.get("plan_dir") == "PLANS":
+            arguments["plan_dir"] = tmp_path / f"plans{case}"
+        weights = _weights_mapping(rng) if rng.random() < 0.1 else None
+        call = {name: rng.choice(values) for name, values in CALL_VALUES.items() if rng.random() < 0.1}
+        prompts = PROMPT_VALUES[0] if rng.random() < 0.8 else rng.choice(PROMPT_VALUES)
+        signal.alarm(60)
+        try:
+            with Session(config="tiny", weights=weights, **{"memory": 1 << 20, "backend": "cpu", **arguments}) as session:
+                session.generate(prompts, **{"max_new_tokens": 2, **call})
+            outcomes.append(0)
+        except TurnipError as err:
+            assert "\n" not in str(err), str(err)
+            outcomes.append(1)
+        except Exception as err:
+            _escaped(err, f"Session({arguments!r}, weights={weights is not None}).generate({prompts!r}, {call!r})")
+        finally:
+            signal.alarm(0)
+    both_outcomes(outcomes)
 
 
 # ----- the tracebacks the fuzz found, one concrete input each, fixed -----------------------------------------------

@@ -45,7 +45,8 @@ class HostMemory:
         it lies in the file's map, once the map is page-locked in place (no host copy); else a copy
         (converted in the same pass)."""
         if not self.pinned:
-            return np.ascontiguousarray(value, dtype=dtype)
+            with np.errstate(over="ignore"):  # a value beyond the dtype's range: the session's check names it
+                return np.ascontiguousarray(value, dtype=dtype)
         from runtime.backends.cuda.copies import readable_in_place
 
         found = mapped(value)
@@ -65,15 +66,18 @@ class HostMemory:
 
 class Materialized(Mapping):
     """A weights mapping whose tensors are read once, converted to the compute dtype once (into the
-    session's host memory), and kept."""
+    session's host memory), checked once (`check(name, array)`, which raises to refuse one), and kept."""
 
-    def __init__(self, source: Mapping, dtype: str, host: HostMemory):
-        self.source, self.dtype, self.host, self.kept = source, dtype, host, {}
+    def __init__(self, source: Mapping, dtype: str, host: HostMemory, check=None):
+        self.source, self.dtype, self.host, self.check, self.kept = source, dtype, host, check, {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.kept:
             lazy = getattr(self.source, "lazy", None) if self.host.pinned else None  # a checkpoint: perhaps read in place
-            self.kept[name] = self.host.take(lazy(name) if lazy is not None else self.source[name], self.dtype)
+            value = self.host.take(lazy(name) if lazy is not None else self.source[name], self.dtype)
+            if self.check is not None:
+                self.check(name, value)
+            self.kept[name] = value
         return self.kept[name]
 
     def __contains__(self, name) -> bool:

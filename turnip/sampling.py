@@ -3,7 +3,10 @@
 Greedy is argmax with the first index on ties (as `torch.argmax`). Sampling divides the logits by the
 temperature, takes the softmax, keeps the most likely tokens whose probabilities sum to at least `top_p`
 (at least one; transformers' top-p rule), renormalises and draws one with the caller's
-`numpy.random.Generator`, so a seed reproduces the tokens. Temperature 0 means greedy.
+`numpy.random.Generator`, so a seed reproduces the tokens. Temperature 0 means greedy, and so does any
+temperature below float64's smallest normal number (`GREEDY_BELOW`: 1 / 1e-320 is infinite); above it the
+logits are shifted by their maximum before the division, so no temperature overflows them (the most
+likely token scales to 0, the others to at most 0).
 """
 
 from __future__ import annotations
@@ -13,11 +16,19 @@ import numpy as np
 from turnip_ir.errors import InputError
 
 
+GREEDY_BELOW = float(np.finfo(np.float64).tiny)
+"""Temperatures below this (subnormal ones) are greedy: float64 cannot divide by them."""
+
+
 def check_sampling(temperature: float, top_p: float) -> None:
-    if not np.isfinite(temperature) or temperature < 0:
+    if not _real(temperature) or not np.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not 0 < top_p <= 1:
+    if not _real(top_p) or not 0 < top_p <= 1:
         raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def next_tokens(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> np.ndarray:
@@ -25,7 +36,7 @@ def next_tokens(logits: np.ndarray, temperature: float, top_p: float, rng: np.ra
     without a float64 copy: float32 and float64 logits as they are, 16-bit ones (float16, bfloat16)
     through `argmax16` (numpy's argmax over float16 itself is 10x slower, a float64 copy 2x)."""
     logits = np.asarray(logits)
-    if temperature == 0:
+    if temperature < GREEDY_BELOW:
         if logits.dtype.itemsize == 2 and logits.ndim == 2:
             found = argmax16(logits)
             if found is not None:
@@ -69,8 +80,9 @@ def _ordered(values: np.ndarray) -> np.ndarray:
 
 
 def _sample(row: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> int:
-    scaled = row / temperature
-    probs = np.exp(scaled - scaled.max())
+    with np.errstate(over="ignore"):  # a small temperature sends the unlikely tokens to -inf: probability 0
+        scaled = (row - row.max()) / temperature
+    probs = np.exp(scaled)
     probs /= probs.sum()
     order = np.argsort(-probs, kind="stable")
     cumulative = np.cumsum(probs[order])

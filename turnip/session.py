@@ -27,16 +27,25 @@ returns are written in, and the next token is chosen on the host from the logits
 greedy takes their argmax as they are, sampling works in float64).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
+Weights holding a NaN or an infinity in the compute dtype are refused when first read, naming the
+tensor (turnip/inputs.py), and a decode step whose logits hold a NaN ends the call with one line rather
+than a token chosen from them.
+A session runs one call at a time (`prefill`, `generate`, `close`): a call made while another thread's
+call runs raises `InputError` at once, never waits (use a session per thread).
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
 is -1; `GenerateResult.computed` is False).
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from weakref import WeakKeyDictionary
 
@@ -51,12 +60,14 @@ from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
+from turnip.budget import naming_the_budget
 from turnip.host import HostMemory, Materialized
-from turnip.inputs import FolderTokenizer, checked_prompts, forced_tokens, given_cache, given_caches, load_model
+from turnip.inputs import (FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
+                           forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, KernelError
 from turnip_ir.kernels import numpy_dtype
 from turnip_ir.units import parse_size
 from turnip_ir.memgraph import MemGraph
@@ -163,6 +174,22 @@ class GenerateResult:
         return self.tokens.size / self.call_seconds if self.call_seconds > 0 else 0.0
 
 
+def _one_call_at_a_time(method):
+    """`method` refused with a one-line `InputError` while another call of the session runs (module docstring)."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if not self._busy.acquire(blocking=False):
+            raise InputError(f"the session is running another call (in another thread), so {method.__name__} cannot start: "
+                             "a session runs one call at a time; use a session per thread")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy.release()
+
+    return call
+
+
 class Session:
     """A model, its weights and a compile cache; `prefill` and `generate` run it under `memory` bytes per GPU."""
 
@@ -170,7 +197,14 @@ class Session:
                  memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
                  dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None,
                  plan_dir: str | Path | None = None):
+        self._busy = threading.Lock()
+        """Held while a call runs (`_one_call_at_a_time`)."""
+        if isinstance(memory, str):
+            memory = parse_size(memory)  # the units --memory takes: "4GiB", "1.5GiB", "100KiB", 1e9
+        check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block, backend_options, plan_dir)
         self.backend = resolve_backend(backend)
+        self.config, source = load_model(config, weights, seed, dtype, self.backend)
+        check_gpus(gpus, self.config)
         self.plan_dir = None if plan_dir is None else Path(plan_dir)
         """Where compiled plans are also kept on disk, across sessions and processes (None: memory only)."""
         if self.plan_dir is not None:
@@ -182,24 +216,18 @@ class Session:
         """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
-        if isinstance(memory, str):
-            memory = parse_size(memory)  # the units --memory takes: "4GiB", "1.5GiB", "100KiB", 1e9
-        if isinstance(memory, bool) or not isinstance(memory, (int, np.integer)) or memory <= 0:
-            raise InputError(f"memory must be a positive number of bytes or a size such as '4GiB', got {memory!r}")
-        memory = int(memory)
-        self.config, source = load_model(config, weights, seed, dtype, self.backend)
-        self.tokenizer = FolderTokenizer(Path(weights) if isinstance(weights, (str, Path)) else None)
+        self.tokenizer = FolderTokenizer(Path(weights) if isinstance(weights, (str, os.PathLike)) else None)
         """The weights folder's tokenizer: `session.tokenizer()` loads it once (frontend/text.py), or says what is missing."""
-        self.memory, self.gpus, self.order, self.seed = memory, gpus, order, seed
-        self.schedule, self.kv_block = schedule, kv_block
+        self.memory, self.gpus, self.order, self.seed = int(memory), int(gpus), order, int(seed)
+        self.schedule, self.kv_block = schedule, int(kv_block)
         self.host = HostMemory(self.backend)
-        self.weights = Materialized(source, self.config.dtype, self.host)
+        self.weights = Materialized(source, self.config.dtype, self.host, check=check_finite_weight)
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0
         self.backends_built = 0
         """Backends made for runs: 1 for a session whose runs all succeed."""
-        self.arena = memory
+        self.arena = self.memory
         """The arena bytes every plan of the session is compiled under (module docstring)."""
         self._pinned = 0
         """The most page-locked host bytes any call so far was sized for (`_call_pinned`)."""
@@ -229,6 +257,7 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @_one_call_at_a_time
     def close(self) -> None:
         """Close the backend, free the weights and the compiled plans; later calls are a one-line error. Idempotent."""
         self.closed = True
@@ -240,6 +269,7 @@ class Session:
         self.host.release()
 
     # ----- calls ------------------------------------------------------------------------------------
+    @_one_call_at_a_time
     def prefill(self, ids) -> np.ndarray:
         """The final hidden states [T, hidden] of one prompt (as `turnip llama`), computed backends only."""
         self._check_open()
@@ -247,9 +277,11 @@ class Session:
             raise InputError("the sim backend computes no values, so prefill needs a backend that computes")
         ids = checked_prompts([ids], self.config)[0]
         built = llama.build_llama(self.config, len(ids), gpus=self.gpus, placement=self._placement())
-        result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
+        with self._budget_of(lambda: [built.graph], "this prefill"):
+            result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
         return built.gather(result.outputs)
 
+    @_one_call_at_a_time
     def generate(self, prompts: Sequence, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int | None = None, stop_at_eos: bool = False, forced=None, caches=None, on_step=None) -> GenerateResult:
         """`max_new_tokens` new tokens for each prompt (1-D int arrays, ragged allowed), as int64 [B, N].
@@ -274,32 +306,52 @@ class Session:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         check_sampling(temperature, top_p)
+        if seed is not None:
+            check_seed(seed)
+        if not isinstance(stop_at_eos, (bool, np.bool_)):
+            raise InputError(f"stop_at_eos must be True or False, got {stop_at_eos!r}")
+        if stop_at_eos and not self.config.eos_token_id:
+            raise InputError("stop_at_eos (--stop-at-eos) needs an end-of-sequence id, and the model names none "
+                             "(eos_token_id in its config.json or generation_config.json)")
         prompts = checked_prompts(prompts, self.config, self.tokenizer)
         forced = None if forced is None else forced_tokens(forced, len(prompts), int(max_new_tokens), self.config)
         stats = GenerateResult(np.full((len(prompts), int(max_new_tokens)), -1, dtype=np.int64), computed=self.backend != "sim", began=began)
-        if isinstance(caches, KvCache):  # the caller's buffers, written in place
-            cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
-            self._size_arena(prompts, int(max_new_tokens), prefill=False)
-        else:
-            caches = None if caches is None else given_caches(caches, prompts, self.config)
-            self._size_arena(prompts, int(max_new_tokens), prefill=caches is None)
-            if caches is None:
-                cache = self._prefill(prompts, int(max_new_tokens), stats)
+        graphs = partial(self._graphs_of_call, prompts, int(max_new_tokens), caches is None)
+        with self._budget_of(graphs, "this generate (its prefills and every decode step)"):
+            if isinstance(caches, KvCache):  # the caller's buffers, written in place
+                cache = given_cache(caches, prompts, int(max_new_tokens), self.config, self.kv_block)
+                self._size_arena(prompts, int(max_new_tokens), prefill=False)
             else:
-                cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
-        self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
-        rng = np.random.default_rng(self.seed if seed is None else seed)
-        current = np.array([p[-1] for p in prompts], dtype=np.int64)
-        try:
-            self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens), on_step)
-        finally:
-            self._call_steps = {}
+                caches = None if caches is None else given_caches(caches, prompts, self.config)
+                self._size_arena(prompts, int(max_new_tokens), prefill=caches is None)
+                if caches is None:
+                    cache = self._prefill(prompts, int(max_new_tokens), stats)
+                else:
+                    cache = self._new_cache(caches, prompts, int(max_new_tokens), stats.computed)
+            self._calls += 1  # the cache's rows are new: no column of an earlier call is kept
+            rng = np.random.default_rng(self.seed if seed is None else seed)
+            current = np.array([p[-1] for p in prompts], dtype=np.int64)
+            try:
+                self._steps_of_call(stats, cache, current, forced, temperature, top_p, rng, stop_at_eos, int(max_new_tokens), on_step)
+            finally:
+                self._call_steps = {}
         stats.text = self.tokenizer.decoded(stats.tokens) if stats.computed else None
         stats.call_seconds = time.perf_counter() - began
         held = process_memory.current() if self.backend == "cuda" else None
         if held is not None and held.available:
             stats.device_peak, stats.device_context = max(held.peak()), max(held.context_bytes)
         return stats
+
+    def _budget_of(self, graphs, what: str):
+        """A budget error inside as the budget `what` needs in all (turnip/budget.py): `graphs()` are its graphs."""
+        return naming_the_budget(self.memory, graphs, self.backend, what, self.attention)
+
+    def _graphs_of_call(self, prompts: list[np.ndarray], steps: int, prefills: bool) -> list[TaskGraph]:
+        """What a generate compiles that needs the most memory: its packed prefills (`_prefill_chunks`), and
+        the decode steps at the first and the last cache lengths (a step's columns only grow)."""
+        first = [len(p) - 1 for p in prompts]
+        graphs = [self._prefill_graph(tuple(first[b] for b in chunk)).graph for chunk in self._prefill_chunks(prompts)] if prefills else []
+        return [*graphs, self._step(first).graph, self._step([n + steps - 1 for n in first]).graph]
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
                        rng, stop_at_eos: bool, max_new_tokens: int, on_step=None) -> None:
@@ -312,6 +364,10 @@ class Session:
             if not stats.computed:
                 current[:] = 0
                 continue
+            if holds_nonfinite(logits, nan_only=True):
+                rows = np.flatnonzero(np.isnan(np.asarray(logits, np.float32)).any(axis=1)).tolist()
+                raise KernelError(f"decode step {step}: the logits of prompt(s) {rows} hold NaN (the computation overflowed in "
+                                  f"{self.config.dtype}, or the config's numbers are off); no tokens are returned")
             chose = time.perf_counter()
             if forced is not None:  # kept as they came (a copy: the backend reuses that memory), widened after the loop
                 if kept is None:  # every step's room at once, its pages touched now: no page faults in later steps
@@ -557,7 +613,7 @@ class Session:
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
         path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, self.schedule, inputs, kept)}.json"
-        memgraph = read_plan(path) if path is not None else None
+        memgraph = read_plan(path, graph, self.arena) if path is not None else None
         if memgraph is not None:
             self.disk_hits += 1
             stats.cache_hits += 1

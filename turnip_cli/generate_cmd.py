@@ -52,11 +52,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "prompts: lines prefixed by the prompt's index)")
     parser.add_argument("--batch", type=int, default=1, metavar="B", help="prompts drawn with --prompt-tokens (default 1)")
     parser.add_argument("--max-new-tokens", type=int, required=True, metavar="N", help="new tokens per prompt, exactly")
-    parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
+    parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, the cuda backend's workspace included: "
+                        "bytes, or a number (1.5, 1e9) with KiB, MiB or GiB (powers of 1024) or KB, MB or GB (powers of "
+                        "1000), e.g. 4GiB; too small a one is refused with the budget the whole command needs")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu; "
                         "sim: timing only")
-    parser.add_argument("--gpus", type=int, default=1, metavar="N")
-    parser.add_argument("--order", default="nondet", choices=ORDERS)
+    parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs to split the layers over, a pipeline: layer l "
+                        "on GPU l * N // L (default 1; at most the model's L layers)")
+    parser.add_argument("--order", default="nondet", choices=ORDERS, help="which ready kernel or copy the runtime starts "
+                        "next: nondet (the default) whatever is ready, the longest path first; fixed the plan's order; "
+                        "random a seeded random ready one (--seed)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, prompts, sampling and --order random")
     parser.add_argument("--temperature", type=float, default=0.0, metavar="X", help="0: greedy (default)")
     parser.add_argument("--top-p", type=float, default=1.0, metavar="X", help="nucleus sampling mass in (0, 1]")
@@ -70,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "for the prefills; auto: torch-cudnn where torch with CUDA runs (a session does not rank the "
                         "providers: triton's first use in a process costs seconds)")
     parser.add_argument("--plan-dir", metavar="DIR", help="keep compiled plans in DIR and read them from there in later runs "
-                        "(each verified when read)")
+                        "(each proven a plan of the run's graph and budget when read, else compiled again)")
     add_progress_argument(parser)
 
 

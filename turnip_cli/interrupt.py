@@ -5,8 +5,10 @@ inside a ctypes callback (llvmlite's object cache while numba compiles, a driver
 ctypes prints "Exception ignored ..." with a traceback and swallows it, and the command would go on to
 write its outputs as if nothing had happened. `guard()` records every SIGINT as well as raising it,
 and hides the swallowed copy; commands call `check()` before anything they write, and the run loop
-calls it after every completion through `stop_on_interrupt()`. The module imports nothing of the
-runtime, so `turnip-opt` starts without it.
+calls it after every completion through `stop_on_interrupt()`. A swallowed Ctrl-C can also break what
+runs after it: numba, interrupted in its object cache's callback during a cold compile, then fails with
+"no compiled object yet"; so any exception that leaves `guard()` after a SIGINT is the interrupt. The
+module imports nothing of the runtime, so `turnip-opt` starts without it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def guard() -> Iterator[None]:
     try:
         yield
         check()
+    except Exception:
+        check()  # a SIGINT came first: what failed after it failed because of it
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = hook

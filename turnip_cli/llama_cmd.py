@@ -42,6 +42,7 @@ from turnip_cli.planning import (
 )
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
+from turnip.budget import naming_the_budget
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import check_outputs, is_file, is_folder, write_all
@@ -116,17 +117,23 @@ def run(args: argparse.Namespace) -> int:
     def budget_of(graph):
         return arena_budget(graph, budget, backend, attention=args.attention)  # less the cuda workspace
 
-    if "auto" in (args.block, args.layer_order, args.query_group):
-        with progress.phase("choosing the block and the order"):
-            built, memgraph = choose_llama_build(build, len(ids), budget_of, args.block, args.layer_order, args.query_group,
-                                                 llama.LAYER_ORDERS, args.schedule, remat=args.remat)
-        _print_summary(args, config, built, backend, stored_dtype)
-    else:
-        with progress.phase("building the taskgraph"):
-            built = build(args.block, args.layer_order, args.query_group)
-        _print_summary(args, config, built, backend, stored_dtype)
-        with progress.phase("compiling"):
-            memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
+    def graphs():  # what the budget error names the budget for: the build as given, auto's as by default
+        given = {"block": args.block, "layer_order": args.layer_order, "query_group": args.query_group}
+        defaults = {"block": None, "layer_order": llama.LAYER_ORDERS[0], "query_group": 1}
+        return [build(**{name: defaults[name] if value == "auto" else value for name, value in given.items()}).graph]
+
+    with naming_the_budget(budget, graphs, backend, "this prefill", args.attention):
+        if "auto" in (args.block, args.layer_order, args.query_group):
+            with progress.phase("choosing the block and the order"):
+                built, memgraph = choose_llama_build(build, len(ids), budget_of, args.block, args.layer_order, args.query_group,
+                                                     llama.LAYER_ORDERS, args.schedule, remat=args.remat)
+            _print_summary(args, config, built, backend, stored_dtype)
+        else:
+            with progress.phase("building the taskgraph"):
+                built = build(args.block, args.layer_order, args.query_group)
+            _print_summary(args, config, built, backend, stored_dtype)
+            with progress.phase("compiling"):
+                memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
     smaller = refit_arena(memgraph, built.graph, budget, backend, attention=args.attention)
     if smaller is not None:  # the plan pins more host memory than the arena left GPU page tables for
         print(f"planning again at an arena of {format_size(smaller)}: the GPU's page tables for the"

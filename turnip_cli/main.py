@@ -1,7 +1,9 @@
 """`turnip`: the user-facing command. Subcommands live in their own modules and stay thin.
 
 Each subcommand module has `add_arguments(parser)` and `run(args) -> int`. `TurnipError`s become one
-line on stderr and their exit code; nothing else a user can cause prints a traceback.
+line on stderr and their exit code; nothing else a user can cause prints a traceback. Only the named
+subcommand's module is imported (they import numpy, xDSL, the compiler and the runtime: `turnip --help`
+imports none of them). No parser matches an option by a prefix (`--prompt` is not `--prompt-tokens`).
 """
 
 from __future__ import annotations
@@ -34,27 +36,43 @@ def main(argv: list[str] | None = None) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (`turnip run: error: ...`, exit 2), not the usage text and a
-    line; `--help` still prints the usage."""
+    line; `--help` still prints the usage. Options are matched whole, never by a prefix."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _main(argv: list[str] | None) -> int:
+def build_parser(command: str | None) -> tuple[argparse.ArgumentParser, dict]:
+    """`turnip`'s parser with every subcommand, and the arguments of `command` alone (its module imported,
+    returned by name); the others parse nothing but `--help`."""
     parser = _Parser(prog="turnip", description="Turnip: run computations larger than GPU memory")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            modules[name] = importlib.import_module(module_name)
+            modules[name].add_arguments(sub_parser)
+    return parser, modules
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in argv if not word.startswith("-")), None)  # turnip's own options take no value
+    parser, modules = build_parser(command)
     args = parser.parse_args(argv)
     try:
         return modules[args.command].run(args)
     except TurnipError as err:
+        interrupt.check()  # an error that follows a swallowed Ctrl-C is the interrupt's doing
         print(f"turnip {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except OSError as err:  # a path the user gave that cannot be read or written
+        interrupt.check()
         where = f"{err.filename}: " if err.filename else ""
         print(f"turnip {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 1

@@ -110,6 +110,7 @@ class TurnipOptMain(xDSLOptMain):
         self.available_targets["dot"] = lambda module, out: out.write(_emit(module, "dot"))
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.allow_abbrev = False  # an option is matched whole, never by a prefix (xDSL makes the parser)
         super().register_all_arguments(arg_parser)
         if self.help_asked:  # importing every pass for the list costs start-up, so only for --help
             arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter

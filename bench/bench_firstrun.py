@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     parser.add_argument("--trace-dir", default=None, help="each process writes its last run's trace here (--repeats 1: the cold run)")
     args = parser.parse_args(argv)
     processes = []
+    if args.trace_dir:
+        Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     for index in range(args.processes):
         for dtype in ("float16", "bfloat16"):
             processes.append(one_process(args, dtype, index))

@@ -149,7 +149,7 @@ def test_turnip_help_imports_no_subcommand_and_a_subcommand_only_its_own():
 # ----- turnip generate --help says what each option does ----------------------------------------------
 def test_turnip_generate_help_describes_every_option_and_the_units_memory_takes():
     from turnip_cli.main import build_parser
-    from turnip_cli.planning import _UNITS
+    from turnip_ir.units import _UNITS
 
     parser, _ = build_parser("generate")
     sub = parser._subparsers._group_actions[0].choices["generate"]

@@ -25,20 +25,22 @@ _LARGE = INT_LIMIT - 1
 """A budget every workspace fits in: `arena_budget` at it is this less the workspace."""
 
 
-def memory_needed(graphs: Iterable[TaskGraph], backend: str, attention: str = "auto") -> tuple[int, int]:
+def memory_needed(graphs: Iterable[TaskGraph], backend: str, attention: str = "auto", pinned: int | None = None) -> tuple[int, int]:
     """(the smallest per-GPU budget under which every graph of `graphs` compiles on `backend`, the
-    largest workspace in it)."""
+    largest workspace in it); `pinned`: the page-locked host bytes whose page tables the workspace holds
+    (a session's estimate for the call; None: each graph's own, `runtime.arena_budget`)."""
     floor, workspace = 0, 0
     for graph in graphs:
         floor = max(floor, minimum_budget(graph))
-        workspace = max(workspace, _LARGE - arena_budget(graph, _LARGE, backend, attention=attention))
+        workspace = max(workspace, _LARGE - arena_budget(graph, _LARGE, backend, attention=attention, pinned=pinned))
     return floor + workspace, workspace
 
 
-def too_small(error: BudgetError, memory: int, graphs: Iterable[TaskGraph], backend: str, what: str, attention: str = "auto") -> BudgetError:
+def too_small(error: BudgetError, memory: int, graphs: Iterable[TaskGraph], backend: str, what: str, attention: str = "auto",
+              pinned: int | None = None) -> BudgetError:
     """`error` (a graph of `what` did not fit under `memory`) as the budget `what` needs in all, on one line;
     `error` itself when that budget is no larger than `memory` (the refusal was not the budget's size)."""
-    needed, workspace = memory_needed(graphs, backend, attention)
+    needed, workspace = memory_needed(graphs, backend, attention, pinned)
     if needed <= memory:
         return error
     held = f", the {format_size(workspace)} the cuda backend holds back beside its arena included" if workspace else ""
@@ -48,10 +50,10 @@ def too_small(error: BudgetError, memory: int, graphs: Iterable[TaskGraph], back
 
 @contextmanager
 def naming_the_budget(memory: int, graphs: Callable[[], Iterable[TaskGraph]], backend: str, what: str,
-                      attention: str = "auto") -> Iterator[None]:
+                      attention: str = "auto", pinned: Callable[[], int | None] | None = None) -> Iterator[None]:
     """A budget error inside as the budget `what` needs in all (`too_small`); `graphs()` lists its graphs
-    (built only once an error came)."""
+    and `pinned()` the page-locked bytes the arena was sized for (both asked only once an error came)."""
     try:
         yield
     except BudgetError as err:
-        raise too_small(err, memory, graphs(), backend, what, attention) from None
+        raise too_small(err, memory, graphs(), backend, what, attention, pinned() if pinned else None) from None

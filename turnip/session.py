@@ -343,8 +343,9 @@ class Session:
         return stats
 
     def _budget_of(self, graphs, what: str):
-        """A budget error inside as the budget `what` needs in all (turnip/budget.py): `graphs()` are its graphs."""
-        return naming_the_budget(self.memory, graphs, self.backend, what, self.attention)
+        """A budget error inside as the budget `what` needs in all (turnip/budget.py): `graphs()` are its graphs,
+        with the page tables of what the call was sized to pin (`_size_arena`)."""
+        return naming_the_budget(self.memory, graphs, self.backend, what, self.attention, pinned=lambda: self._pinned or None)
 
     def _graphs_of_call(self, prompts: list[np.ndarray], steps: int, prefills: bool) -> list[TaskGraph]:
         """What a generate compiles that needs the most memory: its packed prefills (`_prefill_chunks`), and

@@ -1,0 +1,287 @@
+"""LoRA fine-tuning's host parts against torch, transformers and peft, on tiny checkpoints transformers writes.
+
+The optimizer alone against torch's AdamW in float32 and transformers' warm-up schedule, the fp16 loss
+scaler, PEFT adapter folders both ways (peft loads what turnip writes with the same logits as the adapters
+applied by hand in tests/lora_reference.py; turnip reads what peft trained and wrote), adapters the model
+cannot take, and the data readers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+from lora_reference import TorchReferenceEngine, base_model
+
+from turnip import Session
+from turnip.lora import CONFIG_FILE, PREFIX, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
+from turnip.optimizer import AdamState, AdamW, LossScaler, TrainingState, warmup_lr
+from turnip.training_data import TrainingData, read_examples
+from turnip_ir.errors import InputError
+
+MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 96, "max_position_embeddings": 128, "rms_norm_eps": 1e-5}
+VOCAB = MODEL["vocab_size"]
+SETTINGS = LoraSettings(4, 8.0, ("q_proj", "v_proj", "down_proj"))
+BUDGET = 96 << 10
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A tiny LLaMA checkpoint written by transformers (float32 safetensors)."""
+    path = tmp_path_factory.mktemp("finetune") / "model"
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**MODEL)).save_pretrained(path)
+    return path
+
+
+def session_for(folder: Path, engine: str, dtype: str | None = None) -> Session:
+    return Session(weights=folder, memory=BUDGET, backend="cpu", dtype=dtype)
+
+
+def rows_of(seed: int, count: int, length: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, VOCAB, (count, length))
+
+
+def padded(sequences: list[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.zeros((len(sequences), length), np.int64)
+    labels = np.full((len(sequences), length), -100, np.int64)
+    for row, s in enumerate(sequences):
+        ids[row, : len(s)] = labels[row, : len(s)] = s[:length]
+    return ids, labels
+
+
+# ----- the optimizer --------------------------------------------------------------------------------------
+def test_adamw_equals_torch_adamw_in_float32():
+    rng = np.random.default_rng(0)
+    shapes = {"a": (4, 32), "b": (32, 4)}
+    params = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    grads = [{n: (rng.standard_normal(s) * 10.0 ** rng.integers(-6, 1)).astype(np.float32) for n, s in shapes.items()} for _ in range(12)]
+    theirs = {n: torch.nn.Parameter(torch.from_numpy(p.copy())) for n, p in params.items()}
+    opt = torch.optim.AdamW(theirs.values(), lr=3e-2, weight_decay=0.1)
+    schedule = transformers.get_constant_schedule_with_warmup(opt, 3)
+    mine, state = AdamW(3e-2, 0.1), AdamState()
+    for g in grads:
+        for n, p in theirs.items():
+            p.grad = torch.from_numpy(g[n])
+        lr = warmup_lr(mine.lr, 3, state.step)
+        assert lr == pytest.approx(schedule.get_last_lr()[0], rel=1e-15)
+        opt.step()
+        schedule.step()
+        mine.update(params, g, state, lr)
+    for n, p in theirs.items():
+        np.testing.assert_allclose(params[n], p.detach().numpy(), rtol=2e-6, atol=1e-7)
+        np.testing.assert_allclose(state.exp_avg_sq[n], opt.state[p]["exp_avg_sq"].numpy(), rtol=2e-6, atol=0)
+    assert state.step == 12
+
+
+def test_warmup_is_transformers_constant_schedule_with_warmup():
+    assert [warmup_lr(1.0, 4, t) for t in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert [warmup_lr(2.0, 0, t) for t in range(2)] == [2.0, 2.0]
+
+
+def test_loss_scaler_halves_skips_and_grows():
+    scaler = LossScaler(True, growth_interval=3)
+    assert scaler.scale == 2.0**16
+    assert [scaler.update(f) for f in (False, True, True, True, False)] == [False, True, True, True, False]
+    assert scaler.scale == 2.0**15  # halved, grown after 3 good steps, halved
+    off = LossScaler(False)
+    assert off.scale == 1.0 and off.update(False) and off.scale == 1.0
+
+
+def test_adamw_refuses_learning_rates_that_are_not_positive_numbers():
+    for bad in (0, -1e-4, float("nan"), float("inf"), "1e-4", True):
+        with pytest.raises(InputError, match="learning rate must be a positive number"):
+            AdamW(bad)
+
+
+# ----- adapters -----------------------------------------------------------------------------------------
+def test_a_new_adapter_is_initialised_as_peft_does(folder):
+    with session_for(folder, "torch") as session:
+        config = session.config
+    adapter = Adapter.new(config, LoraSettings(8, None, ("q_proj", "o_proj", "up_proj")), seed=1)
+    assert adapter.settings.alpha == 16
+    for name, tensor in adapter.tensors.items():
+        assert tensor.dtype == np.float32
+        if ".lora_B." in name:
+            assert not tensor.any()
+        else:
+            bound = 1 / np.sqrt(tensor.shape[1])  # what nn.init.kaiming_uniform_(a=sqrt(5)) draws within
+            assert np.abs(tensor).max() <= bound and np.abs(tensor).max() > 0.9 * bound
+            assert abs(tensor.mean()) < 0.1 * bound and tensor.std() == pytest.approx(bound / np.sqrt(3), rel=0.1)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(32, 8, bias=False)
+    torch.nn.init.kaiming_uniform_(layer.weight, a=np.sqrt(5))
+    assert np.abs(layer.weight.detach().numpy()).max() <= 1 / np.sqrt(32)
+    assert not np.array_equal(adapter.tensors["model.layers.0.self_attn.q_proj.lora_A.weight"],
+                              Adapter.new(config, adapter.settings, seed=2).tensors["model.layers.0.self_attn.q_proj.lora_A.weight"])
+
+
+def test_settings_refuse_what_is_not_lora_here():
+    with pytest.raises(InputError, match="rank must be a positive integer"):
+        LoraSettings(0)
+    with pytest.raises(InputError, match="'qkv' is not a projection"):
+        LoraSettings(4, None, ("qkv",))
+    assert replace(LoraSettings(4), alpha=None).alpha == 8 and LoraSettings(4, 3).scaling == 0.75
+
+
+def random_adapter(config, settings: LoraSettings, seed: int) -> Adapter:
+    """An adapter with B non-zero too, so that it changes the logits."""
+    rng = np.random.default_rng(seed)
+    adapter = Adapter.new(config, settings, seed, base_model="tiny")
+    adapter.tensors = {n: (rng.standard_normal(t.shape) * 0.2).astype(np.float32) for n, t in adapter.tensors.items()}
+    return adapter
+
+
+def test_peft_loads_what_turnip_writes_with_the_same_logits(folder, tmp_path):
+    with session_for(folder, "torch") as session:
+        adapter = random_adapter(session.config, SETTINGS, 0)
+    written = adapter.save(tmp_path / "out", TrainingState())
+    assert sorted(p.name for p in written) == sorted((CONFIG_FILE, WEIGHTS_FILE, STATE_FILE))
+    doc = json.loads((tmp_path / "out" / CONFIG_FILE).read_text())
+    assert {k: doc[k] for k in ("peft_type", "r", "lora_alpha", "target_modules", "lora_dropout", "bias", "task_type",
+                                "base_model_name_or_path")} == {
+        "peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"], "lora_dropout": 0.0,
+        "bias": "none", "task_type": "CAUSAL_LM", "base_model_name_or_path": "tiny"}
+    from safetensors.numpy import load_file
+
+    stored = load_file(tmp_path / "out" / WEIGHTS_FILE)
+    assert stored.keys() == {PREFIX + n for n in adapter.tensors}
+    assert stored[f"{PREFIX}model.layers.1.mlp.down_proj.lora_A.weight"].shape == (4, 64)
+    assert stored[f"{PREFIX}model.layers.1.self_attn.v_proj.lora_B.weight"].shape == (16, 4)
+    assert {t.dtype for t in stored.values()} == {np.dtype(np.float32)}
+    ids = rows_of(6, 2, 10)
+    loaded = peft.PeftModel.from_pretrained(base_model(folder), str(tmp_path / "out"))
+    with torch.no_grad():
+        theirs = loaded(input_ids=torch.from_numpy(ids)).logits.numpy()
+    by_hand = TorchReferenceEngine(folder, SETTINGS).logits(adapter.tensors, ids)
+    plain = TorchReferenceEngine(folder, SETTINGS).logits({n: 0 * t for n, t in adapter.tensors.items()}, ids)
+    np.testing.assert_allclose(theirs, by_hand, rtol=1e-10, atol=1e-12)
+    assert np.abs(by_hand - plain).max() > 1e-2  # the adapter matters
+
+
+def test_turnip_reads_what_peft_trained_and_wrote(folder, tmp_path):
+    """peft's own LoRA, trained three AdamW steps by torch, saved by peft: read back with its rank, alpha,
+    targets and tensors; no optimizer state (a run from it starts AdamW afresh), and a run goes on from it."""
+    torch.manual_seed(1)
+    config = peft.LoraConfig(r=2, lora_alpha=6, target_modules=["v_proj", "gate_proj"], lora_dropout=0.0, task_type="CAUSAL_LM")
+    model = peft.get_peft_model(base_model(folder, torch.float32), config)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    ids = torch.from_numpy(rows_of(7, 2, 8))
+    for _ in range(3):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(tmp_path / "peft")
+    theirs = {n.replace(".default", "").removeprefix(PREFIX): p.detach().numpy() for n, p in model.named_parameters() if p.requires_grad}
+    with session_for(folder, "torch") as session:
+        adapter, state = Adapter.read(tmp_path / "peft", session.config)
+        assert state is None
+        assert (adapter.settings.rank, adapter.settings.alpha, adapter.settings.targets) == (2, 6.0, ("v_proj", "gate_proj"))
+        assert adapter.tensors.keys() == theirs.keys()
+        for name, tensor in theirs.items():
+            np.testing.assert_array_equal(adapter.tensors[name], tensor)
+        assert any(np.abs(t).max() > 0 for n, t in adapter.tensors.items() if "lora_B" in n)  # trained: B moved
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda doc, t: ({**doc, "target_modules": ["q_proj", "c_attn"]}, t), "targets 'c_attn', which the model lacks"),
+    (lambda doc, t: (doc, {**t, f"{PREFIX}model.layers.5.self_attn.q_proj.lora_A.weight": np.zeros((4, 32), np.float32)}),
+     "targets layer 5 .* which the model lacks"),
+    (lambda doc, t: (doc, {**t, f"{PREFIX}lm_head.lora_A.weight": np.zeros((4, 32), np.float32)}), "is not a LoRA weight of a projection"),
+    (lambda doc, t: ({**doc, "r": 3}, t), r"has shape \[4, 32\], the model needs \[3, 32\]"),
+    (lambda doc, t: (doc, {**t, f"{PREFIX}model.layers.0.self_attn.q_proj.lora_B.weight": np.zeros((16, 4), np.float32)}),
+     r"q_proj.lora_B.weight' has shape \[16, 4\], the model needs \[32, 4\]"),
+    (lambda doc, t: (doc, {k: v for k, v in t.items() if "layers.1.mlp" not in k}), "has no tensor .*layers.1.mlp.down_proj.lora_A"),
+    (lambda doc, t: ({**doc, "use_dora": True}, t), "use_dora true is not supported"),
+    (lambda doc, t: ({**doc, "peft_type": "IA3"}, t), "only LORA adapters"),
+])
+def test_adapters_the_model_cannot_take_are_refused_in_one_line(folder, tmp_path, change, message):
+    from safetensors.numpy import load_file, save_file
+
+    with session_for(folder, "torch") as session:
+        config = session.config
+    random_adapter(config, SETTINGS, 1).save(tmp_path / "a")
+    doc, tensors = change(json.loads((tmp_path / "a" / CONFIG_FILE).read_text()), load_file(tmp_path / "a" / WEIGHTS_FILE))
+    (tmp_path / "a" / CONFIG_FILE).write_text(json.dumps(doc))
+    save_file(tensors, tmp_path / "a" / WEIGHTS_FILE)
+    with pytest.raises(InputError, match=message) as refused:
+        Adapter.read(tmp_path / "a", config)
+    assert "\n" not in str(refused.value)
+
+
+# ----- data -------------------------------------------------------------------------------------------------
+def test_npy_steps_take_the_next_rows_wrapping_around(tmp_path):
+    rows = rows_of(9, 5, 4)
+    np.save(tmp_path / "d.npy", rows)
+    examples, where = read_examples(tmp_path / "d.npy", None)
+    data = TrainingData(examples, VOCAB, None, where)
+    for step in range(4):  # batch 2: rows 0 1, 2 3, 4 0, 1 2
+        batch = data.batch(2 * step, 2)
+        np.testing.assert_array_equal(batch.ids, rows[[(2 * step) % 5, (2 * step + 1) % 5]])
+        np.testing.assert_array_equal(batch.labels, batch.ids)
+        assert batch.tokens == 8 and batch.predicted == 6
+
+
+def test_npz_sequences_are_padded_and_the_padding_is_ignored(tmp_path):
+    sequences = [np.array([5, 6, 7]), np.array([1, 2, 3, 4, 8, 9]), np.array([10, 11], np.int32)]
+    np.savez(tmp_path / "d.npz", *sequences)
+    data = TrainingData(*read_examples(tmp_path / "d.npz", None)[:1], VOCAB, None)
+    assert data.seq_len == 6
+    batch = data.batch(2, 2)  # the third, then the first (wrapping)
+    np.testing.assert_array_equal(batch.ids, [[10, 11, 0, 0, 0, 0], [5, 6, 7, 0, 0, 0]])
+    np.testing.assert_array_equal(batch.labels, [[10, 11, -100, -100, -100, -100], [5, 6, 7, -100, -100, -100]])
+    assert batch.tokens == 5 and batch.predicted == 3
+    cut = TrainingData(sequences, VOCAB, 4)
+    assert cut.truncated == 1 and cut.batch(1, 1).ids.tolist() == [[1, 2, 3, 4]]
+
+
+def test_padding_leaves_the_loss_as_transformers_gives_it_for_the_sequence_alone(folder):
+    """A padded row's loss equals the loss of the unpadded sequence (causal attention; labels -100)."""
+    engine = TorchReferenceEngine(folder, SETTINGS)
+    with Session(weights=folder, backend="cpu") as session:
+        adapters = Adapter.new(session.config, SETTINGS, 0).tensors
+    sequence = rows_of(10, 1, 5)
+    ids, labels = padded([sequence[0]], 9)
+    alone = base_model(folder)(input_ids=torch.from_numpy(sequence), labels=torch.from_numpy(sequence)).loss.item()
+    assert engine.step(adapters, ids, labels)[0] == pytest.approx(alone, rel=1e-6)
+
+
+def test_jsonl_text_is_tokenized_with_the_folders_tokenizer(tmp_path):
+    from test_text import write_folder
+
+    model = write_folder(tmp_path / "m", "byte-level")
+    texts = ["Hello world, a tiny corpus.", "Grüße aus Köln 🙂"]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    with Session(weights=model, backend="cpu") as session:
+        examples, _ = read_examples(tmp_path / "d.jsonl", session.tokenizer)
+    theirs = transformers.AutoTokenizer.from_pretrained(model)
+    assert [list(e) for e in examples] == [theirs(t)["input_ids"] for t in texts]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: np.save(p / "d.npy", np.array([[1, 2, VOCAB]])), rf"row 0: token id {VOCAB} is outside the vocabulary \[0, {VOCAB}\)"),
+    (lambda p: np.save(p / "d.npy", np.array([[1, 2], [3, -1]])), "row 1: token id -1 is outside the vocabulary"),
+    (lambda p: np.save(p / "d.npy", np.array([[1], [2]])), "rows of 1 token predict nothing"),
+    (lambda p: np.save(p / "d.npy", np.array([[1.0, 2.0]])), "must hold integer token ids"),
+    (lambda p: np.save(p / "d.npy", np.array([1, 2, 3])), r"must hold token ids \[rows, T\]"),
+    (lambda p: np.savez(p / "d.npz", np.array([1, 2]), np.array([7])), "sequence 1 has 1 token"),
+    (lambda p: np.savez(p / "d.npz", np.array([1, 200])), "sequence 0: token id 200 is outside"),
+    (lambda p: np.savez(p / "d.npz"), "holds no examples"),
+    (lambda p: (p / "d.txt").write_text("hi"), "must be .npy"),
+    (lambda p: (p / "d.npy").write_bytes(b"not numpy"), "is not a readable .npy"),
+])
+def test_bad_data_is_one_line(tmp_path, make, message):
+    make(tmp_path)
+    path = next(tmp_path.iterdir())
+    with pytest.raises(InputError, match=message) as refused:
+        TrainingData(*read_examples(path, None)[:1], VOCAB, None, f"data '{path}'")
+    assert "\n" not in str(refused.value)

@@ -1,9 +1,12 @@
-"""LoRA fine-tuning's host parts against torch, transformers and peft, on tiny checkpoints transformers writes.
+"""LoRA fine-tuning's host driver against torch, transformers and peft, on tiny checkpoints transformers writes.
 
-The optimizer alone against torch's AdamW in float32 and transformers' warm-up schedule, the fp16 loss
-scaler, PEFT adapter folders both ways (peft loads what turnip writes with the same logits as the adapters
-applied by hand in tests/lora_reference.py; turnip reads what peft trained and wrote), adapters the model
-cannot take, and the data readers.
+The gradients come from an engine: here the float64 torch reference (tests/lora_reference.py); where the
+training graph (`llama.build_training_step`) is there, the driver tests run with Turnip's own
+engine too (on the cpu backend, in float64, under a budget that offloads, in random orders). The expected
+values come from torch alone: peft's LoRA model, torch.optim.AdamW, transformers' warm-up schedule and its
+gradient-accumulation normalisation (`num_items_in_batch`), with the same data rows picked here. Also: the
+optimizer alone against torch's AdamW in float32, the fp16 loss scaler, a stop on NaN, resuming from a
+written folder, PEFT folders both ways, and the data readers.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ peft = pytest.importorskip("peft")
 
 from lora_reference import TorchReferenceEngine, base_model
 
+from frontend.workloads import llama
+
 from turnip import Session
+from turnip.finetune import TrainingStopped, finetune
 from turnip.lora import CONFIG_FILE, PREFIX, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
 from turnip.optimizer import AdamState, AdamW, LossScaler, TrainingState, warmup_lr
 from turnip.training_data import TrainingData, read_examples
@@ -32,6 +38,8 @@ MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "nu
 VOCAB = MODEL["vocab_size"]
 SETTINGS = LoraSettings(4, 8.0, ("q_proj", "v_proj", "down_proj"))
 BUDGET = 96 << 10
+"""Small enough that the Turnip engine's plans offload (its own tests check that)."""
+ENGINES = ["torch"] + (["turnip"] if hasattr(llama, "build_training_step") else [])
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +52,14 @@ def folder(tmp_path_factory) -> Path:
 
 
 def session_for(folder: Path, engine: str, dtype: str | None = None) -> Session:
-    return Session(weights=folder, memory=BUDGET, backend="cpu", dtype=dtype)
+    if engine == "torch":
+        return Session(weights=folder, memory=BUDGET, backend="cpu", dtype=dtype)
+    return Session(weights=folder, memory=BUDGET, backend="cpu", dtype=dtype or "float64", order="random", seed=3)
+
+
+def engine_for(folder: Path, engine: str, settings: LoraSettings = SETTINGS):
+    """The gradient engine (None: the session's own, Turnip's)."""
+    return TorchReferenceEngine(folder, settings) if engine == "torch" else None
 
 
 def rows_of(seed: int, count: int, length: int) -> np.ndarray:
@@ -101,6 +116,146 @@ def test_adamw_refuses_learning_rates_that_are_not_positive_numbers():
     for bad in (0, -1e-4, float("nan"), float("inf"), "1e-4", True):
         with pytest.raises(InputError, match="learning rate must be a positive number"):
             AdamW(bad)
+
+
+# ----- the driver against torch -------------------------------------------------------------------------
+def torch_run(folder: Path, adapter: Adapter, steps: list[list[tuple[np.ndarray, np.ndarray]]], lr: float, weight_decay: float,
+              warmup: int) -> tuple[list[float], dict[str, np.ndarray]]:
+    """peft's LoRA on transformers' model in float64, torch's AdamW, transformers' warm-up, and gradient
+    accumulation as transformers' Trainer does it: each micro-batch's loss is its summed cross-entropy over
+    the step's `num_items_in_batch` (labels[..., 1:] not -100, over all its micro-batches)."""
+    settings = adapter.settings
+    config = peft.LoraConfig(r=settings.rank, lora_alpha=settings.alpha, target_modules=list(settings.targets), lora_dropout=0.0)
+    model = peft.get_peft_model(base_model(folder), config)
+    params = {n.replace(".default", "").removeprefix(PREFIX): p for n, p in model.named_parameters() if p.requires_grad}
+    assert sorted(params) == sorted(adapter.tensors)
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(torch.from_numpy(adapter.tensors[name].astype(np.float64)))
+    opt = torch.optim.AdamW(params.values(), lr=lr, weight_decay=weight_decay)
+    schedule = transformers.get_constant_schedule_with_warmup(opt, warmup)
+    losses = []
+    for micro in steps:
+        items = sum(int((labels[:, 1:] != -100).sum()) for _, labels in micro)
+        total = 0.0
+        for ids, labels in micro:
+            loss = model(input_ids=torch.from_numpy(ids), labels=torch.from_numpy(labels), num_items_in_batch=torch.tensor(items)).loss
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        schedule.step()
+        opt.zero_grad()
+        losses.append(total)
+    return losses, {name: p.detach().numpy() for name, p in params.items()}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("data", ["npy", "ragged npz"])
+def test_adapter_and_losses_equal_torch_adamw_with_accumulation_and_warmup(folder, tmp_path, engine, data):
+    """3 steps of 2 micro-batches of 2 examples, 5 examples (so the steps wrap around the data), warm-up
+    over 2 updates. With ragged sequences the micro-batches count different numbers of positions, so the
+    step's gradient differs from the mean of the micro-batch means: the normalisation is tested."""
+    batch, accum, steps = 2, 2, 3
+    if data == "npy":
+        examples = [np.asarray(r) for r in rows_of(1, 5, 9)]
+        path = tmp_path / "d.npy"
+        np.save(path, np.stack(examples))
+    else:
+        lengths = (9, 2, 6, 3, 8)
+        examples = [rows_of(k, 1, n)[0] for k, n in enumerate(lengths)]
+        path = tmp_path / "d.npz"
+        np.savez(path, *examples)
+    order = [[[examples[(s * accum * batch + j * batch + b) % 5] for b in range(batch)] for j in range(accum)] for s in range(steps)]
+    expected_batches = [[padded(m, 9) for m in step] for step in order]
+    with session_for(folder, engine) as session:
+        start = Adapter.new(session.config, SETTINGS, seed=7)
+        start.tensors = {n: t + np.float32(0.05) for n, t in start.tensors.items()}  # B non-zero: A's gradients too
+        result = finetune(session, str(path), steps, adapter=start, lr=2e-2, weight_decay=0.1, warmup_steps=2, batch=batch,
+                          grad_accum=accum, engine=engine_for(folder, engine))
+    losses, tensors = torch_run(folder, start, expected_batches, 2e-2, 0.1, 2)
+    np.testing.assert_allclose(result.losses, losses, rtol=1e-6)
+    assert [r.lr for r in result.steps] == [0.0, 1e-2, 2e-2]
+    for name, expected in tensors.items():
+        np.testing.assert_allclose(result.adapter.tensors[name], expected, rtol=0, atol=1e-6, err_msg=name)
+    moved = max(np.abs(result.adapter.tensors[n] - start.tensors[n]).max() for n in tensors)
+    assert moved > 1e-3  # the comparison is not of two unchanged adapters
+    assert result.state.adam.step == 3 and result.state.examples_seen == 12
+
+
+def test_a_run_resumed_from_its_folder_equals_one_run(folder, tmp_path):
+    """3 steps, written with the optimizer state, then 3 more from the folder: the 6 steps of one run, bit
+    for bit (the update count, moments, schedule position and data position go on)."""
+    rows = rows_of(2, 5, 7)
+    with session_for(folder, "torch") as session:
+        whole = finetune(session, rows, 6, warmup_steps=4, lr=1e-2, batch=2, engine=engine_for(folder, "torch", LoraSettings()))
+        first = finetune(session, rows, 3, warmup_steps=4, lr=1e-2, batch=2, engine=engine_for(folder, "torch", LoraSettings()))
+        first.adapter.save(tmp_path / "a", first.state)
+        second = finetune(session, rows, 3, adapter=tmp_path / "a", warmup_steps=4, lr=1e-2, batch=2,
+                          engine=engine_for(folder, "torch", LoraSettings()))
+    assert [r.step for r in second.steps] == [4, 5, 6]
+    assert first.losses + second.losses == whole.losses
+    for name, tensor in whole.adapter.tensors.items():
+        np.testing.assert_array_equal(second.adapter.tensors[name], tensor)
+    assert second.state.adam.step == whole.state.adam.step == 6
+
+
+class Faulty:
+    """An engine that returns what `fault(call, loss_scale)` says: None (the reference's), "nan-loss", "inf-grad"."""
+
+    def __init__(self, inner, fault):
+        self.inner, self.fault, self.calls = inner, fault, 0
+
+    def step(self, adapters, ids, labels, loss_scale):
+        self.calls += 1
+        loss, grads = self.inner.step(adapters, ids, labels, loss_scale)
+        kind = self.fault(self.calls, loss_scale)
+        if kind == "nan-loss":
+            loss = float("nan")
+        if kind == "inf-grad":
+            grads = {n: np.where(np.arange(g.size).reshape(g.shape) % 2, np.inf, -np.inf) for n, g in grads.items()}
+        return loss, grads
+
+
+def test_fp16_overflow_halves_the_scale_and_skips_the_update(folder):
+    """Gradients that overflow while the scale is above 2^14: two steps skipped (no update, the scale
+    halved each time), then updates as a float32 run from the same data position makes them."""
+    rows = rows_of(3, 6, 8)
+    reference = engine_for(folder, "torch", LoraSettings())
+    with session_for(folder, "torch", dtype="float16") as session:
+        assert session.config.dtype == "float16"
+        engine = Faulty(reference, lambda call, scale: "inf-grad" if scale > 2**14 else None)
+        scaled = finetune(session, rows, 4, lr=1e-2, engine=engine)
+    assert [r.skipped for r in scaled.steps] == [True, True, False, False]
+    assert [r.loss_scale for r in scaled.steps] == [2**16, 2**15, 2**14, 2**14]
+    assert scaled.state.adam.step == 2 and scaled.state.scaler.scale == 2**14
+    with session_for(folder, "torch") as session:
+        plain = finetune(session, rows, 2, lr=1e-2, state=TrainingState(examples_seen=2), engine=reference)
+    for name, tensor in plain.adapter.tensors.items():
+        np.testing.assert_array_equal(scaled.adapter.tensors[name], tensor)
+
+
+@pytest.mark.parametrize("fault", ["nan-loss", "inf-grad"])
+def test_a_loss_or_gradient_that_becomes_nan_stops_and_keeps_the_last_good_adapter(folder, fault):
+    rows = rows_of(4, 4, 8)
+    reference = engine_for(folder, "torch", LoraSettings())
+    with session_for(folder, "torch") as session:
+        good = finetune(session, rows, 2, lr=1e-2, engine=reference)
+        with pytest.raises(TrainingStopped, match="at step 3: stopped, keeping the adapter after step 2") as stopped:
+            finetune(session, rows, 5, lr=1e-2, engine=Faulty(reference, lambda call, scale: fault if call == 3 else None))
+    kept = stopped.value.result
+    assert len(kept.steps) == 2 and kept.state.adam.step == 2
+    for name, tensor in good.adapter.tensors.items():
+        np.testing.assert_array_equal(kept.adapter.tensors[name], tensor)
+
+
+def test_session_finetune_returns_losses_and_adapter(folder):
+    with session_for(folder, "torch") as session:
+        result = session.finetune(rows_of(5, 3, 6), steps=2, rank=2, alpha=4, targets=("k_proj",),
+                                  engine=engine_for(folder, "torch", LoraSettings(2, 4, ("k_proj",))))
+    assert len(result.losses) == 2 and all(np.isfinite(result.losses))
+    assert sorted(result.adapter.tensors) == sorted(LoraSettings(2, 4, ("k_proj",)).shapes(session.config))
+    with pytest.raises(InputError, match="closed"):
+        session.finetune(rows_of(5, 3, 6), steps=1)
 
 
 # ----- adapters -----------------------------------------------------------------------------------------
@@ -190,6 +345,8 @@ def test_turnip_reads_what_peft_trained_and_wrote(folder, tmp_path):
         for name, tensor in theirs.items():
             np.testing.assert_array_equal(adapter.tensors[name], tensor)
         assert any(np.abs(t).max() > 0 for n, t in adapter.tensors.items() if "lora_B" in n)  # trained: B moved
+        result = finetune(session, rows_of(8, 2, 6), 1, adapter=tmp_path / "peft", engine=engine_for(folder, "torch", adapter.settings))
+    assert result.state.adam.step == 1 and result.adapter.settings == adapter.settings
 
 
 @pytest.mark.parametrize("change, message", [

@@ -49,6 +49,7 @@ from runtime import arena_budget, execute
 from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.callbacks import Recorder
+from turnip.finetune import FinetuneResult, finetune
 from turnip.host import HostMemory, Materialized
 from turnip.inputs import FolderTokenizer, checked_prompts, forced_tokens, given_cache, given_caches, load_model
 from turnip.plans import plan_key, read_plan, write_plan
@@ -237,6 +238,14 @@ class Session:
             self._call_steps = {}
         stats.text = self.tokenizer.decoded(stats.tokens) if stats.computed else None
         return stats
+
+    def finetune(self, data, steps: int, **options) -> FinetuneResult:
+        """`steps` LoRA fine-tuning steps of the model over `data` under the session's budget, on its backend:
+        the per-step losses (`FinetuneResult.losses`) and the adapter (`.adapter`, with `.files(folder, .state)`
+        for a PEFT folder). The data, the adapter to start from and the optimizer's options are turnip/finetune.py
+        `finetune`'s keywords (lr, weight_decay, warmup_steps, batch, grad_accum, seq_len, rank, alpha, targets, ...)."""
+        self._check_open()
+        return finetune(self, data, steps, **options)
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
                        rng, stop_at_eos: bool, max_new_tokens: int, on_step=None) -> None:

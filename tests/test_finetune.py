@@ -6,12 +6,14 @@ engine too (on the cpu backend, in float64, under a budget that offloads, in ran
 values come from torch alone: peft's LoRA model, torch.optim.AdamW, transformers' warm-up schedule and its
 gradient-accumulation normalisation (`num_items_in_batch`), with the same data rows picked here. Also: the
 optimizer alone against torch's AdamW in float32, the fp16 loss scaler, a stop on NaN, resuming from a
-written folder, PEFT folders both ways, and the data readers.
+written folder, PEFT folders both ways, the data readers, and `turnip finetune`'s outputs and bad inputs.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,11 +28,13 @@ from lora_reference import TorchReferenceEngine, base_model
 
 from frontend.workloads import llama
 
+import turnip.finetune as driver
 from turnip import Session
 from turnip.finetune import TrainingStopped, finetune
 from turnip.lora import CONFIG_FILE, PREFIX, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
 from turnip.optimizer import AdamState, AdamW, LossScaler, TrainingState, warmup_lr
 from turnip.training_data import TrainingData, read_examples
+from turnip_cli.main import main
 from turnip_ir.errors import InputError
 
 MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -442,3 +446,158 @@ def test_bad_data_is_one_line(tmp_path, make, message):
     with pytest.raises(InputError, match=message) as refused:
         TrainingData(*read_examples(path, None)[:1], VOCAB, None, f"data '{path}'")
     assert "\n" not in str(refused.value)
+
+
+# ----- the command ---------------------------------------------------------------------------------------
+@pytest.fixture
+def reference_engine(monkeypatch, folder):
+    """`turnip finetune` with the torch reference as its engine (the training graph is not on this branch)."""
+    made = []
+
+    def make(session, settings, costs):
+        made.append(TorchReferenceEngine(folder, settings))
+        return made[-1]
+
+    monkeypatch.setattr(driver, "TurnipEngine", make)
+    return made
+
+
+def turnip(capsys, *args):
+    """`turnip finetune ...` in this process: its exit code, stdout and stderr (argparse's errors exit)."""
+    try:
+        code = main(["finetune", *map(str, args)])
+    except SystemExit as done:
+        code = done.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def base_args(folder: Path, tmp_path: Path, data: Path, out: str = "out") -> list:
+    return ["--weights", folder, "--data", data, "--steps", 3, "--memory", "1MiB", "--backend", "cpu", "--adapter-out", tmp_path / out]
+
+
+def test_cli_writes_the_peft_folder_and_the_log(folder, tmp_path, capsys, reference_engine):
+    rows = rows_of(11, 5, 8)
+    np.save(tmp_path / "d.npy", rows)
+    code, out, err = turnip(capsys, *base_args(folder, tmp_path, tmp_path / "d.npy"), "--batch", 2, "--lr", 1e-2,
+                            "--lora-rank", 2, "--lora-targets", "v_proj,q_proj,up_proj", "--seed", 4, "--log", tmp_path / "log.csv")
+    assert code == 0, err
+    with session_for(folder, "torch") as session:
+        expected = finetune(session, rows, 3, rank=2, targets=("q_proj", "v_proj", "up_proj"), batch=2, lr=1e-2, seed=4,
+                            engine=TorchReferenceEngine(folder, LoraSettings(2, None, ("q_proj", "v_proj", "up_proj"))))
+    with open(tmp_path / "log.csv") as f:
+        log = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in log] == [1, 2, 3]
+    assert [float(r["loss"]) for r in log] == expected.losses
+    assert [float(r["lr"]) for r in log] == [1e-2] * 3
+    assert all(float(r["tokens_per_s"]) > 0 for r in log)
+    adapter, state = Adapter.read(tmp_path / "out", session.config)
+    assert adapter.settings == LoraSettings(2, 4, ("q_proj", "v_proj", "up_proj")) and state.adam.step == 3
+    assert adapter.base_model == str(folder.resolve())
+    for name, tensor in expected.adapter.tensors.items():
+        np.testing.assert_array_equal(adapter.tensors[name], tensor)
+    assert f"wrote {tmp_path / 'out' / WEIGHTS_FILE}" in out
+    loaded = peft.PeftModel.from_pretrained(base_model(folder), str(tmp_path / "out"))
+    assert sum(1 for n, _ in loaded.named_parameters() if "lora_A" in n) == 6
+
+
+def test_cli_goes_on_from_its_adapter(folder, tmp_path, capsys, reference_engine):
+    np.save(tmp_path / "d.npy", rows_of(12, 4, 6))
+    args = base_args(folder, tmp_path, tmp_path / "d.npy")
+    assert turnip(capsys, *args, "--lora-rank", 4)[0] == 0
+    code, _, err = turnip(capsys, *base_args(folder, tmp_path, tmp_path / "d.npy", "again"), "--adapter-in", tmp_path / "out",
+                          "--log", tmp_path / "log.csv")
+    assert code == 0, err
+    assert (tmp_path / "log.csv").read_text().splitlines()[1].startswith("4,")
+    with Session(weights=folder, backend="cpu") as session:
+        assert Adapter.read(tmp_path / "again", session.config)[1].adam.step == 6
+
+
+def nan_at_step_2(monkeypatch, folder):
+    def make(session, settings, costs):
+        return Faulty(TorchReferenceEngine(folder, settings), lambda call, scale: "nan-loss" if call == 2 else None)
+
+    monkeypatch.setattr(driver, "TurnipEngine", make)
+
+
+def peft_folder(folder: Path, path: Path, doc_change=None, tensor_change=None) -> Path:
+    with Session(weights=folder, backend="cpu") as session:
+        random_adapter(session.config, LoraSettings(2, None, ("q_proj",)), 2).save(path)
+    if doc_change:
+        doc = json.loads((path / CONFIG_FILE).read_text())
+        (path / CONFIG_FILE).write_text(json.dumps(doc_change(doc)))
+    if tensor_change:
+        from safetensors.numpy import load_file, save_file
+
+        save_file(tensor_change(load_file(path / WEIGHTS_FILE)), path / WEIGHTS_FILE)
+    return path
+
+
+BAD = {
+    "id outside the vocabulary": (lambda p, f: [], lambda p: np.save(p / "d.npy", np.array([[3, 4, VOCAB + 5]])),
+                                  f"token id {VOCAB + 5} is outside the vocabulary"),
+    "row of one token": (lambda p, f: [], lambda p: np.save(p / "d.npy", np.array([[3], [4]])), "predict nothing"),
+    "sequence of one token": (lambda p, f: [], lambda p: np.savez(p / "d.npz", np.array([3, 4]), np.array([5])), "sequence 1 has 1 token"),
+    "adapter target the model lacks": (lambda p, f: ["--adapter-in", peft_folder(f, p / "in", lambda d: {**d, "target_modules": ["c_attn"]})],
+                                       None, "targets 'c_attn', which the model lacks"),
+    "adapter of another shape": (lambda p, f: ["--adapter-in", peft_folder(f, p / "in", lambda d: {**d, "r": 3})],
+                                 None, r"the model needs \[3, 32\]"),
+    "adapter of another layer": (lambda p, f: ["--adapter-in", peft_folder(f, p / "in", None, lambda t: {
+        **t, f"{PREFIX}model.layers.2.self_attn.q_proj.lora_A.weight": np.zeros((2, 32), np.float32)})], None, "layer 2"),
+    "lr not a number": (lambda p, f: ["--lr", "fast"], None, "argument --lr: must be a positive number, got 'fast'"),
+    "lr as a word for infinity": (lambda p, f: ["--lr", "infinity"], None, "argument --lr: must be a positive number"),
+    "lr zero": (lambda p, f: ["--lr", "0"], None, "argument --lr: must be a positive number"),
+    "lr negative": (lambda p, f: ["--lr", "-0.0001"], None, "argument --lr: must be a positive number"),
+    "lr nan": (lambda p, f: ["--lr", "nan"], None, "argument --lr: must be a positive number"),
+    "lr inf": (lambda p, f: ["--lr", "inf"], None, "argument --lr: must be a positive number"),
+    "adapter-out is adapter-in": (lambda p, f: ["--adapter-in", peft_folder(f, p / "out")], None, "is the --adapter-in folder"),
+    "log is the data": (lambda p, f: ["--log", p / "d.npy"], None, "would destroy the input"),
+    "rank against adapter-in": (lambda p, f: ["--adapter-in", peft_folder(f, p / "in"), "--lora-rank", "8"], None,
+                                "--lora-rank 8 disagrees with --adapter-in's 2"),
+    "seq-len one": (lambda p, f: ["--seq-len", "1"], None, "--seq-len must be at least 2"),
+    "sim backend": (lambda p, f: ["--backend", "sim"], None, "the sim backend computes no values"),
+    "steps zero": (lambda p, f: ["--steps", "0"], None, "--steps must be a positive integer"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_cli_bad_input_is_one_line_and_writes_nothing(folder, tmp_path, capsys, reference_engine, case):
+    extra, make_data, message = BAD[case]
+    (make_data or (lambda p: np.save(p / "d.npy", rows_of(13, 3, 5))))(tmp_path)
+    data = next(p for p in tmp_path.iterdir() if p.suffix in (".npy", ".npz"))
+    flags = extra(tmp_path, folder)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    code, _, err = turnip(capsys, *base_args(folder, tmp_path, data), *flags)
+    assert code != 0
+    assert re.search(message, err), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    assert after == before  # no adapter, no log, nothing touched
+    assert not reference_engine or reference_engine[0].calls == 0
+
+
+def test_cli_stops_on_a_nan_loss_naming_the_step_and_keeps_the_last_good_adapter(folder, tmp_path, capsys, monkeypatch):
+    nan_at_step_2(monkeypatch, folder)
+    np.save(tmp_path / "d.npy", rows_of(14, 3, 6))
+    code, _, err = turnip(capsys, *base_args(folder, tmp_path, tmp_path / "d.npy"), "--lr", 1e-2, "--log", tmp_path / "log.csv")
+    assert code == 1
+    line = f"the loss is nan at step 2: stopped, keeping the adapter after step 1 (written to {tmp_path / 'out'})"
+    assert err.strip().splitlines() == [f"turnip finetune: error: {line}"]
+    with session_for(folder, "torch") as session:
+        one = finetune(session, rows_of(14, 3, 6), 1, lr=1e-2, engine=TorchReferenceEngine(folder, LoraSettings()))
+        kept, state = Adapter.read(tmp_path / "out", session.config)
+    for name, tensor in one.adapter.tensors.items():
+        np.testing.assert_array_equal(kept.tensors[name], tensor)
+    assert state.adam.step == 1
+    assert len((tmp_path / "log.csv").read_text().splitlines()) == 2  # the header and step 1
+
+
+def test_cli_help_names_every_flag_of_the_issue(capsys):
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--weights", "--config", "--data", "--steps", "--memory", "--adapter-out", "--adapter-in", "--lora-rank",
+                 "--lora-alpha", "--lora-targets", "--lr", "--weight-decay", "--warmup-steps", "--batch", "--grad-accum",
+                 "--seq-len", "--backend", "--gpus", "--order", "--seed", "--dtype", "--log"):
+        assert flag in text

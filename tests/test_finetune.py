@@ -31,7 +31,7 @@ from frontend.workloads import llama
 import turnip.finetune as driver
 from turnip import Session
 from turnip.finetune import TrainingStopped, finetune
-from turnip.lora import CONFIG_FILE, PREFIX, PROJECTIONS, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
+from turnip.lora import CONFIG_FILE, PREFIX, PROJECTIONS, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings, MergedWeights
 from turnip.optimizer import AdamState, AdamW, LossScaler, TrainingState, warmup_lr
 from turnip.training_data import TrainingData, read_examples
 from turnip_cli.main import main
@@ -374,6 +374,25 @@ def test_turnip_reads_what_peft_trained_and_wrote(folder, tmp_path):
         assert any(np.abs(t).max() > 0 for n, t in adapter.tensors.items() if "lora_B" in n)  # trained: B moved
         result = finetune(session, rows_of(8, 2, 6), 1, adapter=tmp_path / "peft", engine=engine_for(folder, "torch", adapter.settings))
     assert result.state.adam.step == 1 and result.adapter.settings == adapter.settings
+
+
+def test_merged_weights_run_the_model_with_a_peft_adapter(folder, tmp_path):
+    """A prefill over the weights with an adapter peft trained merged in: the hidden states of peft's model
+    with that adapter (float64), on the cpu backend under a budget that offloads."""
+    settings = LoraSettings(2, 6, ("q_proj", "o_proj", "up_proj"))
+    start = peft_start(folder, tmp_path / "peft", settings)
+    ids = rows_of(16, 1, 11)[0]
+    model = peft.PeftModel.from_pretrained(base_model(folder), str(start))
+    with torch.no_grad():
+        theirs = model.base_model.model.model(input_ids=torch.from_numpy(ids)[None]).last_hidden_state[0].numpy()
+        plain = base_model(folder).model(input_ids=torch.from_numpy(ids)[None]).last_hidden_state[0].numpy()
+    config = llama.load_config(str(folder))
+    adapter, _ = Adapter.read(start, config)
+    weights = MergedWeights(llama.CheckpointWeights(folder, config), adapter)
+    with Session(config=config, weights=weights, memory=BUDGET, backend="cpu", order="random") as session:
+        hidden = session.prefill(ids)
+    np.testing.assert_allclose(hidden, theirs, rtol=0, atol=2e-5)  # float32 compute
+    assert np.abs(theirs - plain).max() > 1e-2  # the adapter matters
 
 
 @pytest.mark.parametrize("change, message", [

@@ -16,7 +16,8 @@ that a later run goes on where this one stopped. An adapter PEFT wrote (after it
 state: a run from it starts AdamW afresh. Its targets are read from the tensors (a `target_modules` list
 must name projections the model has; a string, a pattern to PEFT, is not read); what this LoRA cannot
 express (DoRA, rsLoRA, biases, per-module ranks, layer subsets, modules_to_save) is refused in one line
-naming the field, as is a tensor the model has no place for or of another shape.
+naming the field, as is a tensor the model has no place for or of another shape. `MergedWeights` is a
+model's weights with an adapter merged in, for running the base model with it (prefill, generation).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,6 +150,37 @@ class Adapter:
         if state is not None:
             files.append((folder / STATE_FILE, state_contents(state, folder / STATE_FILE)))
         return files
+
+
+class MergedWeights(Mapping):
+    """A model's weights with an adapter merged in, as PEFT's `merge_and_unload` merges it: each targeted
+    projection W + (alpha / r) B A (summed in float32, float64 for a float64 W, then in W's dtype), every
+    other weight as the source gives it. A prefill or generation over these runs the base model with the
+    adapter and no change to its graph."""
+
+    def __init__(self, source: Mapping[str, np.ndarray], adapter: Adapter):
+        self.source, self.adapter = source, adapter
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        weight = self.source[name]
+        module = name.removesuffix(".weight")
+        a = self.adapter.tensors.get(f"{module}.lora_A.weight")
+        if a is None:
+            return weight
+        weight = np.asarray(weight)
+        wide = np.float64 if weight.dtype == np.float64 else np.float32
+        b = self.adapter.tensors[f"{module}.lora_B.weight"]
+        delta = wide(self.adapter.settings.scaling) * (b.astype(wide) @ a.astype(wide))
+        return (weight.astype(wide) + delta).astype(weight.dtype)
+
+    def __contains__(self, name) -> bool:
+        return name in self.source
+
+    def __iter__(self):
+        return iter(self.source)
+
+    def __len__(self) -> int:
+        return len(self.source)
 
 
 def _config_doc(path: Path) -> dict:

@@ -619,6 +619,8 @@ BAD = {
                                 "--lora-rank 8 disagrees with --adapter-in's 2"),
     "seq-len one": (lambda p, f: ["--seq-len", "1"], None, "--seq-len must be at least 2"),
     "sim backend": (lambda p, f: ["--backend", "sim"], None, "the sim backend computes no values"),
+    "adapter-out in a missing folder": (lambda p, f: ["--adapter-out", p / "no" / "out"], None, "its folder does not exist"),
+    "adapter-out a file": (lambda p, f: ["--adapter-out", p / "d.npy"], None, "is a file; it must be a folder"),
     "steps zero": (lambda p, f: ["--steps", "0"], None, "--steps must be a positive integer"),
 }
 
@@ -638,6 +640,15 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(folder, tmp_path, capsys, 
     after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
     assert after == before  # no adapter, no log, nothing touched
     assert not reference_engine or reference_engine[0].calls == 0
+
+
+def test_cli_text_needs_a_folders_tokenizer(tmp_path, capsys, reference_engine):
+    (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n')
+    code, _, err = turnip(capsys, "--config", "tiny", "--data", tmp_path / "d.jsonl", "--steps", 1, "--memory", "1MiB", "--backend", "cpu",
+                          "--adapter-out", tmp_path / "out")
+    assert code == 1 and err.count("\n") == 1
+    assert f"data '{tmp_path / 'd.jsonl'}': text needs the tokenizer of a weights folder" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_stops_on_a_nan_loss_naming_the_step_and_keeps_the_last_good_adapter(folder, tmp_path, capsys, monkeypatch):

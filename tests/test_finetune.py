@@ -395,6 +395,22 @@ def test_merged_weights_run_the_model_with_a_peft_adapter(folder, tmp_path):
     assert np.abs(theirs - plain).max() > 1e-2  # the adapter matters
 
 
+def test_an_adapter_folder_without_what_peft_defaults(folder, tmp_path):
+    """target_modules as module paths, r and lora_alpha missing (PEFT's 8 and 8); a folder saved again
+    without a state loses the stale one."""
+    with session_for(folder, "torch") as session:
+        config = session.config
+    adapter = random_adapter(config, LoraSettings(8, 8, ("q_proj",)), 3)
+    adapter.save(tmp_path / "a", TrainingState())
+    doc = json.loads((tmp_path / "a" / CONFIG_FILE).read_text())
+    del doc["r"], doc["lora_alpha"]
+    (tmp_path / "a" / CONFIG_FILE).write_text(json.dumps({**doc, "target_modules": ["model.layers.0.self_attn.q_proj", "q_proj"]}))
+    read, state = Adapter.read(tmp_path / "a", config)
+    assert read.settings == LoraSettings(8, 8, ("q_proj",)) and state is not None
+    read.save(tmp_path / "a")
+    assert not (tmp_path / "a" / STATE_FILE).exists()
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda doc, t: ({**doc, "target_modules": ["q_proj", "c_attn"]}, t), "targets 'c_attn', which the model lacks"),
     (lambda doc, t: (doc, {**t, f"{PREFIX}model.layers.5.self_attn.q_proj.lora_A.weight": np.zeros((4, 32), np.float32)}),
@@ -406,6 +422,7 @@ def test_merged_weights_run_the_model_with_a_peft_adapter(folder, tmp_path):
     (lambda doc, t: (doc, {k: v for k, v in t.items() if "layers.1.mlp" not in k}), "has no tensor .*layers.1.mlp.down_proj.lora_A"),
     (lambda doc, t: ({**doc, "use_dora": True}, t), "use_dora true is not supported"),
     (lambda doc, t: ({**doc, "peft_type": "IA3"}, t), "only LORA adapters"),
+    (lambda doc, t: ({**doc, "target_modules": ["q_proj", "v_proj"]}, t), "tensor .*down_proj.* is of none of its target_modules"),
 ])
 def test_adapters_the_model_cannot_take_are_refused_in_one_line(folder, tmp_path, change, message):
     from safetensors.numpy import load_file, save_file

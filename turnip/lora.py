@@ -135,7 +135,10 @@ class Adapter:
     def save(self, folder: str | Path, state: TrainingState | None = None) -> list[Path]:
         """Write the adapter folder (made if missing), with `state` beside it: every file or none."""
         Path(folder).mkdir(exist_ok=True)
-        return write_all(self.files(folder, state))
+        written = write_all(self.files(folder, state))
+        if state is None:
+            (Path(folder) / STATE_FILE).unlink(missing_ok=True)  # an earlier run's state is not this adapter's
+        return written
 
     def files(self, folder: str | Path, state: TrainingState | None = None) -> list[tuple[Path, Contents]]:
         """The folder's files (module docstring) as (path, contents), for `write_all` (the folder must exist)."""
@@ -209,8 +212,9 @@ def _unprefixed(key: str, folder: Path) -> str:
 
 
 def _settings(doc: dict, names: dict[str, str], config: LlamaConfig, folder: Path) -> LoraSettings:
-    """The adapter's rank, alpha and targets (a target_modules list, else the projections the tensors hold),
-    each target and layer one the model has."""
+    """The adapter's rank and alpha (PEFT's defaults, 8 and 8, where the config has none) and targets (a
+    target_modules list, names or module paths ending in one, else the projections the tensors hold), each
+    target and layer one the model has, and no tensor of another target."""
     found = {}
     for name, key in names.items():
         layer, target = KEY.fullmatch(name).groups()
@@ -220,13 +224,17 @@ def _settings(doc: dict, names: dict[str, str], config: LlamaConfig, folder: Pat
                              f"({config.num_hidden_layers} layers of {', '.join(PROJECTIONS)})")
         found.setdefault(target, key)
     listed = doc.get("target_modules")
-    if isinstance(listed, list):
-        lacking = [t for t in listed if t not in PROJECTIONS]
+    targets = tuple(found)
+    if isinstance(listed, list) and listed:
+        targets = tuple(str(t).rsplit(".", 1)[-1] for t in listed)
+        lacking = [t for t in targets if t not in PROJECTIONS]
         if lacking:
-            raise InputError(f"adapter '{folder}' targets '{lacking[0]}', which the model lacks (it has {', '.join(PROJECTIONS)})")
-    targets = tuple(listed) if isinstance(listed, list) and listed else tuple(found)
+            raise InputError(f"adapter '{folder}' targets '{lacking[0]}', which the model lacks (its projections: {', '.join(PROJECTIONS)})")
+        extra = [key for target, key in found.items() if target not in targets]
+        if extra:
+            raise InputError(f"adapter '{folder}': tensor '{extra[0]}' is of none of its target_modules ({', '.join(listed)})")
     try:
-        return LoraSettings(doc.get("r"), doc.get("lora_alpha"), targets)
+        return LoraSettings(doc.get("r", 8), doc.get("lora_alpha", 8), targets)
     except InputError as err:
         raise InputError(f"adapter '{folder}': {err}") from None
 
@@ -259,6 +267,8 @@ def read_state(path: Path, adapter: Adapter) -> TrainingState:
     for moments, kind in ((adam.exp_avg, "exp_avg"), (adam.exp_avg_sq, "exp_avg_sq")):
         for name, tensor in adapter.tensors.items():
             key = f"{kind}.{name}"
+            if key not in stored and adam.step == 0:
+                continue  # no update made yet: no moments
             if key not in stored:
                 raise InputError(f"optimizer state '{path}' has no '{key}': it is not the state of this adapter")
             moments[name] = np.array(stored.get(key, np.float32, shape=tensor.shape))

@@ -46,19 +46,18 @@ class GradientEngine(Protocol):
         ...
 
 
-@dataclass
 class RunCosts:
-    """What the engine's runs cost (the session's `_run` adds to these)."""
+    """What the engine's runs cost, as the session's `_run` counts it into a stats object (compiles and
+    their seconds, cache hits, bytes offloaded and reloaded, the arena's peak, ...). Every counter starts
+    at 0, so the session may count more than a summary reads."""
 
-    compile_seconds: float = 0.0
-    compiles: int = 0
-    cache_hits: int = 0
-    plans_read: int = 0
-    bytes_offloaded: int = 0
-    bytes_reloaded: int = 0
-    bytes_placed: int = 0
-    bytes_staged: int = 0
-    peak_arena: int = 0
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return 0
+
+    def __repr__(self) -> str:
+        return f"RunCosts({vars(self)})"
 
 
 @dataclass

@@ -19,7 +19,8 @@ a file's bytes are never echoed. Headers are checked as the format specifies: ea
 its dtype and shape, and sorted by offset the ranges tile the data section with no overlap, gap or
 trailing bytes. A folder's files and an index's shards follow the model folder rule
 (frontend/model_folder.py): inside the folder, or in its Hugging Face cache repository's blobs.
-`save_file` and `save_sharded` write the format, for tests and for converting random weights.
+`save_file` and `save_sharded` write the format, for tests and for converting random weights; `file_contents`
+is what `save_file` writes, for a caller writing several files together (a LoRA adapter folder).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ import json
 import math
 import mmap
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import ml_dtypes
 import numpy as np
@@ -406,6 +408,19 @@ def save_file(
     float16, bfloat16 (ml_dtypes), float32, float64, int32 and int64 arrays are stored as such; names in
     `bfloat16` (float arrays, rounded to float32 first) are stored as BF16, rounded to nearest even.
     """
+    write, size = file_contents(tensors, path, metadata, bfloat16)
+    atomic_write(path, write)
+    return size
+
+
+def file_contents(
+    tensors: Mapping[str, np.ndarray],
+    path: str | Path,
+    metadata: Mapping[str, str] | None = None,
+    bfloat16: tuple[str, ...] = (),
+) -> tuple[Callable[[BinaryIO], None], int]:
+    """What `save_file` writes to `path`, as a function writing it into a file handle (for
+    turnip_ir/files.py `write_all`, with other files), and the data bytes."""
     target = Path(path)
     header: dict = {"__metadata__": dict(metadata)} if metadata else {}
     if metadata and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
@@ -419,8 +434,14 @@ def save_file(
         offset += data.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # keep the data 8-byte aligned, as the reference writer does
-    _write(target, struct.pack("<Q", len(text)) + text, blobs)
-    return offset
+    head = struct.pack("<Q", len(text)) + text
+
+    def write(handle: BinaryIO) -> None:
+        handle.write(head)
+        for blob in blobs:
+            handle.write(memoryview(blob.reshape(-1).view(np.uint8)))  # bytes: bfloat16 has no buffer format
+
+    return write, offset
 
 
 def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.ndarray]:
@@ -434,15 +455,6 @@ def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.
         known = ", ".join(FORMATS[c][0] for c in CODES.values())
         raise InputError(f"tensor {quoted(name)} for '{target}': dtype {array.dtype} cannot be stored (use {known})")
     return code, array.astype(FORMATS[code][1], order="C", copy=False)  # keeps a 0-d array 0-d
-
-
-def _write(target: Path, head: bytes, blobs: list[np.ndarray]) -> None:
-    def write(handle) -> None:
-        handle.write(head)
-        for blob in blobs:
-            handle.write(memoryview(blob.reshape(-1).view(np.uint8)))  # bytes: bfloat16 has no buffer format
-
-    atomic_write(target, write)
 
 
 def save_sharded(

@@ -61,6 +61,7 @@ from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
 from turnip.budget import naming_the_budget
+from turnip.finetune import FinetuneResult, finetune
 from turnip.host import HostMemory, Materialized
 from turnip.inputs import (FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
                            forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
@@ -353,6 +354,14 @@ class Session:
         first = [len(p) - 1 for p in prompts]
         graphs = [self._prefill_graph(tuple(first[b] for b in chunk)).graph for chunk in self._prefill_chunks(prompts)] if prefills else []
         return [*graphs, self._step(first).graph, self._step([n + steps - 1 for n in first]).graph]
+
+    def finetune(self, data, steps: int, **options) -> FinetuneResult:
+        """`steps` LoRA fine-tuning steps of the model over `data` under the session's budget, on its backend:
+        the per-step losses (`FinetuneResult.losses`) and the adapter (`.adapter`, with `.files(folder, .state)`
+        for a PEFT folder). The data, the adapter to start from and the optimizer's options are turnip/finetune.py
+        `finetune`'s keywords (lr, weight_decay, warmup_steps, batch, grad_accum, seq_len, rank, alpha, targets, ...)."""
+        self._check_open()
+        return finetune(self, data, steps, **options)
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
                        rng, stop_at_eos: bool, max_new_tokens: int, on_step=None) -> None:

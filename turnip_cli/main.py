@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "build": ("turnip_cli.build_cmd", "write a workload's taskgraph (matmul, ffn, llama)"),
     "llama": ("turnip_cli.llama_cmd", "LLaMA prefill under a memory budget: weights and token ids to hidden states"),
     "generate": ("turnip_cli.generate_cmd", "LLaMA generation under a memory budget: prompts to new tokens"),
+    "finetune": ("turnip_cli.finetune_cmd", "LoRA fine-tuning of a LLaMA model under a memory budget: data to a PEFT adapter"),
 }
 
 

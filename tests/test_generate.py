@@ -288,6 +288,9 @@ def test_a_session_keeps_one_backend_and_a_failed_run_leaves_it_usable(monkeypat
         assert (second.tokens == first.tokens).all()
         with monkeypatch.context() as patch:
             _fail_swiglu(patch, backend)
+            if backend == "cuda":  # the backend keeps the works it built: have it build them again, with the failing one
+                machine.loaded.clear()
+                machine.views = None
             with pytest.raises(KernelError, match="failed: RuntimeError: injected"):
                 session.generate(prompts, new)
         assert session._machine is None
@@ -675,3 +678,18 @@ def test_a_session_takes_the_units_the_cli_takes_and_a_list_of_ids_as_one_prompt
         assert (session.generate(np.array([1, 2, 3]), 2).tokens == one.tokens).all()
     with pytest.raises(InputError, match="^memory size '4 parsecs' must be bytes or a number with KiB"):
         Session(config="tiny", memory="4 parsecs", backend="cpu")
+
+
+def test_a_later_call_reuses_the_cache_bytes_of_an_earlier_one_and_its_tokens_are_its_own():
+    """A call's KV cache lives in the session's lasting host memory: a later call that fits takes the same
+    bytes (page-locking them again would cost seconds on cuda), laid out for its own shape, and its tokens
+    are those of a fresh session (the earlier call's rows, now in other places, are never read)."""
+    long, short = [np.arange(1, 40), np.arange(50, 70), np.arange(90, 95)], [np.arange(5, 12), np.array([3])]
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as fresh:
+        expected = fresh.generate(short, 4).tokens
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        session.generate(long, 4)
+        first = {key: buffer.ctypes.data for key, buffer in session.host._lasting.items()}
+        again = session.generate(short, 4)
+        assert {key: buffer.ctypes.data for key, buffer in session.host._lasting.items()} == first
+    assert (again.tokens == expected).all()

@@ -117,3 +117,24 @@ def test_process_memory_keeps_the_peak_since_reset_and_says_nothing_without_the_
     assert not blind.available and blind.peak() == [None]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     assert [process_memory._nvml_index(d) for d in (0, 1)] == [3, 1]
+
+
+def test_a_second_call_of_the_same_shapes_loads_no_plan_again(small_config, monkeypatch):
+    """The backend keeps the plans it loaded (views, storage, built works): a session's second call of the
+    same shapes, which goes back and forth between its prefill and its decode plans, builds no vertex's
+    work again, and gives the same tokens."""
+    if not _simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    from runtime.backends.cuda import CudaBackend
+
+    built = []
+    build = CudaBackend._build
+    monkeypatch.setattr(CudaBackend, "_build", lambda self, graph, vertex: built.append(vertex) or build(self, graph, vertex))
+    prompts = [np.arange(1, 6), np.arange(7, 10)]
+    with Session(config=small_config, memory=(1 << 20) + CUDA_RESERVE + (16 << 20), backend="cuda", kv_block=4) as session:
+        first = session.generate(prompts, 3)  # the cache crosses a column: two decode plans beside the prefill's
+        assert first.compiles == 3 and built
+        built.clear()
+        second = session.generate(prompts, 3)
+        assert built == [] and session.backends_built == 1
+    assert (second.tokens == first.tokens).all()

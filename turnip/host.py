@@ -16,6 +16,8 @@ class HostMemory:
 
     def __init__(self, backend: str):
         self.pinned = backend == "cuda"
+        self._lasting: dict = {}
+        """`lasting`'s buffers by key."""
         self.mappings: dict = {}
         """Checkpoint files' maps page-locked in place (`take`), until `release`."""
         if self.pinned:
@@ -31,6 +33,18 @@ class HostMemory:
 
         count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return pinned_bytes(count)[:count].view(dtype).reshape(shape)
+
+    def lasting(self, key, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An uninitialised `shape` `dtype` array in this memory, kept under `key` until `release`: the bytes
+        last asked for under `key` when they are enough (a call's KV cache takes the last call's: page-locking
+        a 7b batch's 17 GB takes seconds), else new ones, the old dropped first."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        held = self._lasting.get(key)
+        if held is None or held.nbytes < count:
+            self._lasting.pop(key, None)
+            held = self._lasting[key] = self.empty((max(count, 1),), np.uint8)
+        return held[:count].view(dtype).reshape(shape)
 
     def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         if not self.pinned:
@@ -59,7 +73,9 @@ class HostMemory:
         return out
 
     def release(self) -> None:
-        """Drop the registrations of the checkpoint maps `take` page-locked (the session's weights are gone)."""
+        """Drop the `lasting` buffers and the registrations of the checkpoint maps `take` page-locked (the
+        session's weights and caches are gone)."""
+        self._lasting.clear()
         if self.pinned:
             self.mappings.release()
 

@@ -452,15 +452,17 @@ class Session:
         return built
 
     def _empty_cache(self, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
-        """The call's cache, holding nothing yet, with room for every prompt and `steps` more tokens. Its
-        rows are not zeroed: the prefill writes every row a step reads before it reads it (rows past a
-        sequence's length are never read). On the sim, only lengths (it computes no rows)."""
+        """The call's cache, holding nothing yet, with room for every prompt and `steps` more tokens, in the
+        session's lasting host memory (a later call reuses the bytes: `HostMemory.lasting`). Its rows are
+        not zeroed: the prefill writes every row a step reads before it reads it (rows past a sequence's
+        length are never read). On the sim, only lengths (it computes no rows)."""
         c = self.config
         capacity = max(len(p) for p in prompts) - 1 + steps
         if not computed:
             return KvCache(c.num_hidden_layers, len(prompts), 0, self.kv_block, capacity, c.dtype)
+        buffers = iter(range(2 * c.num_hidden_layers))  # the cache's buffers, in the order KvCache makes them
         return KvCache(c.num_hidden_layers, len(prompts), c.num_key_value_heads * c.head_dim, self.kv_block, capacity, c.dtype,
-                       self.host.empty)
+                       lambda shape, dtype: self.host.lasting(("kv", next(buffers)), shape, dtype))
 
     def _new_cache(self, caches: list, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
         """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import contextlib
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 import numpy as np
 
@@ -52,6 +52,10 @@ from runtime.backends.cuda.services import KernelServices
 from runtime.graph import ExecGraph, Lane
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.units import format_size
+
+
+LOADED_PLANS = 4
+"""Plans a backend keeps loaded besides the current one (a session's prefill and its decode steps' plans)."""
 
 
 class CudaBackend(Backend):
@@ -98,6 +102,8 @@ class CudaBackend(Backend):
         self.instead: dict = {}
         """Vertex -> its work for this run in place of its built one: a copy limited to some leading rows
         (`limit_copies`), an offload that also writes an output's pieces (`output_targets`)."""
+        self.loaded: OrderedDict = OrderedDict()
+        """Memgraph -> (views, works) of the plans loaded before the current one (`_keep_loaded`)."""
         self.early: dict = {}
         """Vertex -> the work copying its output back right after it (`TensorViews.aim`)."""
         self.deps: list[list[int]] = []
@@ -131,7 +137,10 @@ class CudaBackend(Backend):
             if misfit:
                 raise InputError(f"memgraph does not fit the prepared cuda backend: {misfit}")
             if self.views is None or self.views.graph.memgraph is not memgraph:  # the same plan again: same scratch
+                scratch = self.devices.scratch_bytes
                 self.devices.grow_scratch(scratch_per_lane(memgraph.nodes, self.attention))
+                if self.devices.scratch_bytes != scratch:  # the loaded plans' works hold the old workspace's views
+                    self.loaded.clear()
             self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
         self._load(graph, inputs, keep)
         self.stats["prepare_s"] = time.perf_counter() - began
@@ -163,6 +172,12 @@ class CudaBackend(Backend):
         self.graph = graph
         stamps = [time.perf_counter()]
         same = self.views is not None and self.views.graph.memgraph is graph.memgraph and self.views.bound_to(inputs)
+        if not same and self.views is not None:
+            self._keep_loaded()
+            earlier = self.loaded.pop(graph.memgraph, None)  # a plan loaded before: its views, storage and works
+            if earlier is not None and earlier[0].bound_to(inputs):
+                self.views, self.work = earlier
+                same = True
         if same:
             self.views.graph = graph  # the same plan again: its views and storage stay
             stamps.append(time.perf_counter())
@@ -213,6 +228,17 @@ class CudaBackend(Backend):
         self.views.issued = set()
         if same:  # where a run of the same plan again spends its load
             self.stats["rerun_steps"] = {"bind": stamps[1] - stamps[0], "clock and place": stamps[2] - stamps[1], "rest": time.perf_counter() - stamps[-1]}
+
+    def _keep_loaded(self) -> None:
+        """Keep the plan loaded now (its views, pinned storage and built works) among the last LOADED_PLANS,
+        so a session that goes back to it (a call's prefill, then its decode steps, then the next call's
+        prefill) loads nothing again; the oldest goes first. Their storage shares the pinned chunks a new
+        load reuses: a plan's storage holds nothing another run needs (its inputs are placed each run but
+        those residency finds in place)."""
+        self.loaded[self.views.graph.memgraph] = (self.views, self.work)
+        self.loaded.move_to_end(self.views.graph.memgraph)
+        while len(self.loaded) > LOADED_PLANS:
+            self.loaded.popitem(last=False)
 
     def _start_clock(self, graph: ExecGraph) -> None:
         """Time 0 of the run on every GPU, recorded on its first stream (the GPUs must be idle)."""
@@ -428,6 +454,7 @@ class CudaBackend(Backend):
         # numba defers a free it is told of later until a threshold of pending bytes, which a dropped
         # backend's arena alone never reaches (a session's three backends held 12.45 GiB under 4 GiB)
         self.work, self.views, self.early, self.instead = [], None, {}, {}
+        self.loaded.clear()
         self.mappings.release()
         if self.devices is not None:
             self.devices.drop_memory()

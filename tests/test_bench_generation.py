@@ -2,7 +2,7 @@
 issue 44 cannot rot: every stage runs and records its figures, the hand-written prefill is checked (and the check
 fails on a wrong prefill), the session's greedy tokens equal the hand run's, the command runs as a child three
 times with its summary read, and the budget verdicts follow the device memory a stand-in nvidia-smi reports
-(peak <= budget + the probe's context)."""
+(peak <= budget + the probe's context), through bench/gpu_check.py's memory section too, which fails loudly."""
 
 from __future__ import annotations
 
@@ -128,6 +128,18 @@ def test_the_command_and_the_budget_stages_follow_the_sampled_device_memory(tmp_
     assert table_row(done.stdout, "budget: llama 24 at 1MiB").endswith("| NO |")
     assert table_row(done.stdout, "budget: command (warm)").endswith("| yes |")
     assert not any(Path(run["command"].split()[3]).parent.exists() for run in runs.values())  # --quick's folder is removed
+
+
+@pytest.mark.slow  # three fresh processes
+def test_gpu_checks_memory_section_fails_loudly_above_budget_and_context(tmp_path):
+    env = {**fake_nvidia_smi(tmp_path, generate=5000, llama=50, context=100), "OUT": str(tmp_path / "out")}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--no-tests", "--sections", "memory",
+                           "--memory-options=--quick"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    failed = [line for line in done.stdout.splitlines() if line.startswith("MEMORY CHECK FAILED")]
+    assert failed and all("budget: generate" in line for line in failed), done.stdout[-2000:]
+    checks = json.loads((tmp_path / "out" / "memory.json").read_text())["stages"]["budget"]["checks"]
+    assert {name: check["met"] for name, check in checks.items()} == {"generate": False, "llama 24 at 1MiB": True}
 
 
 def test_nvidia_smis_listing_is_read_line_by_line():

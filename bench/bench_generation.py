@@ -437,20 +437,29 @@ def stage_session(bench: Bench, out: dict) -> None:
     calls = {"main": (*shape_of(args.shape), args.new_tokens), "wide": (*shape_of(args.wide), args.wide_new_tokens)}
     with open_session(bench) as session:
         for name, (batch, prompt, steps) in calls.items():
-            if bench.past_limit():
-                out[name] = {"skipped": f"past the time limit ({args.time_limit:.0f} s)"}
-                continue
-            result = session.generate(list(bench.prompts(batch, prompt)), steps)
-            out[name] = {"batch": batch, "prompt": prompt, "new_tokens": steps, **call_figures(result, session)}
-            print(f"session {batch}x{prompt}: prefill {result.prefill_seconds:.3f} s, steady {result.steady_step_seconds * 1e3:.1f} ms, "
-                  f"call {result.call_seconds:.2f} s, backends {session.backends_built}", flush=True)
+            out[name] = attempt(bench, lambda: session_call(bench, session, batch, prompt, steps))  # a failed call leaves the session usable
             bench.save()
         attention = session.attention
+    out["llama"] = attempt(bench, lambda: llama_prefill(bench, args.llama_tokens, attention))  # after the session is closed: one backend at a time
+
+
+def session_call(bench: Bench, session, batch: int, prompt: int, steps: int) -> dict:
+    result = session.generate(list(bench.prompts(batch, prompt)), steps)
+    print(f"session {batch}x{prompt}: prefill {result.prefill_seconds:.3f} s, steady {result.steady_step_seconds * 1e3:.1f} ms, "
+          f"call {result.call_seconds:.2f} s, backends {session.backends_built}", flush=True)
+    return {"batch": batch, "prompt": prompt, "new_tokens": steps, **call_figures(result, session)}
+
+
+def attempt(bench: Bench, run) -> dict:
+    """`run()`'s figures, or why there are none (past the time limit, or its error in one line)."""
     if bench.past_limit():
-        out["llama"] = {"skipped": f"past the time limit ({args.time_limit:.0f} s)"}
-        return
-    out["llama"] = llama_prefill(bench, args.llama_tokens, attention)  # after the session is closed: one prepared backend at a time
-    print(f"turnip llama {args.llama_tokens}: {out['llama']['run_s']:.3f} s", flush=True)
+        return {"skipped": f"past the time limit ({bench.args.time_limit:.0f} s)"}
+    try:
+        got = run()
+    except Exception as err:  # a benchmark records a failing part and goes on with the others
+        got = {"error": f"{type(err).__name__}: {err}".splitlines()[0][:300], "traceback": traceback.format_exc()}
+        print(f"failed: {got['error']}", flush=True)
+    return got
 
 
 def llama_prefill(bench: Bench, tokens: int, attention: str) -> dict:
@@ -479,6 +488,7 @@ def llama_prefill(bench: Bench, tokens: int, attention: str) -> dict:
             runs.append(execute(memgraph, backend=machine, inputs=inputs, verify=False, close=False).summary.wall_time)
     finally:
         machine.close()
+    print(f"turnip llama {tokens}: {runs[0]:.3f} s", flush=True)
     return {"tokens": tokens, "run_s": runs[0], "runs_s": runs, "compile_s": compiled, "attention": attention}
 
 
@@ -813,13 +823,15 @@ def session_rows(stages: dict, budget: int) -> list[list[str]]:
         rows.append(["  first token s / steady ms / first step ms / call s", f"{main['first_token_s']:.2f} / {main['steady_step_s'] * 1e3:.1f} / "
                      f"{main['first_step_s'] * 1e3:.1f} / {main['call_s']:.2f}", "", ""])
         rows.append(peak_row("  device peak (NVML)", main, budget))
-    if "prefill_s" in wide:
-        rows.append(ratio_row(f"session {wide['batch']}x{wide['prompt']} prefill (s)", wide["prefill_s"], 1, ref.get("run_s"), TARGETS["wide"],
-                              f"turnip llama {ref.get('tokens', '')}"))
     if "tokens" in main and "tokens" in hand:
         same = np.mean(np.asarray(main["tokens"]) == np.asarray(hand["tokens"]))
         rows.append(["  its tokens equal to the hand run's (greedy; fp16 near ties may differ)", f"{same:.0%}", "", ""])
+    if "prefill_s" in wide:
+        rows.append(ratio_row(f"session {wide['batch']}x{wide['prompt']} prefill (s)", wide["prefill_s"], 1, ref.get("run_s"), TARGETS["wide"],
+                              f"turnip llama {ref.get('tokens', '')}"))
     built = [call["backends_built"] for call in (main, wide) if "backends_built" in call]
+    rows += [[f"session {name}", part.get("error") or part["skipped"], "", "NO" if "error" in part else "-"]
+             for name, part in session.items() if isinstance(part, dict) and ("error" in part or "skipped" in part)]
     if built:
         rows.append(["session backends built", str(built[-1]), "1", "yes" if built[-1] == 1 else "NO"])
     return rows

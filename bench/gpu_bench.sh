@@ -71,7 +71,12 @@
 # attention on one stream per GPU: the GPU tests of the torch providers, the llama prefill and the memory promise, then
 # library_probe.py for torch-cudnn at 1 and 3 lanes, blocks of 2048 and 4096), streamab (torch's attention on the GPU's
 # one stream against each lane's own, TURNIP_ATTENTION_STREAM=gpu|lane: 8k at 2 GiB twice each in turn, 32k at 1 GiB in
-# halves once each; the JSON and logs in $OUT/streamab.tgz).
+# halves once each; the JSON and logs in $OUT/streamab.tgz),
+# generation (issue 44: bench/bench_generation.py, every stage: the hand-written streaming prefill checked and timed with
+# the streaming decoder, the session's 16 x 2048 / 64 x 512 calls and `turnip llama` 32k, batch 1 at 8k against the weight
+# floor, `turnip generate --weights` as a child three times, the budget check sampled by nvidia-smi; about 5-7 minutes,
+# nothing new after 390 s; the 7b folder stays in /tmp for a second call), generationquick (the same script on the tiny-gqa
+# config and small shapes on the GPU: every code path in a minute or two).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -248,6 +253,9 @@ for s in "$@"; do
              --systems turnip-nondet floor --json "$OUT/tight128k.json"
            stage loose128k 200 python3 bench/run.py llama --tokens 131072 --budgets 16 --repeats 1 --systems turnip-nondet floor \
              --json "$OUT/loose128k.json" ;;
+    generation) stage generation 480 python3 bench/bench_generation.py --time-limit 390 --json "$OUT/generation.json" ;;
+    generationquick) stage generationquick 240 python3 bench/bench_generation.py --quick --device cuda --time-limit 170 \
+             --json "$OUT/generationquick.json" ;;
     bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py
              stage bf16bench 105 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --dtype bfloat16 float16 \
              --systems turnip-nondet floor --json "$OUT/bf16.json" ;;

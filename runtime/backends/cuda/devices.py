@@ -17,7 +17,7 @@ from runtime import process_memory
 from runtime.backends.cuda import attention, builders
 from runtime.backends.cuda.compat import cuda
 from runtime.backends.cuda.driver import GpuDriver
-from runtime.backends.cuda.memory import Workspace, device_bytes
+from runtime.backends.cuda.memory import Workspace, device_bytes, give_back
 from runtime.graph import ExecGraph
 from turnip_ir.memgraph import MemNode
 
@@ -96,7 +96,10 @@ class DeviceSet:
         be idle: the old workspace is dropped first)."""
         if scratch <= self.scratch_bytes:
             return
+        for workspace in self.workspaces:  # freed before the larger ones are made: the budget holds throughout
+            give_back(workspace.buffer)
         self.workspaces = []
+        self.driver.collect(self.contexts)
         for device in range(self.devices):
             with self.driver.on(device):
                 self.workspaces.append(Workspace(self.compute, scratch))
@@ -121,6 +124,9 @@ class DeviceSet:
         return max(0, max(library, default=0))
 
     def drop_memory(self) -> None:
+        """Give the arenas and workspaces back (`memory.give_back`): the backend is closed, its views unused."""
+        for array in [*self.arenas, *(workspace.buffer for workspace in self.workspaces)]:
+            give_back(array)
         self.arenas, self.workspaces = [], []
 
     def release(self) -> None:

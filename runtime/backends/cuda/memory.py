@@ -26,6 +26,19 @@ def device_bytes(count: int):
     return cuda.device_array(max(count, 1), dtype=np.uint8)
 
 
+def give_back(array) -> None:
+    """Hand `array`'s device allocation (a `device_bytes`) to numba's deallocation queue now, whatever still
+    refers to it, for the driver to free at the next flush (`GpuDriver.collect`). For a closed backend's
+    arenas and workspaces, whose views nothing may use again: left to the last reference, numba learns of
+    the free only when that goes (a library's cache can keep one for the process's life), and then defers
+    it until a fifth of the GPU is pending, which a dropped 4 GiB arena never reaches. Nothing under the
+    simulator, whose arrays are host memory."""
+    pointer = getattr(array, "gpu_data", None)
+    finalizer = getattr(pointer, "_finalizer", None)
+    if getattr(pointer, "is_managed", False) and finalizer is not None and finalizer.alive:
+        pointer.free()
+
+
 PINNING_ENV = "TURNIP_PINNING"
 """`register` (the default): large pinned buffers are anonymous memory on transparent huge pages, touched
 by threads and registered with the driver; `alloc`: every buffer from cuMemHostAlloc."""

@@ -3,18 +3,21 @@
 The step runs every token, so its graph is a performance contract: the same kernels with the same
 attributes on the same GPUs, the same operand and result shapes, as many tasks and inputs, moves only where
 they were, and the same wiring (each task's operands the same tasks, the inputs by their ids, which the
-session and the KV cache feed). tests/decode_reference.py keeps the builder as the oracle. The compiled
-plans of both, at budgets from roomy down to the smallest that compiles, have the same makespan in the sim.
+session and the KV cache feed), the tasks in the same order. tests/decode_reference.py keeps the builder as
+the oracle. The compiled plans of both, at budgets from roomy down to the smallest that compiles, have the
+same makespan in the sim.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from frontend.workloads import llama
 from frontend.workloads.llama.config import from_hf
+from frontend.workloads.llama.decode import head_blocks
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from runtime import execute
@@ -29,6 +32,7 @@ CONFIGS = {
     "llama, 4 layers, fp16": from_hf({**TINY, "num_hidden_layers": 4, "torch_dtype": "float16"}, "four"),
     "qwen2 bias, tied": from_hf({**TINY, "model_type": "qwen2", "tie_word_embeddings": True}, "qwen2"),
     "mistral window": from_hf({**TINY, "model_type": "mistral", "sliding_window": 7}, "mistral"),
+    "one head block": from_hf({**TINY, "hidden_size": 1024, "num_attention_heads": 8, "intermediate_size": 32}, "wide"),
 }
 STEPS = [  # (cache lengths, kv_block)
     ([0, 5, 3], 2),
@@ -45,15 +49,17 @@ def signatures(graph: TaskGraph) -> Counter:
                     node.shape, node.dtype, node.device, node.id in outputs) for node in nodes.values())
 
 
-def wiring(graph: TaskGraph, table: dict) -> Counter:
+def wiring(graph: TaskGraph, table: dict) -> list[int]:
     """Each task named by what it computes from the inputs (by id): its signature and its operands' names, interned
-    in `table` (shared by the graphs compared), so equal multisets mean equal graphs up to the tasks' own ids."""
+    in `table` (shared by the graphs compared), in the graph's order, inputs left out (they are created where
+    first read). Equal lists mean equal graphs up to the tasks' own ids, their tasks in the same order (the
+    order a plan's schedule follows)."""
     names: dict[str, int] = {}
     for node in graph.nodes.values():  # operands before their readers
         what = (node.op, tuple(sorted(node.attrs.items())), node.shape, node.dtype, node.device,
                 node.id if node.op == "input" else None, tuple(names[i] for i in node.inputs), node.id in graph.outputs)
         names[node.id] = table.setdefault(what, len(table))
-    return Counter(names.values())
+    return [names[node.id] for node in graph.nodes.values() if node.op != "input"]
 
 
 def makespans(graph: TaskGraph, budgets: list[int]) -> list[float]:
@@ -94,5 +100,20 @@ def test_the_7b_decode_step_is_the_hand_written_graph_and_plans_as_fast():
     step = llama.build_decode_step(config, lengths, gpus=2)
     want = reference_decode_graph(config, tuple(lengths), step.columns, 2, llama.KV_BLOCK)
     assert signatures(step.graph) == signatures(want)
+    table: dict = {}
+    assert wiring(step.graph, table) == wiring(want, table)
     budgets = [8 << 30, 4 << 30]
     assert makespans(step.graph, budgets) == makespans(want, budgets)
+
+
+def test_a_head_of_one_block_is_fed_whole_by_its_own_name():
+    """From hidden 1024 up the head's blocks are 8192 rows, so a vocabulary of 128 is one block: its input is
+    the head's own name, fed the whole head, and its output alone is the logits."""
+    config = CONFIGS["one head block"]
+    weights = llama.RandomWeights(config, 1)
+    step = llama.build_decode_step(config, [2], kv_block=4)
+    assert head_blocks(config) == [(0, 128)] and "lm_head.weight" in step.graph.nodes
+    cache = [[(np.zeros((2, 256), "float32"),) * 2] * config.num_hidden_layers]
+    inputs = step.feed(weights, np.zeros((1, 1024), "float32"), cache)
+    assert inputs["lm_head.weight"].shape == (128, 1024) and np.array_equal(inputs["lm_head.weight"], weights["lm_head.weight"])
+    assert step.logits({"logits": np.arange(128.0)[None]}).tolist() == [list(range(128))]

@@ -18,6 +18,8 @@ import pytest
 from frontend.workloads import llama
 from frontend.workloads.llama.config import from_hf
 from frontend.workloads.llama.decode import head_blocks
+from frontend.workloads.llama.graph import linear
+from frontend.workloads.llama.train import MODULES, LoraSpec, lora_projection
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from runtime import execute
@@ -117,3 +119,34 @@ def test_a_head_of_one_block_is_fed_whole_by_its_own_name():
     inputs = step.feed(weights, np.zeros((1, 1024), "float32"), cache)
     assert inputs["lm_head.weight"].shape == (128, 1024) and np.array_equal(inputs["lm_head.weight"], weights["lm_head.weight"])
     assert step.logits({"logits": np.arange(128.0)[None]}).tolist() == [list(range(128))]
+
+
+def test_adapters_lower_into_the_prefill_and_the_decode_step():
+    """A LoRA projection (training's) given to the prefill and to the step: the hidden states, the cache rows and the
+    logits equal those of the weights with each adapter merged in, W + (alpha / r) B A, on every projection."""
+    config = llama.load_config("tiny-gqa")
+    spec = LoraSpec(rank=4, alpha=8.0, targets=tuple(MODULES))
+    weights = dict(llama.RandomWeights(config, 2))
+    rng = np.random.default_rng(0)
+    adapters = {name: (0.1 * rng.standard_normal(shape)).astype("float32") for name, shape in spec.shapes(config).items()}
+    merged = dict(weights)
+    for name, a in adapters.items():
+        if name.endswith(".lora_A.weight"):
+            module = name.removesuffix(".lora_A.weight")
+            merged[module + ".weight"] = weights[module + ".weight"] + spec.scaling * adapters[module + ".lora_B.weight"] @ a
+    ids = np.array([3, 1, 4, 1, 5])
+    results = []
+    for values, projection in ((merged, linear), ({**weights, **adapters}, lora_projection(spec, config.dtype))):
+        prefill = llama.build_llama(config, 4, block=2, kv_outputs=True, projection=projection)
+        outputs = _run(prefill.graph, prefill.feed(values, ids[:4]))
+        cache = prefill.gather_kv(outputs)
+        step = llama.build_decode_step(config, [4], kv_block=2, projection=projection)
+        logits = step.logits(_run(step.graph, step.feed(values, llama.embed(values, ids[4:], config), [cache])))
+        results.append((prefill.gather(outputs), np.concatenate([np.concatenate(pair, axis=1) for pair in cache], axis=1), logits))
+    assert any(node.id.endswith("lora_b") for node in step.graph.nodes.values())
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _run(graph: TaskGraph, inputs: dict) -> dict:
+    return execute(compile_taskgraph(graph, 1 << 30), backend="cpu", inputs=inputs).outputs

@@ -39,6 +39,7 @@ from frontend.program import block_id
 from frontend.workloads.llama.config import LlamaConfig
 from frontend.workloads.llama.graph import (
     Attention,
+    Projection,
     _layer,
     default_vocab_block,
     linear,
@@ -210,9 +211,11 @@ def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray
     return np.cos(both), np.sin(both)
 
 
-def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: int = 1, kv_block: int = KV_BLOCK) -> DecodeStep:
+def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: int = 1, kv_block: int = KV_BLOCK,
+                      projection: Projection = linear) -> DecodeStep:
     """The decode step of len(cache_lengths) sequences, sequence b having cache_lengths[b] tokens cached:
-    the prefill's decoder layer (graph.py `_layer`) on one token block of B rows, attending over the cache."""
+    the prefill's decoder layer (graph.py `_layer`) on one token block of B rows, attending over the cache.
+    `projection` makes the layers' projections (`_layer`'s hook: a LoRA adapter's, fed by name with the weights)."""
     lengths = tuple(cache_lengths)
     if not lengths:
         raise InputError("decode step: the batch is empty")
@@ -228,7 +231,7 @@ def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: i
     kv: list[tuple[Blocked, Blocked]] = []
     for layer in range(config.num_hidden_layers):
         attend = cache_attention(config, layer, columns, int(kv_block), cached)
-        x = _layer(prog, config, x, rope, layer, plan(config, "layers", gpus, layer), kv, attention=attend)
+        x = _layer(prog, config, x, rope, layer, plan(config, "layers", gpus, layer), kv, projection=projection, attention=attend)
     norm = prog.input("model.norm.weight", (config.hidden_size,), dtype)
     h = prog.map("rmsnorm", x, norm, name="final_norm", signature="th,h->th", eps=config.rms_norm_eps, place=on(gpus - 1))
     rows = tuple(stop - start for start, stop in head_blocks(config))

@@ -218,16 +218,42 @@ class LlamaGraph:
         return pieces
 
 
+Projection = Callable[[Program, Blocked, str, Blocked, Placement], Blocked]
+"""`(prog, h, name, weight, place) -> h W^T` named `name`: how `_layer` projects (`linear`, or a
+training step's LoRA projection, frontend/workloads/llama/train.py)."""
+Attention = Callable[[Program, Blocked, Blocked, Blocked, str, Placement], Blocked]
+"""`(prog, q, k, v, name, place) -> the attention output` [tokens, heads x head_dim] named `name`: how
+`_layer` attends (`causal`, or a decode step's attention over its KV cache, frontend/workloads/llama/decode.py)."""
+
+
+def linear(prog: Program, h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
+    """h W^T against an [out, in] weight."""
+    return prog.einsum("ti,oi->to", h, w, name=name, place=place)
+
+
+def causal(config: LlamaConfig, sequences: tuple[int, ...] | None = None) -> Attention:
+    """Blocked causal attention among the tokens (a prefill's, a training step's), within mistral's window,
+    kept inside each of `sequences` (lengths of prompts packed end to end, or a batch side by side)."""
+
+    def attend(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, place: Placement) -> Blocked:
+        return prog.attention(q, k, v, name=name, heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
+                              place=place, window=config.sliding_window, sequences=sequences)
+
+    return attend
+
+
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
                 placement: str = "sequence", kv_outputs: bool = False, layer_order: str = "blocks",
-                query_group: int = 1, sequences: Sequence[int] | None = None, hidden: bool = True) -> LlamaGraph:
+                query_group: int = 1, sequences: Sequence[int] | None = None, hidden: bool = True,
+                projection: Projection = linear) -> LlamaGraph:
     """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs;
     with `kv_outputs`, each layer's k (after RoPE) and v blocks are outputs too (`LlamaGraph.gather_kv`).
     `layer_order` and `query_group` order the tasks inside a layer (the module's docstring); they change
     the plan a budget gets, not what is computed. `sequences` (positive lengths adding up to `tokens`)
     packs that many prompts end to end (the module's docstring); None is one sequence of `tokens`.
     `hidden=False` (with `kv_outputs`: a KV cache's prefill) leaves out the final hidden states and all the
-    last layer needs only for them (its q, attention, o and MLP, and the final norm).
+    last layer needs only for them (its q, attention, o and MLP, and the final norm). `projection` makes
+    the layers' projections (`_layer`'s hook: a LoRA adapter's, frontend/workloads/llama/train.py).
 
     A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
     block = default_block(config, tokens) if block is None else block
@@ -251,7 +277,7 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     last = config.num_hidden_layers - 1
     for layer in range(config.num_hidden_layers):
         prog.phase, prog.group = 2 * layer, query_group  # the MLP half: 2 * layer + 1 under `halves`
-        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves",
+        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves", projection,
                    attention=causal(config, None if sequences is None else lengths), kv_only=not hidden and layer == last)
     out = None
     if hidden:
@@ -274,30 +300,6 @@ def _sequences(sequences: Sequence[int] | None, tokens: int) -> tuple[int, ...]:
     if sum(lengths) != tokens:
         raise InputError(f"llama: sequences {list(lengths)} add up to {sum(lengths)} tokens, not {tokens}")
     return tuple(int(n) for n in lengths)
-
-
-Projection = Callable[[Program, Blocked, str, Blocked, Placement], Blocked]
-"""`(prog, h, name, weight, place) -> h W^T` named `name`: how `_layer` projects (`linear`, or a
-training step's LoRA projection, frontend/workloads/llama/train.py)."""
-Attention = Callable[[Program, Blocked, Blocked, Blocked, str, Placement], Blocked]
-"""`(prog, q, k, v, name, place) -> the attention output` [tokens, heads x head_dim] named `name`: how
-`_layer` attends (`causal`, or a decode step's attention over its KV cache, frontend/workloads/llama/decode.py)."""
-
-
-def linear(prog: Program, h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
-    """h W^T against an [out, in] weight."""
-    return prog.einsum("ti,oi->to", h, w, name=name, place=place)
-
-
-def causal(config: LlamaConfig, sequences: tuple[int, ...] | None = None) -> Attention:
-    """Blocked causal attention among the tokens (a prefill's, a training step's), within mistral's window,
-    kept inside each of `sequences` (lengths of prompts packed end to end, or a batch side by side)."""
-
-    def attend(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, place: Placement) -> Blocked:
-        return prog.attention(q, k, v, name=name, heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
-                              place=place, window=config.sliding_window, sequences=sequences)
-
-    return attend
 
 
 def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan,

@@ -222,7 +222,8 @@ def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: i
     for what, value, least in (("gpus", gpus, 1), ("kv_block", kv_block, 1), *((f"cache length {b}", n, 0) for b, n in enumerate(lengths))):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise InputError(f"decode step: {what} must be an integer >= {least}, got {value!r}")
-    columns = cache_columns(lengths, int(kv_block), config.sliding_window)
+    kv_block = int(kv_block)
+    columns = cache_columns(lengths, kv_block, config.sliding_window)
     prog = Program(gpus)
     batch, dtype = len(lengths), config.dtype
     rope = [prog.input(f"rope.{f}", (batch, config.head_dim), dtype, place=on(0)) for f in ("cos", "sin")]
@@ -230,7 +231,7 @@ def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: i
     x = prog.input("hidden", (batch, config.hidden_size), dtype, place=on(0))
     kv: list[tuple[Blocked, Blocked]] = []
     for layer in range(config.num_hidden_layers):
-        attend = cache_attention(config, layer, columns, int(kv_block), cached)
+        attend = cache_attention(config, layer, columns, kv_block, cached)
         x = _layer(prog, config, x, rope, layer, plan(config, "layers", gpus, layer), kv, projection=projection, attention=attend)
     norm = prog.input("model.norm.weight", (config.hidden_size,), dtype)
     h = prog.map("rmsnorm", x, norm, name="final_norm", signature="th,h->th", eps=config.rms_norm_eps, place=on(gpus - 1))
@@ -239,7 +240,7 @@ def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: i
     logits = linear(prog, h, "logits", head, given(lambda c: c["o"] % gpus))
     prog.output(logits)
     prog.taskgraph()
-    return DecodeStep(config, lengths, int(kv_block), prog, columns, kv, logits)
+    return DecodeStep(config, lengths, kv_block, prog, columns, kv, logits)
 
 
 def cache_attention(config: LlamaConfig, layer: int, columns: Sequence[tuple[int, int]], kv_block: int, lengths: Blocked) -> Attention:

@@ -6,6 +6,8 @@ causal attention as chains of (query block, key block) tasks below the diagonal 
 blocks its sliding window reaches), the o projection and the residual add; then RMSNorm, gate and up
 projections, SwiGLU, the down projection and the residual add. A final RMSNorm gives
 `LlamaModel(...).last_hidden_state[0]`. Activations are [tokens, features] with heads side by side.
+The layer (`_layer`) is the model's one description: the decode step (decode.py) and the training step
+(train.py) lower it too, through its hooks (how it attends, how it projects, which k and v it outputs).
 Tasks run layer by layer. Inside a layer (`layer_order`):
 - `blocks` (the default): token block by token block through the whole layer (`Program.order_by`), so
   only the k/v blocks later queries need stay live, not whole activations. Every block reads all nine
@@ -330,6 +332,7 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
 
     h = prog.map("rmsnorm", x, weight("input_layernorm.weight", (hidden,)), name=n + "attn_norm", signature="th,h->th",
                  eps=config.rms_norm_eps, place=where.local)
+
     def project_biased(which: str, width: int) -> Blocked:
         t = project(h, which, weight(f"self_attn.{which}_proj.weight", (width, hidden), (groups,)), where.split)
         if not config.qkv_bias:

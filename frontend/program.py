@@ -187,7 +187,8 @@ class Program:
         """A blockwise kernel: one task per block of the output letters, no reduction.
 
         `signature` names each operand's dimensions ('tn,td,td->tn'); without it the operands align on
-        their trailing dimensions with the first one's (numpy broadcasting of a weight vector)."""
+        their trailing dimensions with the first one's (numpy broadcasting of a weight vector). An output
+        letter no operand has (a packed partial's 'p' in 'tn,tk->tp') is one block, as long as the kernel makes it."""
         ins, out = parse_equation(signature, len(operands)) if signature else _trailing(operands)
         cut = self._letter_splits(name, ins, operands, {})
         for letter, split in cut.items():
@@ -196,7 +197,7 @@ class Program:
         if kernel in ROW_KERNELS and len(operands[0].splits[-1]) > 1:
             raise InputError(f"op '{name}': {kernel} reduces over the last axis, which is cut in {len(operands[0].splits[-1])} blocks")
         place = place or follow
-        grid = tuple(len(cut[l]) for l in out)
+        grid = tuple(len(cut[l]) if l in cut else 1 for l in out)
         blocks: dict[Coords, Tensor] = {}
         for index, out_coords in enumerate(product(*(range(n) for n in grid))):
             coords = dict(zip(out, out_coords))
@@ -207,6 +208,7 @@ class Program:
             task_id = block_id(name, grid, out_coords)
             blocks[out_coords] = self.graph.kernel(kernel, *args, device=gpu, id=task_id, **attrs)
         dtype = next(iter(blocks.values())).dtype
+        cut |= _made(name, kernel, out, cut, blocks)
         result = self._new(name, tuple(sum(cut[l]) for l in out), dtype, tuple(cut[l] for l in out))
         result.blocks.update(blocks)
         self.record("map", result, operands, place=place, kernel=kernel, ins=ins, out=out, attrs=attrs)
@@ -383,6 +385,17 @@ def _is_matmul(ins: list[str], out: str) -> bool:
         return False
     (i, k), (k2, j) = ins
     return k == k2 and out == i + j and len({i, j, k}) == 3
+
+
+def _made(name: str, kernel: str, out: str, cut: Mapping[str, Split], blocks: Mapping[Coords, Tensor]) -> dict[str, Split]:
+    """The split of each output letter of a map that no operand has: one block, of the size the kernel made."""
+    made = {}
+    for position, letter in enumerate(out):
+        if letter not in cut:
+            sizes = {block.shape[position] for block in blocks.values()}
+            assert len(sizes) == 1, f"op '{name}': {kernel} makes output index '{letter}' of sizes {sorted(sizes)}"
+            made[letter] = (sizes.pop(),)
+    return made
 
 
 def _trailing(operands: Sequence[Blocked]) -> tuple[list[str], str]:

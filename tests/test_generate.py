@@ -91,7 +91,7 @@ def test_decode_step_kernels_and_inputs():
     assert [(n.id, n.attrs.get("start"), n.attrs.get("own", False)) for n in links] == [
         ("l0.attn.0", 0, False), ("l0.attn.1", 2, False), ("l0.attn.2", 4, False), ("l0.attn", None, True)]
     assert not any(node.op in ("rows", "concat", "attention") for node in nodes.values())  # the batch in one link
-    assert {"logits[0]", "logits[1]", "k_new.1", "v_new.1"} <= set(step.graph.outputs)
+    assert {"logits[0,0]", "logits[0,1]", "l1.k_rope", "l1.v"} <= set(step.graph.outputs)
     wide = llama.build_decode_step(config, [40, 1030], kv_block=1024)
     assert wide.columns == [(0, 1024), (1024, 64)]  # the last column: 64 rows at least, then 128, then multiples of 128
     assert llama.build_decode_step(config, [40, 1088], kv_block=1024).key == wide.key
@@ -112,12 +112,12 @@ def test_the_decode_heads_blocks_spread_over_gpus_and_need_not_fit_whole():
     blocks = head_blocks(config)
     assert len(blocks) == 2 and blocks[0][0] == 0 and blocks[-1][1] == config.vocab_size
     step = llama.build_decode_step(config, [3, 5], gpus=2, kv_block=4)
-    heads = [step.graph.nodes[f"logits[{j}]"] for j in range(len(blocks))]
+    heads = [step.graph.nodes[f"logits[0,{j}]"] for j in range(len(blocks))]
     assert [node.device for node in heads] == [0, 1]
     assert all(node.shape == (2, stop - start) for node, (start, stop) in zip(heads, blocks))
     whole = config.vocab_size * config.hidden_size * 4
     assert minimum_budget(llama.build_decode_step(config, [3, 5], kv_block=4).graph) < whole
-    outputs = {f"logits[{j}]": np.full((2, stop - start), j, np.float32) for j, (start, stop) in enumerate(blocks)}
+    outputs = {f"logits[0,{j}]": np.full((2, stop - start), j, np.float32) for j, (start, stop) in enumerate(blocks)}
     assert step.logits(outputs).tolist() == [[0] * (blocks[0][1]) + [1] * (blocks[1][1] - blocks[1][0])] * 2
 
 

@@ -10,15 +10,20 @@ Every column but the last has kv_block rows; the last has a `tail` of 64, 128 or
 that covers the longest sequence, so the graph's shapes change once per bucket, not once per token:
 `DecodeStep.key` is what they depend on. A shorter sequence's rows past its length are padding, never
 read: the kernel limits each row to the keys below lengths[b].
-Per layer: RMSNorm, q/k/v as one einsum each over the B rows (plus the bias, qwen2), RoPE; then one
-`decode_attention` link per cache column (the whole batch, each row over its own sequence's keys),
-closed by the link over each sequence's own new key (the final one); the o projection, the residual,
-the MLP. With mistral's sliding window each row sees only keys inside it, and columns wholly behind
-every sequence's window are neither inputs nor links. Then the final RMSNorm and the LM head.
-Outputs: the logits in blocks of vocabulary rows, `logits[j]` [B, rows of block j] in the model dtype (the
-LM head is cut like every other large matmul: `head_blocks`, block j on GPU j % gpus), and per layer `k_new.{l}` / `v_new.{l}` [B, kv_width],
-the rows the host appends to the cache. Over `gpus`, layer l runs on GPU l * gpus // L (a pipeline,
-as the prefill's `layers` placement) and the final norm on the last; the stream, RoPE rows and lengths are moved.
+The step is a `Program` of one token block of B rows, and each layer is the prefill's own (graph.py `_layer`:
+RMSNorm, q/k/v as one einsum each over the B rows plus qwen2's bias, RoPE, attention, the o projection,
+the residual, the MLP), given two hooks: its new k (after RoPE) and v rows are outputs (`_layer`'s `kv`
+list), and it attends over the cache (`cache_attention`): one `decode_attention` link per cache column
+(the whole batch, each row over its own sequence's keys), closed by the link over each sequence's own new
+key (the final one). With mistral's sliding window each row sees only keys inside it, and columns wholly
+behind every sequence's window are neither inputs nor links. Then the final RMSNorm and the LM head.
+Outputs: the logits [B, vocab] in blocks of vocabulary rows, in the model dtype (the LM head is cut like
+every other large matmul: `head_blocks`, block j on GPU j % gpus; `DecodeStep.logits` puts them side by
+side), and per layer the new k and v rows [B, kv_width] the host appends to the cache (`DecodeStep.new_kv`,
+`new_kv_names`). Over `gpus`, layer l runs on GPU l * gpus // L (the prefill's `layers` placement) and the
+final norm on the last GPU; the step's activations are fed on GPU 0 and the stream, RoPE rows and lengths
+are moved once to each GPU that reads them. The graph is the one the hand-written builder this replaced
+made, task for task and in the same order (tests/test_decode_lowering.py).
 """
 
 from __future__ import annotations
@@ -28,13 +33,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from frontend import Blocked, Program, given, on
+from frontend.placement import Placement
+from frontend.program import block_id
 from frontend.workloads.llama.config import LlamaConfig
-from frontend.workloads.llama.graph import default_vocab_block
+from frontend.workloads.llama.graph import (
+    Attention,
+    Projection,
+    _layer,
+    default_vocab_block,
+    linear,
+    plan,
+)
 from frontend.workloads.llama.kv_cache import KvCache
 from frontend.workloads.llama.rope import inverse_frequencies
 from frontend.workloads.llama.weights import head_name
 from turnip_ir.errors import InputError
-from turnip_ir.taskgraph import TaskGraph, Tensor
+from turnip_ir.taskgraph import TaskGraph
 
 KV_BLOCK = 1024
 """Default cache tokens per column: a long cache is streamed column by column."""
@@ -86,12 +101,20 @@ class DecodeStep:
     config: LlamaConfig
     cache_lengths: tuple[int, ...]
     kv_block: int
-    graph: TaskGraph
+    program: Program
     columns: list[tuple[int, int]]
     """(first position, rows) of each cache column it reads."""
+    kv: list[tuple[Blocked, Blocked]]
+    """Per layer, the new k (after RoPE) and v rows [B, kv_width], outputs."""
+    head: Blocked
+    """The LM head's output, the logits [B, vocab] in blocks of vocabulary columns (`head_blocks`)."""
     memo: dict = field(default_factory=dict, compare=False, repr=False)
     """What depends only on the graph (shared by the steps `dataclasses.replace` re-aims at new lengths):
     the cache inputs, and the weight inputs of a `feed(..., fixed_weights=True)`."""
+
+    @property
+    def graph(self) -> TaskGraph:
+        return self.program.graph
 
     @property
     def batch(self) -> int:
@@ -136,30 +159,29 @@ class DecodeStep:
         inputs = self.memo.get("cache_inputs")
         if inputs is None:
             inputs = self.memo["cache_inputs"] = {
-                f"kv.{layer}.{which}[{start // self.kv_block}]": (layer, which, start // self.kv_block, rows)
+                column_id(layer, which, start // self.kv_block): (layer, which, start // self.kv_block, rows)
                 for layer in range(self.config.num_hidden_layers) for which in "kv" for start, rows in self.columns}
         return inputs
 
     def logits(self, outputs: Mapping[str, np.ndarray], dtype=np.float64) -> np.ndarray:
         """[B, vocab] from the head's blocks, a copy in `dtype` (None: the model's; the outputs may be the
         backend's memory, reused at its next run)."""
-        blocks = [outputs[f"logits[{j}]"] for j in range(len(head_blocks(self.config)))]
+        blocks = [outputs[self.head.block_id(coords)] for coords in sorted(self.head.blocks)]
         return np.concatenate(blocks, axis=1, dtype=dtype)
 
     def new_kv(self, outputs: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per layer, this step's (k, v) rows [B, kv_width], k after RoPE."""
         return [tuple(outputs[name] for name in self.new_kv_names(l)) for l in range(self.config.num_hidden_layers)]
 
-    @staticmethod
-    def new_kv_names(layer: int) -> tuple[str, str]:
+    def new_kv_names(self, layer: int) -> tuple[str, str]:
         """The output ids of a layer's new (k, v) rows."""
-        return f"k_new.{layer}", f"v_new.{layer}"
+        k, v = self.kv[layer]
+        return k.block_id((0, 0)), v.block_id((0, 0))
 
 
 def head_block_rows(config: LlamaConfig, task: str) -> tuple[int, int] | None:
     """The rows of the LM head that input `task` holds, when it is one of the head's blocks; else None."""
-    prefix = head_name(config) + "["
-    if not task.startswith(prefix):
+    if not task.startswith(head_name(config)):
         return None
     for j, rows in enumerate(head_blocks(config)):
         if task == head_block_id(config, j):
@@ -189,112 +211,70 @@ def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray
     return np.cos(both), np.sin(both)
 
 
-def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: int = 1, kv_block: int = KV_BLOCK) -> DecodeStep:
-    """The decode step of len(cache_lengths) sequences, sequence b having cache_lengths[b] tokens cached."""
+def build_decode_step(config: LlamaConfig, cache_lengths: Sequence[int], gpus: int = 1, kv_block: int = KV_BLOCK,
+                      projection: Projection = linear) -> DecodeStep:
+    """The decode step of len(cache_lengths) sequences, sequence b having cache_lengths[b] tokens cached:
+    the prefill's decoder layer (graph.py `_layer`) on one token block of B rows, attending over the cache.
+    `projection` makes the layers' projections (`_layer`'s hook: a LoRA adapter's, fed by name with the weights)."""
     lengths = tuple(cache_lengths)
     if not lengths:
         raise InputError("decode step: the batch is empty")
     for what, value, least in (("gpus", gpus, 1), ("kv_block", kv_block, 1), *((f"cache length {b}", n, 0) for b, n in enumerate(lengths))):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise InputError(f"decode step: {what} must be an integer >= {least}, got {value!r}")
-    graph = TaskGraph(gpus)
-    columns = cache_columns(lengths, int(kv_block), config.sliding_window)
-    builder = _Builder(config, graph, lengths, int(kv_block), columns)
-    x = builder.graph.input((len(lengths), config.hidden_size), config.dtype, device=0, id="hidden")
+    kv_block = int(kv_block)
+    columns = cache_columns(lengths, kv_block, config.sliding_window)
+    prog = Program(gpus)
+    batch, dtype = len(lengths), config.dtype
+    rope = [prog.input(f"rope.{f}", (batch, config.head_dim), dtype, place=on(0)) for f in ("cos", "sin")]
+    cached = prog.input("kv.lengths", (batch,), "float32", place=on(0))
+    x = prog.input("hidden", (batch, config.hidden_size), dtype, place=on(0))
+    kv: list[tuple[Blocked, Blocked]] = []
     for layer in range(config.num_hidden_layers):
-        x = builder.layer(x, layer)
-    builder.head(x)
-    return DecodeStep(config, lengths, int(kv_block), graph, columns)
+        attend = cache_attention(config, layer, columns, kv_block, cached)
+        x = _layer(prog, config, x, rope, layer, plan(config, "layers", gpus, layer), kv, projection=projection, attention=attend)
+    norm = prog.input("model.norm.weight", (config.hidden_size,), dtype)
+    h = prog.map("rmsnorm", x, norm, name="final_norm", signature="th,h->th", eps=config.rms_norm_eps, place=on(gpus - 1))
+    rows = tuple(stop - start for start, stop in head_blocks(config))
+    head = prog.input(head_name(config), (config.vocab_size, config.hidden_size), dtype, (rows,))
+    logits = linear(prog, h, "logits", head, given(lambda c: c["o"] % gpus))
+    prog.output(logits)
+    prog.taskgraph()
+    return DecodeStep(config, lengths, kv_block, prog, columns, kv, logits)
 
 
-class _Builder:
-    """Builds one step's tasks, each layer on its pipeline GPU, moving tensors to it once."""
+def cache_attention(config: LlamaConfig, layer: int, columns: Sequence[tuple[int, int]], kv_block: int, lengths: Blocked) -> Attention:
+    """Layer `layer`'s attention over the batch's cache (a `_layer` hook): one `decode_attention` link per
+    cache column (`kv.{layer}.k[j]` and `.v[j]` [rows, B, kv_width]) for the whole batch, each row over its
+    own sequence's keys below `lengths`, closed by the link over each sequence's own new key."""
+    attrs = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads}
+    if config.sliding_window is not None:
+        attrs["window"] = config.sliding_window
 
-    def __init__(self, config: LlamaConfig, graph: TaskGraph, lengths: tuple[int, ...], kv_block: int, columns: list[tuple[int, int]]):
-        self.config, self.graph, self.lengths, self.kv_block, self.columns = config, graph, lengths, kv_block, columns
-        self.moves: dict[tuple[str, int], Tensor] = {}
-        shape = (len(lengths), config.head_dim)
-        self.rope = [graph.input(shape, config.dtype, device=0, id=f"rope.{f}") for f in ("cos", "sin")]
-        self.lengths_input = graph.input((len(lengths),), "float32", device=0, id="kv.lengths")
-        self.gpu = 0
-
-    def on(self, t: Tensor) -> Tensor:
-        """`t` on the current GPU, moved there once."""
-        if t.device == self.gpu:
-            return t
-        key = (t.id, self.gpu)
-        if key not in self.moves:
-            self.moves[key] = self.graph.move(t, self.gpu, id=f"{t.id}.to{self.gpu}")
-        return self.moves[key]
-
-    def weight(self, name: str, shape: tuple[int, ...]) -> Tensor:
-        return self.graph.input(shape, self.config.dtype, device=self.gpu, id=name)
-
-    def kernel(self, name: str, *xs: Tensor, id: str, **attrs) -> Tensor:
-        return self.graph.kernel(name, *(self.on(x) for x in xs), device=self.gpu, id=id, **attrs)
-
-    def project(self, h: Tensor, name: str, shape: tuple[int, int], id: str) -> Tensor:
-        return self.kernel("einsum", h, self.weight(name, shape), id=id, equation="ti,oi->to")
-
-    def project_bias(self, h: Tensor, name: str, shape: tuple[int, int], id: str) -> Tensor:
-        """`name`.weight's projection, plus `name`.bias broadcast over the rows when the family has one (qwen2)."""
-        if not self.config.qkv_bias:
-            return self.project(h, name + ".weight", shape, id)
-        product = self.project(h, name + ".weight", shape, id + ".w")
-        return self.kernel("add", product, self.weight(name + ".bias", shape[:1]), id=id)
-
-    def layer(self, x: Tensor, layer: int) -> Tensor:
-        """One decoder layer on the residual stream `x` [B, hidden]; returns the new stream."""
-        c = self.config
-        self.gpu = layer * self.graph.devices // c.num_hidden_layers
-        p, n = f"model.layers.{layer}.", f"l{layer}."
-        hidden, inner = c.hidden_size, c.intermediate_size
-        q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-        h = self.kernel("rmsnorm", x, self.weight(p + "input_layernorm.weight", (hidden,)), id=n + "attn_norm", eps=c.rms_norm_eps)
-        q = self.project_bias(h, p + "self_attn.q_proj", (q_width, hidden), n + "q")
-        k = self.project_bias(h, p + "self_attn.k_proj", (kv_width, hidden), n + "k")
-        k_new, v_new = DecodeStep.new_kv_names(layer)
-        v = self.project_bias(h, p + "self_attn.v_proj", (kv_width, hidden), v_new)
-        q = self.kernel("rope", q, *self.rope, id=n + "q_rope")
-        k = self.kernel("rope", k, *self.rope, id=k_new)
-        self.graph.output(k, v)
-        a = self.attention(q, k, v, layer)
-        o = self.project(a, p + "self_attn.o_proj.weight", (hidden, q_width), n + "o")
-        x = self.kernel("add", x, o, id=n + "attn_res")
-        h = self.kernel("rmsnorm", x, self.weight(p + "post_attention_layernorm.weight", (hidden,)), id=n + "mlp_norm", eps=c.rms_norm_eps)
-        gate = self.project(h, p + "mlp.gate_proj.weight", (inner, hidden), n + "gate")
-        up = self.project(h, p + "mlp.up_proj.weight", (inner, hidden), n + "up")
-        act = self.kernel("swiglu", gate, up, id=n + "act")
-        down = self.project(act, p + "mlp.down_proj.weight", (hidden, inner), n + "down")
-        return self.kernel("add", x, down, id=n + "mlp_res")
-
-    def attention(self, q: Tensor, k: Tensor, v: Tensor, layer: int) -> Tensor:
-        """One decode_attention link per cache column for the whole batch, closed by the sequences' own keys."""
-        c, n = self.config, f"l{layer}."
-        attrs = {"heads": c.num_attention_heads, "kv_heads": c.num_key_value_heads}
-        if c.sliding_window is not None:
-            attrs["window"] = c.sliding_window
-        kv_width = c.num_key_value_heads * c.head_dim
-        lengths = self.on(self.lengths_input)
+    def attend(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, place: Placement) -> Blocked:
         prev = None
-        for start, rows in self.columns:
-            j = start // self.kv_block
-            kc, vc = (self.graph.input((rows, len(self.lengths), kv_width), c.dtype, device=self.gpu, id=f"kv.{layer}.{which}[{j}]") for which in "kv")
-            operands = (q, kc, vc, lengths) if prev is None else (q, kc, vc, lengths, prev)
-            prev = self.kernel("decode_attention", *operands, id=f"{n}attn.{j}", final=False, start=start, **attrs)
-        operands = (q, k, v, lengths) if prev is None else (q, k, v, lengths, prev)
-        return self.kernel("decode_attention", *operands, id=n + "attn", own=True, **attrs)
+        for start, rows in columns:
+            j = start // kv_block
+            column = [prog.input(column_id(layer, which, j), (rows, *k.shape), config.dtype) for which in "kv"]
+            prev = _link(prog, f"{name}.{j}", (q, *column, lengths), "rbk", prev, place, final=False, start=start, **attrs)
+        return _link(prog, name, (q, k, v, lengths), "bk", prev, place, own=True, **attrs)
 
-    def head(self, x: Tensor) -> None:
-        """The final RMSNorm on the last GPU, then the LM head in blocks of vocabulary rows (`head_blocks`),
-        block j on GPU j % gpus: `logits[j]` [B, rows of block j]."""
-        c = self.config
-        self.gpu = self.graph.devices - 1
-        h = self.kernel("rmsnorm", x, self.weight("model.norm.weight", (c.hidden_size,)), id="final_norm", eps=c.rms_norm_eps)
-        for j, (start, stop) in enumerate(head_blocks(c)):
-            self.gpu = j % self.graph.devices
-            block = self.graph.input((stop - start, c.hidden_size), c.dtype, device=self.gpu, id=head_block_id(c, j))
-            self.graph.output(self.kernel("einsum", h, block, id=f"logits[{j}]", equation="ti,oi->to"))
+    return attend
+
+
+def column_id(layer: int, which: str, j: int) -> str:
+    """The input id of cache column j of layer `layer`'s k or v (`which`)."""
+    return f"kv.{layer}.{which}[{j}]"
+
+
+def _link(prog: Program, name: str, operands: tuple[Blocked, ...], keys: str, prev: Blocked | None, place: Placement,
+          **attrs) -> Blocked:
+    """One `decode_attention` link: q [B, heads x D] ('bn'), k and v (`keys`: a column's 'rbk' or the new
+    rows' 'bk'), lengths [B], and the partial so far [B, heads x D + heads] ('bp'); a partial unless final."""
+    signature = f"bn,{keys},{keys},b" + ("" if prev is None else ",bp")
+    operands += () if prev is None else (prev,)
+    result = "bp" if attrs.get("final") is False else "bn"
+    return prog.map("decode_attention", *operands, name=name, signature=f"{signature}->{result}", place=place, **attrs)
 
 
 def head_blocks(config: LlamaConfig) -> list[tuple[int, int]]:
@@ -304,5 +284,5 @@ def head_blocks(config: LlamaConfig) -> list[tuple[int, int]]:
 
 
 def head_block_id(config: LlamaConfig, j: int) -> str:
-    """The input id of LM head block j: the head's name and the block, as `Program` names blocks."""
-    return f"{head_name(config)}[{j},0]"
+    """The input id of LM head block j, as `Program` names the blocks of the head (`name[j,0]`; its name when whole)."""
+    return block_id(head_name(config), (len(head_blocks(config)), 1), (j, 0))

@@ -6,6 +6,8 @@ causal attention as chains of (query block, key block) tasks below the diagonal 
 blocks its sliding window reaches), the o projection and the residual add; then RMSNorm, gate and up
 projections, SwiGLU, the down projection and the residual add. A final RMSNorm gives
 `LlamaModel(...).last_hidden_state[0]`. Activations are [tokens, features] with heads side by side.
+The layer (`_layer`) is the model's one description: the decode step (decode.py) and the training step
+(train.py) lower it too, through its hooks (how it attends, how it projects, which k and v it outputs).
 Tasks run layer by layer. Inside a layer (`layer_order`):
 - `blocks` (the default): token block by token block through the whole layer (`Program.order_by`), so
   only the k/v blocks later queries need stay live, not whole activations. Every block reads all nine
@@ -218,16 +220,42 @@ class LlamaGraph:
         return pieces
 
 
+Projection = Callable[[Program, Blocked, str, Blocked, Placement], Blocked]
+"""`(prog, h, name, weight, place) -> h W^T` named `name`: how `_layer` projects (`linear`, or a
+training step's LoRA projection, frontend/workloads/llama/train.py)."""
+Attention = Callable[[Program, Blocked, Blocked, Blocked, str, Placement], Blocked]
+"""`(prog, q, k, v, name, place) -> the attention output` [tokens, heads x head_dim] named `name`: how
+`_layer` attends (`causal`, or a decode step's attention over its KV cache, frontend/workloads/llama/decode.py)."""
+
+
+def linear(prog: Program, h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
+    """h W^T against an [out, in] weight."""
+    return prog.einsum("ti,oi->to", h, w, name=name, place=place)
+
+
+def causal(config: LlamaConfig, sequences: tuple[int, ...] | None = None) -> Attention:
+    """Blocked causal attention among the tokens (a prefill's, a training step's), within mistral's window,
+    kept inside each of `sequences` (lengths of prompts packed end to end, or a batch side by side)."""
+
+    def attend(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, place: Placement) -> Blocked:
+        return prog.attention(q, k, v, name=name, heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
+                              place=place, window=config.sliding_window, sequences=sequences)
+
+    return attend
+
+
 def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus: int = 1,
                 placement: str = "sequence", kv_outputs: bool = False, layer_order: str = "blocks",
-                query_group: int = 1, sequences: Sequence[int] | None = None, hidden: bool = True) -> LlamaGraph:
+                query_group: int = 1, sequences: Sequence[int] | None = None, hidden: bool = True,
+                projection: Projection = linear) -> LlamaGraph:
     """The prefill of `tokens` tokens in blocks of `block` (default: `default_block`) over `gpus` GPUs;
     with `kv_outputs`, each layer's k (after RoPE) and v blocks are outputs too (`LlamaGraph.gather_kv`).
     `layer_order` and `query_group` order the tasks inside a layer (the module's docstring); they change
     the plan a budget gets, not what is computed. `sequences` (positive lengths adding up to `tokens`)
     packs that many prompts end to end (the module's docstring); None is one sequence of `tokens`.
     `hidden=False` (with `kv_outputs`: a KV cache's prefill) leaves out the final hidden states and all the
-    last layer needs only for them (its q, attention, o and MLP, and the final norm).
+    last layer needs only for them (its q, attention, o and MLP, and the final norm). `projection` makes
+    the layers' projections (`_layer`'s hook: a LoRA adapter's, frontend/workloads/llama/train.py).
 
     A block larger than `tokens` is clamped to it (one block), and `LlamaGraph.block` is the block used."""
     block = default_block(config, tokens) if block is None else block
@@ -251,8 +279,8 @@ def build_llama(config: LlamaConfig, tokens: int, block: int | None = None, gpus
     last = config.num_hidden_layers - 1
     for layer in range(config.num_hidden_layers):
         prog.phase, prog.group = 2 * layer, query_group  # the MLP half: 2 * layer + 1 under `halves`
-        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves",
-                   sequences=None if sequences is None else lengths, kv_only=not hidden and layer == last)
+        x = _layer(prog, config, x, rope, layer, plan(config, placement, gpus, layer), kv, layer_order == "halves", projection,
+                   attention=causal(config, None if sequences is None else lengths), kv_only=not hidden and layer == last)
     out = None
     if hidden:
         prog.phase, prog.group = 2 * config.num_hidden_layers, 1
@@ -276,25 +304,18 @@ def _sequences(sequences: Sequence[int] | None, tokens: int) -> tuple[int, ...]:
     return tuple(int(n) for n in lengths)
 
 
-Projection = Callable[[Program, Blocked, str, Blocked, Placement], Blocked]
-"""`(prog, h, name, weight, place) -> h W^T` named `name`: how `_layer` projects (`linear`, or a
-training step's LoRA projection, frontend/workloads/llama/train.py)."""
-
-
-def linear(prog: Program, h: Blocked, name: str, w: Blocked, place: Placement) -> Blocked:
-    """h W^T against an [out, in] weight."""
-    return prog.einsum("ti,oi->to", h, w, name=name, place=place)
-
-
 def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], layer: int, where: Plan,
            kv: list[tuple[Blocked, Blocked]] | None = None, halves: bool = False, projection: Projection = linear,
-           sequences: tuple[int, ...] | None = None, kv_only: bool = False) -> Blocked | None:
-    """One decoder layer on the residual stream `x`; returns the new stream. With a `kv` list, the
-    layer's post-RoPE k and its v become outputs and are appended to it; `kv_only` stops there (a cache's
-    last layer: no q, attention or MLP, and no stream returned). With `halves`, the MLP half is
-    keyed after the attention half of every block (the next phase) and block by block. `projection`
-    makes the seven projections; `sequences` (lengths of prompts packed end to end, or a batch side by
-    side) keeps attention inside each of them."""
+           attention: Attention | None = None, kv_only: bool = False) -> Blocked | None:
+    """One decoder layer on the residual stream `x`; returns the new stream. The one description of the
+    layer, lowered for the prefill, the decode step and training; what differs are the hooks:
+    - `kv`: a list, and the layer's post-RoPE k and its v become outputs, appended to it (a prefill's
+      cache blocks, a decode step's new rows); `kv_only` stops there (a cache's last layer: no q,
+      attention or MLP, and no stream returned);
+    - `projection` makes the seven projections (`linear`; a training step's LoRA);
+    - `attention` attends (None: `causal` over one sequence; a decode step's over its KV cache).
+    With `halves`, the MLP half is keyed after the attention half of every block (the next phase) and
+    block by block."""
     p, n = f"model.layers.{layer}.", f"l{layer}."
     hidden, dtype, groups = config.hidden_size, config.dtype, where.groups
     q_width = config.num_attention_heads * config.head_dim
@@ -311,12 +332,16 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
 
     h = prog.map("rmsnorm", x, weight("input_layernorm.weight", (hidden,)), name=n + "attn_norm", signature="th,h->th",
                  eps=config.rms_norm_eps, place=where.local)
+
+    def project_biased(which: str, width: int) -> Blocked:
+        t = project(h, which, weight(f"self_attn.{which}_proj.weight", (width, hidden), (groups,)), where.split)
+        if not config.qkv_bias:
+            return t
+        bias = prog.input(f"{p}self_attn.{which}_proj.bias", (width,), dtype, (groups,))  # qwen2: cut like the rows
+        return prog.map("add", t, bias, name=t.name + "_bias", signature="tn,n->tn", place=follow)
+
     widths = (("k", kv_width), ("v", kv_width)) if kv_only else (("q", q_width), ("k", kv_width), ("v", kv_width))
-    qkv = [project(h, x, weight(f"self_attn.{x}_proj.weight", (width, hidden), (groups,)), where.split) for x, width in widths]
-    if config.qkv_bias:  # qwen2: the bias of each projection's rows, cut like them
-        qkv = [prog.map("add", t, prog.input(f"{p}self_attn.{t.name[-1]}_proj.bias", (t.shape[1],), dtype, (groups,)),
-                        name=t.name + "_bias", signature="tn,n->tn", place=follow) for t in qkv]
-    *rotated, v = qkv
+    *rotated, v = [project_biased(which, width) for which, width in widths]
     q, k = [None, *rotated] if kv_only else rotated
     q, k = (t if t is None else prog.map("rope", t, *rope, name=n + t.name.split(".")[-1] + "_rope", signature="tn,td,td->tn",
                                           place=follow) for t in (q, k))
@@ -325,8 +350,7 @@ def _layer(prog: Program, config: LlamaConfig, x: Blocked, rope: list[Blocked], 
         kv.append((k, v))
     if kv_only:
         return None
-    a = prog.attention(q, k, v, name=n + "attn", heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
-                       place=where.attention, window=config.sliding_window, sequences=sequences)
+    a = (attention or causal(config))(prog, q, k, v, n + "attn", where.attention)
     o = project(a, "o", weight("self_attn.o_proj.weight", (hidden, q_width), (None, groups)), where.reduce)
     x = prog.map("add", x, o, name=n + "attn_res", signature="th,th->th", place=where.local)
     if halves:

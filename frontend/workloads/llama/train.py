@@ -48,6 +48,7 @@ from frontend.workloads.llama.config import LlamaConfig
 from frontend.workloads.llama.graph import (
     LAYER_ORDERS,
     _layer,
+    causal,
     default_block,
     default_vocab_block,
     linear,
@@ -214,11 +215,11 @@ def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: Lor
     x = prog.input("hidden", (tokens, config.hidden_size), dtype, cut)
     rope = [prog.input(f"rope.{f}", (tokens, config.head_dim), dtype, cut) for f in ("cos", "sin")]
     project = lora_projection(lora, dtype)
-    sequences = (seq_len,) * batch if batch > 1 else None
+    attend = causal(config, (seq_len,) * batch if batch > 1 else None)
     for layer in range(config.num_hidden_layers):
         prog.phase, prog.group = 2 * layer, query_group
         where = plan(config, placement, gpus, layer)
-        x = _layer(prog, config, x, rope, layer, where, None, layer_order == "halves", project, sequences)
+        x = _layer(prog, config, x, rope, layer, where, halves=layer_order == "halves", projection=project, attention=attend)
     prog.phase, prog.group = 2 * config.num_hidden_layers, 1
     total = _loss(prog, config, x, plan(config, placement, gpus, config.num_hidden_layers).local, vocab_block, cut)
     adapters = [prog.inputs[name] for name in lora.shapes(config)]

@@ -38,11 +38,13 @@ def free_bytes() -> int:
     return int(cuda.current_context().get_memory_info()[0])
 
 
-def pending() -> int | None:
+def pending() -> list[int]:
+    """Deferred frees waiting in each of the context's queues (its own, its memory manager's)."""
     from numba import cuda
 
-    deallocations = getattr(cuda.current_context(), "deallocations", None)
-    return len(getattr(deallocations, "_cons", ())) if deallocations is not None else None
+    from runtime.backends.cuda.driver import pending_queues
+
+    return [len(getattr(queue, "_cons", ())) for queue in pending_queues(cuda.current_context())]
 
 
 def holders(target, roots: dict, depth: int = 10) -> list[str]:

@@ -266,11 +266,15 @@ class GpuDriver:
         return work
 
     def collect(self, contexts: list) -> None:
-        """Have numba free what the run dropped now, while every context is alive, not from finalizers at exit."""
+        """Have numba free what the run dropped now, while every context is alive, not from finalizers at exit:
+        both of a context's queues, its own (streams, events, modules) and its memory manager's (device
+        memory: numba defers those frees until a fifth of the GPU is pending, so a dropped arena's would
+        wait for ever; clearing the context's queue alone never freed one)."""
         gc.collect()
         for device, context in enumerate(contexts):
             with contextlib.suppress(Exception), self.on(device):
-                context.deallocations.clear()
+                for queue in pending_queues(context):
+                    queue.clear()
 
 
 class SimDriver(GpuDriver):
@@ -390,6 +394,13 @@ class SimDriver(GpuDriver):
 
     def collect(self, contexts: list) -> None:
         pass
+
+
+def pending_queues(context) -> list:
+    """numba's queues of deferred frees of `context`: its own and its memory manager's (which device memory
+    allocations go to), where each exists."""
+    queues = [getattr(context, "deallocations", None), getattr(getattr(context, "memory_manager", None), "deallocations", None)]
+    return [queue for queue in queues if queue is not None]
 
 
 def _einsum(xp, equation: str, operands: list, dtype: str):

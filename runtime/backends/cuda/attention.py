@@ -291,11 +291,7 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
     heads, kv_heads, causal, final, scale = b.heads, b.kv_heads, b.causal, b.final, b.scale
     tq, tk, d = b.tq, b.tk, b.d
     device = torch.device("cuda", env.device_of(node))
-
-    def heads_view(array, count, rows):
-        return torch_view(array, device).view(rows, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
-
-    q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
+    q4, k4, v4 = heads_view(q, heads, tq, d, device), heads_view(k, kv_heads, tk, d, device), heads_view(v, kv_heads, tk, d, device)
     group = heads // kv_heads
     op = TORCH_OPS[provider]
     grid, block = kn.merge_grid(tq, heads, d)
@@ -315,8 +311,6 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
             values = v4.repeat_interleave(group, dim=1)
         return op(torch, q4, keys, values, causal, scale)
 
-    shared = env.attention_stream(env.device_of(node))  # None: on the lane's own stream (STREAM_ENV=lane)
-
     def block(launch_stream):  # after the lane's work so far (its waits on q, k, v, prev included)
         result = fused()
         o, lse = result[0][0], result[1][0]
@@ -329,26 +323,35 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str) -> Work:
         vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
         merges[vector](launch_stream, o_params + lse_params + (prev_params or lse_params) + out_params + tail)
 
-    def on_stream(lane, body):
-        """`body(launch_stream)` on the stream torch's attention runs on for `lane`: the GPU's shared one
-        (after the lane's work so far, the lane waiting for it), or the lane's own."""
-        if shared is not None:
-            shared.run(env.torch_stream(lane), lambda: body(shared.launch))
-            return
-        with torch.cuda.stream(env.torch_stream(lane)):
-            body(env.launch_streams[lane])
-
     def work(lane):
-        on_stream(lane, block)
+        on_attention_stream(env, node, lane, block)
 
     def warm(lane):
         """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""
-        on_stream(lane, lambda _launch: fused())
+        on_attention_stream(env, node, lane, lambda _launch: fused())
 
     work.warm = warm
-    work.per_gpu = shared is not None  # warmed on the GPU's attention stream, whichever lane
+    work.per_gpu = env.attention_stream(env.device_of(node)) is not None  # warmed on the GPU's attention stream, whichever lane
     work.signature = (provider, q.shape, k.shape, causal, heads, kv_heads, str(q.dtype))
     return work
+
+
+def heads_view(array, count: int, rows: int, d: int, device):
+    """torch's [1, heads, rows, d] view of an arena view [rows, heads*d]: heads strided, no copy."""
+    return torch_view(array, device).view(rows, count, d).transpose(0, 1).unsqueeze(0)
+
+
+def on_attention_stream(env: KernelEnv, node, lane: int, body) -> None:
+    """`body(launch_stream)` on the stream torch's attention runs on for `lane`: the GPU's shared one (after
+    the lane's work so far, the lane waiting for it), or with TURNIP_ATTENTION_STREAM=lane the lane's own."""
+    import torch
+
+    shared = env.attention_stream(env.device_of(node))
+    if shared is not None:
+        shared.run(env.torch_stream(lane), lambda: body(shared.launch))
+        return
+    with torch.cuda.stream(env.torch_stream(lane)):
+        body(env.launch_streams[lane])
 
 
 def warm_up(works: list, graph) -> list[int]:

@@ -30,8 +30,9 @@ TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e
 in a different order, so the results differ by about one rounding of the output's dtype."""
 
 
-def run_kernel(name: str, xs: list[np.ndarray], attrs: dict, backend: str = "cuda") -> np.ndarray:
-    """`name` on `xs` as a one-vertex plan on the cuda backend (the simulator), or with the numpy kernel."""
+def run_kernel(name: str, xs: list[np.ndarray], attrs: dict, backend: str = "cuda", provider: str = "auto") -> np.ndarray:
+    """`name` on `xs` as a one-vertex plan on the cuda backend (the simulator, or a GPU for
+    tests/test_cuda_train_gpu.py) with attention `provider`, or with the numpy kernel (`backend` cpu)."""
     shape, dtype = KERNELS[name].infer([x.shape for x in xs], [_name(x) for x in xs], attrs)
     if backend != "cuda":
         out = np.full(shape, np.nan, dtype=numpy_dtype(dtype))
@@ -40,8 +41,9 @@ def run_kernel(name: str, xs: list[np.ndarray], attrs: dict, backend: str = "cud
     g = TaskGraph(devices=1)
     ids = [g.input(x.shape, _name(x), device=0, id=f"x{i}") for i, x in enumerate(xs)]
     g.output(g.kernel(name, *ids, device=0, id="out", **attrs))
-    memgraph = compile_taskgraph(g, 1 << 24)
-    return execute(memgraph, backend=CudaBackend(), inputs={f"x{i}": x for i, x in enumerate(xs)}).outputs["out"]
+    room = 2 * (sum(x.nbytes for x in xs) + int(np.prod(shape)) * numpy_dtype(dtype).itemsize)
+    memgraph = compile_taskgraph(g, room + (1 << 20))
+    return execute(memgraph, backend=CudaBackend(attention_provider=provider), inputs={f"x{i}": x for i, x in enumerate(xs)}).outputs["out"]
 
 
 def _name(x: np.ndarray) -> str:
@@ -180,6 +182,31 @@ def test_attention_grad_in_chunks_of_heads_and_rows_equals_one_chunk(monkeypatch
     assert_near(run_kernel("attention_grad", xs, attrs), want, dtype)
 
 
+def test_a_fused_backward_fed_the_packed_partial_gives_each_links_gradients():
+    """What the torch paths rely on, shown with torch's CPU flash backward: fed one (query block, key block)
+    pair, O and the log-sum-exp taken from the packed partial of the whole row (as attention_grad.py hands
+    them over), it returns that link's dQ, dK and dV, as the numpy attention_grad kernel computes them."""
+    torch = pytest.importorskip("torch")
+    heads, d, block = 2, 8, 3
+    rng = np.random.default_rng(5)
+    q, d_out = draw(rng, (2 * block, heads * d), "float32"), draw(rng, (2 * block, heads * d), "float32")
+    k, v = draw(rng, (2 * block, heads * d), "float32"), draw(rng, (2 * block, heads * d), "float32")
+    rows, base = slice(block, 2 * block), {"heads": heads, "kv_heads": heads}
+    keys = [slice(0, block), slice(block, 2 * block)]
+    packed = run_kernel("attention", [q[rows], k[keys[0]], v[keys[0]]], {**base, "final": False}, backend="cpu")
+    packed = run_kernel("attention", [q[rows], k[keys[1]], v[keys[1]], packed], {**base, "causal": True, "final": False}, backend="cpu")
+    view = lambda x: torch.from_numpy(np.ascontiguousarray(x)).view(block, heads, d).transpose(0, 1).unsqueeze(0)
+    o, lse = view(packed[:, : heads * d]), torch.from_numpy(np.ascontiguousarray(packed[:, heads * d :].T)).unsqueeze(0)
+    for j, causal in ((0, False), (1, True)):
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            view(d_out[rows]), view(q[rows]), view(k[keys[j]]), view(v[keys[j]]), o, lse, 0.0, causal, scale=1 / np.sqrt(d))
+        flat = [g[0].transpose(0, 1).reshape(block, heads * d).numpy() for g in grads]
+        xs = [q[rows], k[keys[j]], v[keys[j]], packed, d_out[rows]]
+        attrs = {**base, "causal": causal}
+        assert_near(flat[0], run_kernel("attention_grad", xs, {**attrs, "wrt": "q"}, backend="cpu"), "float32", f"dq of link {j}")
+        assert_near(np.concatenate(flat[1:]), run_kernel("attention_grad", xs, {**attrs, "wrt": "kv"}, backend="cpu"), "float32", f"dk, dv of link {j}")
+
+
 def test_grad_paths_follow_the_provider_and_the_dtype(monkeypatch):
     path = attention_grad.grad_path
     assert path("torch-cudnn", "float16", {}) == "torch-cudnn"
@@ -198,13 +225,15 @@ TINY = {"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1, "num_
 """One layer, GQA (2 query heads of 4 on one kv head): every simulated attention vertex costs about a second."""
 
 
-def tiny_step(dtype: str, batch: int = 1, seq_len: int = 4, block: int = 2, loss_scale: float = 1.0):
+def tiny_step(dtype: str, batch: int = 1, seq_len: int = 4, block: int = 2, loss_scale: float = 1.0, doc: dict = TINY, rank: int = 2):
+    """A LoRA training step of the `doc` model (rank `rank` on q, k, v and o) and its inputs: random weights,
+    adapters with B nonzero (so every adapter has a gradient), random token ids."""
     from frontend.workloads import llama
     from frontend.workloads.llama.config import from_hf
     from frontend.workloads.llama.train import LoraSpec, build_training_step
 
-    config = from_hf({**TINY, "dtype": dtype}, "tiny")
-    lora = LoraSpec(rank=2, alpha=4.0, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    config = from_hf({**doc, "dtype": dtype}, "tiny")
+    lora = LoraSpec(rank=rank, alpha=2.0 * rank, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
     step = build_training_step(config, batch, seq_len, lora, block=block, loss_scale=loss_scale)
     rng = np.random.default_rng(0)
     weights = {name: np.asarray(value, numpy_dtype(dtype)) for name, value in llama.RandomWeights(config, seed=1).items()}

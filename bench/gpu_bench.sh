@@ -77,6 +77,12 @@
 # floor, `turnip generate --weights` as a child three times, the budget check sampled by nvidia-smi; about 5-7 minutes,
 # nothing new after 390 s; the 7b folder stays in /tmp for a second call), generationquick (the same script on the tiny-gqa
 # config and small shapes on the GPU: every code path in a minute or two).
+# traintests (issue 46: the GPU tests of the training kernels: each at LLaMA's widths, attention_grad on its three
+# paths, a small model's LoRA step against the cpu backend, the memory promise of a step), train (issue 46:
+# bench/bench_train.py, attention_grad's rates on each path, then 7b fp16 LoRA rank 16 on q,k,v,o at 4096 and
+# 16384 tokens: turnip at 8 and 4 GiB in both orders against the hand streaming trainer (uncapped and capped),
+# resident autograd, transformers + peft and the floors; 9.5 minutes at most, the table printed whatever ran),
+# train4k and train16k (the same, one length each, without the kernel rates).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 stage() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "(rc $?)"; tail -n 25 "$OUT/$name.log"; }
@@ -259,5 +265,9 @@ for s in "$@"; do
     bf16) stage bf16tests 75 python3 -m pytest -m gpu -q -s -p no:cacheprovider -rfE --timeout 75 tests/test_cuda_bf16.py
              stage bf16bench 105 python3 bench/run.py llama --tokens 8192 --budgets 2 --repeats 3 --dtype bfloat16 float16 \
              --systems turnip-nondet floor --json "$OUT/bf16.json" ;;
+    traintests) stage traintests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --timeout 300 tests/test_cuda_train_gpu.py ;;
+    train) stage train 570 python3 bench/bench_train.py --sections kernels train --time-limit 480 --json "$OUT/train.json" ;;
+    train4k) stage train4k 400 python3 bench/bench_train.py --seq-lens 4096 --time-limit 330 --json "$OUT/train4k.json" ;;
+    train16k) stage train16k 560 python3 bench/bench_train.py --seq-lens 16384 --time-limit 470 --json "$OUT/train16k.json" ;;
   esac
 done

@@ -64,6 +64,16 @@ class CostModel:
     """The same for its causal (diagonal) blocks, at half a block's FLOPs: 256 blocks alone in that trace.
     Triton's diagonal block takes 0.59 of its full block's time (torch-cudnn's 0.67); queued alone (docs/
     runtime.md, "Attention providers") it runs 0.80 of its full blocks' rate."""
+    attention_grad_flops: float = 400e12
+    """fp16 and bf16 `attention_grad` blocks off the diagonal, in FLOPs of the whole fused backward (S, dP,
+    dV, dQ and dK: 10 tq tk width, `fused_backward_flops`) per second: on a GPU each link, wrt q or wrt kv,
+    runs torch's fused backward of its block and keeps the gradients it is for (runtime/backends/cuda/
+    attention_grad.py), so both chains' links take one block's backward. A prior, not a measurement:
+    cuDNN's fused forward ran 655 TFLOP/s on these blocks (GPU-NOTES) and a backward does about 0.6 of its
+    forward's rate; bench/bench_train.py's `kernels` section measures it."""
+    causal_attention_grad_flops: float = 300e12
+    """The same for causal (diagonal) blocks, at half the FLOPs: a prior of 0.75 of the full blocks' rate,
+    as the forward's diagonal blocks run at 0.75 of its full ones'."""
     decode_attention_bw: float = 0.92e12
     """Bytes per second of the cuda backend's `decode_attention` launches (its operands and output over its
     time): 7b, B = 16, two 1024-row columns a layer, 64 such launches plus 32 one-row ones took 18.9 ms for
@@ -136,8 +146,12 @@ class CostModel:
         traffic = node.nbytes + sum(src.nbytes for src in inputs)
         # the rate of the operands' dtype: a non-final attention multiplies fp16 into a float32 partial
         dtype = inputs[0].dtype if inputs else node.dtype
-        if _half_attention(node, inputs):
-            rate = self.causal_attention_flops if node.attrs.get("causal", False) else self.attention_flops
+        causal = node.attrs.get("causal", False)
+        if _half_attention(node, inputs) and node.kernel == "attention_grad":
+            flops = fused_backward_flops(shapes, node.attrs)
+            rate = self.causal_attention_grad_flops if causal else self.attention_grad_flops
+        elif _half_attention(node, inputs):
+            rate = self.causal_attention_flops if causal else self.attention_flops
         else:
             rate = self.flop_rate(dtype)
         if node.kernel == "decode_attention":
@@ -169,9 +183,16 @@ class CostModel:
 
 
 ATTENTION_KERNELS = ("attention", "attention_grad")
-"""Kernels priced at the attention rates. `attention_grad` (training's backward blocks) has no cuda
-implementation yet and was never measured: it is priced as a forward block of its FLOPs (the kernel
-table counts 1.5x or 2x a forward block's) until one is."""
+"""Kernels that launch through torch's fused attention on a GPU (the forward's blocks, and training's
+backward blocks at their own rates), with the loop's `host_per_attention` beside."""
+
+
+def fused_backward_flops(shapes: list, attrs: dict) -> int:
+    """FLOPs of one block's whole fused backward (5 products of tq x tk x width, halved for a causal block):
+    what an `attention_grad` link costs on a torch path, whichever gradient it keeps."""
+    (tq, width), (tk, _) = shapes[0], shapes[1]
+    flops = 10 * tq * tk * width
+    return flops // 2 if attrs.get("causal", False) else flops
 
 
 def _half_attention(node: MemNode, inputs: list[MemNode]) -> bool:

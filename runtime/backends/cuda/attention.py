@@ -306,13 +306,7 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str, batch: int = 1
     tq, tk, d = b.tq, b.tk, b.d
     rows = tq // batch
     device = torch.device("cuda", env.device_of(node))
-
-    def heads_view(array, count, length):
-        if batch == 1:
-            return torch_view(array, device).view(length, count, d).transpose(0, 1).unsqueeze(0)  # [1, heads, rows, d], strided
-        return torch_view(array, device).view(batch, length // batch, count, d).transpose(1, 2)  # [batch, heads, rows, d]
-
-    q4, k4, v4 = heads_view(q, heads, tq), heads_view(k, kv_heads, tk), heads_view(v, kv_heads, tk)
+    q4, k4, v4 = (heads_view(x, count, length, d, device, batch) for x, count, length in ((q, heads, tq), (k, kv_heads, tk), (v, kv_heads, tk)))
     group = heads // kv_heads
     op = TORCH_OPS[provider]
     grid, block = kn.merge_grid(rows, heads, d)
@@ -332,8 +326,6 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str, batch: int = 1
             values = v4.repeat_interleave(group, dim=1)
         return op(torch, q4, keys, values, causal, scale)
 
-    shared = env.attention_stream(env.device_of(node))  # None: on the lane's own stream (STREAM_ENV=lane)
-
     def block(launch_stream):  # after the lane's work so far (its waits on q, k, v, prev included)
         result = fused()
         for s, (out_params, prev_params) in enumerate(targets):
@@ -347,24 +339,15 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str, batch: int = 1
             vector = arena_quads and kn.rows_aligned(o.data_ptr(), o_strides, o.element_size())
             merges[vector](launch_stream, o_params + lse_params + (prev_params or lse_params) + out_params + tail)
 
-    def on_stream(lane, body):
-        """`body(launch_stream)` on the stream torch's attention runs on for `lane`: the GPU's shared one
-        (after the lane's work so far, the lane waiting for it), or the lane's own."""
-        if shared is not None:
-            shared.run(env.torch_stream(lane), lambda: body(shared.launch))
-            return
-        with torch.cuda.stream(env.torch_stream(lane)):
-            body(env.launch_streams[lane])
-
     def work(lane):
-        on_stream(lane, block)
+        on_attention_stream(env, node, lane, block)
 
     def warm(lane):
         """Run only the fused op (it reads q, k, v and writes torch's own memory): fills torch's caches."""
-        on_stream(lane, lambda _launch: fused())
+        on_attention_stream(env, node, lane, lambda _launch: fused())
 
     work.warm = warm
-    work.per_gpu = shared is not None  # warmed on the GPU's attention stream, whichever lane
+    work.per_gpu = env.attention_stream(env.device_of(node)) is not None  # warmed on the GPU's attention stream, whichever lane
     work.signature = (provider, q.shape, k.shape, causal, heads, kv_heads, str(q.dtype), batch)
     return work
 
@@ -372,6 +355,27 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str, batch: int = 1
 def _array_params(array, itemsize: int):
     """A device view's kernel parameters (its pointer, shape and strides), for a compiled launch."""
     return array_args(device_pointer(array), array.shape, array.strides, itemsize)
+
+
+def heads_view(array, count: int, rows: int, d: int, device, batch: int = 1):
+    """torch's view of an arena view [rows, heads*d], heads strided, no copy: [1, heads, rows, d], or for
+    `batch` blocks of equal rows one after another (packed sequences) [batch, heads, rows / batch, d]."""
+    if batch == 1:
+        return torch_view(array, device).view(rows, count, d).transpose(0, 1).unsqueeze(0)
+    return torch_view(array, device).view(batch, rows // batch, count, d).transpose(1, 2)
+
+
+def on_attention_stream(env: KernelEnv, node, lane: int, body) -> None:
+    """`body(launch_stream)` on the stream torch's attention runs on for `lane`: the GPU's shared one (after
+    the lane's work so far, the lane waiting for it), or with TURNIP_ATTENTION_STREAM=lane the lane's own."""
+    import torch
+
+    shared = env.attention_stream(env.device_of(node))
+    if shared is not None:
+        shared.run(env.torch_stream(lane), lambda: body(shared.launch))
+        return
+    with torch.cuda.stream(env.torch_stream(lane)):
+        body(env.launch_streams[lane])
 
 
 def warm_up(works: list, graph) -> list[int]:

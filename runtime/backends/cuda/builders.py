@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from runtime.backends.cuda import attention
+from runtime.backends.cuda import attention, attention_grad
 from runtime.backends.cuda import kernels_numba as kn
+from runtime.backends.cuda import kernels_train as kt
 from runtime.backends.cuda.gemm import GemmPlan, plan_einsum
+from runtime.backends.cuda.memory import dtype_name
 from runtime.backends.cuda.vector import aligned, arrays_rows_aligned
 from turnip_ir.errors import KernelError
 from turnip_ir.kernels import KERNELS
@@ -149,6 +151,68 @@ def build_swiglu(node, inputs, out, env: KernelEnv) -> Work:
     return lambda lane: go(env.launch_streams[lane])
 
 
+# ----- training (docs/training.md): kernels_train.py, attention_grad.py --------------------------------------
+def build_cast(node, inputs, out, env: KernelEnv) -> Work:
+    x = _flat(inputs[0])
+    kernel = kt.cast(dtype_name(x), node.dtype, _vector(env, x, out))
+    go = env.launch(kernel, *kn.element_grid(out.size), (x, _flat(out)))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_swiglu_grad(node, inputs, out, env: KernelEnv) -> Work:
+    flat = [_flat(x) for x in (*inputs, out)]
+    kernel = kt.swiglu_grad(node.dtype, _vector(env, *flat))
+    go = env.launch(kernel, *kn.element_grid(out.size), tuple(flat))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_rmsnorm_grad(node, inputs, out, env: KernelEnv) -> Work:
+    rows, cols = _row_count(out)
+    x, dy = _flat(inputs[0]), _flat(inputs[-1])
+    weighted = len(inputs) == 3
+    weight = inputs[1] if weighted else x
+    eps = float(KERNELS["rmsnorm_grad"].attr(node.attrs, "eps"))
+    kernel = kt.rmsnorm_grad(node.dtype, weighted, _vector(env, x, weight, dy, out, cols=cols))
+    go = env.launch(kernel, rows, kn.ROW_THREADS, (x, weight, dy, _flat(out), cols, eps))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_attention_unpack(node, inputs, out, env: KernelEnv) -> Work:
+    packed = inputs[0]
+    width, stride = int(out.shape[1]), int(packed.shape[1])
+    vector = _vector(env, packed, out, cols=width) and stride % 4 == 0
+    go = env.launch(kt.attention_unpack(node.dtype, vector), *kn.element_grid(out.size), (_flat(packed), _flat(out), width, stride))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_xent(node, inputs, out, env: KernelEnv) -> Work:
+    logits, labels = inputs[:2]
+    rows, cols = _row_count(logits)
+    prev = _flat(inputs[2]) if len(inputs) == 3 else _flat(out)
+    kernel = kt.xent(dtype_name(logits), node.dtype, len(inputs) == 3, _vector(env, logits, cols=cols))
+    start = int(KERNELS["xent"].attr(node.attrs, "start"))
+    go = env.launch(kernel, rows, kn.ROW_THREADS, (_flat(logits), labels, prev, _flat(out), cols, start))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_xent_loss(node, inputs, out, env: KernelEnv) -> Work:
+    stats, labels = inputs
+    go = env.launch(kt.xent_loss(node.dtype), 1, kn.ROW_THREADS, (_flat(stats), labels, out))
+    return lambda lane: go(env.launch_streams[lane])
+
+
+def build_xent_grad(node, inputs, out, env: KernelEnv) -> Work:
+    logits, labels, stats, total = inputs[:4]
+    rows, cols = _row_count(logits)
+    scale = inputs[4] if len(inputs) == 5 else total
+    spec = KERNELS["xent_grad"]
+    kernel = kt.xent_grad(node.dtype, dtype_name(stats), len(inputs) == 5, _vector(env, logits, out, cols=cols))
+    args = (_flat(logits), labels, _flat(stats), total, scale, _flat(out), cols, int(spec.attr(node.attrs, "start")),
+            float(spec.attr(node.attrs, "factor")))
+    go = env.launch(kernel, rows, kn.ROW_THREADS, args)
+    return lambda lane: go(env.launch_streams[lane])
+
+
 BUILDERS: dict[str, Callable] = {
     "matmul": build_matmul,
     "einsum": build_einsum,
@@ -168,18 +232,28 @@ BUILDERS: dict[str, Callable] = {
     "concat": build_concat,
     "attention": attention.build,
     "decode_attention": attention.build_decode,
+    "cast": build_cast,
+    "rmsnorm_grad": build_rmsnorm_grad,
+    "swiglu_grad": build_swiglu_grad,
+    "attention_unpack": build_attention_unpack,
+    "attention_grad": attention_grad.build,
+    "xent": build_xent,
+    "xent_loss": build_xent_loss,
+    "xent_grad": build_xent_grad,
 }
 """Kernel name -> builder. Names not (yet) in the kernel table are harmless."""
 
 SCRATCH: dict[str, Callable] = {
     "einsum": lambda node, sources, provider: einsum_scratch(node, sources),
     "attention": attention.scratch_bytes,
+    "attention_grad": attention_grad.scratch_bytes,
 }
 """Kernels that need lane scratch: name -> bytes(node, source nodes, attention provider)."""
 
 
 LIBRARY: dict[str, Callable] = {
     "attention": attention.library_bytes,
+    "attention_grad": attention_grad.library_bytes,
 }
 """Kernels whose libraries hold memory of their own per lane (torch's caching allocator): name -> bytes."""
 

@@ -247,11 +247,13 @@ class GpuDriver:
         """CuPy, cuBLAS (and torch's streams) warmed up on every lane (libraries.py)."""
         return Libraries.open(self, devices, lanes, with_torch)
 
-    def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)):
-        """`work(lane)`: one cuBLAS call of `plan` on the lane's handle; `offsets` in elements into a and b."""
+    def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0), beta: float = 0.0):
+        """`work(lane)`: one cuBLAS call of `plan` on the lane's handle; `offsets` in elements into a and b
+        (of one dtype; out's may be float32 beside half operands)."""
+        assert dtype_name(a) == dtype_name(b), "GEMM operands of two dtypes"
         a_ptr = device_pointer(a) + offsets[0] * a.dtype.itemsize
         b_ptr = device_pointer(b) + offsets[1] * b.dtype.itemsize
-        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), dtype_name(out), alpha=alpha)
+        call = cublas_call(plan, a_ptr, b_ptr, device_pointer(out), dtype_name(out), alpha=alpha, beta=beta, in_dtype=dtype_name(a))
         return lambda lane: call(services.cublas(lane))
 
     def einsum(self, equation: str, inputs, out, services):
@@ -383,9 +385,9 @@ class SimDriver(GpuDriver):
     def open_libraries(self, devices, lanes: list, with_torch: bool) -> Libraries:
         return Libraries()  # no CuPy, cuBLAS or torch under the simulator
 
-    def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)):
+    def gemm(self, plan, a, b, out, services, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0), beta: float = 0.0):
         a_host, b_host, out_host = host(a).reshape(-1)[offsets[0]:], host(b).reshape(-1)[offsets[1]:], host(out)
-        return lambda lane: numpy_gemm(plan, a_host, b_host, out_host, alpha=alpha)
+        return lambda lane: numpy_gemm(plan, a_host, b_host, out_host, alpha=alpha, beta=beta)
 
     def einsum(self, equation: str, inputs, out, services):
         hosts = [host(x) for x in inputs]

@@ -11,8 +11,9 @@ diagonal, a batch letter innermost) returns None and runs on the fallback path i
 A plan runs with `cublas_gemm` (cuBLAS `gemmEx` or `gemmStridedBatchedEx` through CuPy's bindings, on
 the lane's stream, writing straight into the output's arena view) or with `numpy_gemm` (strided numpy
 views: the CUDA simulator's path, and the test oracle for the plans themselves). float16 and bfloat16
-GEMMs read and write their dtype and accumulate in float32 (CUBLAS_COMPUTE_32F; bfloat16 is CUDA_R_16BF,
-its operands the uint16 words of the arena's bfloat16 views).
+GEMMs read their dtype, accumulate in float32 (CUBLAS_COMPUTE_32F; bfloat16 is CUDA_R_16BF, its operands
+the uint16 words of the arena's bfloat16 views) and write their dtype or float32 (attention's backward
+keeps its scores in float32). C = alpha A·B + beta C: beta 1 adds to what C holds.
 Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ, so cuBLAS sees (B, A) and m = N, n = M.
 """
 
@@ -136,16 +137,18 @@ def _view(flat: np.ndarray, matrix: Matrix, batch: int) -> np.ndarray:
     return stored.transpose(0, 2, 1) if matrix.trans else stored
 
 
-def numpy_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0) -> None:
-    """Run the plan (C = alpha A·B) on flat numpy arrays (host memory, or the simulator's device arrays)."""
+def numpy_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0, beta: float = 0.0) -> None:
+    """Run the plan (C = alpha A·B + beta C) on flat numpy arrays (host memory, or the simulator's device arrays)."""
     if plan.swap:
         a, b = b, a
     left, right = _view(a.reshape(-1), plan.a, plan.batch), _view(b.reshape(-1), plan.b, plan.batch)
     out = _view(c.reshape(-1), plan.c, plan.batch)
-    if left.dtype == np.uint16:  # bfloat16 words (memory.py): compute on ml_dtypes' bfloat16 views of them
-        left, right, out = (x.view(numpy_dtype("bfloat16")) for x in (left, right, out))
+    left, right, out = (x.view(numpy_dtype("bfloat16")) if x.dtype == np.uint16 else x for x in (left, right, out))  # bfloat16 words (memory.py)
     if left.dtype.itemsize == 2:  # accumulate in float32, as cuBLAS does for half inputs
-        out[...] = (alpha * np.matmul(left.astype(np.float32), right.astype(np.float32))).astype(out.dtype)
+        product = alpha * np.matmul(left.astype(np.float32), right.astype(np.float32))
+        out[...] = (product + beta * out.astype(np.float32) if beta else product).astype(out.dtype)
+    elif beta:
+        out[...] = alpha * np.matmul(left, right) + beta * out
     else:
         np.matmul(left, right, out=out)
         if alpha != 1.0:
@@ -159,28 +162,31 @@ COMPUTE_32F, COMPUTE_64F = 68, 70
 GEMM_DEFAULT, GEMM_DEFAULT_TENSOR_OP = -1, 99
 
 
-def cublas_call(plan: GemmPlan, a_ptr: int, b_ptr: int, c_ptr: int, dtype: str, alpha: float = 1.0):
+def cublas_call(plan: GemmPlan, a_ptr: int, b_ptr: int, c_ptr: int, dtype: str, alpha: float = 1.0, beta: float = 0.0,
+                in_dtype: str | None = None):
     """A closure `call(handle)` issuing the plan's GEMM on cuBLAS's current stream (set by the caller).
 
-    `a_ptr` and `b_ptr` are the einsum's first and second operands, whatever `plan.swap` says."""
+    `a_ptr` and `b_ptr` are the einsum's first and second operands, whatever `plan.swap` says; `dtype` is
+    C's, `in_dtype` A's and B's (default C's: a half C with float32 operands is not a cuBLAS case)."""
     from cupy_backends.cuda.libs import cublas
 
     if plan.swap:
         a_ptr, b_ptr = b_ptr, a_ptr
-    kind = CUDA_TYPES[dtype]
+    in_dtype = in_dtype or dtype
+    kind, in_kind = CUDA_TYPES[dtype], CUDA_TYPES[in_dtype]
     scalar = np.float64 if dtype == "float64" else np.float32
-    one, zero = np.full(1, alpha, scalar), np.zeros(1, scalar)  # host scalars, kept alive by the closure
+    one, zero = np.full(1, alpha, scalar), np.full(1, beta, scalar)  # host scalars, kept alive by the closure
     compute = COMPUTE_64F if dtype == "float64" else COMPUTE_32F
-    algo = GEMM_DEFAULT_TENSOR_OP if dtype in ("float16", "bfloat16") else GEMM_DEFAULT
-    item = DTYPE_BYTES[dtype]
+    algo = GEMM_DEFAULT_TENSOR_OP if in_dtype in ("float16", "bfloat16") else GEMM_DEFAULT
+    item, in_item = DTYPE_BYTES[dtype], DTYPE_BYTES[in_dtype]
     op = lambda matrix: 1 if matrix.trans else 0  # noqa: E731  (CUBLAS_OP_T, CUBLAS_OP_N)
     common = (op(plan.b), op(plan.a), plan.n, plan.m, plan.k, one.ctypes.data)
-    assert all(x % item == 0 for x in (a_ptr, b_ptr, c_ptr)), "GEMM operands must be element-aligned"
+    assert a_ptr % in_item == 0 and b_ptr % in_item == 0 and c_ptr % item == 0, "GEMM operands must be element-aligned"
     if plan.batch == 1:
-        args = common + (b_ptr, kind, plan.b.ld, a_ptr, kind, plan.a.ld, zero.ctypes.data, c_ptr, kind, plan.c.ld, compute, algo)
+        args = common + (b_ptr, in_kind, plan.b.ld, a_ptr, in_kind, plan.a.ld, zero.ctypes.data, c_ptr, kind, plan.c.ld, compute, algo)
         return lambda handle, keep=(one, zero): cublas.gemmEx(handle, *args)
     args = common + (
-        b_ptr, kind, plan.b.ld, plan.b.batch_stride, a_ptr, kind, plan.a.ld, plan.a.batch_stride,
+        b_ptr, in_kind, plan.b.ld, plan.b.batch_stride, a_ptr, in_kind, plan.a.ld, plan.a.batch_stride,
         zero.ctypes.data, c_ptr, kind, plan.c.ld, plan.c.batch_stride, plan.batch, compute, algo,
     )
     return lambda handle, keep=(one, zero): cublas.gemmStridedBatchedEx(handle, *args)

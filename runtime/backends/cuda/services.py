@@ -62,8 +62,8 @@ class KernelEnv(Protocol):
     def launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0) -> Launch:
         """`go(stream)` launching `kernel` with `args`; compiled now, not at the first launch."""
 
-    def gemm(self, plan, a, b, out, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)) -> Work:
-        """A GEMM plan (gemm.py) on device views; `offsets` in elements into a and b."""
+    def gemm(self, plan, a, b, out, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0), beta: float = 0.0) -> Work:
+        """A GEMM plan (gemm.py) on device views, out = alpha a·b + beta out; `offsets` in elements into a and b."""
 
     def einsum(self, equation: str, inputs: list, out) -> Work:
         """An einsum that is no GEMM, its temporaries in the lane's scratch."""
@@ -99,8 +99,8 @@ class KernelServices:
     def launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0) -> Launch:
         return self.driver.prepare_launch(kernel, griddim, blockdim, args, shared)
 
-    def gemm(self, plan, a, b, out, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0)) -> Work:
-        return self.driver.gemm(plan, a, b, out, self, alpha, offsets)
+    def gemm(self, plan, a, b, out, alpha: float = 1.0, offsets: tuple[int, int] = (0, 0), beta: float = 0.0) -> Work:
+        return self.driver.gemm(plan, a, b, out, self, alpha, offsets, beta)
 
     def einsum(self, equation: str, inputs: list, out) -> Work:
         return self.driver.einsum(equation, inputs, out, self)

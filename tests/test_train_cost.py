@@ -1,0 +1,55 @@
+"""What the sim and the budget know of training's kernels on the cuda backend.
+
+The cost model prices an `attention_grad` link of half operands at its own rates, on the FLOPs of the whole
+fused backward of its block whichever gradient it keeps (what the torch paths run), not at the forward's;
+the budget's reserve holds back the cublas path's scratch or the torch paths' library memory for it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.backends.cuda import attention_grad, builders
+from runtime.backends.cuda.devices import library_allowance, scratch_per_lane
+from turnip_ir.cost import CostModel
+from turnip_ir.memgraph import MemNode
+
+
+def _link(wrt: str, causal: bool, dtype: str = "float16"):
+    """A 7b-shaped link (4096 x 4096, 32 heads of 128) and its operands as memgraph nodes."""
+    shapes = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "packed": (4096, 4096 + 32), "do": (4096, 4096)}
+    operands = [MemNode(i, "input", name, 0, (0, 0), None, (), shape=shape, dtype="float32" if name == "packed" else dtype)
+                for i, (name, shape) in enumerate(shapes.items())]
+    attrs = {"heads": 32, "kv_heads": 32, "wrt": wrt, "causal": causal}
+    shape = (4096, 4096) if wrt == "q" else (8192, 4096)
+    node = MemNode(5, "kernel", "g", 0, (0, 0), None, tuple(range(5)), kernel="attention_grad", shape=shape, dtype=dtype, attrs=attrs)
+    return node, operands
+
+
+@pytest.mark.parametrize("wrt", ["q", "kv"])
+def test_attention_grad_links_cost_one_fused_backward_at_their_own_rates(wrt):
+    model = CostModel(launch=0.0)
+    fused = 10 * 4096 * 4096 * 4096
+    full, causal = (model.kernel_time(*_link(wrt, c)) for c in (False, True))
+    assert full == pytest.approx(fused / model.attention_grad_flops)
+    assert causal == pytest.approx(fused / 2 / model.causal_attention_grad_flops)
+    slower = CostModel(launch=0.0, attention_grad_flops=model.attention_grad_flops / 2)
+    assert slower.kernel_time(*_link(wrt, False)) == pytest.approx(2 * full)
+    assert CostModel(launch=0.0, attention_flops=1e12).kernel_time(*_link(wrt, False)) == pytest.approx(full)  # not the forward's
+    node, operands = _link(wrt, False, "float32")  # the cublas path's float32 GEMMs: the kernel table's FLOPs
+    assert model.kernel_time(node, operands) == pytest.approx((6 if wrt == "q" else 8) * 4096**3 / model.fp32_flops)
+
+
+def test_the_reserve_holds_back_attention_grads_scratch_or_library_memory():
+    """cublas: a 7b link's chunk (one kv head's scores: 192 MiB wrt kv, and its partial gradients) as lane
+    scratch and no library memory; a torch path: no scratch, torch's blocks in the library allowance."""
+    node, operands = _link("kv", False)
+    nodes = [*operands, node]
+    scratch = scratch_per_lane(nodes, "cublas")
+    assert scratch == attention_grad.scratch_bytes(node, operands, "cublas") > 4096 * 4096 * 12 > 0
+    assert scratch <= attention_grad.GRAD_SCRATCH
+    assert builders.library_bytes(node, operands, "cublas") == 0
+    assert scratch_per_lane(nodes, "torch-cudnn") == 0
+    held = builders.library_bytes(node, operands, "torch-cudnn")
+    assert held > 3 * 4096 * 4096 * 2  # dQ, dK and dV at least
+    assert library_allowance(nodes, 2, "torch-cudnn") - library_allowance(nodes, 2, "cublas") >= held

@@ -144,11 +144,20 @@ def _with_offload_margin(pinned: int) -> int:
 
 def _cuda_reserve(graph, streams: int, attention: str) -> int:
     """The cuda backend's reserve for `graph` beside the page tables (`devices.reserve_bytes` with nothing
-    pinned: the tables add to it, `_cuda_arena`)."""
-    from runtime.backends.cuda import CudaBackend
+    pinned: the tables add to it, `_cuda_arena`); one pass over the nodes, made once per graph, streams and
+    provider (`_RESERVES`: a session sizes its arena, compiles and refits with the same graph)."""
+    reserves = _RESERVES.setdefault(graph, {})
+    key = (streams, attention)
+    if key not in reserves:
+        from runtime.backends.cuda import CudaBackend
 
-    nodes = graph.nodes.values() if isinstance(graph.nodes, dict) else graph.nodes
-    return CudaBackend.reserve_bytes(list(nodes), streams, attention)
+        nodes = graph.nodes.values() if isinstance(graph.nodes, dict) else graph.nodes
+        reserves[key] = CudaBackend.reserve_bytes(list(nodes), streams, attention)
+    return reserves[key]
+
+
+_RESERVES: WeakKeyDictionary = WeakKeyDictionary()
+"""Graph -> {(streams, provider): `_cuda_reserve`} (graphs are not edited once planned)."""
 
 
 def _cuda_arena(budget: int, reserve: int, pinned: int) -> int:

@@ -1,0 +1,317 @@
+"""The plan search for a llama prefill: one dimension at a time, each candidate built, bounded, compiled and
+simulated, cheaply, with the choice the plain search would make.
+
+State (`Search`): each candidate's outcome, the choices so far (`path`) and the dimension being ranked
+(`step`). Ranking a dimension evaluates every candidate of it around the path and takes the fastest (the
+first of equals) as the new path. A dimension's best makespan so far is the deadline of its other
+candidates (`deadlines`), never a better plan found for another dimension, so the choice is the plain
+search's candidate for candidate:
+- a candidate whose lower bound (turnip/bounds.py) is above its deadline is not compiled, and a token
+  block whose attention links alone keep the loop busier than that is not even built (`link_floor`);
+- a candidate's sim run stops once its clock passes its deadline (the sim backend's `deadline`);
+- candidates are compiled and simulated in forked processes (turnip/forks.py), one per core, reading
+  the deadlines from shared memory as they fall. A core the dimension at hand leaves idle takes the
+  later dimensions' candidates around the path (needed if the path stands); those an earlier choice
+  makes obsolete are stopped. The default plan is compiled in this process while forks take the first
+  dimension's others (most often it is the one run); graphs below `FORK_FROM` tasks are not forked (a
+  fork and the plan's way back cost more than their compile). A forked candidate that is the best of its
+  dimension when it finishes leaves its plan pickled in a scratch folder; the path's taskgraph is held
+  here, so the schedules' candidates (forked ones too) and the plan chosen use it;
+- the plans are compiled without the verify stage; the one chosen is verified (`verified`).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from frontend.workloads import llama
+from passes.pipeline import compile_taskgraph
+from passes.place_devices import place_devices
+from runtime import sim_makespan
+from turnip import forks
+from turnip.bounds import makespan_bound
+from turnip.candidates import Candidate, LlamaPrefill, PlanTarget
+from turnip_ir.cost import CostModel
+from turnip_ir.errors import BudgetError
+from turnip_ir.memgraph import MemGraph, MemNode
+from turnip_ir.verifier import verify_memgraph
+
+FORK_FROM = 2000
+"""Tasks in the default graph from which candidates are compiled in forked processes."""
+TIE = 1e-9
+"""Relative slack on every deadline and bound comparison: a candidate that may tie is run to its end."""
+
+
+@dataclass
+class Outcome:
+    """What one candidate came to: `ran` (its makespan), `bounded` (its lower bound `seconds` was above the
+    deadline, not compiled), `stopped` (its sim run passed the deadline `seconds`) or `no fit`."""
+
+    kind: str
+    seconds: float | None = None
+    bound: float | None = None
+    error: str = ""
+    kept: str | None = None
+    """The pickled plan of a forked candidate that was the best of its dimension when it finished."""
+    memgraph: MemGraph | None = field(default=None, repr=False)
+
+    @property
+    def score(self) -> float:
+        return self.seconds if self.kind == "ran" else math.inf
+
+    def text(self) -> str:
+        if self.kind == "no fit":
+            return "does not fit"
+        prefix = {"ran": "", "bounded": "at least ", "stopped": "over "}[self.kind]
+        return prefix + _seconds(self.seconds)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f} s" if value >= 0.1 else f"{value * 1e3:.3f} ms"
+
+
+@dataclass
+class Step:
+    """One dimension ranked: the value chosen and each candidate value's outcome, in ranking order."""
+
+    dimension: str
+    chosen: object
+    outcomes: dict[object, Outcome]
+
+
+@dataclass
+class LlamaChoice:
+    """The chosen candidate, its graph and plan, and how it was chosen: `searched`, `unbound` (the default
+    plan is within `BIND_MARGIN` of its bound: no search), `given` (nothing to choose) or `kept` (read
+    from the choice cache)."""
+
+    candidate: Candidate
+    built: llama.LlamaGraph
+    memgraph: MemGraph
+    how: str
+    makespan: float | None = None
+    bound: float | None = None
+    steps: list[Step] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Candidates by outcome kind (`Outcome.kind`), searched ones."""
+    workers: int = 1
+    seconds: float = 0.0
+    plan_read: bool = False
+    """The plan was read from the plan folder, not compiled."""
+
+
+def link_floor(prefill: LlamaPrefill, candidate: Candidate, cost: CostModel) -> float:
+    """A lower bound on the makespan before the graph is built: the event loop's time for the attention
+    links alone, n (n + 1) / 2 a layer for n token blocks (causal chains; 0 under a sliding window, which
+    leaves links out)."""
+    config = prefill.config
+    if config.sliding_window is not None:
+        return 0.0
+    blocks = -(-prefill.tokens // candidate.block)
+    operand = MemNode(0, "input", "q", 0, None, None, (), shape=(1,), dtype=config.dtype)
+    link = MemNode(0, "kernel", "attention", 0, None, None, (), kernel="attention", shape=(1,), dtype=config.dtype)
+    return config.num_hidden_layers * blocks * (blocks + 1) // 2 * cost.host_time(link, [operand])
+
+
+def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadline: Callable[[], float],
+             remat: bool = False, cost: CostModel | None = None, built: llama.LlamaGraph | None = None) -> Outcome:
+    """Build (unless `built` is given), bound, compile and simulate one candidate, stopping as soon as it
+    cannot come in under `deadline()` (read as it goes: it may fall meanwhile). The plan is not verified
+    here: the search verifies the one it chooses (`verified`)."""
+    cost = cost or CostModel()
+    floor = link_floor(prefill, candidate, cost)
+    if floor > deadline() * (1 + TIE):
+        return Outcome("bounded", floor, floor)
+    built = built or prefill.build(candidate)
+    try:
+        arena = target.arena_of(built.graph)
+        bound = makespan_bound(built.graph, arena, cost).seconds
+        if bound > deadline() * (1 + TIE):
+            return Outcome("bounded", bound, bound)
+        memgraph = compile_taskgraph(built.graph, arena, candidate.schedule, remat=remat, verify=False)
+    except BudgetError as err:
+        return Outcome("no fit", error=str(err))
+    makespan = sim_makespan(memgraph, target.streams, cost=cost, deadline=lambda: deadline() * (1 + TIE))
+    if makespan == math.inf:
+        return Outcome("stopped", deadline(), bound)
+    return Outcome("ran", makespan, bound, memgraph=memgraph)
+
+
+def verified(memgraph: MemGraph, graph) -> MemGraph:
+    """`memgraph`, proved to be a correct plan of `graph` (the pipeline's verify stage, condition (a) too)."""
+    verify_memgraph(memgraph, place_devices(graph, graph.devices))
+    return memgraph
+
+
+def _graph_of(candidate: Candidate) -> tuple:
+    """What a candidate's taskgraph depends on (not the schedule)."""
+    return candidate.layer_order, candidate.block, candidate.query_group
+
+
+class Search:
+    """One search's state: each candidate's outcome, the choices so far (`path`) and the dimension being
+    ranked (`step`); `deadlines[j]` is the best makespan among dimension j's candidates around `path`, which
+    forked candidates read as they run. The path's taskgraph is held (`graphs`): the schedules' candidates
+    and the plan chosen use it, forked ones too."""
+
+    def __init__(self, prefill: LlamaPrefill, target: PlanTarget, start: Candidate, dimensions: list[str], remat: bool,
+                 margin: float | None):
+        self.prefill, self.target, self.remat, self.margin = prefill, target, remat, margin
+        self.path, self.dimensions, self.step = start, dimensions, 0
+        self.results: dict[Candidate, Outcome] = {}
+        self.deadlines: list[float] = [math.inf] * len(dimensions)
+        self.cost = CostModel()
+        self.pool: forks.ForkPool | None = None
+        self.scratch: Path | None = None
+        self.step_of: dict[Candidate, int] = {}
+        self.graphs: dict[tuple, llama.LlamaGraph] = {}
+
+    def run(self, workers: int | None) -> LlamaChoice:
+        try:
+            first = self._evaluate_start(workers)
+            if self.margin is not None and first.kind == "ran" and first.seconds <= (1 + self.margin) * first.bound:
+                return self._choice("unbound", [])
+            steps = [self._rank(step) for step in range(len(self.dimensions))]
+            return self._choice("searched", steps)
+        finally:
+            self._close()
+
+    def _evaluate_start(self, workers: int | None) -> Outcome:
+        """The default plan, compiled here; forked processes meanwhile take the first dimension's other
+        candidates that are not more loop-bound than it (the others wait for a deadline)."""
+        built = self.graphs[_graph_of(self.path)] = self.prefill.build(self.path)
+        slots = workers or forks.cores()
+        if slots > 1 and len(built.graph) >= FORK_FROM and forks.available():
+            self.pool = forks.ForkPool(slots)
+            self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
+            self.deadlines = multiprocessing.get_context("fork").RawArray("d", [math.inf] * len(self.dimensions))
+            floor = link_floor(self.prefill, self.path, self.cost)
+            early = [c for c in self._wanted()
+                     if c != self.path and self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
+            self.pool.slots -= 1  # this process is busy with the default plan meanwhile
+            self._fill(early)
+            self.pool.slots += 1
+        outcome = evaluate(self.prefill, self.target, self.path, lambda: math.inf, self.remat, self.cost, built)
+        self._record(self.path, outcome)
+        return outcome
+
+    def _rank(self, step: int) -> Step:
+        """Rank dimension `step` around the choices so far; its fastest candidate becomes the path."""
+        self.step = step
+        self._refresh()
+        candidates = self._candidates(step)
+        while any(c not in self.results for c in candidates):
+            self._fill(self._wanted())
+            self._collect()
+        ranked = [c for c in candidates if self.results[c].kind == "ran"]
+        if not ranked:
+            raise BudgetError(next(self.results[c].error for c in candidates if self.results[c].kind == "no fit"))
+        self._move(min(ranked, key=lambda c: self.results[c].score))  # the first of equals
+        dimension = self.dimensions[step]
+        return Step(dimension, getattr(self.path, dimension), {getattr(c, dimension): self.results[c] for c in candidates})
+
+    def _move(self, path: Candidate) -> None:
+        """Take `path` as the choices so far: only its plan and taskgraph are kept (built here if need be,
+        before more forks, when a later dimension is the schedule, whose candidates share it)."""
+        self.path = path
+        for candidate, outcome in self.results.items():
+            if candidate != path:
+                outcome.memgraph = None
+        self.graphs = {key: graph for key, graph in self.graphs.items() if key == _graph_of(path)}
+        if not self.graphs and "schedule" in self.dimensions[self.step + 1:]:
+            self.graphs[_graph_of(path)] = self.prefill.build(path)
+
+    def _candidates(self, step: int) -> list[Candidate]:
+        return self.prefill.candidates(self.dimensions[step], self.path)
+
+    def _wanted(self) -> list[Candidate]:
+        """Candidates to evaluate, most needed first: the dimension at hand's, then the later ones' around
+        the choices so far (needed if those choices stand)."""
+        wanted = []
+        for step in range(self.step, len(self.dimensions)):
+            for candidate in self._candidates(step):
+                if candidate not in self.results and candidate not in wanted:
+                    wanted.append(candidate)
+                    self.step_of[candidate] = step
+        return wanted
+
+    def _fill(self, wanted: list[Candidate]) -> None:
+        """Start candidates of `wanted` while there are free processes (here: evaluate the next one)."""
+        for candidate in wanted:
+            if self.pool is not None and self.pool.free <= 0:
+                return
+            if self.pool is not None and candidate in self.pool.children:
+                continue
+            step = self.step_of[candidate]
+            floor = link_floor(self.prefill, candidate, self.cost)
+            if floor > self.deadlines[step] * (1 + TIE):
+                self._record(candidate, Outcome("bounded", floor, floor))
+                continue
+            if self.pool is None:
+                self._record(candidate, self._evaluate(candidate, step))
+                return
+            self.pool.start(candidate, partial(self._forked, candidate, step))
+
+    def _evaluate(self, candidate: Candidate, step: int) -> Outcome:
+        built = self.graphs.get(_graph_of(candidate))
+        return evaluate(self.prefill, self.target, candidate, lambda: self.deadlines[step], self.remat, self.cost, built)
+
+    def _forked(self, candidate: Candidate, step: int) -> Outcome:
+        """In a forked process: `evaluate`, the plan pickled for the parent when it is the best so far."""
+        outcome = self._evaluate(candidate, step)
+        if outcome.kind == "ran" and outcome.seconds <= self.deadlines[step] * (1 + TIE):
+            path = self.scratch / f"{time.monotonic_ns()}.pickle"
+            path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
+            outcome.kept = str(path)
+        outcome.memgraph = None
+        return outcome
+
+    def _collect(self) -> None:
+        if self.pool is None:
+            return
+        for candidate, outcome in self.pool.wait():
+            self._record(candidate, outcome)
+
+    def _record(self, candidate: Candidate, outcome: Outcome) -> None:
+        """Keep `outcome`; its plan only while it is the best of its dimension (memory)."""
+        self.results[candidate] = outcome
+        self._refresh()
+        step = self.step_of.get(candidate, self.step)
+        if outcome.score > self.deadlines[step] * (1 + TIE):
+            outcome.memgraph = None
+
+    def _refresh(self) -> None:
+        """Every dimension's deadline around the choices so far; forked candidates no longer wanted are stopped."""
+        for step in range(self.step, len(self.dimensions)):
+            scores = [self.results[c].score for c in self._candidates(step) if c in self.results]
+            self.deadlines[step] = min(scores, default=math.inf)
+        if self.pool is not None:
+            wanted = set(self._wanted())
+            for candidate in [c for c in self.pool.children if c not in wanted]:
+                self.pool.stop(candidate)
+
+    def _choice(self, how: str, steps: list[Step]) -> LlamaChoice:
+        outcome = self.results[self.path]
+        memgraph = outcome.memgraph if outcome.memgraph is not None else pickle.loads(Path(outcome.kept).read_bytes())
+        built = self.graphs.get(_graph_of(self.path)) or self.prefill.build(self.path)
+        counts: dict[str, int] = {}
+        for result in self.results.values():
+            counts[result.kind] = counts.get(result.kind, 0) + 1
+        slots = self.pool.slots if self.pool is not None else 1
+        return LlamaChoice(self.path, built, verified(memgraph, built.graph), how, outcome.seconds, outcome.bound, steps,
+                           counts, slots)
+
+    def _close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)

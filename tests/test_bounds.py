@@ -1,5 +1,6 @@
-"""`makespan_bound` never exceeds the sim's makespan of a plan, whatever the budget, order, block or GPUs,
-and is near it where nothing binds; `link_floor` (before any build) never exceeds the built graph's bound."""
+"""`makespan_bound` (of a taskgraph) and `plan_bound` (of its plan) never exceed the sim's makespan of a plan,
+whatever the budget, order, block or GPUs, and are near it where nothing binds; `link_floor` (before any
+build) never exceeds the built graph's bound."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from frontend.workloads import llama
 from passes.pipeline import compile_taskgraph
 from runtime import sim_makespan
-from turnip.bounds import makespan_bound
+from turnip.bounds import makespan_bound, plan_bound
 from turnip.candidates import Candidate, LlamaPrefill
 from turnip.search import link_floor
 from turnip_ir.cost import CostModel
@@ -36,9 +37,13 @@ def test_no_plan_runs_faster_than_its_bound(prefill, candidate, budget, remat):
         memgraph = compile_taskgraph(graph, budget, candidate.schedule, remat=remat)
     except BudgetError:
         pytest.skip("does not fit")
-    bound = makespan_bound(graph, budget)
-    assert bound.seconds <= sim_makespan(memgraph) * (1 + 1e-9)
+    bound, makespan = makespan_bound(graph, budget), sim_makespan(memgraph)
+    assert bound.seconds <= makespan * (1 + 1e-9)
     assert makespan_bound(graph, budget, inputs="host").link >= bound.link
+    planned = plan_bound(memgraph)
+    assert planned.seconds <= makespan * (1 + 1e-9)
+    assert planned.compute >= bound.compute * (1 - 1e-9) and planned.host >= bound.host * (1 - 1e-9)
+    assert planned.link >= bound.link * (1 - 1e-9)
 
 
 def test_where_nothing_binds_the_bound_is_near_the_makespan():
@@ -72,3 +77,13 @@ def test_the_attention_floor_before_the_build_is_below_the_built_graphs_loop_tim
 def test_a_sliding_window_has_no_attention_floor():
     windowed = LlamaPrefill(replace(TINY, sliding_window=16), 256)
     assert link_floor(windowed, Candidate("blocks", 32, 1, "given"), CostModel()) == 0.0
+
+
+def test_a_plan_that_copies_much_is_bound_by_its_link():
+    """Weights reloaded per token block under a tight budget: the plan's copies bound it, its taskgraph's do not."""
+    prefill, candidate = LlamaPrefill(HALF, 512), Candidate("blocks", 64, 1, "dfs")
+    graph = prefill.build(candidate).graph
+    memgraph = compile_taskgraph(graph, 96 << 10, candidate.schedule)
+    planned, makespan = plan_bound(memgraph), sim_makespan(memgraph)
+    assert planned.link > makespan_bound(graph, 96 << 10).link
+    assert planned.link <= makespan * (1 + 1e-9)

@@ -77,12 +77,14 @@ def test_the_default_choice_is_the_plain_searchs(prefill, target, forked, monkey
 
 
 def test_the_search_saves_work_the_plain_search_does():
-    """Candidates left out by the bound and runs stopped at the deadline, across the cases above."""
+    """In every case above some candidate is left out by a bound or stopped at its deadline; both happen."""
     kinds: dict[str, int] = {}
     for prefill, target in CASES:
-        for kind, count in choose_llama_plan(prefill, target, workers=1).counts.items():
+        counts = choose_llama_plan(prefill, target, workers=1).counts
+        assert counts.get("bounded", 0) + counts.get("stopped", 0) >= 1, (prefill, target, counts)
+        for kind, count in counts.items():
             kinds[kind] = kinds.get(kind, 0) + count
-    assert kinds["bounded"] >= 3 and kinds["stopped"] >= 10 and kinds["no fit"] >= 5
+    assert kinds["bounded"] >= 1 and kinds["stopped"] >= 1 and kinds["no fit"] >= 1
 
 
 def test_a_dimension_given_a_value_is_kept_and_not_searched():

@@ -12,7 +12,9 @@ whatever the planner does, and the bound is the largest:
 - link: per GPU, the input bytes placed there beyond the arena start in host storage and must cross
   the host link at least once, at no more than `h2d_bw` (with inputs="host", all of them).
 The bounds are exact sums over the taskgraph (kernel durations memoised per signature), a pass over
-the nodes: about 40 ms for llama 7b at 32k tokens.
+the nodes: about 40 ms for llama 7b at 32k tokens. Once a plan is compiled, `plan_bound` counts its own
+vertices and copies: the bytes each GPU reloads and offloads, each direction at its rate and both at
+the duplex rate (a plan that reloads every weight per token block is bound by its link).
 """
 
 from __future__ import annotations
@@ -82,3 +84,28 @@ def _mem_node(node: TaskNode, op: str) -> MemNode:
     kernel = node.op if op == "kernel" else None
     return MemNode(0, op, node.id, node.device, None, None, (), kernel=kernel, shape=node.shape, dtype=node.dtype,
                    attrs=node.attrs)
+
+
+def plan_bound(memgraph, cost: CostModel | None = None) -> MakespanBound:
+    """The bound of one compiled plan: as `makespan_bound`, with the plan's own vertices (recomputes, reloads
+    and offloads in the loop's time) and its copies: per GPU, the bytes it reloads at `h2d_bw`, offloads at
+    `d2h_bw`, and both over the duplex link at `duplex_bw`."""
+    cost = cost or CostModel()
+    nodes = memgraph.by_id()
+    compute = [0.0] * memgraph.devices
+    up, down = [0] * memgraph.devices, [0] * memgraph.devices
+    host, largest = 0.0, 0.0
+    for node in memgraph.nodes:
+        if node.op == "input":
+            continue
+        sources = [nodes[i] for i in node.inputs]
+        loop = cost.host_time(node, sources)
+        host, largest = host + loop, max(largest, loop)
+        if node.op == "kernel":
+            compute[node.device] += cost.kernel_time(node, sources)
+        elif node.op == "reload":
+            up[node.device] += node.nbytes
+        elif node.op == "offload":
+            down[nodes[node.inputs[0]].device] += node.nbytes
+    link = max(max(u / cost.h2d_bw, d / cost.d2h_bw, (u + d) / cost.duplex_bw) for u, d in zip(up, down))
+    return MakespanBound(max(compute) / max(cost.overlap_efficiency, 1.0), host - largest, link)

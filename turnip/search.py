@@ -7,7 +7,8 @@ first of equals) as the new path. A dimension's best makespan so far is the dead
 candidates (`deadlines`), never a better plan found for another dimension, so the choice is the plain
 search's candidate for candidate:
 - a candidate whose lower bound (turnip/bounds.py) is above its deadline is not compiled, and a token
-  block whose attention links alone keep the loop busier than that is not even built (`link_floor`);
+  block whose attention links alone keep the loop busier than that is not even built (`link_floor`); a
+  plan whose copies alone take longer is not simulated (`plan_bound`);
 - a candidate's sim run stops once its clock passes its deadline (the sim backend's `deadline`);
 - candidates are compiled and simulated in forked processes (turnip/forks.py), one per core, reading
   the deadlines from shared memory as they fall. A core the dimension at hand leaves idle takes the
@@ -38,7 +39,7 @@ from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
 from runtime import sim_makespan
 from turnip import forks
-from turnip.bounds import makespan_bound
+from turnip.bounds import makespan_bound, plan_bound
 from turnip.candidates import Candidate, LlamaPrefill, PlanTarget
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError
@@ -63,6 +64,8 @@ class Outcome:
     kept: str | None = None
     """The pickled plan of a forked candidate that was the best of its dimension when it finished."""
     memgraph: MemGraph | None = field(default=None, repr=False)
+    built: llama.LlamaGraph | None = field(default=None, repr=False)
+    """The taskgraph built for it in this process (`Search` keeps the best of a dimension's)."""
 
     @property
     def score(self) -> float:
@@ -140,10 +143,13 @@ def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, de
         memgraph = compile_taskgraph(built.graph, arena, candidate.schedule, remat=remat, verify=False)
     except BudgetError as err:
         return Outcome("no fit", error=str(err))
+    planned = plan_bound(memgraph, cost).seconds  # its copies: a plan that reloads too much is not simulated
+    if planned > deadline() * (1 + TIE):
+        return Outcome("bounded", planned, planned)
     makespan = sim_makespan(memgraph, target.streams, cost=cost, deadline=lambda: deadline() * (1 + TIE))
     if makespan == math.inf:
         return Outcome("stopped", deadline(), bound)
-    return Outcome("ran", makespan, bound, memgraph=memgraph)
+    return Outcome("ran", makespan, bound, memgraph=memgraph, built=built)
 
 
 def verified(memgraph: MemGraph, graph) -> MemGraph:
@@ -200,7 +206,9 @@ class Search:
             self.pool.slots -= 1  # this process is busy with the default plan meanwhile
             self._fill(early)
             self.pool.slots += 1
-        outcome = evaluate(self.prefill, self.target, self.path, lambda: math.inf, self.remat, self.cost, built)
+        ranked = self.path in self._candidates(0)  # then a better first-dimension candidate found meanwhile stops it
+        deadline = (lambda: self.deadlines[0]) if ranked else (lambda: math.inf)
+        outcome = evaluate(self.prefill, self.target, self.path, deadline, self.remat, self.cost, built)
         self._record(self.path, outcome)
         return outcome
 
@@ -272,7 +280,7 @@ class Search:
             path = self.scratch / f"{time.monotonic_ns()}.pickle"
             path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
             outcome.kept = str(path)
-        outcome.memgraph = None
+        outcome.memgraph = outcome.built = None
         return outcome
 
     def _collect(self) -> None:
@@ -282,12 +290,16 @@ class Search:
             self._record(candidate, outcome)
 
     def _record(self, candidate: Candidate, outcome: Outcome) -> None:
-        """Keep `outcome`; its plan only while it is the best of its dimension (memory)."""
+        """Keep `outcome`; its plan, and its taskgraph where built here, only while it is the best of its
+        dimension (memory)."""
         self.results[candidate] = outcome
         self._refresh()
         step = self.step_of.get(candidate, self.step)
         if outcome.score > self.deadlines[step] * (1 + TIE):
             outcome.memgraph = None
+        elif outcome.built is not None:
+            self.graphs[_graph_of(candidate)] = outcome.built
+        outcome.built = None
 
     def _refresh(self) -> None:
         """Every dimension's deadline around the choices so far; forked candidates no longer wanted are stopped."""

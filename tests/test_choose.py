@@ -4,6 +4,7 @@ given a value is kept; where the budget does not bind nothing is searched; the c
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import replace
 
 import pytest
@@ -58,16 +59,17 @@ def plain_search(prefill: LlamaPrefill, target: PlanTarget) -> tuple[Candidate, 
     return path, best
 
 
-@pytest.mark.parametrize("prefill, target", CASES)
-@pytest.mark.parametrize("forked", [False, True])
-def test_the_default_choice_is_the_plain_searchs(prefill, target, forked, monkeypatch):
-    if forked and not forks.available():
-        pytest.skip("fork is not available here")
-    monkeypatch.setattr(search, "FORK_FROM", 0 if forked else search.FORK_FROM)
-    choice = choose_llama_plan(prefill, target, workers=2 if forked else 1)
+@pytest.mark.parametrize("prefill, target, processes", [(*case, processes) for case in CASES for processes in (None, "fork")]
+                         + [(*CASES[1], "forkserver"), (*CASES[7], "forkserver")])
+def test_the_default_choice_is_the_plain_searchs(prefill, target, processes, monkeypatch):
+    """In process, in forked processes and in processes forked from a server (None: in process)."""
+    if processes and not forks.available(processes):
+        pytest.skip(f"{processes} is not available here")
+    monkeypatch.setattr(search, "FORK_FROM", 0 if processes else search.FORK_FROM)
+    choice = choose_llama_plan(prefill, target, workers=2 if processes else 1, processes=processes or "fork")
     expected, makespan = plain_search(prefill, target)
     assert choice.how == "searched" and (choice.candidate, choice.makespan) == (expected, makespan)
-    assert choice.workers == (2 if forked else 1)
+    assert choice.workers == (2 if processes else 1)
     assert (choice.built.block, choice.built.layer_order, choice.built.query_group) == (
         expected.block, expected.layer_order, expected.query_group)
     verify_memgraph(choice.memgraph, choice.built.graph)
@@ -132,6 +134,7 @@ class _ScriptedPool:
 
     def __init__(self, slots: int, rng):
         self.slots, self.rng, self.children = slots, rng, {}
+        self.context = multiprocessing.get_context("fork")
 
     @property
     def free(self) -> int:
@@ -186,8 +189,8 @@ def test_whatever_order_forked_candidates_finish_in_the_choice_is_the_plain_sear
     monkeypatch.setattr(search, "evaluate", scripted)
     monkeypatch.setattr(search, "verified", lambda memgraph, graph: memgraph)
     monkeypatch.setattr(search, "FORK_FROM", 0)
-    monkeypatch.setattr(forks, "available", lambda: True)
-    monkeypatch.setattr(forks, "ForkPool", lambda slots: _ScriptedPool(slots, rng))
+    monkeypatch.setattr(forks, "available", lambda method: True)
+    monkeypatch.setattr(forks, "ForkPool", lambda slots, method, preload: _ScriptedPool(slots, rng))
     choice = choose_llama_plan(prefill, PlanTarget(1 << 30), workers=rng.choice([2, 3, 5]))
     expected = _scripted_search(table, prefill)
     assert choice.candidate == expected and choice.memgraph == f"the plan of {expected}"

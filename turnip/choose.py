@@ -36,12 +36,13 @@ BIND_MARGIN = 0.03
 
 def choose_llama_plan(prefill: LlamaPrefill, target: PlanTarget, given: Mapping[str, object] | None = None, *,
                       remat: bool = False, cache: ChoiceCache | None = None, plan_dir: Path | None = None,
-                      workers: int | None = None, margin: float = BIND_MARGIN) -> LlamaChoice:
+                      workers: int | None = None, margin: float = BIND_MARGIN, processes: str = "fork") -> LlamaChoice:
     """The prefill's plan at `target`: each dimension of `DIMENSIONS` that `given` names with a value is
     forced (None: the frontend's default); one it leaves out, or names `auto`, is searched (the
     module docstring). A `cache` keeps choices; `plan_dir` keeps plans (turnip/plans.py) and the choices
-    too where no cache is given. `workers` (None: one per core) caps the processes compiling at once.
-    Raises the first candidate's `BudgetError` when none fits."""
+    too where no cache is given. `workers` (None: one per core) caps the processes compiling at once;
+    `processes="forkserver"` starts them from a server process, for a caller that holds page-locked memory
+    (turnip/forks.py). Raises the first candidate's `BudgetError` when none fits."""
     began = time.perf_counter()
     given, target = dict(given or {}), target.resolved()
     searched = [name for name in DIMENSIONS if given.get(name, "auto") == "auto"]
@@ -54,7 +55,7 @@ def choose_llama_plan(prefill: LlamaPrefill, target: PlanTarget, given: Mapping[
     if kept is not None:
         return _planned(prefill, target, Candidate(**kept), remat, plan_dir, "kept", began)
     shortcut = margin if "auto" not in given.values() else None  # `auto` asks for the ranking itself
-    choice = Search(prefill, target, start, searched, remat, shortcut).run(workers)
+    choice = Search(prefill, target, start, searched, remat, shortcut, processes).run(workers)
     if plan_dir is not None:
         keep_plan(plan_dir, choice.built.graph, choice.memgraph.budget, choice.candidate.schedule, remat, choice.memgraph)
     if cache is not None:

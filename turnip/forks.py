@@ -7,10 +7,16 @@ compiles and simulates, and never uses a GPU the parent may have opened, the par
 terminal. The parent's memory is shared copy-on-write: weights it holds are not copied, as long as the
 child does not write them.
 
+A process that holds page-locked memory (a session's weights, registered with the GPU's driver) should
+not fork: Linux copies pinned pages into the child at once rather than sharing them. `method="forkserver"`
+forks the children from a small server process instead (started once, its imports paid once, about a
+second of CPU): the work and its arguments are then pickled to the child, so they must be module-level
+functions and plain data.
+
 State: `slots` children at most run at once, each under a key; `wait` returns the results of those that
 finished (a `TurnipError` a child raised is raised again here, anything else as a `RuntimeError` with
-the child's traceback); `stop` kills one that is no longer wanted, `close` every one left. Where fork is
-not available (`available()` is False) callers run their work in process instead.
+the child's traceback); `stop` kills one that is no longer wanted, `close` every one left. Where the
+start method is not available (`available(method)` is False) callers run their work in process instead.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from typing import Any
 from turnip_ir.errors import TurnipError
 
 
-def available() -> bool:
-    return "fork" in multiprocessing.get_all_start_methods()
+def available(method: str = "fork") -> bool:
+    return method in multiprocessing.get_all_start_methods()
 
 
 def cores() -> int:
@@ -39,12 +45,15 @@ def cores() -> int:
 
 
 class ForkPool:
-    """At most `slots` forked children at once, each computing one function's result."""
+    """At most `slots` forked children at once, each computing one function's result; `method` is "fork"
+    (from this process) or "forkserver" (from a server process; `preload` names the modules it imports)."""
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, method: str = "fork", preload: tuple[str, ...] = ()):
         self.slots = slots
         self.children: dict[Hashable, tuple[multiprocessing.Process, Connection]] = {}
-        self.context = multiprocessing.get_context("fork")
+        self.context = multiprocessing.get_context(method)
+        if method == "forkserver":
+            self.context.set_forkserver_preload(list(preload))
 
     @property
     def free(self) -> int:

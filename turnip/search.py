@@ -24,7 +24,7 @@ search's candidate for candidate:
 from __future__ import annotations
 
 import math
-import multiprocessing
+import os
 import pickle
 import shutil
 import tempfile
@@ -152,6 +152,19 @@ def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, de
     return Outcome("ran", makespan, bound, memgraph=memgraph, built=built)
 
 
+def evaluate_kept(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadlines, step: int, remat: bool,
+                  scratch: Path, built: llama.LlamaGraph | None = None) -> Outcome:
+    """In a forked process: `evaluate` against `deadlines[step]` (shared memory the parent lowers), the plan
+    pickled into `scratch` for the parent when it is the best of its dimension as it finishes."""
+    outcome = evaluate(prefill, target, candidate, lambda: deadlines[step], remat, built=built)
+    if outcome.kind == "ran" and outcome.seconds <= deadlines[step] * (1 + TIE):
+        path = scratch / f"{time.monotonic_ns()}-{os.getpid()}.pickle"
+        path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
+        outcome.kept = str(path)
+    outcome.memgraph = outcome.built = None
+    return outcome
+
+
 def verified(memgraph: MemGraph, graph) -> MemGraph:
     """`memgraph`, proved to be a correct plan of `graph` (the pipeline's verify stage, condition (a) too)."""
     verify_memgraph(memgraph, place_devices(graph, graph.devices))
@@ -170,8 +183,8 @@ class Search:
     and the plan chosen use it, forked ones too."""
 
     def __init__(self, prefill: LlamaPrefill, target: PlanTarget, start: Candidate, dimensions: list[str], remat: bool,
-                 margin: float | None):
-        self.prefill, self.target, self.remat, self.margin = prefill, target, remat, margin
+                 margin: float | None, processes: str = "fork"):
+        self.prefill, self.target, self.remat, self.margin, self.processes = prefill, target, remat, margin, processes
         self.path, self.dimensions, self.step = start, dimensions, 0
         self.results: dict[Candidate, Outcome] = {}
         self.deadlines: list[float] = [math.inf] * len(dimensions)
@@ -196,10 +209,10 @@ class Search:
         candidates that are not more loop-bound than it (the others wait for a deadline)."""
         built = self.graphs[_graph_of(self.path)] = self.prefill.build(self.path)
         slots = workers or forks.cores()
-        if slots > 1 and len(built.graph) >= FORK_FROM and forks.available():
-            self.pool = forks.ForkPool(slots)
+        if slots > 1 and len(built.graph) >= FORK_FROM and forks.available(self.processes):
+            self.pool = forks.ForkPool(slots, self.processes, preload=(__name__,))
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
-            self.deadlines = multiprocessing.get_context("fork").RawArray("d", [math.inf] * len(self.dimensions))
+            self.deadlines = self.pool.context.RawArray("d", [math.inf] * len(self.dimensions))
             floor = link_floor(self.prefill, self.path, self.cost)
             early = [c for c in self._wanted()
                      if c != self.path and self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
@@ -267,21 +280,13 @@ class Search:
             if self.pool is None:
                 self._record(candidate, self._evaluate(candidate, step))
                 return
-            self.pool.start(candidate, partial(self._forked, candidate, step))
+            built = self.graphs.get(_graph_of(candidate)) if self.processes == "fork" else None  # inherited, not pickled
+            self.pool.start(candidate, partial(evaluate_kept, self.prefill, self.target, candidate, self.deadlines, step,
+                                               self.remat, self.scratch, built))
 
     def _evaluate(self, candidate: Candidate, step: int) -> Outcome:
         built = self.graphs.get(_graph_of(candidate))
         return evaluate(self.prefill, self.target, candidate, lambda: self.deadlines[step], self.remat, self.cost, built)
-
-    def _forked(self, candidate: Candidate, step: int) -> Outcome:
-        """In a forked process: `evaluate`, the plan pickled for the parent when it is the best so far."""
-        outcome = self._evaluate(candidate, step)
-        if outcome.kind == "ran" and outcome.seconds <= self.deadlines[step] * (1 + TIE):
-            path = self.scratch / f"{time.monotonic_ns()}.pickle"
-            path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
-            outcome.kept = str(path)
-        outcome.memgraph = outcome.built = None
-        return outcome
 
     def _collect(self) -> None:
         if self.pool is None:

@@ -3,21 +3,21 @@ simulated, cheaply, with the choice the plain search would make.
 
 State (`Search`): each candidate's outcome, the choices so far (`path`) and the dimension being ranked
 (`step`). Ranking a dimension evaluates every candidate of it around the path and takes the fastest (the
-first of equals) as the new path. A dimension's best makespan so far is the deadline of its other
-candidates (`deadlines`), never a better plan found for another dimension, so the choice is the plain
-search's candidate for candidate:
+first of equals) as the new path. A candidate's deadline is the best makespan so far among the candidates
+it is ranked with (its own dimension's, around the same other choices), never a better plan found for
+another dimension, so the choice is the plain search's candidate for candidate:
 - a candidate whose lower bound (turnip/bounds.py) is above its deadline is not compiled, and a token
   block whose attention links alone keep the loop busier than that is not even built (`link_floor`); a
   plan whose copies alone take longer is not simulated (`plan_bound`);
 - a candidate's sim run stops once its clock passes its deadline (the sim backend's `deadline`);
 - candidates are compiled and simulated in forked processes (turnip/forks.py), one per core, reading
-  the deadlines from shared memory as they fall. A core the dimension at hand leaves idle takes the
-  later dimensions' candidates around the path (needed if the path stands); those an earlier choice
-  makes obsolete are stopped. The default plan is compiled in this process while forks take the first
-  dimension's others (most often it is the one run); graphs below `FORK_FROM` tasks are not forked (a
-  fork and the plan's way back cost more than their compile). A forked candidate that is the best of its
-  dimension when it finishes leaves its plan pickled in a scratch folder; the path's taskgraph is held
-  here, so the schedules' candidates (forked ones too) and the plan chosen use it;
+  their deadlines from shared memory as the parent lowers them. A core the dimension at hand leaves idle
+  takes the later dimensions' candidates around that dimension's best so far (needed if it wins); those
+  a change of that best makes obsolete are stopped. The default plan is compiled in this process while
+  forks take the first dimension's others (most often it is the one run); graphs below `FORK_FROM` tasks
+  are not forked (a fork and the plan's way back cost more than their compile). A forked candidate that
+  is the best of its rank when it finishes leaves its plan pickled in a scratch folder; the path's
+  taskgraph is held here, so the schedules' candidates (forked ones too) and the plan chosen use it;
 - the plans are compiled without the verify stage; the one chosen is verified (`verified`).
 """
 
@@ -37,10 +37,11 @@ from pathlib import Path
 from frontend.workloads import llama
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
+from passes.schedules import SCHEDULES
 from runtime import sim_makespan
 from turnip import forks
 from turnip.bounds import makespan_bound, plan_bound
-from turnip.candidates import Candidate, LlamaPrefill, PlanTarget
+from turnip.candidates import QUERY_GROUPS, Candidate, LlamaPrefill, PlanTarget
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError
 from turnip_ir.memgraph import MemGraph, MemNode
@@ -152,12 +153,12 @@ def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, de
     return Outcome("ran", makespan, bound, memgraph=memgraph, built=built)
 
 
-def evaluate_kept(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadlines, step: int, remat: bool,
+def evaluate_kept(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadlines, index: int, remat: bool,
                   scratch: Path, built: llama.LlamaGraph | None = None) -> Outcome:
-    """In a forked process: `evaluate` against `deadlines[step]` (shared memory the parent lowers), the plan
+    """In a forked process: `evaluate` against `deadlines[index]` (shared memory the parent lowers), the plan
     pickled into `scratch` for the parent when it is the best of its dimension as it finishes."""
-    outcome = evaluate(prefill, target, candidate, lambda: deadlines[step], remat, built=built)
-    if outcome.kind == "ran" and outcome.seconds <= deadlines[step] * (1 + TIE):
+    outcome = evaluate(prefill, target, candidate, lambda: deadlines[index], remat, built=built)
+    if outcome.kind == "ran" and outcome.seconds <= deadlines[index] * (1 + TIE):
         path = scratch / f"{time.monotonic_ns()}-{os.getpid()}.pickle"
         path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
         outcome.kept = str(path)
@@ -171,6 +172,13 @@ def verified(memgraph: MemGraph, graph) -> MemGraph:
     return memgraph
 
 
+def _capacity(prefill: LlamaPrefill, dimensions: list[str]) -> int:
+    """How many candidates a search can evaluate at most: every combination of the values it ranks."""
+    sizes = {"layer_order": len(llama.LAYER_ORDERS), "block": len(prefill.candidates("block", prefill.start({}))),
+             "query_group": len(QUERY_GROUPS), "schedule": len(SCHEDULES)}
+    return math.prod(sizes[name] for name in dimensions) + 1
+
+
 def _graph_of(candidate: Candidate) -> tuple:
     """What a candidate's taskgraph depends on (not the schedule)."""
     return candidate.layer_order, candidate.block, candidate.query_group
@@ -178,20 +186,22 @@ def _graph_of(candidate: Candidate) -> tuple:
 
 class Search:
     """One search's state: each candidate's outcome, the choices so far (`path`) and the dimension being
-    ranked (`step`); `deadlines[j]` is the best makespan among dimension j's candidates around `path`, which
-    forked candidates read as they run. The path's taskgraph is held (`graphs`): the schedules' candidates
-    and the plan chosen use it, forked ones too."""
+    ranked (`step`). A candidate's deadline is the best makespan among the candidates it is ranked with
+    (`ranked_with`), kept for each in `deadlines` (shared memory once forked candidates read it) under the
+    index `slot` gives it. The path's taskgraph is held (`graphs`): the schedules' candidates and the plan
+    chosen use it, forked ones too."""
 
     def __init__(self, prefill: LlamaPrefill, target: PlanTarget, start: Candidate, dimensions: list[str], remat: bool,
                  margin: float | None, processes: str = "fork"):
         self.prefill, self.target, self.remat, self.margin, self.processes = prefill, target, remat, margin, processes
         self.path, self.dimensions, self.step = start, dimensions, 0
         self.results: dict[Candidate, Outcome] = {}
-        self.deadlines: list[float] = [math.inf] * len(dimensions)
         self.cost = CostModel()
         self.pool: forks.ForkPool | None = None
         self.scratch: Path | None = None
-        self.step_of: dict[Candidate, int] = {}
+        self.step_of: dict[Candidate, int] = {start: 0}
+        self.index: dict[Candidate, int] = {}
+        self.deadlines = [math.inf] * _capacity(prefill, dimensions)
         self.graphs: dict[tuple, llama.LlamaGraph] = {}
 
     def run(self, workers: int | None) -> LlamaChoice:
@@ -212,16 +222,13 @@ class Search:
         if slots > 1 and len(built.graph) >= FORK_FROM and forks.available(self.processes):
             self.pool = forks.ForkPool(slots, self.processes, preload=(__name__,))
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
-            self.deadlines = self.pool.context.RawArray("d", [math.inf] * len(self.dimensions))
+            self.deadlines = self.pool.context.RawArray("d", self.deadlines)
             floor = link_floor(self.prefill, self.path, self.cost)
-            early = [c for c in self._wanted()
-                     if c != self.path and self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
+            early = [c for c in self._wanted() if self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
             self.pool.slots -= 1  # this process is busy with the default plan meanwhile
             self._fill(early)
             self.pool.slots += 1
-        ranked = self.path in self._candidates(0)  # then a better first-dimension candidate found meanwhile stops it
-        deadline = (lambda: self.deadlines[0]) if ranked else (lambda: math.inf)
-        outcome = evaluate(self.prefill, self.target, self.path, deadline, self.remat, self.cost, built)
+        outcome = evaluate(self.prefill, self.target, self.path, lambda: math.inf, self.remat, self.cost, built)
         self._record(self.path, outcome)
         return outcome
 
@@ -229,7 +236,7 @@ class Search:
         """Rank dimension `step` around the choices so far; its fastest candidate becomes the path."""
         self.step = step
         self._refresh()
-        candidates = self._candidates(step)
+        candidates = self.prefill.candidates(self.dimensions[step], self.path)
         while any(c not in self.results for c in candidates):
             self._fill(self._wanted())
             self._collect()
@@ -251,19 +258,36 @@ class Search:
         if not self.graphs and "schedule" in self.dimensions[self.step + 1:]:
             self.graphs[_graph_of(path)] = self.prefill.build(path)
 
-    def _candidates(self, step: int) -> list[Candidate]:
-        return self.prefill.candidates(self.dimensions[step], self.path)
-
     def _wanted(self) -> list[Candidate]:
-        """Candidates to evaluate, most needed first: the dimension at hand's, then the later ones' around
-        the choices so far (needed if those choices stand)."""
+        """Candidates to evaluate, most needed first: the dimension at hand's around the path, then the later
+        dimensions' around its best candidate so far (needed if it wins and those before it stand)."""
         wanted = []
         for step in range(self.step, len(self.dimensions)):
-            for candidate in self._candidates(step):
+            around = self.path if step == self.step else self._leader()
+            for candidate in self.prefill.candidates(self.dimensions[step], around):
                 if candidate not in self.results and candidate not in wanted:
                     wanted.append(candidate)
                     self.step_of[candidate] = step
         return wanted
+
+    def _leader(self) -> Candidate:
+        """The best candidate of the dimension at hand so far (the first of equals), else the path."""
+        ranked = [c for c in self.prefill.candidates(self.dimensions[self.step], self.path)
+                  if c in self.results and self.results[c].kind == "ran"]
+        return min(ranked, key=lambda c: self.results[c].score, default=self.path)
+
+    def _ranked_with(self, candidate: Candidate) -> list[Candidate]:
+        """The candidates `candidate` is ranked with: its dimension's, around what it assumes of the others."""
+        return self.prefill.candidates(self.dimensions[self.step_of[candidate]], candidate)
+
+    def _deadline(self, candidate: Candidate) -> float:
+        return min((self.results[c].score for c in self._ranked_with(candidate) if c in self.results), default=math.inf)
+
+    def _slot(self, candidate: Candidate) -> int:
+        """The index of `candidate`'s deadline in `deadlines`, set now."""
+        index = self.index.setdefault(candidate, len(self.index))
+        self.deadlines[index] = self._deadline(candidate)
+        return index
 
     def _fill(self, wanted: list[Candidate]) -> None:
         """Start candidates of `wanted` while there are free processes (here: evaluate the next one)."""
@@ -272,21 +296,19 @@ class Search:
                 return
             if self.pool is not None and candidate in self.pool.children:
                 continue
-            step = self.step_of[candidate]
+            index = self._slot(candidate)
             floor = link_floor(self.prefill, candidate, self.cost)
-            if floor > self.deadlines[step] * (1 + TIE):
+            if floor > self.deadlines[index] * (1 + TIE):
                 self._record(candidate, Outcome("bounded", floor, floor))
                 continue
+            built = self.graphs.get(_graph_of(candidate))
             if self.pool is None:
-                self._record(candidate, self._evaluate(candidate, step))
+                self._record(candidate, evaluate(self.prefill, self.target, candidate, lambda: self.deadlines[index],
+                                                 self.remat, self.cost, built))
                 return
-            built = self.graphs.get(_graph_of(candidate)) if self.processes == "fork" else None  # inherited, not pickled
-            self.pool.start(candidate, partial(evaluate_kept, self.prefill, self.target, candidate, self.deadlines, step,
-                                               self.remat, self.scratch, built))
-
-    def _evaluate(self, candidate: Candidate, step: int) -> Outcome:
-        built = self.graphs.get(_graph_of(candidate))
-        return evaluate(self.prefill, self.target, candidate, lambda: self.deadlines[step], self.remat, self.cost, built)
+            inherited = built if self.processes == "fork" else None  # a forked child shares it; a server's would unpickle it
+            self.pool.start(candidate, partial(evaluate_kept, self.prefill, self.target, candidate, self.deadlines, index,
+                                               self.remat, self.scratch, inherited))
 
     def _collect(self) -> None:
         if self.pool is None:
@@ -295,25 +317,25 @@ class Search:
             self._record(candidate, outcome)
 
     def _record(self, candidate: Candidate, outcome: Outcome) -> None:
-        """Keep `outcome`; its plan, and its taskgraph where built here, only while it is the best of its
-        dimension (memory)."""
+        """Keep `outcome`; its plan, and its taskgraph where built here, only while it is the best of those
+        it is ranked with (memory)."""
         self.results[candidate] = outcome
         self._refresh()
-        step = self.step_of.get(candidate, self.step)
-        if outcome.score > self.deadlines[step] * (1 + TIE):
+        if outcome.score > self._deadline(candidate) * (1 + TIE):
             outcome.memgraph = None
         elif outcome.built is not None:
             self.graphs[_graph_of(candidate)] = outcome.built
         outcome.built = None
 
     def _refresh(self) -> None:
-        """Every dimension's deadline around the choices so far; forked candidates no longer wanted are stopped."""
-        for step in range(self.step, len(self.dimensions)):
-            scores = [self.results[c].score for c in self._candidates(step) if c in self.results]
-            self.deadlines[step] = min(scores, default=math.inf)
-        if self.pool is not None:
-            wanted = set(self._wanted())
-            for candidate in [c for c in self.pool.children if c not in wanted]:
+        """Every running candidate's deadline; forked candidates no longer wanted are stopped."""
+        if self.pool is None:
+            return
+        wanted = set(self._wanted())
+        for candidate in list(self.pool.children):
+            if candidate in wanted:
+                self.deadlines[self.index[candidate]] = self._deadline(candidate)
+            else:
                 self.pool.stop(candidate)
 
     def _choice(self, how: str, steps: list[Step]) -> LlamaChoice:

@@ -224,7 +224,8 @@ class Search:
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
             self.deadlines = self.pool.context.RawArray("d", self.deadlines)
             floor = link_floor(self.prefill, self.path, self.cost)
-            early = [c for c in self._wanted() if self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
+            early = [c for c in self._wanted()
+                     if c != self.path and self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
             self.pool.slots -= 1  # this process is busy with the default plan meanwhile
             self._fill(early)
             self.pool.slots += 1
@@ -238,6 +239,7 @@ class Search:
         self._refresh()
         candidates = self.prefill.candidates(self.dimensions[step], self.path)
         while any(c not in self.results for c in candidates):
+            self._collect(timeout=0)  # what finished meanwhile first: it changes what is wanted
             self._fill(self._wanted())
             self._collect()
         ranked = [c for c in candidates if self.results[c].kind == "ran"]
@@ -310,10 +312,11 @@ class Search:
             self.pool.start(candidate, partial(evaluate_kept, self.prefill, self.target, candidate, self.deadlines, index,
                                                self.remat, self.scratch, inherited))
 
-    def _collect(self) -> None:
-        if self.pool is None:
+    def _collect(self, timeout: float | None = None) -> None:
+        """Record the forked candidates that finish within `timeout` seconds (None: at least one)."""
+        if self.pool is None or not self.pool.children:
             return
-        for candidate, outcome in self.pool.wait():
+        for candidate, outcome in self.pool.wait(timeout):
             self._record(candidate, outcome)
 
     def _record(self, candidate: Candidate, outcome: Outcome) -> None:

@@ -250,15 +250,12 @@ class Search:
         return Step(dimension, getattr(self.path, dimension), {getattr(c, dimension): self.results[c] for c in candidates})
 
     def _move(self, path: Candidate) -> None:
-        """Take `path` as the choices so far: only its plan and taskgraph are kept (built here if need be,
-        before more forks, when a later dimension is the schedule, whose candidates share it)."""
+        """Take `path` as the choices so far: only its plan and taskgraph are kept."""
         self.path = path
         for candidate, outcome in self.results.items():
             if candidate != path:
                 outcome.memgraph = None
         self.graphs = {key: graph for key, graph in self.graphs.items() if key == _graph_of(path)}
-        if not self.graphs and "schedule" in self.dimensions[self.step + 1:]:
-            self.graphs[_graph_of(path)] = self.prefill.build(path)
 
     def _wanted(self) -> list[Candidate]:
         """Candidates to evaluate, most needed first: the dimension at hand's around the path, then the later
@@ -303,7 +300,7 @@ class Search:
             if floor > self.deadlines[index] * (1 + TIE):
                 self._record(candidate, Outcome("bounded", floor, floor))
                 continue
-            built = self.graphs.get(_graph_of(candidate))
+            built = self._graph(candidate)
             if self.pool is None:
                 self._record(candidate, evaluate(self.prefill, self.target, candidate, lambda: self.deadlines[index],
                                                  self.remat, self.cost, built))
@@ -311,6 +308,14 @@ class Search:
             inherited = built if self.processes == "fork" else None  # a forked child shares it; a server's would unpickle it
             self.pool.start(candidate, partial(evaluate_kept, self.prefill, self.target, candidate, self.deadlines, index,
                                                self.remat, self.scratch, inherited))
+
+    def _graph(self, candidate: Candidate) -> llama.LlamaGraph | None:
+        """The taskgraph held for `candidate`: the path's is built here for a forked schedule candidate (it
+        inherits it, and the plan chosen needs it), while other forks run; others are built where evaluated."""
+        key = _graph_of(candidate)
+        if key not in self.graphs and self.pool is not None and self.processes == "fork" and key == _graph_of(self.path):
+            self.graphs[key] = self.prefill.build(self.path)
+        return self.graphs.get(key)
 
     def _collect(self, timeout: float | None = None) -> None:
         """Record the forked candidates that finish within `timeout` seconds (None: at least one)."""

@@ -5,8 +5,8 @@ budget's plan comes to a loose budget's, and what choosing it costs on this mach
 
 Each point (tokens:tight:loose) runs `turnip llama --config 7b --tokens T --memory M --backend sim` in fresh
 processes, each with an empty choice cache (TURNIP_CACHE) unless said: (1) the four dimensions forced to
-the frontend's defaults (`--block 4096 --layer-order blocks --query-group 1 --schedule given`: no search,
-what a run without flags did before the choice), (2) no flags (the search), (3) no flags again on (2)'s
+the frontend's defaults at 7b (`--block 4096 --layer-order blocks --query-group 1 --schedule given`: no
+search, what a run without flags did before the choice), (2) no flags (the search), (3) no flags again on (2)'s
 cache (a second process: no search), (4) the loose budget with no flags. It prints a markdown table: the
 plan chosen, the sims' makespans and their ratio, each process's wall seconds (start to exit, imports in)
 and CPU seconds (its own and its children's: the search's forked compiles), the seconds the command says
@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FORCED = ["--block", "4096", "--layer-order", "blocks", "--query-group", "1", "--schedule", "given"]
 
 
-def turnip_llama(tokens: int, memory: str, extra: list[str], cache: str) -> dict:
+def turnip_llama(config: str, tokens: int, memory: str, extra: list[str], cache: str) -> dict:
     """One `turnip llama` process: its output's figures, wall and CPU seconds."""
-    command = [sys.executable, "-m", "turnip_cli.main", "llama", "--config", "7b", "--tokens", str(tokens),
+    command = [sys.executable, "-m", "turnip_cli.main", "llama", "--config", config, "--tokens", str(tokens),
                "--memory", memory, "--backend", "sim", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
@@ -51,13 +51,13 @@ def turnip_llama(tokens: int, memory: str, extra: list[str], cache: str) -> dict
             "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), "output": out}
 
 
-def point(tokens: int, tight: str, loose: str) -> dict:
+def point(config: str, tokens: int, tight: str, loose: str) -> dict:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as other:
-        forced = turnip_llama(tokens, tight, FORCED, first)
-        chosen = turnip_llama(tokens, tight, [], first)
-        again = turnip_llama(tokens, tight, [], first)
-        loose_run = turnip_llama(tokens, loose, [], other)
+        forced = turnip_llama(config, tokens, tight, FORCED, first)
+        chosen = turnip_llama(config, tokens, tight, [], first)
+        again = turnip_llama(config, tokens, tight, [], first)
+        loose_run = turnip_llama(config, tokens, loose, [], other)
     return {"tokens": tokens, "tight": tight, "loose": loose, "load": load, "forced": forced, "chosen": chosen,
             "again": again, "loose_run": loose_run}
 
@@ -66,7 +66,9 @@ def row(found: dict) -> str:
     forced, chosen, again, loose = (found[k] for k in ("forced", "chosen", "again", "loose_run"))
     ratio = chosen["makespan"] / loose["makespan"]
     choosing = f"{chosen['choosing']:.1f}" if chosen["choosing"] is not None else "-"
-    return (f"| {found['tokens'] // 1024}k at {found['tight']} / {found['loose']} | {chosen['plan']} | "
+    tokens = found["tokens"]
+    label = f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+    return (f"| {label} at {found['tight']} / {found['loose']} | {chosen['plan']} | "
             f"{chosen['makespan']:.3f} (forced defaults {forced['makespan']:.3f}) | {loose['makespan']:.3f} | **{ratio:.3f}** "
             f"(defaults {forced['makespan'] / loose['makespan']:.3f}) | {forced['wall']:.1f} / {chosen['wall']:.1f} / "
             f"{again['wall']:.1f} | {forced['cpu']:.1f} / {chosen['cpu']:.1f} / {again['cpu']:.1f} | {choosing} | {found['load']:.1f} |")
@@ -75,6 +77,7 @@ def row(found: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", nargs="+", default=["32768:1GiB:8GiB", "131072:2GiB:16GiB"], help="TOKENS:TIGHT:LOOSE")
+    parser.add_argument("--config", default="7b", help="the llama preset (tiny: the test's)")
     parser.add_argument("--json", metavar="OUT.json")
     args = parser.parse_args()
     print("| point | plan chosen | sim tight (s) | sim loose (s) | tight / loose | wall s: forced / chosen / again | "
@@ -83,7 +86,7 @@ def main() -> int:
     rows = []
     for text in args.points:
         tokens, tight, loose = text.split(":")
-        found = point(int(tokens), tight, loose)
+        found = point(args.config, int(tokens), tight, loose)
         rows.append(found)
         print(row(found), flush=True)
     if args.json:

@@ -496,3 +496,18 @@ def test_repeats_run_the_plan_again_on_one_prepared_backend(tmp_path, capsys, ba
         return
     once = hidden_states(capsys, *common, "--outputs", tmp_path / "one.npz")
     np.testing.assert_array_equal(np.load(tmp_path / "three.npz")["hidden_states"], once)
+
+
+def test_with_no_flags_the_sim_backend_chooses_the_plan_and_the_cpu_backend_keeps_the_defaults(capsys):
+    common = ["llama", "--config", "tiny", "--tokens", "256", "--memory", "256KiB"]
+    assert turnip([*common, "--backend", "sim"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == ["layer order auto", "block auto", "query group auto", "schedule auto"]
+    assert lines[4].startswith("plan chosen in ") and "256 tokens in blocks of 128, layers in halves;" in lines[5]
+    assert turnip([*common, "--backend", "sim", "--block", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "block auto:" not in out and "layer order auto:" in out and "256 tokens in blocks of 32" in out
+    assert turnip([*common, "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "auto:" not in out and not any(line.startswith("plan") for line in out.splitlines())
+    assert "256 tokens in blocks of 64;" in out

@@ -83,7 +83,7 @@ def add_remat_argument(parser: argparse.ArgumentParser) -> None:
 def add_layer_order_arguments(parser: argparse.ArgumentParser, orders: tuple[str, ...], chosen: bool = False) -> None:
     """`--layer-order` and `--query-group`; `chosen`: left out, each is chosen with the plan (`turnip llama`),
     else they default to the first order and 1."""
-    default = "chosen with the plan where the backend is the sim's or cuda's (below), else blocks" if chosen else orders[0]
+    default = "chosen with the plan where the backend is the sim's or cuda's, else blocks" if chosen else orders[0]
     parser.add_argument("--layer-order", default=None if chosen else orders[0], choices=(*orders, "auto"),
                         help="the order of tasks inside a layer: blocks (each token block through the whole layer) or "
                         "halves (every block through attention, then every block through the MLP: each weight crosses "

@@ -2,8 +2,9 @@
 budget's plan comes to a loose budget's, and what choosing it costs on this machine.
 
     PYTHONPATH=. .venv/bin/python bench/bench_autoplan.py --points 32768:1GiB:8GiB 131072:2GiB:16GiB
+    PYTHONPATH=. python3 bench/bench_autoplan.py --backend cuda --points 32768:1GiB:8GiB   # on the GPU host
 
-Each point (tokens:tight:loose) runs `turnip llama --config 7b --tokens T --memory M --backend sim` in fresh
+Each point (tokens:tight:loose) runs `turnip llama --config 7b --tokens T --memory M --backend sim` (or cuda) in fresh
 processes, each with an empty choice cache (TURNIP_CACHE) unless said: (1) the four dimensions forced to
 the frontend's defaults at 7b (`--block 4096 --layer-order blocks --query-group 1 --schedule given`: no
 search, what a run without flags did before the choice), (2) no flags (the search), (3) no flags again on (2)'s
@@ -31,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FORCED = ["--block", "4096", "--layer-order", "blocks", "--query-group", "1", "--schedule", "given"]
 
 
-def turnip_llama(config: str, tokens: int, memory: str, extra: list[str], cache: str) -> dict:
+def turnip_llama(config: str, tokens: int, memory: str, extra: list[str], cache: str, backend: str = "sim") -> dict:
     """One `turnip llama` process: its output's figures, wall and CPU seconds."""
     command = [sys.executable, "-m", "turnip_cli.main", "llama", "--config", config, "--tokens", str(tokens),
-               "--memory", memory, "--backend", "sim", *extra]
+               "--memory", memory, "--backend", backend, *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"TURNIP_CACHE": cache})
@@ -45,19 +46,19 @@ def turnip_llama(config: str, tokens: int, memory: str, extra: list[str], cache:
     out = done.stdout
     chosen = re.search(r"^plan chosen in ([\d.]+) s: (.*?) \(sim", out, re.M)
     kept = re.search(r"^plan: (.*?) \(", out, re.M)
-    return {"makespan": float(re.search(r"predicted makespan ([\d.]+) ms", out).group(1)) / 1e3,
+    return {"makespan": float(re.search(r"makespan ([\d.]+) ms", out).group(1)) / 1e3,
             "plan": chosen.group(2) if chosen else kept.group(1) if kept else "as forced",
             "choosing": float(chosen.group(1)) if chosen else None, "wall": wall,
             "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), "output": out}
 
 
-def point(config: str, tokens: int, tight: str, loose: str) -> dict:
+def point(config: str, tokens: int, tight: str, loose: str, backend: str = "sim") -> dict:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as other:
-        forced = turnip_llama(config, tokens, tight, FORCED, first)
-        chosen = turnip_llama(config, tokens, tight, [], first)
-        again = turnip_llama(config, tokens, tight, [], first)
-        loose_run = turnip_llama(config, tokens, loose, [], other)
+        forced = turnip_llama(config, tokens, tight, FORCED, first, backend)
+        chosen = turnip_llama(config, tokens, tight, [], first, backend)
+        again = turnip_llama(config, tokens, tight, [], first, backend)
+        loose_run = turnip_llama(config, tokens, loose, [], other, backend)
     return {"tokens": tokens, "tight": tight, "loose": loose, "load": load, "forced": forced, "chosen": chosen,
             "again": again, "loose_run": loose_run}
 
@@ -78,6 +79,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", nargs="+", default=["32768:1GiB:8GiB", "131072:2GiB:16GiB"], help="TOKENS:TIGHT:LOOSE")
     parser.add_argument("--config", default="7b", help="the llama preset (tiny: the test's)")
+    parser.add_argument("--backend", default="sim", choices=("sim", "cuda"), help="cuda: the GPU host's figures (measured makespans)")
     parser.add_argument("--json", metavar="OUT.json")
     args = parser.parse_args()
     print("| point | plan chosen | sim tight (s) | sim loose (s) | tight / loose | wall s: forced / chosen / again | "
@@ -86,7 +88,7 @@ def main() -> int:
     rows = []
     for text in args.points:
         tokens, tight, loose = text.split(":")
-        found = point(args.config, int(tokens), tight, loose)
+        found = point(args.config, int(tokens), tight, loose, args.backend)
         rows.append(found)
         print(row(found), flush=True)
     if args.json:

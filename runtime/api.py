@@ -12,15 +12,17 @@ all the same (what is still queued on it is unknown): the caller makes a new one
 
 from __future__ import annotations
 
+import math
 import time
 from weakref import WeakKeyDictionary
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime.backends.base import OutputTarget, rows_contiguous
+from runtime.backends.sim import DeadlinePassed, SimBackend
 from runtime.callbacks import Callback, Recorder
 from turnip_ir.cost import CostModel
 from runtime.executor import Executor
@@ -426,7 +428,14 @@ def _exec_graph(memgraph: MemGraph, streams: int, cost: CostModel | None):
     return graphs[key]
 
 
-def sim_makespan(memgraph: MemGraph, streams: int = 2, order: str = "nondet", cost: CostModel | None = None) -> float:
+def sim_makespan(memgraph: MemGraph, streams: int = 2, order: str = "nondet", cost: CostModel | None = None,
+                 deadline: Callable[[], float] | None = None) -> float:
     """Seconds the sim backend predicts for one run of `memgraph` (the H200 cost model unless `cost`);
-    what `passes.pipeline.compile_best` ranks schedules by in `turnip run --schedule auto`."""
-    return execute(memgraph, backend="sim", order=order, streams=streams, cost=cost, verify=False).summary.makespan
+    what `passes.pipeline.compile_best` ranks schedules by in `turnip run --schedule auto`. With a
+    `deadline` (a callable giving seconds, read as the run goes: runtime/backends/sim.py), a run that
+    goes on longer is stopped and `math.inf` returned: its makespan is larger than the deadline."""
+    backend = SimBackend(cost=cost, deadline=deadline) if deadline is not None else "sim"
+    try:
+        return execute(memgraph, backend=backend, order=order, streams=streams, cost=cost, verify=False).summary.makespan
+    except DeadlinePassed:
+        return math.inf

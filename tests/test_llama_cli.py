@@ -396,31 +396,33 @@ def test_a_session_on_a_bfloat16_model_computes_in_the_backends_dtype(tmp_path, 
 
 
 def test_block_auto_keeps_the_block_the_sim_predicts_fastest_and_skips_one_that_does_not_fit(monkeypatch):
-    from turnip_cli import planning
+    from turnip import choose, search
     from turnip_ir.errors import BudgetError
 
     config, built = llama.load_config("tiny"), {}
-    predicted = {16: 3.0, 32: 1.0, 64: 2.0}
-    monkeypatch.setattr(planning, "sim_makespan", lambda memgraph, streams: predicted[built["last"]])
-
-    def build(block):
-        built["last"] = block
-        return llama.build_llama(config, 128, block)
-
-    chosen, memgraph, scores = planning.choose_build(build, [16, 32, 64], lambda graph: 1 << 30)
-    assert chosen.block == 32 and scores == predicted
-    assert len(memgraph) == len(chosen.graph)  # the plan of the chosen block (nothing offloaded at 1 GiB)
+    predicted = {32: 3.0, 64: 1.0, 128: 2.0}
+    build = choose.LlamaPrefill.build
+    monkeypatch.setattr(choose.LlamaPrefill, "build", lambda self, c: (built.__setitem__("last", c.block), build(self, c))[1])
+    monkeypatch.setattr(search, "sim_makespan", lambda memgraph, streams, cost, deadline: predicted[built["last"]])
+    given = {"block": "auto", "layer_order": "blocks", "query_group": 1, "schedule": "given"}
+    prefill, target = choose.LlamaPrefill(config, 128), choose.PlanTarget(1 << 30)
+    chosen = choose.choose_llama_plan(prefill, target, given)
+    scores = {block: outcome.score for block, outcome in chosen.steps[0].outcomes.items()}
+    assert chosen.candidate.block == 64 and chosen.built.block == 64 and scores == predicted
+    assert len(chosen.memgraph) == len(chosen.built.graph)  # the plan of the chosen block (nothing offloaded at 1 GiB)
     predicted[128] = 0.5  # the fastest, but it does not fit
-    small = lambda graph: 1 << 30 if len(graph) > 60 else 256  # noqa: E731 (the one-block graph cannot fit)
-    chosen, memgraph, scores = planning.choose_build(build, [16, 32, 64, 128], small)
-    assert chosen.block == 32 and scores == {16: 3.0, 32: 1.0, 64: 2.0, 128: None}
-    assert memgraph.budget == 1 << 30
+    small = lambda self, graph: 1 << 30 if len(graph) > 60 else 256  # noqa: E731 (the one-block graph cannot fit)
+    monkeypatch.setattr(choose.PlanTarget, "arena_of", small)
+    chosen = choose.choose_llama_plan(prefill, target, given)
+    assert chosen.candidate.block == 64 and chosen.steps[0].outcomes[128].kind == "no fit"
+    assert chosen.memgraph.budget == 1 << 30
+    monkeypatch.setattr(choose.PlanTarget, "arena_of", lambda self, graph: 256)
     with pytest.raises(BudgetError):
-        planning.choose_build(build, [16, 32], lambda graph: 256)
+        choose.choose_llama_plan(prefill, target, given)
 
 
 def test_block_candidates_are_clamped_to_the_token_count():
-    from turnip_cli.planning import block_candidates
+    from turnip.choose import block_candidates
 
     assert block_candidates(131072) == [1024, 2048, 4096, 8192]
     assert block_candidates(3000) == [750, 1024, 1500, 2048, 3000]
@@ -434,7 +436,8 @@ def test_block_auto_with_schedule_auto_end_to_end_on_cpu_equals_the_reference(tm
     assert lines[0].startswith("block auto: ") and "256 does not fit" in lines[0]
     assert lines[1].startswith("schedule auto: ") and all(f"{name} " in lines[1] for name in ("given", "dfs", "memory"))
     block = int(lines[0].split()[2])
-    assert f"256 tokens in blocks of {block};" in lines[2]
+    assert lines[2].startswith("plan chosen in ") and f"blocks of {block}," in lines[2]
+    assert f"256 tokens in blocks of {block};" in lines[3]
     config = llama.load_config("tiny")
     weights, ids = llama.RandomWeights(config, seed=3), llama.random_ids(config, 256, 3)
     expected = llama.float64_forward(config, dict(weights), ids)
@@ -450,8 +453,9 @@ def test_every_auto_choice_in_turn_end_to_end_on_cpu_equals_the_reference(tmp_pa
     order, block, group = lines[0].split()[3], int(lines[1].split()[2]), int(lines[2].split()[3])
     assert "blocks " in lines[0] and "halves " in lines[0]
     assert lines[2].count(" ms") == len([g for g in (1, 2, 4, 8) if g <= 256 // block])  # groups up to the block count
-    assert f"256 tokens in blocks of {block}" in lines[4] and (order == "blocks") == ("layers in halves" not in lines[4])
-    assert (group > 1) == (f"query groups of {group}" in lines[4])
+    assert lines[4].startswith("plan chosen in ") and f"layers in {order}, blocks of {block}, query groups of {group}" in lines[4]
+    assert f"256 tokens in blocks of {block}" in lines[5] and (order == "blocks") == ("layers in halves" not in lines[5])
+    assert (group > 1) == (f"query groups of {group}" in lines[5])
     config = llama.load_config("tiny")
     weights, ids = llama.RandomWeights(config, seed=3), llama.random_ids(config, 256, 3)
     expected = llama.float64_forward(config, dict(weights), ids)
@@ -496,3 +500,18 @@ def test_repeats_run_the_plan_again_on_one_prepared_backend(tmp_path, capsys, ba
         return
     once = hidden_states(capsys, *common, "--outputs", tmp_path / "one.npz")
     np.testing.assert_array_equal(np.load(tmp_path / "three.npz")["hidden_states"], once)
+
+
+def test_with_no_flags_the_sim_backend_chooses_the_plan_and_the_cpu_backend_keeps_the_defaults(capsys):
+    common = ["llama", "--config", "tiny", "--tokens", "256", "--memory", "256KiB"]
+    assert turnip([*common, "--backend", "sim"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == ["layer order auto", "block auto", "query group auto", "schedule auto"]
+    assert lines[4].startswith("plan chosen in ") and "256 tokens in blocks of 128, layers in halves;" in lines[5]
+    assert turnip([*common, "--backend", "sim", "--block", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "block auto:" not in out and "layer order auto:" in out and "256 tokens in blocks of 32" in out
+    assert turnip([*common, "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "auto:" not in out and not any(line.startswith("plan") for line in out.splitlines())
+    assert "256 tokens in blocks of 64;" in out

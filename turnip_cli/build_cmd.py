@@ -15,9 +15,10 @@ from turnip_cli.planning import (
     add_remat_argument,
     block_argument,
     check_positive_options,
-    choose_llama_build,
+    choose_llama,
     parse_size,
 )
+from turnip.choose import LlamaPrefill, PlanTarget
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, check_outputs, is_file, is_folder
@@ -74,15 +75,12 @@ def build_graph(args: argparse.Namespace) -> TaskGraph:
         config = llama.load_config(name)
         tokens = args.tokens or llama.DEFAULT_TOKENS.get(name, min(config.max_position_embeddings, 4096))
 
-        def build(block, layer_order, query_group):
-            return llama.build_llama(config, tokens, block, args.gpus or 1, args.placement or "sequence",
-                                     layer_order=layer_order, query_group=query_group)
-
         if args.memory is None:
-            return build(args.block, args.layer_order, args.query_group).graph
-        budget = parse_size(args.memory)
-        return choose_llama_build(build, tokens, lambda graph: budget, args.block, args.layer_order, args.query_group,
-                                  llama.LAYER_ORDERS, remat=args.remat)[0].graph
+            return llama.build_llama(config, tokens, args.block, args.gpus or 1, args.placement or "sequence",
+                                     layer_order=args.layer_order, query_group=args.query_group).graph
+        given = {"block": args.block, "layer_order": args.layer_order, "query_group": args.query_group, "schedule": "given"}
+        prefill = LlamaPrefill(config, tokens, args.gpus or 1, args.placement or "sequence")
+        return choose_llama(prefill, PlanTarget(parse_size(args.memory)), given, remat=args.remat).built.graph
     if args.block == "auto":  # a block size applies to every workload; choosing it, to llama alone
         raise InputError(f"--block auto applies to llama, not {args.workload}")
     for option, value, default in (("--layer-order", args.layer_order, "blocks"), ("--query-group", args.query_group, 1)):

@@ -1,8 +1,9 @@
 """`turnip llama`: from Hugging Face weights (or a config and a seed) to final hidden states under a budget.
 
 Thin: it reads the config and weights (`CheckpointWeights`, mapped lazily) or draws random ones,
-embeds the token ids on the host, builds the blocked prefill (`build_llama`), compiles it at `--memory`
-per GPU, runs it, and writes `hidden_states` [T, hidden] (as `LlamaModel(...).last_hidden_state[0]`)
+embeds the token ids on the host, plans the blocked prefill at `--memory` per GPU (`choose_llama`: the
+block, layer order, query group and schedule each given or chosen by the sim, turnip/choose.py; with
+`--plan-dir` the choice and the plan are kept for later runs), runs it, and writes `hidden_states` [T, hidden] (as `LlamaModel(...).last_hidden_state[0]`)
 and the trace only after success. Every bad input is one line and a non-zero exit; a run whose weights
 and prompt activations cannot fit in host memory is refused before any weight or token id is drawn.
 """
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import arena_budget, execute
+from passes.pipeline import compile_taskgraph
+from runtime import execute
 from runtime.api import plan_choosing_attention, refit_arena
 from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, CPU_BFLOAT16, compute_dtype, make_backend, resolve_backend
 from runtime.callbacks import ProgressBar
@@ -34,8 +36,7 @@ from turnip_cli.planning import (
     block_argument,
     check_positive_options,
     check_seed,
-    choose_llama_build,
-    compile_printing_choice,
+    choose_llama,
     parse_size,
     print_attention_choice,
     warn_ignored_attention,
@@ -43,6 +44,8 @@ from turnip_cli.planning import (
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.run_cmd import run_files
 from turnip.budget import naming_the_budget
+from turnip.choice_cache import kept_plan, plan_folder
+from turnip.choose import LlamaPrefill, PlanTarget
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import check_outputs, is_file, is_folder, write_all
@@ -68,13 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", default="auto", choices=ATTENTION_PROVIDERS, help=ATTENTION_HELP)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seeds random weights, --tokens and --order random")
     parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs to spread the blocks over (default 1)")
-    parser.add_argument("--block", type=block_argument, metavar="N|auto", help="tokens per block, a positive integer (default: "
-                        "4096 at 7B scale, T/4 for small models); a block larger than T is clamped to T, and the summary "
-                        "says so; auto: each of 1024 to 8192 (and T/4, T/2 below 4096 tokens), keeping the plan the sim "
-                        "predicts fastest")
+    parser.add_argument("--block", type=block_argument, metavar="N|auto", help="tokens per block, a positive integer; a block "
+                        "larger than T is clamped to T, and the summary says so; auto: each of 1024 to 8192 (and T/4, T/2 "
+                        "below 4096 tokens), keeping the plan the sim predicts fastest (default: chosen with the plan where "
+                        "the backend is the sim's or cuda's, where the budget binds; else 4096 at 7B scale, T/4 for small models)")
     parser.add_argument("--placement", default="sequence", choices=llama.PLACEMENTS, help="how blocks spread over GPUs")
-    add_layer_order_arguments(parser, llama.LAYER_ORDERS)
-    add_schedule_argument(parser)
+    add_layer_order_arguments(parser, llama.LAYER_ORDERS, chosen=True)
+    add_schedule_argument(parser, chosen=True)
     add_remat_argument(parser)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="compute dtype (default: the "
                         "config's); bfloat16 is computed in float32 on the cpu backend, and the cpu backend computes "
@@ -85,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, metavar="N", help="run the plan N times on one prepared backend and "
                         "print every run's makespan and their median (the plan is loaded and the weights pinned once); "
                         "the summary is the last run's (default 1)")
+    parser.add_argument("--plan-dir", metavar="DIR", help="keep the chosen plan, and the choice, in DIR and read them from "
+                        "there in later runs (each plan verified when read)")
     parser.add_argument("--explain", action="store_true", help="print what the plan offloads and reloads, and why, per GPU (as turnip explain)")
     add_progress_argument(parser)
 
@@ -98,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the sim backend computes no values, so --outputs needs a backend that computes")
     check_outputs({"--outputs": args.outputs, "--trace": args.trace}, model_input_files(args))  # before a long run
     budget = parse_size(args.memory)
+    plan_dir = plan_folder(args.plan_dir)
     machine = make_backend(backend, 0.0, args.seed, attention_provider=args.attention)  # before anything is read: a missing GPU fails fast
     progress = Progress.for_args(args)
     began = time.perf_counter()
@@ -110,38 +116,28 @@ def run(args: argparse.Namespace) -> int:
             ids = llama.random_ids(config, tokens, args.seed)
     read = time.perf_counter() - began
 
-    def build(block, layer_order, query_group):
-        return llama.build_llama(config, len(ids), block, args.gpus, args.placement, layer_order=layer_order,
-                                 query_group=query_group)
+    prefill = LlamaPrefill(config, len(ids), args.gpus, args.placement)
 
-    def budget_of(graph):
-        return arena_budget(graph, budget, backend, attention=args.attention)  # less the cuda workspace
+    def graphs():  # what a budget error names the budget for: the frontend's default build
+        return [llama.build_llama(config, len(ids), gpus=args.gpus, placement=args.placement).graph]
 
-    def graphs():  # what the budget error names the budget for: the build as given, auto's as by default
-        given = {"block": args.block, "layer_order": args.layer_order, "query_group": args.query_group}
-        defaults = {"block": None, "layer_order": llama.LAYER_ORDERS[0], "query_group": 1}
-        return [build(**{name: defaults[name] if value == "auto" else value for name, value in given.items()}).graph]
+    with naming_the_budget(budget, graphs, backend, "this prefill", args.attention), progress.phase("planning"):
+        planned = choose_llama(prefill, PlanTarget(budget, backend, args.attention), _given(args, backend), args.remat, plan_dir)
+    built, memgraph, schedule = planned.built, planned.memgraph, planned.candidate.schedule
+    _print_summary(args, config, built, backend, stored_dtype)
 
-    with naming_the_budget(budget, graphs, backend, "this prefill", args.attention):
-        if "auto" in (args.block, args.layer_order, args.query_group):
-            with progress.phase("choosing the block and the order"):
-                built, memgraph = choose_llama_build(build, len(ids), budget_of, args.block, args.layer_order, args.query_group,
-                                                     llama.LAYER_ORDERS, args.schedule, remat=args.remat)
-            _print_summary(args, config, built, backend, stored_dtype)
-        else:
-            with progress.phase("building the taskgraph"):
-                built = build(args.block, args.layer_order, args.query_group)
-            _print_summary(args, config, built, backend, stored_dtype)
-            with progress.phase("compiling"):
-                memgraph = compile_printing_choice(built.graph, budget_of(built.graph), args.schedule, remat=args.remat)
+    def compile_at(arena: int):
+        return kept_plan(plan_dir, built.graph, arena, schedule, args.remat,
+                         lambda: compile_taskgraph(built.graph, arena, schedule, remat=args.remat))[0]
+
     smaller = refit_arena(memgraph, built.graph, budget, backend, attention=args.attention)
     if smaller is not None:  # the plan pins more host memory than the arena left GPU page tables for
         print(f"planning again at an arena of {format_size(smaller)}: the GPU's page tables for the"
               f" {format_size(memgraph.storage_bytes)} of host memory the plan pins need more room")
-        memgraph = compile_printing_choice(built.graph, smaller, args.schedule, remat=args.remat)
-    with progress.phase("choosing the attention provider"):  # auto's others, each at its own arena (the choices above used the first's)
-        choice = plan_choosing_attention(built.graph, budget, lambda arena: compile_printing_choice(built.graph, arena, args.schedule,
-                                         remat=args.remat), backend, attention=args.attention, planned=(memgraph, smaller is not None))
+        memgraph = compile_at(smaller)
+    with progress.phase("choosing the attention provider"):  # auto's others, each at its own arena (the choice above used the first's)
+        choice = plan_choosing_attention(built.graph, budget, compile_at, backend, attention=args.attention,
+                                         planned=(memgraph, smaller is not None))
     print_attention_choice(choice)
     memgraph = choice.memgraph
     if choice.provider and backend == "cuda":
@@ -175,6 +171,13 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _given(args: argparse.Namespace, backend: str) -> dict:
+    """The plan's dimensions as given (a value, or auto). One left out is chosen with the plan where the
+    sim predicts the backend (sim, cuda); the cpu backend keeps the frontend's default for it."""
+    given = {"block": args.block, "layer_order": args.layer_order, "query_group": args.query_group, "schedule": args.schedule}
+    return given if backend == "cpu" else {name: value for name, value in given.items() if value is not None}
 
 
 def _phases_line(summary, read: float, compile_time: float, execute_time: float, runs: int = 1) -> str:

@@ -6,15 +6,11 @@ sim backend's H200 cost model and keeps the fastest; it prints one line with the
 prediction. It costs a compile and a sim run per schedule, and pays off where memory is tight (figures in
 docs/passes.md, on what the choice buys).
 
-`--block auto` (turnip llama, turnip build llama) does the same for the token block size: it builds the
-graph at each of `block_candidates`, compiles each under one schedule (the named one, or `given` when
-`--schedule auto`), leaves out those that do not fit and keeps the sim's fastest. With `--schedule auto`
-too, the schedules are ranked for the chosen block only: blocks + schedules compiles, not their product.
-
-`--layer-order auto` and `--query-group auto` (the same two commands) rank the llama frontend's task
-orders inside a layer and its query groups the same way: the layer order first, then the block, then the
-query group, then the schedule, each for the choices made before it (`choose_llama_build`): a few
-compiles, not their product.
+`turnip llama` (and `turnip build llama` with `--memory`) plan the prefill through `choose_llama`: the
+layer order, token block, query group and schedule, each given a value or chosen by the sim
+(turnip/choose.py: left out on the sim and cuda backends, or `auto` on any), each dimension ranked
+printed on one line as `auto`'s always were, then one line on how the plan was chosen (searched, the
+budget does not bind, or chosen before and kept in the cache or the plan folder).
 
 `--remat` (turnip run, llama, explain, and build with `--block auto`) passes `remat=True` to every compile
 here, so the schedules and blocks are ranked by plans that may recompute.
@@ -29,14 +25,15 @@ from __future__ import annotations
 import sys
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 from passes.pipeline import compile_best, compile_taskgraph
 from passes.schedules import SCHEDULES
 from runtime import arena_budget, sim_makespan
 from runtime.api import AttentionChoice, plan_choosing_attention
-from turnip_ir.errors import BudgetError, InputError
+from turnip.choice_cache import ChoiceCache, default_cache_dir
+from turnip.choose import BIND_MARGIN, QUERY_GROUPS, LlamaChoice, LlamaPrefill, PlanTarget, choose_llama_plan
+from turnip_ir.errors import InputError
 from turnip_ir.io import load_graph
 from turnip_ir.limits import INT_LIMIT, shorten
 from turnip_ir.units import parse_size  # noqa: F401  (the commands read --memory through here)
@@ -80,9 +77,11 @@ def check_seed(seed: int) -> None:
         raise InputError(f"--seed must be an integer from 0 to 2**62 - 1, got {shorten(str(seed))}")
 
 
-def add_schedule_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--schedule", default="given", choices=SCHEDULE_CHOICES,
-                        help="the compiler's simulated schedule; auto: each one, keeping the plan the sim predicts fastest")
+def add_schedule_argument(parser: argparse.ArgumentParser, chosen: bool = False) -> None:
+    """`--schedule`; `chosen`: left out, it is chosen with the plan (`turnip llama`), else `given`."""
+    default = "chosen with the plan where the backend is the sim's or cuda's, else given" if chosen else "given"
+    parser.add_argument("--schedule", default=None if chosen else "given", choices=SCHEDULE_CHOICES,
+                        help=f"the compiler's simulated schedule; auto: each one, keeping the plan the sim predicts fastest (default: {default})")
 
 
 def add_remat_argument(parser: argparse.ArgumentParser) -> None:
@@ -91,23 +90,19 @@ def add_remat_argument(parser: argparse.ArgumentParser) -> None:
                         "reloading it, where the cost model says that is cheaper (docs/passes.md, Rematerialization)")
 
 
-BLOCKS = (1024, 2048, 4096, 8192)
-"""The token blocks `--block auto` tries, each clamped to the token count."""
-
-
-QUERY_GROUPS = (1, 2, 4, 8)
-"""The query groups `--query-group auto` tries, those up to the number of token blocks."""
-
-
-def add_layer_order_arguments(parser: argparse.ArgumentParser, orders: tuple[str, ...]) -> None:
-    parser.add_argument("--layer-order", default=orders[0], choices=(*orders, "auto"),
+def add_layer_order_arguments(parser: argparse.ArgumentParser, orders: tuple[str, ...], chosen: bool = False) -> None:
+    """`--layer-order` and `--query-group`; `chosen`: left out, each is chosen with the plan (`turnip llama`),
+    else they default to the first order and 1."""
+    default = "chosen with the plan where the backend is the sim's or cuda's, else blocks" if chosen else orders[0]
+    parser.add_argument("--layer-order", default=None if chosen else orders[0], choices=(*orders, "auto"),
                         help="the order of tasks inside a layer: blocks (each token block through the whole layer) or "
                         "halves (every block through attention, then every block through the MLP: each weight crosses "
-                        "once a layer under a tight budget); auto: each, keeping the plan the sim predicts fastest")
-    parser.add_argument("--query-group", type=block_argument, default=1, metavar="N|auto",
+                        f"once a layer under a tight budget); auto: each, keeping the plan the sim predicts fastest (default: {default})")
+    parser.add_argument("--query-group", type=block_argument, default=None if chosen else 1, metavar="N|auto",
                         help="run N token blocks together, their attention chains interleaved key block by key block, so "
-                        "a k/v block reloaded under a tight budget serves N queries (default 1); auto: each of "
-                        f"{', '.join(map(str, QUERY_GROUPS))} up to the number of blocks, keeping the sim's fastest")
+                        "a k/v block reloaded under a tight budget serves N queries; auto: each of "
+                        f"{', '.join(map(str, QUERY_GROUPS))} up to the number of blocks, keeping the sim's fastest (default: "
+                        f"{'chosen with the plan, else 1' if chosen else 1})")
 
 
 def block_argument(text: str) -> int | str:
@@ -121,64 +116,41 @@ def block_argument(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"must be a positive integer or auto, got '{shorten(text)}'") from None
 
 
-def block_candidates(tokens: int) -> list[int]:
-    """`BLOCKS` clamped to `tokens`; below 4096 tokens also T/4 and T/2 (small models' blocks)."""
-    small = {max(1, tokens // 4), max(1, tokens // 2)} if tokens < 4096 else set()
-    return sorted({min(block, tokens) for block in BLOCKS} | small)
+def choose_llama(prefill: LlamaPrefill, target: PlanTarget, given: dict, remat: bool = False,
+                 plan_dir: Path | None = None) -> LlamaChoice:
+    """`turnip.choose.choose_llama_plan` with the commands' report: each dimension it ranked on one line
+    (`print_auto_choice`), then one line on how the plan was chosen. Choices are kept in the plan folder,
+    or else in the user's cache (`default_cache_dir`)."""
+    cache = ChoiceCache(plan_dir if plan_dir is not None else default_cache_dir() / "choices")
+    choice = choose_llama_plan(prefill, target, given, remat=remat, cache=cache, plan_dir=plan_dir)
+    for step in choice.steps:
+        print_auto_choice(DIMENSION_LABELS[step.dimension], step.chosen,
+                          {value: outcome.text() for value, outcome in step.outcomes.items()})
+    line = _choice_line(choice, cache)
+    if line:
+        print(line)
+    return choice
 
 
-def choose_build(build: Callable[[Any], Any], candidates: list, budget_of: Callable[[TaskGraph], int],
-                 schedule: str = "given", streams: int = 2, **options) -> tuple[Any, MemGraph, dict[Any, float | None]]:
-    """Build (`build(candidate)`, an object with a `.graph`) and compile at each candidate (a block, a
-    layer order, a query group) and keep the sim-fastest: returns that build, its plan and each
-    candidate's prediction (None: it did not fit). Ties go to the earlier candidate; when none fits, the
-    first one's `BudgetError` is raised. `options` are `compile_taskgraph`'s (`remat`)."""
-    best, scores, first_error = None, {}, None
-    for candidate in candidates:
-        built = build(candidate)
-        try:
-            memgraph = compile_taskgraph(built.graph, budget_of(built.graph), schedule, **options)
-        except BudgetError as err:
-            scores[candidate], first_error = None, first_error or err
-            continue
-        scores[candidate] = sim_makespan(memgraph, streams)
-        if best is None or scores[candidate] < best[0]:
-            best = (scores[candidate], built, memgraph)
-    if best is None:
-        raise first_error
-    return best[1], best[2], scores
+DIMENSION_LABELS = {"layer_order": "layer order", "block": "block", "query_group": "query group", "schedule": "schedule"}
 
 
-def choose_llama_build(build: Callable[..., Any], tokens: int, budget_of: Callable[[TaskGraph], int], block: int | str | None,
-                       layer_order: str, query_group: int | str, orders: tuple[str, ...], schedule: str = "given",
-                       streams: int = 2, **options) -> tuple[Any, MemGraph]:
-    """The llama build (`build(block, layer_order, query_group)`, an object with `.graph`, `.block` and
-    `.tokens`) and its plan, each `auto` among layer order (one of `orders`), block and query group chosen
-    in that order by the sim for the choices before it, each printed on one line; then the schedule
-    (`compile_printing_choice`). A choice not `auto` stays as given (block None: the frontend's default,
-    which an `auto` block is ranked from; `auto` layer order starts from `orders[0]`, query group from 1).
-    The layer order goes first: it changes what a budget holds most, and the best block differs with it
-    (7b at 32k and 1 GiB: 8192 tokens in `blocks`, 4096 in `halves`)."""
-    choice = {"block": None if block == "auto" else block, "layer_order": orders[0] if layer_order == "auto" else layer_order,
-              "query_group": 1 if query_group == "auto" else query_group}
-    steps = [("layer_order", list(orders))] if layer_order == "auto" else []
-    steps += [("block", block_candidates(tokens))] if block == "auto" else []
-    steps += [("query_group", None)] if query_group == "auto" else []
-    fixed = "given" if schedule == "auto" else schedule
-    built, memgraph = None, None
-    for name, candidates in steps:
-        if candidates is None:  # query groups: up to the chosen block's count of token blocks
-            blocks = -(-tokens // (built or build(**choice)).block)
-            candidates = [group for group in QUERY_GROUPS if group <= blocks]
-        built, memgraph, scores = choose_build(lambda value: build(**(choice | {name: value})), candidates, budget_of,
-                                               fixed, streams, **options)
-        choice[name] = built.block if name == "block" else getattr(built, name)
-        print_auto_choice(name.replace("_", " "), choice[name], scores)
-    if built is None:
-        built = build(**choice)
-    if memgraph is None or schedule == "auto":
-        memgraph = compile_printing_choice(built.graph, budget_of(built.graph), schedule, streams, **options)
-    return built, memgraph
+def _choice_line(choice: LlamaChoice, cache: ChoiceCache) -> str:
+    """How the plan was chosen, in one line ("" when nothing was chosen and no plan was read)."""
+    read = "; its plan read from --plan-dir" if choice.plan_read else ""
+    if choice.how == "searched":
+        counts = choice.counts
+        parts = [f"{counts.get('ran', 0)} run", f"{counts.get('stopped', 0)} stopped early",
+                 f"{counts.get('bounded', 0)} left out by the bound"]
+        parts += [f"{counts['no fit']} did not fit"] if counts.get("no fit") else []
+        return (f"plan chosen in {choice.seconds:.1f} s: {choice.candidate.describe()} (sim {_seconds(choice.makespan)}; "
+                f"{sum(counts.values())} candidates: {', '.join(parts)}; {choice.workers} process(es))")
+    if choice.how == "unbound":
+        return (f"plan: {choice.candidate.describe()} (the budget does not bind: sim {_seconds(choice.makespan)}, within "
+                f"{BIND_MARGIN:.0%} of its bound {_seconds(choice.bound)}; nothing else ranked)")
+    if choice.how == "kept":
+        return f"plan: {choice.candidate.describe()} (chosen before, kept in {cache.folder}{read})"
+    return "plan read from --plan-dir" if choice.plan_read else ""
 
 
 def compile_choosing_schedule(graph: TaskGraph, budget: int, schedule: str, streams: int = 2, **options) -> tuple[MemGraph, str, dict[str, float]]:
@@ -201,9 +173,15 @@ def compile_printing_choice(graph: TaskGraph, budget: int, schedule: str, stream
 
 def print_auto_choice(what: str, chosen, scores: dict) -> None:
     """The one line every `auto` choice prints: `what auto: chosen (sim predictions: ...)`, each candidate
-    with its predicted makespan (None: it did not fit)."""
-    predicted = ", ".join(f"{value} {'does not fit' if s is None else _seconds(s)}" for value, s in scores.items())
+    with its predicted makespan (None: it did not fit; a string: as it is, `Outcome.text`)."""
+    predicted = ", ".join(f"{value} {_prediction(s)}" for value, s in scores.items())
     print(f"{what} auto: {chosen} (sim predictions: {predicted})")
+
+
+def _prediction(score: float | str | None) -> str:
+    if isinstance(score, str):
+        return score
+    return "does not fit" if score is None else _seconds(score)
 
 
 def _seconds(value: float) -> str:

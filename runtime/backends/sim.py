@@ -32,13 +32,19 @@ mapping from GPU to its own list (a process copying to that GPU only; the others
 clock stops at each burst's edges, so rates change there as they do when a transfer starts or ends.
 Unlike jitter, which averages out over many vertices, a burst slows every copy in flight at once: what
 a fixed order cannot step around.
+
+`deadline` stops a run early: a callable giving seconds, read at each `wait`; once the clock is past the
+first start by more than it while a vertex is still to end, `wait` raises `DeadlinePassed` (the run's
+makespan can only be larger). A search that ranks plans by their makespan (turnip/choose.py) gives the
+best makespan found so far, so a plan that cannot win is not simulated to its end; the callable may read
+a value other processes lower.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +62,14 @@ COPY_QUEUE_DEPTH = 4
 """Vertices per copy engine: the cuda backend's `copy_queue_depth` default."""
 ALL_GPUS = -1
 """The key of `interference` bursts that fall on every GPU's link."""
+
+
+class DeadlinePassed(Exception):
+    """A sim run stopped by its `deadline`: its makespan would exceed `deadline` seconds."""
+
+    def __init__(self, deadline: float):
+        super().__init__(f"the sim run passed its deadline of {deadline} s")
+        self.deadline = deadline
 
 
 def _burst_edges(bursts) -> list[float]:
@@ -90,7 +104,8 @@ class SimBackend(Backend):
 
     def __init__(self, cost: CostModel | None = None, jitter: float = 0.0, seed: int = 0, lookahead: bool = True,
                  queue_depth: int = QUEUE_DEPTH, copy_queue_depth: int = COPY_QUEUE_DEPTH,
-                 interference: list[tuple[float, float]] | Mapping[int, list[tuple[float, float]]] = (), share: float = 0.5):
+                 interference: list[tuple[float, float]] | Mapping[int, list[tuple[float, float]]] = (), share: float = 0.5,
+                 deadline: Callable[[], float] | None = None):
         if not 0.0 <= jitter < 1.0:
             raise InputError(f"sim jitter is a relative spread in [0, 1), got {jitter}")
         if not 0.0 < share <= 1.0:
@@ -113,6 +128,8 @@ class SimBackend(Backend):
         self.copy_queue_depth = copy_queue_depth if lookahead else 1
         self.clock = 0.0
         self.active: dict[int, Active] = {}
+        self.deadline = deadline
+        self.first_start: float | None = None
 
     def lane_depth(self, lane: Lane) -> int:
         if lane.kind != "compute":
@@ -124,6 +141,7 @@ class SimBackend(Backend):
         self.clock = 0.0
         self.host = 0.0
         self.active = {}
+        self.first_start = None
         self.queued: dict[int, deque[Submitted]] = {lane.index: deque() for lane in graph.lanes}
         self.lanes = graph.lanes
         self.unreported: deque[tuple[float, Completion]] = deque()
@@ -182,10 +200,13 @@ class SimBackend(Backend):
                 continue
             queue.popleft()
             self.active[index] = Active(head.vertex, self.lanes[index], self.clock, head.work)
+            if self.first_start is None:
+                self.first_start = self.clock
         return later
 
     def wait(self) -> list[Completion]:
         assert self.active or self.unreported or any(self.queued.values()), "sim wait with nothing in flight"
+        self._check_deadline()
         while True:
             issued = self._start_heads()
             if self.unreported and self.unreported[0][0] <= self.clock + EPSILON:
@@ -204,6 +225,15 @@ class SimBackend(Backend):
                 step = min(step, self.unreported[0][0] - self.clock)
             assert step < float("inf"), "sim deadlock: queued vertices wait on dependencies that never run"
             self._advance(max(step, 0.0), first if step == job_step else None, rates)
+
+    def _check_deadline(self) -> None:
+        """Raise `DeadlinePassed` once the run has gone on longer than `deadline()` since its first start
+        with a vertex still to end (a completion noticed late may have ended before it)."""
+        if self.deadline is None or self.first_start is None:
+            return
+        deadline = self.deadline()
+        if self.clock - self.first_start > deadline and (self.active or any(self.queued.values())):
+            raise DeadlinePassed(deadline)
 
     def _advance(self, step: float, first: int | None, rates: dict[int, float]) -> None:
         """Move the clock by `step`, draining active work; vertices that run out of work end now."""

@@ -1,0 +1,364 @@
+"""The plan search for a llama prefill: one dimension at a time, each candidate built, bounded, compiled and
+simulated, cheaply, with the choice the plain search would make.
+
+State (`Search`): each candidate's outcome, the choices so far (`path`) and the dimension being ranked
+(`step`). Ranking a dimension evaluates every candidate of it around the path and takes the fastest (the
+first of equals) as the new path. A candidate's deadline is the best makespan so far among the candidates
+it is ranked with (its own dimension's, around the same other choices), never a better plan found for
+another dimension, so the choice is the plain search's candidate for candidate:
+- a candidate whose lower bound (turnip/bounds.py) is above its deadline is not compiled, and a token
+  block whose attention links alone keep the loop busier than that is not even built (`link_floor`); a
+  plan whose copies alone take longer is not simulated (`plan_bound`);
+- a candidate's sim run stops once its clock passes its deadline (the sim backend's `deadline`);
+- candidates are compiled and simulated in forked processes (turnip/forks.py), one per core, reading
+  their deadlines from shared memory as the parent lowers them. A core the dimension at hand leaves idle
+  takes the later dimensions' candidates around that dimension's best so far (needed if it wins); those
+  a change of that best makes obsolete are stopped. The default plan is compiled in this process while
+  forks take the first dimension's others (most often it is the one run); graphs below `FORK_FROM` tasks
+  are not forked (a fork and the plan's way back cost more than their compile). A forked candidate that
+  is the best of its rank when it finishes leaves its plan pickled in a scratch folder; the path's
+  taskgraph is held here, so the schedules' candidates (forked ones too) and the plan chosen use it;
+- the plans are compiled without the verify stage; the one chosen is verified (`verified`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from frontend.workloads import llama
+from passes.pipeline import compile_taskgraph
+from passes.place_devices import place_devices
+from passes.schedules import SCHEDULES
+from runtime import sim_makespan
+from turnip import forks
+from turnip.bounds import makespan_bound, plan_bound
+from turnip.candidates import QUERY_GROUPS, Candidate, LlamaPrefill, PlanTarget
+from turnip_ir.cost import CostModel
+from turnip_ir.errors import BudgetError
+from turnip_ir.memgraph import MemGraph, MemNode
+from turnip_ir.verifier import verify_memgraph
+
+FORK_FROM = 2000
+"""Tasks in the default graph from which candidates are compiled in forked processes."""
+TIE = 1e-9
+"""Relative slack on every deadline and bound comparison: a candidate that may tie is run to its end."""
+
+
+@dataclass
+class Outcome:
+    """What one candidate came to: `ran` (its makespan), `bounded` (its lower bound `seconds` was above the
+    deadline, not compiled), `stopped` (its sim run passed the deadline `seconds`) or `no fit`."""
+
+    kind: str
+    seconds: float | None = None
+    bound: float | None = None
+    error: str = ""
+    kept: str | None = None
+    """The pickled plan of a forked candidate that was the best of its dimension when it finished."""
+    memgraph: MemGraph | None = field(default=None, repr=False)
+    built: llama.LlamaGraph | None = field(default=None, repr=False)
+    """The taskgraph built for it in this process (`Search` keeps the best of a dimension's)."""
+
+    @property
+    def score(self) -> float:
+        return self.seconds if self.kind == "ran" else math.inf
+
+    def text(self) -> str:
+        if self.kind == "no fit":
+            return "does not fit"
+        prefix = {"ran": "", "bounded": "at least ", "stopped": "over "}[self.kind]
+        return prefix + _seconds(self.seconds)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f} s" if value >= 0.1 else f"{value * 1e3:.3f} ms"
+
+
+@dataclass
+class Step:
+    """One dimension ranked: the value chosen and each candidate value's outcome, in ranking order."""
+
+    dimension: str
+    chosen: object
+    outcomes: dict[object, Outcome]
+
+
+@dataclass
+class LlamaChoice:
+    """The chosen candidate, its graph and plan, and how it was chosen: `searched`, `unbound` (the default
+    plan is within `BIND_MARGIN` of its bound: no search), `given` (nothing to choose) or `kept` (read
+    from the choice cache)."""
+
+    candidate: Candidate
+    built: llama.LlamaGraph
+    memgraph: MemGraph
+    how: str
+    makespan: float | None = None
+    bound: float | None = None
+    steps: list[Step] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Candidates by outcome kind (`Outcome.kind`), searched ones."""
+    workers: int = 1
+    seconds: float = 0.0
+    plan_read: bool = False
+    """The plan was read from the plan folder, not compiled."""
+
+
+def link_floor(prefill: LlamaPrefill, candidate: Candidate, cost: CostModel) -> float:
+    """A lower bound on the makespan before the graph is built: the event loop's time for the attention
+    links alone, n (n + 1) / 2 a layer for n token blocks (causal chains; 0 under a sliding window, which
+    leaves links out)."""
+    config = prefill.config
+    if config.sliding_window is not None:
+        return 0.0
+    blocks = -(-prefill.tokens // candidate.block)
+    operand = MemNode(0, "input", "q", 0, None, None, (), shape=(1,), dtype=config.dtype)
+    link = MemNode(0, "kernel", "attention", 0, None, None, (), kernel="attention", shape=(1,), dtype=config.dtype)
+    return config.num_hidden_layers * blocks * (blocks + 1) // 2 * cost.host_time(link, [operand])
+
+
+def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadline: Callable[[], float],
+             remat: bool = False, cost: CostModel | None = None, built: llama.LlamaGraph | None = None) -> Outcome:
+    """Build (unless `built` is given), bound, compile and simulate one candidate, stopping as soon as it
+    cannot come in under `deadline()` (read as it goes: it may fall meanwhile). The plan is not verified
+    here: the search verifies the one it chooses (`verified`)."""
+    cost = cost or CostModel()
+    floor = link_floor(prefill, candidate, cost)
+    if floor > deadline() * (1 + TIE):
+        return Outcome("bounded", floor, floor)
+    built = built or prefill.build(candidate)
+    try:
+        arena = target.arena_of(built.graph)
+        bound = makespan_bound(built.graph, arena, cost).seconds
+        if bound > deadline() * (1 + TIE):
+            return Outcome("bounded", bound, bound)
+        memgraph = compile_taskgraph(built.graph, arena, candidate.schedule, remat=remat, verify=False)
+    except BudgetError as err:
+        return Outcome("no fit", error=str(err))
+    planned = plan_bound(memgraph, cost).seconds  # its copies: a plan that reloads too much is not simulated
+    if planned > deadline() * (1 + TIE):
+        return Outcome("bounded", planned, planned)
+    makespan = sim_makespan(memgraph, target.streams, cost=cost, deadline=lambda: deadline() * (1 + TIE))
+    if makespan == math.inf:
+        return Outcome("stopped", deadline(), bound)
+    return Outcome("ran", makespan, bound, memgraph=memgraph, built=built)
+
+
+def evaluate_kept(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadlines, index: int, remat: bool,
+                  scratch: Path, built: llama.LlamaGraph | None = None) -> Outcome:
+    """In a forked process: `evaluate` against `deadlines[index]` (shared memory the parent lowers), the plan
+    pickled into `scratch` for the parent when it is the best of its dimension as it finishes."""
+    outcome = evaluate(prefill, target, candidate, lambda: deadlines[index], remat, built=built)
+    if outcome.kind == "ran" and outcome.seconds <= deadlines[index] * (1 + TIE):
+        path = scratch / f"{time.monotonic_ns()}-{os.getpid()}.pickle"
+        path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
+        outcome.kept = str(path)
+    outcome.memgraph = outcome.built = None
+    return outcome
+
+
+def verified(memgraph: MemGraph, graph) -> MemGraph:
+    """`memgraph`, proved to be a correct plan of `graph` (the pipeline's verify stage, condition (a) too)."""
+    verify_memgraph(memgraph, place_devices(graph, graph.devices))
+    return memgraph
+
+
+def _capacity(prefill: LlamaPrefill, dimensions: list[str]) -> int:
+    """How many candidates a search can evaluate at most: every combination of the values it ranks."""
+    sizes = {"layer_order": len(llama.LAYER_ORDERS), "block": len(prefill.candidates("block", prefill.start({}))),
+             "query_group": len(QUERY_GROUPS), "schedule": len(SCHEDULES)}
+    return math.prod(sizes[name] for name in dimensions) + 1
+
+
+def _graph_of(candidate: Candidate) -> tuple:
+    """What a candidate's taskgraph depends on (not the schedule)."""
+    return candidate.layer_order, candidate.block, candidate.query_group
+
+
+class Search:
+    """One search's state: each candidate's outcome, the choices so far (`path`) and the dimension being
+    ranked (`step`). A candidate's deadline is the best makespan among the candidates it is ranked with
+    (`ranked_with`), kept for each in `deadlines` (shared memory once forked candidates read it) under the
+    index `slot` gives it. The path's taskgraph is held (`graphs`): the schedules' candidates and the plan
+    chosen use it, forked ones too."""
+
+    def __init__(self, prefill: LlamaPrefill, target: PlanTarget, start: Candidate, dimensions: list[str], remat: bool,
+                 margin: float | None, processes: str = "fork"):
+        self.prefill, self.target, self.remat, self.margin, self.processes = prefill, target, remat, margin, processes
+        self.path, self.dimensions, self.step = start, dimensions, 0
+        self.results: dict[Candidate, Outcome] = {}
+        self.cost = CostModel()
+        self.pool: forks.ForkPool | None = None
+        self.scratch: Path | None = None
+        self.step_of: dict[Candidate, int] = {start: 0}
+        self.index: dict[Candidate, int] = {}
+        self.deadlines = [math.inf] * _capacity(prefill, dimensions)
+        self.graphs: dict[tuple, llama.LlamaGraph] = {}
+
+    def run(self, workers: int | None) -> LlamaChoice:
+        try:
+            first = self._evaluate_start(workers)
+            if self.margin is not None and first.kind == "ran" and first.seconds <= (1 + self.margin) * first.bound:
+                return self._choice("unbound", [])
+            steps = [self._rank(step) for step in range(len(self.dimensions))]
+            return self._choice("searched", steps)
+        finally:
+            self._close()
+
+    def _evaluate_start(self, workers: int | None) -> Outcome:
+        """The default plan, compiled here; forked processes meanwhile take the first dimension's other
+        candidates that are not more loop-bound than it (the others wait for a deadline)."""
+        built = self.graphs[_graph_of(self.path)] = self.prefill.build(self.path)
+        slots = workers or forks.cores()
+        if slots > 1 and len(built.graph) >= FORK_FROM and forks.available(self.processes):
+            self.pool = forks.ForkPool(slots, self.processes, preload=(__name__,))
+            self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
+            self.deadlines = self.pool.context.RawArray("d", self.deadlines)
+            floor = link_floor(self.prefill, self.path, self.cost)
+            early = [c for c in self._wanted()
+                     if c != self.path and self.step_of[c] == 0 and link_floor(self.prefill, c, self.cost) <= floor]
+            self.pool.slots -= 1  # this process is busy with the default plan meanwhile
+            self._fill(early)
+            self.pool.slots += 1
+        outcome = evaluate(self.prefill, self.target, self.path, lambda: math.inf, self.remat, self.cost, built)
+        self._record(self.path, outcome)
+        return outcome
+
+    def _rank(self, step: int) -> Step:
+        """Rank dimension `step` around the choices so far; its fastest candidate becomes the path."""
+        self.step = step
+        self._refresh()
+        candidates = self.prefill.candidates(self.dimensions[step], self.path)
+        while any(c not in self.results for c in candidates):
+            self._collect(timeout=0)  # what finished meanwhile first: it changes what is wanted
+            self._fill(self._wanted())
+            self._collect()
+        ranked = [c for c in candidates if self.results[c].kind == "ran"]
+        if not ranked:
+            raise BudgetError(next(self.results[c].error for c in candidates if self.results[c].kind == "no fit"))
+        self._move(min(ranked, key=lambda c: self.results[c].score))  # the first of equals
+        dimension = self.dimensions[step]
+        return Step(dimension, getattr(self.path, dimension), {getattr(c, dimension): self.results[c] for c in candidates})
+
+    def _move(self, path: Candidate) -> None:
+        """Take `path` as the choices so far: only its plan and taskgraph are kept."""
+        self.path = path
+        for candidate, outcome in self.results.items():
+            if candidate != path:
+                outcome.memgraph = None
+        self.graphs = {key: graph for key, graph in self.graphs.items() if key == _graph_of(path)}
+
+    def _wanted(self) -> list[Candidate]:
+        """Candidates to evaluate, most needed first: the dimension at hand's around the path, then the later
+        dimensions' around its best candidate so far (needed if it wins and those before it stand)."""
+        wanted = []
+        for step in range(self.step, len(self.dimensions)):
+            around = self.path if step == self.step else self._leader()
+            for candidate in self.prefill.candidates(self.dimensions[step], around):
+                if candidate not in self.results and candidate not in wanted:
+                    wanted.append(candidate)
+                    self.step_of[candidate] = step
+        return wanted
+
+    def _leader(self) -> Candidate:
+        """The best candidate of the dimension at hand so far (the first of equals), else the path."""
+        ranked = [c for c in self.prefill.candidates(self.dimensions[self.step], self.path)
+                  if c in self.results and self.results[c].kind == "ran"]
+        return min(ranked, key=lambda c: self.results[c].score, default=self.path)
+
+    def _ranked_with(self, candidate: Candidate) -> list[Candidate]:
+        """The candidates `candidate` is ranked with: its dimension's, around what it assumes of the others."""
+        return self.prefill.candidates(self.dimensions[self.step_of[candidate]], candidate)
+
+    def _deadline(self, candidate: Candidate) -> float:
+        return min((self.results[c].score for c in self._ranked_with(candidate) if c in self.results), default=math.inf)
+
+    def _slot(self, candidate: Candidate) -> int:
+        """The index of `candidate`'s deadline in `deadlines`, set now."""
+        index = self.index.setdefault(candidate, len(self.index))
+        self.deadlines[index] = self._deadline(candidate)
+        return index
+
+    def _fill(self, wanted: list[Candidate]) -> None:
+        """Start candidates of `wanted` while there are free processes (here: evaluate the next one)."""
+        for candidate in wanted:
+            if self.pool is not None and self.pool.free <= 0:
+                return
+            if self.pool is not None and candidate in self.pool.children:
+                continue
+            index = self._slot(candidate)
+            floor = link_floor(self.prefill, candidate, self.cost)
+            if floor > self.deadlines[index] * (1 + TIE):
+                self._record(candidate, Outcome("bounded", floor, floor))
+                continue
+            built = self._graph(candidate)
+            if self.pool is None:
+                self._record(candidate, evaluate(self.prefill, self.target, candidate, lambda: self.deadlines[index],
+                                                 self.remat, self.cost, built))
+                return
+            inherited = built if self.processes == "fork" else None  # a forked child shares it; a server's would unpickle it
+            self.pool.start(candidate, partial(evaluate_kept, self.prefill, self.target, candidate, self.deadlines, index,
+                                               self.remat, self.scratch, inherited))
+
+    def _graph(self, candidate: Candidate) -> llama.LlamaGraph | None:
+        """The taskgraph held for `candidate`: the path's is built here for a forked schedule candidate (it
+        inherits it, and the plan chosen needs it), while other forks run; others are built where evaluated."""
+        key = _graph_of(candidate)
+        if key not in self.graphs and self.pool is not None and self.processes == "fork" and key == _graph_of(self.path):
+            self.graphs[key] = self.prefill.build(self.path)
+        return self.graphs.get(key)
+
+    def _collect(self, timeout: float | None = None) -> None:
+        """Record the forked candidates that finish within `timeout` seconds (None: at least one)."""
+        if self.pool is None or not self.pool.children:
+            return
+        for candidate, outcome in self.pool.wait(timeout):
+            self._record(candidate, outcome)
+
+    def _record(self, candidate: Candidate, outcome: Outcome) -> None:
+        """Keep `outcome`; its plan, and its taskgraph where built here, only while it is the best of those
+        it is ranked with (memory)."""
+        self.results[candidate] = outcome
+        self._refresh()
+        if outcome.score > self._deadline(candidate) * (1 + TIE):
+            outcome.memgraph = None
+        elif outcome.built is not None:
+            self.graphs[_graph_of(candidate)] = outcome.built
+        outcome.built = None
+
+    def _refresh(self) -> None:
+        """Every running candidate's deadline; forked candidates no longer wanted are stopped."""
+        if self.pool is None:
+            return
+        wanted = set(self._wanted())
+        for candidate in list(self.pool.children):
+            if candidate in wanted:
+                self.deadlines[self.index[candidate]] = self._deadline(candidate)
+            else:
+                self.pool.stop(candidate)
+
+    def _choice(self, how: str, steps: list[Step]) -> LlamaChoice:
+        outcome = self.results[self.path]
+        memgraph = outcome.memgraph if outcome.memgraph is not None else pickle.loads(Path(outcome.kept).read_bytes())
+        built = self.graphs.get(_graph_of(self.path)) or self.prefill.build(self.path)
+        counts: dict[str, int] = {}
+        for result in self.results.values():
+            counts[result.kind] = counts.get(result.kind, 0) + 1
+        slots = self.pool.slots if self.pool is not None else 1
+        return LlamaChoice(self.path, built, verified(memgraph, built.graph), how, outcome.seconds, outcome.bound, steps,
+                           counts, slots)
+
+    def _close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)

@@ -74,9 +74,10 @@ def _swap_q_k_names(doc):  # the nodes computing q and k of layer 0 trade names
 
 def _swap_new_rows(doc):  # the holders of layer 0's new k and v rows trade names and outputs
     outputs = doc["outputs"]
-    k, v = (next(n for n in doc["nodes"] if n["id"] == outputs[name]) for name in ("k_new.0", "v_new.0"))
+    names = ("l0.k_rope", "l0.v")  # the decode step's new rows: DecodeStep.new_kv_names(0), the prefill's names
+    k, v = (next(n for n in doc["nodes"] if n["id"] == outputs[name]) for name in names)
     k["task"], v["task"] = v["task"], k["task"]
-    outputs["k_new.0"], outputs["v_new.0"] = outputs["v_new.0"], outputs["k_new.0"]
+    outputs[names[0]], outputs[names[1]] = outputs[names[1]], outputs[names[0]]
 
 
 def _move_start(doc):

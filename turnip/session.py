@@ -410,17 +410,21 @@ class Session:
         at most PREFILL_TOKENS (`_prefill_chunks`), so each chunk streams every weight once, not every prompt;
         the runs write their k and v rows straight into the cache the steps read (`execute(outputs_into=)`
         pieces: from the GPU on cuda, no host copy). On the sim, which computes nothing, only lengths."""
-        cache = self._empty_cache(prompts, steps, stats.computed)
+        pending = _Pinning(self._empty_cache, prompts, steps, stats.computed) if self.host.pinned and stats.computed else None
+        cache = None if pending is not None else self._empty_cache(prompts, steps, stats.computed)
         for chunk in self._prefill_chunks(prompts):
             built = self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk))
+            memgraph = self._compiled(("prefill", built.sequences), built.graph, stats)  # while the cache is page-locked
             inputs = into = None
             if stats.computed:
                 inputs = built.feed(self.weights, np.concatenate([prompts[b][:-1] for b in chunk]))
+                cache = cache if cache is not None else pending.result()
                 into = {task: [(piece.row_start, piece.row_stop, cache.rows(piece.layer, piece.kind, chunk[piece.sequence], piece.first_position,
                                                                            piece.first_position + piece.row_stop - piece.row_start, piece.columns))
                                for piece in pieces] for task, pieces in built.kv_pieces().items()}
-            _, seconds, _ = self._run(("prefill", built.sequences), built.graph, inputs, stats, into=into)
+            _, seconds, _ = self._run(("prefill", built.sequences), built.graph, inputs, stats, into=into, memgraph=memgraph)
             stats.prefill_seconds += seconds
+        cache = cache if cache is not None else pending.result()
         cache.filled([len(p) - 1 for p in prompts])
         return cache
 
@@ -546,7 +550,7 @@ class Session:
         return step.feed(self.weights, hidden, cache, fixed_weights=True, columns=facts["columns"])
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
-             partial=None, into=None):
+             partial=None, into=None, memgraph: MemGraph | None = None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
         the result, the run's seconds (the sim's predicted makespan, else the wall time of the loop) and
         the whole call's but the compile (the sim: the makespan plus the copies before the run).
@@ -559,7 +563,8 @@ class Session:
         `partial`: inputs whose leading rows alone are read (input id -> rows; the cache's last column,
         filled only so far): only those are placed and reloaded (runtime.execute). `into`: outputs
         written into the caller's arrays (`execute(outputs_into=)`: the new cache rows)."""
-        memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
+        if memgraph is None:  # `memgraph`: the caller compiled (or took) it already
+            memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
         self._runs += 1
         current = self._identities(graph, identities or {})
         refresh = refresh or {}
@@ -721,3 +726,30 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise InputError("the session is closed")
+
+
+class _Pinning:
+    """`make(*args)` on a thread of its own, begun now: a call's KV cache page-locked (seconds for a 7b batch's
+    17 GB) while the call compiles or reads its prefill's plan and embeds its prompts. `result()` waits for
+    it; where the thread failed (a driver that cannot lock memory from another thread, say), it is made
+    again on the caller's thread, so the thread can only save time."""
+
+    def __init__(self, make, *args):
+        self.make, self.args, self.value, self.failed = make, args, None, False
+        self.thread = threading.Thread(target=self._run, daemon=True, name="turnip cache pinning")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            from numba.cuda.cudadrv.devices import get_context
+
+            get_context()  # the driver's calls need the context current on this thread too
+            self.value = self.make(*self.args)
+        except Exception:  # noqa: BLE001 (made again on the caller's thread, whose error is the one to see)
+            self.failed = True
+
+    def result(self):
+        self.thread.join()
+        if self.failed or self.value is None:
+            self.value = self.make(*self.args)
+        return self.value

@@ -5,32 +5,99 @@ for the reference), so results go straight to their planned location with `out=`
 allocate one small temporary of the reduced shape (a row max or a row mean); elementwise kernels work in
 place in `out`. rope allocates half-width products, and attention its block's score matrix
 [heads, tq, tk] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in registers.
+
+Matrix products (matmul, an einsum that is one matrix product, `MatmulForm`, and attention's two) go to
+BLAS through runtime/blas.py's `product`: one at a time in the process, a large one cut over the threads
+the cpu backend gives.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from runtime.blas import product
 from turnip_ir.kernels import KERNELS, softmax_scale
+from turnip_ir.kernels import parse_equation
 
 KernelImpl = Callable[[list[np.ndarray], np.ndarray, dict], None]
 
 
 def _matmul(xs, out, attrs):
     if out.dtype == np.float16:
-        out[...] = np.matmul(*_float32(xs))
+        out[...] = product(*_float32(xs))
         return
-    np.matmul(xs[0], xs[1], out=out)
+    product(xs[0], xs[1], out=out)
 
 
 def _einsum(xs, out, attrs):
-    if out.dtype == np.float16:
+    """A matmul-shaped einsum (`MatmulForm`) goes to BLAS; any other to numpy's einsum."""
+    form = matmul_form(attrs["equation"]) if len(xs) == 2 else None
+    if form is not None:
+        form.run(*xs, out)
+    elif out.dtype == np.float16:
         out[...] = np.einsum(attrs["equation"], *_float32(xs), optimize=True)
-        return
-    np.einsum(attrs["equation"], *xs, out=out)
+    else:
+        np.einsum(attrs["equation"], *xs, out=out)
+
+
+@dataclass(frozen=True)
+class MatmulForm:
+    """A two-operand einsum as one (batched) matrix product: the letters in both operands and the output
+    are batch letters, those in both operands only are contracted, the rest (each in one operand and the
+    output) are the rows and columns. `run` transposes the operands to [batch, rows, contracted] and
+    [batch, contracted, columns] (views; numpy's BLAS takes a transposed 2-D view as it is, so
+    'ti,oi->to' is x @ w.T with no copy), merges each group into one axis (a copy only where the axes of
+    a group are not adjacent in memory), calls `product`, and writes the product into `out` in the
+    output's letter order (straight into `out` when that order is batch, rows, columns)."""
+
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    back: tuple[int, ...]
+    """The output's axes, taken from the product's [batch, rows, columns] axes."""
+    batch: int
+    rows: int
+    contracted: int
+
+    def run(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        half = out.dtype == np.float16
+        a, b = a.transpose(self.left), b.transpose(self.right)
+        if half:
+            a, b = _float32([a, b])
+        batch, rows = a.shape[: self.batch], a.shape[self.batch : self.batch + self.rows]
+        columns = b.shape[self.batch + self.contracted :]
+        k = math.prod(a.shape[self.batch + self.rows :])
+        lead = (math.prod(batch),) if self.batch else ()
+        a = a.reshape((*lead, math.prod(rows), k))
+        b = b.reshape((*lead, k, math.prod(columns)))
+        if not half and self.back == tuple(range(out.ndim)) and out.flags.c_contiguous:
+            product(a, b, out=out.reshape((*lead, a.shape[-2], b.shape[-1])))
+            return
+        out[...] = product(a, b).reshape((*batch, *rows, *columns)).transpose(self.back)
+
+
+@lru_cache(maxsize=None)
+def matmul_form(equation: str) -> MatmulForm | None:
+    """The equation as a `MatmulForm`, or None when it is not one matrix product (a letter twice in one
+    operand, or summed within one operand alone)."""
+    (x, y), z = parse_equation(equation, 2)
+    if len(set(x)) < len(x) or len(set(y)) < len(y) or not set(x) | set(y) >= set(z):
+        return None
+    if any(c not in z and c not in y for c in x) or any(c not in z and c not in x for c in y):
+        return None
+    batch = [c for c in z if c in x and c in y]
+    rows = [c for c in z if c in x and c not in y]
+    columns = [c for c in z if c in y and c not in x]
+    contracted = [c for c in x if c in y and c not in z]
+    made = batch + rows + columns  # the product's axes
+    return MatmulForm(left=tuple(x.index(c) for c in batch + rows + contracted),
+                      right=tuple(y.index(c) for c in batch + contracted + columns),
+                      back=tuple(made.index(c) for c in z), batch=len(batch), rows=len(rows),
+                      contracted=len(contracted))
 
 
 def _float32(xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -141,7 +208,7 @@ def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:
     qh = _heads(q, kv_heads, width, work)
     kh = _heads(k, kv_heads, width, work)  # [kv, 1, tk, D]: broadcast over the group
     vh = _heads(v, kv_heads, width, work)
-    scores = np.matmul(qh, kh.swapaxes(-1, -2))
+    scores = product(qh, kh.swapaxes(-1, -2))
     scores *= softmax_scale(q.shape, attrs)
     if KERNELS["attention"].attr(attrs, "causal"):
         hidden = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)  # key j > query i
@@ -156,7 +223,7 @@ def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:
     total = scores.sum(axis=-1)
     with np.errstate(divide="ignore"):
         lse = top + np.log(total)
-    output = np.matmul(scores, vh)
+    output = product(scores, vh)
     output /= np.where(total > 0, total, 1.0)[..., None]
     return output, lse
 

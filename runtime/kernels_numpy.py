@@ -3,8 +3,9 @@
 Each function is `impl(inputs, out, attrs)`: `out` is a view into a GPU arena (or a fresh float64 array
 for the reference), so results go straight to their planned location with `out=`. softmax and rmsnorm
 allocate one small temporary of the reduced shape (a row max or a row mean); elementwise kernels work in
-place in `out`. rope allocates half-width products, and attention its block's score matrix
-[heads, tq, tk] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in registers.
+place in `out`. rope allocates half-width products, and attention the scores of `QUERY_ROWS` query rows
+at a time, [heads, rows, keys] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in
+registers.
 
 Matrix products (matmul, an einsum that is one matrix product, `MatmulForm`, and attention's two) go to
 BLAS through runtime/blas.py's `product`: one at a time in the process, a large one cut over the threads
@@ -201,24 +202,61 @@ def _heads(x: np.ndarray, kv_heads: int, width: int, work) -> np.ndarray:
     return x.reshape(tokens, kv_heads, x.shape[1] // (kv_heads * width), width).transpose(1, 2, 0, 3).astype(work, copy=False)
 
 
+QUERY_ROWS = 128
+"""Query rows whose scores are formed at once: [heads, 128, keys] stays in cache where a 2048-token block's
+whole score matrix was 268 MB, and a causal or windowed chunk forms only the keys its rows can see."""
+
+
 def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:
-    """This key block's normalised output [kv, group, tq, D] and log-sum-exp [kv, group, tq]."""
+    """This key block's normalised output [kv, group, tq, D] and log-sum-exp [kv, group, tq], `QUERY_ROWS`
+    query rows at a time over the keys any of them can see (a row that sees none: zeros and -inf)."""
     kv_heads = attrs["kv_heads"]
     width = q.shape[1] // attrs["heads"]
     qh = _heads(q, kv_heads, width, work)
     kh = _heads(k, kv_heads, width, work)  # [kv, 1, tk, D]: broadcast over the group
     vh = _heads(v, kv_heads, width, work)
-    scores = product(qh, kh.swapaxes(-1, -2))
-    scores *= softmax_scale(q.shape, attrs)
+    scale = softmax_scale(q.shape, attrs)
+    output = np.zeros(qh.shape, work)
+    lse = np.full(qh.shape[:-1], -np.inf, work)
+    for first in range(0, q.shape[0], QUERY_ROWS):
+        rows = slice(first, min(first + QUERY_ROWS, q.shape[0]))
+        keys = _visible_keys(rows, k.shape[0], attrs)
+        if keys.start < keys.stop:
+            output[..., rows, :], lse[..., rows] = _softmax_rows(qh[..., rows, :], kh[..., keys, :], vh[..., keys, :],
+                                                                 _hidden(rows, keys, attrs), scale)
+    return output, lse
+
+
+def _visible_keys(rows: slice, keys: int, attrs) -> slice:
+    """The keys some query of `rows` sees: causal hides key j > query i; a window hides i - (offset + j) >= window."""
+    lo, hi = 0, keys
     if KERNELS["attention"].attr(attrs, "causal"):
-        hidden = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)  # key j > query i
-        scores[..., hidden] = -np.inf
-    if "window" in attrs:  # query i sees key j while i - (offset + j) < window
-        distance = np.arange(q.shape[0])[:, None] - (attrs.get("offset", 0) + np.arange(k.shape[0])[None, :])
-        scores[..., distance >= attrs["window"]] = -np.inf
-    top = scores.max(axis=-1, initial=-np.inf)
-    if scores.shape[-1]:
-        scores -= np.where(np.isfinite(top), top, 0.0)[..., None]  # a row a window hides all of stays -inf
+        hi = min(hi, rows.stop)
+    if "window" in attrs:
+        lo = max(lo, rows.start - attrs.get("offset", 0) - attrs["window"] + 1)
+    return slice(lo, max(lo, hi))
+
+
+def _hidden(rows: slice, keys: slice, attrs) -> np.ndarray | None:
+    """[rows, keys]: True where the query does not see the key; None when it sees them all."""
+    i = np.arange(rows.start, rows.stop)[:, None]
+    j = np.arange(keys.start, keys.stop)[None, :]
+    hidden = np.zeros((len(i), j.shape[1]), dtype=bool)
+    if KERNELS["attention"].attr(attrs, "causal"):
+        hidden |= j > i
+    if "window" in attrs:
+        hidden |= i - (attrs.get("offset", 0) + j) >= attrs["window"]
+    return hidden if hidden.any() else None
+
+
+def _softmax_rows(qh, kh, vh, hidden, scale) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(q k^T * scale, `hidden` keys out) v and the log-sum-exp, for rows that see at least one key."""
+    scores = product(qh, kh.swapaxes(-1, -2))
+    scores *= scale
+    if hidden is not None:
+        np.copyto(scores, -np.inf, where=hidden)
+    top = scores.max(axis=-1)
+    scores -= np.where(np.isfinite(top), top, 0.0)[..., None]  # a row a window hides all of stays -inf
     np.exp(scores, out=scores)
     total = scores.sum(axis=-1)
     with np.errstate(divide="ignore"):

@@ -3,6 +3,9 @@
 - einsum as a BLAS matrix product (`MatmulForm`): random two-operand equations (batch, row, column and
   contracted letters in any order, transposed operands and outputs, outer products, empty axes) equal
   numpy's einsum in float64, float32 and float16; matmul-shaped ones never reach np.einsum.
+- attention a chunk of query rows at a time over the keys the chunk can see (`QUERY_ROWS`): blocks of
+  several chunks, causal, windowed, with keys before the queries and rows that see no key, equal the
+  formula of tests/kernel_formulas.py.
 - products (runtime/blas.py), a large one cut over the threads given, equal one matmul; the cpu backend
   runs BLAS on one thread and leaves it as it found it.
 """
@@ -13,12 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_formulas import apply
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from passes.pipeline import compile_taskgraph
 from runtime import blas, execute, kernels_numpy
 from runtime.backends.cpu import CpuBackend
-from runtime.kernels_numpy import NUMPY_KERNELS, matmul_form
+from runtime.kernels_numpy import NUMPY_KERNELS, QUERY_ROWS, matmul_form
 from turnip_ir.kernels import KERNELS
 from turnip_ir.taskgraph import TaskGraph
 
@@ -81,6 +85,32 @@ def test_what_is_not_one_matrix_product_is_left_to_einsum(equation):
     """A letter twice in an operand, or summed within one operand alone, is no plain matrix product;
     the same letter in both operands and the output is a batch letter of length-1 matrices."""
     assert (matmul_form(equation) is None) == (equation != "i,i->i")
+
+
+@pytest.mark.parametrize("attrs", [
+    {"causal": True},
+    {"causal": False},
+    {"causal": True, "window": 100},
+    {"causal": False, "window": 150, "offset": -200},
+    {"causal": False, "window": 40, "offset": -QUERY_ROWS - 90},  # the first chunk's rows see no key
+])
+@pytest.mark.parametrize("dtype, with_prev", [("float64", False), ("float64", True), ("float32", True)])
+def test_attention_over_several_chunks_of_query_rows_equals_its_formula(attrs, dtype, with_prev):
+    rng = np.random.default_rng(len(attrs) + with_prev)
+    tokens, width, heads, kv_heads = 2 * QUERY_ROWS + 37, 8, 4, 2
+    q = rng.standard_normal((tokens, heads * width)).astype(dtype)
+    k, v = (rng.standard_normal((tokens, kv_heads * width)).astype(dtype) for _ in range(2))
+    xs = [q, k, v]
+    if with_prev:  # the partial an earlier key block leaves
+        earlier = [q, rng.standard_normal(k.shape), rng.standard_normal(v.shape)]
+        xs.append(apply("attention", earlier, {"heads": heads, "kv_heads": kv_heads, "final": False}).astype(np.float32))
+    attrs = {"heads": heads, "kv_heads": kv_heads, "final": not with_prev, **attrs}
+    shape, out_dtype = KERNELS["attention"].infer([x.shape for x in xs], [str(x.dtype) for x in xs], attrs)
+    out = np.full(shape, np.nan, dtype=out_dtype)
+    NUMPY_KERNELS["attention"](xs, out, attrs)
+    tolerance = 1e-9 if dtype == "float64" and not with_prev else 2e-5
+    np.testing.assert_allclose(out, apply("attention", xs, attrs), rtol=tolerance, atol=tolerance)
+
 
 
 def _blas_threads() -> int:

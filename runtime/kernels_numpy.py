@@ -153,17 +153,10 @@ def _softmax(xs, out, attrs):
 
 
 def _rmsnorm(xs, out, attrs):
-    """x / sqrt(mean(x^2, last axis) + eps), times the optional weight.
-
-    float16 squares overflow past 256, so half inputs square into a float32 temporary of the full
-    shape (an allocation per call, as a GPU kernel would accumulate in fp32 registers instead).
-    """
+    """x / sqrt(mean(x^2, last axis) + eps), times the optional weight (float16: `_in_float32`)."""
     x = xs[0]
-    if x.dtype == np.float16:
-        scale = np.square(x, dtype=np.float32).sum(axis=-1, keepdims=True)
-    else:
-        np.multiply(x, x, out=out)
-        scale = out.sum(axis=-1, keepdims=True)
+    np.multiply(x, x, out=out)
+    scale = out.sum(axis=-1, keepdims=True)
     scale /= max(x.shape[-1], 1)  # the mean, without numpy's warning for an empty last axis
     scale += KERNELS["rmsnorm"].attr(attrs, "eps")
     np.sqrt(scale, out=scale)
@@ -194,6 +187,38 @@ def _swiglu(xs, out, attrs):
     out += 1.0
     np.divide(gate, out, out=out)
     out *= up
+
+
+ROW_ELEMENTS = 1 << 18
+"""Elements of a float32 chunk `_in_float32` works on: 1 MiB, so its passes stay in cache."""
+
+
+def _in_float32(impl: KernelImpl) -> KernelImpl:
+    """`impl` computed in float32 for a float16 output, `ROW_ELEMENTS` at a time along the first axis, and
+    rounded to float16 once: numpy's half loops run 10-50x slower than its float32 ones, and float32 keeps
+    what a GPU keeps in registers (squares past 256, exp of large gates). Operands with the output's rows
+    (rank and first axis alike) are cut with it; the others (a norm's weight) are converted once."""
+
+    def run(xs, out, attrs):
+        if out.dtype != np.float16:
+            return impl(xs, out, attrs)
+        if out.ndim < 2 or out.size == 0:  # one chunk: the first axis may be the reduced one
+            result = np.empty(out.shape, np.float32)
+            impl(_float32(xs), result, attrs)
+            out[...] = result
+            return None
+        cut = [x.ndim == out.ndim and x.shape[0] == out.shape[0] for x in xs]
+        whole = [None if c else x.astype(np.float32) for x, c in zip(xs, cut)]
+        rows = max(1, ROW_ELEMENTS // (out.size // out.shape[0]))
+        result = np.empty((rows, *out.shape[1:]), np.float32)
+        for lo in range(0, out.shape[0], rows):
+            hi = min(out.shape[0], lo + rows)
+            part = [x[lo:hi].astype(np.float32) if c else w for x, c, w in zip(xs, cut, whole)]
+            impl(part, result[: hi - lo], attrs)
+            out[lo:hi] = result[: hi - lo]
+        return None
+
+    return run
 
 
 def _heads(x: np.ndarray, kv_heads: int, width: int, work) -> np.ndarray:
@@ -358,9 +383,9 @@ NUMPY_KERNELS: dict[str, KernelImpl] = {
     "exp": _exp,
     "scale": _scale,
     "softmax": _softmax,
-    "rmsnorm": _rmsnorm,
-    "rope": _rope,
-    "swiglu": _swiglu,
+    "rmsnorm": _in_float32(_rmsnorm),
+    "rope": _in_float32(_rope),
+    "swiglu": _in_float32(_swiglu),
     "attention": _attention,
     "decode_attention": _decode_attention,
     "rows": _rows,

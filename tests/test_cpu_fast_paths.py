@@ -167,3 +167,26 @@ def test_the_cpu_backend_runs_blas_on_one_thread_and_gives_it_back_as_it_found_i
         assert result.outputs["c"][0, 0] == 64
         assert seen == [(1, 3)]
         assert _blas_threads() == 2 and blas.BLAS.threads == 1
+
+
+@pytest.mark.parametrize("name, shapes, attrs", [
+    ("rmsnorm", [(300, 2048), (2048,)], {"eps": 1e-5}),  # three chunks, the weight converted once
+    ("rmsnorm", [(2, 300, 1024)], {"eps": 1e-5}),  # rank 3: cut along the first axis
+    ("rmsnorm", [(700,)], {"eps": 1e-5}),  # a vector: one chunk (its axis is the reduced one)
+    ("rope", [(300, 2048), (300, 64), (300, 64)], {}),
+    ("swiglu", [(300, 2048), (300, 2048)], {}),
+    ("swiglu", [(0, 8), (0, 8)], {}),
+])
+def test_half_kernels_computed_in_float32_chunks_equal_their_formula(name, shapes, attrs):
+    """float16 in, float16 out, within half an ulp of the float64 formula on the float16 inputs, where a
+    half loop rounds every pass (the squares of rmsnorm alone overflow past 256)."""
+    rng = np.random.default_rng(len(shapes))
+    xs = [(rng.standard_normal(shape) * 20).astype(np.float16) for shape in shapes]
+    if name == "rmsnorm" and len(xs) == 2:
+        xs[1] = (1 + 0.1 * rng.standard_normal(shapes[1])).astype(np.float16)
+    shape, dtype = KERNELS[name].infer([x.shape for x in xs], [x.dtype.name for x in xs], attrs)
+    out = np.full(shape, np.nan, dtype=dtype)
+    NUMPY_KERNELS[name](xs, out, attrs)
+    expected = apply(name, [x.astype(np.float64) for x in xs], attrs)
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=2**-11, atol=1e-6 * max(1.0, float(np.abs(expected).max(initial=0))))

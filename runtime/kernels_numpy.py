@@ -22,8 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from runtime.blas import product
-from turnip_ir.kernels import KERNELS, softmax_scale
-from turnip_ir.kernels import parse_equation
+from turnip_ir.kernels import KERNELS, parse_equation, softmax_scale
 
 KernelImpl = Callable[[list[np.ndarray], np.ndarray, dict], None]
 

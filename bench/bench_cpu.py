@@ -37,6 +37,7 @@ from frontend.workloads.llama.config import from_hf  # noqa: E402
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.cpu import CpuBackend  # noqa: E402
+from runtime.blas import cores  # noqa: E402
 from turnip_cli.planning import parse_size  # noqa: E402
 
 MODEL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
@@ -55,7 +56,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", metavar="JSON", help="an HF config.json or the same keys (default: the 8-layer hidden-1024 model)")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--memory", default="4GiB", help="turnip's per-GPU budget (default 4GiB: the plan offloads nothing)")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for both (default: this process's cores)")
+    parser.add_argument("--threads", type=int, default=cores(), help="threads for both (default: this process's cores)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dtype", choices=("float32", "float16"), help="compute dtype (default: the config's)")
     parser.add_argument("--quick", action="store_true", help="a tiny model, 64 tokens, one run each")

@@ -21,7 +21,6 @@ threads on the same cores, and the elementwise kernels and copies of the other l
 from __future__ import annotations
 
 from collections.abc import Mapping
-import os
 import queue
 import random
 import threading
@@ -35,7 +34,7 @@ from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill_all
 from runtime.residency import placements
-from runtime.blas import BLAS
+from runtime.blas import BLAS, cores
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemNode
@@ -59,7 +58,7 @@ class CpuBackend(Backend):
         """Vertex -> the job of a copy limited to some leading rows for this run (`limit_copies`)."""
         self.graph: ExecGraph | None = None
         self.origin = time.perf_counter()
-        self.blas_threads = threads or len(os.sched_getaffinity(0))
+        self.blas_threads = threads or cores()
         """The threads a large product is cut over (runtime/blas.py)."""
         self.blas_limit = None
         self.lanes: list[Lane] = []

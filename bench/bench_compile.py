@@ -27,6 +27,7 @@ from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from passes.compile_stats import CompileStats
 from tools.random_graphs import random_taskgraph
+from turnip_ir.units import format_size
 
 STAGES = ("place", "simulate", "memory-deps", "minimize", "reduce", "verify")
 
@@ -41,16 +42,18 @@ def _spread(values: list[float]) -> str:
 
 
 def compile_time(tasks: int, repeat: int) -> str:
+    """A row of the stages table: the median run's seconds per stage, then wall and CPU seconds in all."""
     graph, budget = _graph(tasks)
     runs = []
     for _ in range(repeat):
         stats = CompileStats()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         memgraph = compile_taskgraph(graph, budget, stats=stats)
-        runs.append((time.perf_counter() - start, stats))
-    total, stats = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+        runs.append((time.perf_counter() - start, time.process_time() - cpu, stats))
+    _, _, stats = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
     stages = " | ".join(f"{stats.seconds[s]:.2f}" for s in STAGES)
-    return f"| {tasks} | {len(graph)} | {len(memgraph)} | {budget} | {stages} | {_spread([r[0] for r in runs])} |"
+    return (f"| {tasks} | {len(graph)} | {len(memgraph)} | {budget} | {memgraph.storage_bytes} | {stages} | "
+            f"{_spread([r[0] for r in runs])} | {_spread([r[1] for r in runs])} |")
 
 
 def cli_time(tasks: int, repeat: int) -> str:
@@ -93,17 +96,18 @@ def _timed(work, repeat: int) -> tuple[str, str, object]:
     return _spread(walls), _spread(cpus), result
 
 
-def _stage_figures(graph, budget: int, repeat: int) -> tuple[str, str, str]:
-    """Wall, CPU seconds of `compile_taskgraph`, and the median run's seconds per stage."""
+def _stage_figures(graph, budget: int, repeat: int) -> tuple[str, str, str, str]:
+    """Wall, CPU seconds of `compile_taskgraph`, the median run's seconds per stage, and the CPU storage
+    the plan pins (`storage_bytes`: the host plan's quality)."""
     runs: list[CompileStats] = []
 
     def compile_once():
         runs.append(CompileStats())
         return compile_taskgraph(graph, budget, stats=runs[-1])
 
-    wall, cpu, _ = _timed(compile_once, repeat)
+    wall, cpu, memgraph = _timed(compile_once, repeat)
     stages = ", ".join(f"{s} {statistics.median(r.seconds[s] for r in runs):.2f}" for s in STAGES)
-    return wall, cpu, stages
+    return wall, cpu, stages, format_size(memgraph.storage_bytes)
 
 
 def targets(repeat: int) -> None:
@@ -111,19 +115,19 @@ def targets(repeat: int) -> None:
     from frontend.workloads.llama import build_llama, load_config
     from turnip_ir.io import load_graph
 
-    print("| what | target s | wall s | CPU s | stages (median wall s) |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| what | target s | wall s | CPU s | stages (median wall s) | CPU storage |")
+    print("| --- | --- | --- | --- | --- | --- |")
     graph, budget = _graph(100000)
     print(f"| 100k-task random taskgraph ({len(graph)} nodes), compile at {budget} B | 10 | "
           + " | ".join(_stage_figures(graph, budget, repeat)) + " |", flush=True)
     wall, cpu, built = _timed(lambda: build_llama(load_config("7b"), 131072), repeat)
-    print(f"| LLaMA-7B 128k: build_llama ({len(built.graph)} tasks), not compile time | - | {wall} | {cpu} | |", flush=True)
+    print(f"| LLaMA-7B 128k: build_llama ({len(built.graph)} tasks), not compile time | - | {wall} | {cpu} | | |", flush=True)
     print("| LLaMA-7B 128k: compile at 2 GiB | 5 | " + " | ".join(_stage_figures(built.graph, 2 << 30, repeat)) + " |", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "llama.json"
         path.write_text(built.graph.dumps())
         wall, cpu, _ = _timed(lambda: load_graph(path), repeat)
-        print(f"| LLaMA-7B 128k: JSON read (load_graph, {path.stat().st_size / 1e6:.1f} MB) | 1 | {wall} | {cpu} | |")
+        print(f"| LLaMA-7B 128k: JSON read (load_graph, {path.stat().st_size / 1e6:.1f} MB) | 1 | {wall} | {cpu} | | |")
 
 
 def main() -> None:
@@ -135,8 +139,9 @@ def main() -> None:
     if args.targets:
         targets(args.repeat)
         return
-    print("| tasks | taskgraph nodes | memgraph nodes | budget | " + " | ".join(STAGES) + " | total s, median (min-max) |")
-    print("|" + " --- |" * (5 + len(STAGES)))
+    print("| tasks | taskgraph nodes | memgraph nodes | budget | storage B | " + " | ".join(STAGES)
+          + " | total s, median (min-max) | CPU s, median (min-max) |")
+    print("|" + " --- |" * (7 + len(STAGES)))
     for tasks in args.sizes:
         print(compile_time(tasks, args.repeat), flush=True)
     print()

@@ -51,6 +51,7 @@ JOBS = (
     Job(("bench_ir.py", "--ops", "10000"), ("ir",), full=("bench_ir.py", "--ops", "10000", "100000")),
     Job(("bench_llama.py",), ("llama",)),
     Job(("bench_llama.py", "--tokens", "32768", "--budgets", "4", "--gpus", "2", "--placement", "sequence", "layers", "heads"), ("llama-gpus",)),
+    Job(("bench_cpu.py",), ("cpu-prefill", "cpu-kernels")),
 )
 
 

@@ -2,7 +2,10 @@
 
 Memory is a sorted list of segments that cover [0, capacity). A segment is either free, remembering the
 step at which it was last freed, or held by one tensor; free neighbours merge only when freed at the
-same step, so every free byte keeps its age. Two choices make the memgraph good:
+same step, so every free byte keeps its age. The starts of the free segments are also kept in a sorted
+list of their own (`free_starts`), so a search visits the free segments only: CPU storage holds tens of
+thousands of held regions (inputs, outputs, live offloads) around a few dozen free ones. Two choices
+make the memgraph good:
 
 - with room, `place_free` takes the fitting placement whose covered free segments were freed longest ago,
   so the memory edges it implies point far into the past (loose constraints for the runtime);
@@ -16,7 +19,7 @@ layouts and keep the first that works without emitting anything for the ones tha
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable
 
@@ -47,6 +50,8 @@ class DeviceMemory:
         self.ends = [capacity]
         self.owners = [FREE]
         self.stamps = [-1]
+        self.free_starts = [0]
+        """Starts of the free segments, ascending: the free ones among `starts`."""
         self.where: dict[int, int] = {}
         """tensor -> start offset of its segment."""
         self.free = capacity
@@ -57,33 +62,30 @@ class DeviceMemory:
 
         A placement starts at a free segment and covers free segments up to `size` bytes; its age is the
         newest stamp it covers. Ties go to the lowest start. A long run of free segments is searched
-        once with a sliding window (`_loosest_in_run`), so a search is linear in the segments.
+        once with a sliding window (`_loosest_in_run`), so a search is linear in the free segments (and
+        one bisect per run of them to find it among all segments).
         """
         if size > self.free:
             return None
         best_stamp, best_start = NEVER, None  # stamps are steps, below NEVER
-        starts, ends, owners, stamps = self.starts, self.ends, self.owners, self.stamps
-        n = len(starts)
-        try:
-            i = owners.index(FREE)  # list.index finds the next free segment in C
-            while True:
-                stop = i
-                while stop + 1 < n and owners[stop + 1] == FREE:
-                    stop += 1
-                if ends[stop] - starts[i] >= size:
-                    if stop == i:  # most runs are one segment
-                        stamp, start = stamps[i], starts[i]
-                    elif stop - i < SHORT_RUN:
-                        stamp, start = _loosest_in_short_run(starts, ends, stamps, i, stop, size, self.first_fit)
-                    else:
-                        stamp, start = _loosest_in_run(starts, ends, stamps, i, stop, size, self.first_fit)
-                    if self.first_fit:
-                        return start
-                    if stamp < best_stamp:
-                        best_stamp, best_start = stamp, start
-                i = owners.index(FREE, stop + 1)
-        except ValueError:
-            pass
+        starts, ends, owners, stamps, free_starts = self.starts, self.ends, self.owners, self.stamps, self.free_starts
+        n, k = len(starts), 0
+        while k < len(free_starts):
+            i = stop = bisect_left(starts, free_starts[k])
+            while stop + 1 < n and owners[stop + 1] == FREE:
+                stop += 1
+            k += stop - i + 1  # the run's free segments are the next entries of free_starts
+            if ends[stop] - starts[i] >= size:
+                if stop == i:  # most runs are one segment
+                    stamp, start = stamps[i], starts[i]
+                elif stop - i < SHORT_RUN:
+                    stamp, start = _loosest_in_short_run(starts, ends, stamps, i, stop, size, self.first_fit)
+                else:
+                    stamp, start = _loosest_in_run(starts, ends, stamps, i, stop, size, self.first_fit)
+                if self.first_fit:
+                    return start
+                if stamp < best_stamp:
+                    best_stamp, best_start = stamp, start
         return best_start
 
     def freed_at(self, start: int, size: int) -> int:
@@ -160,6 +162,7 @@ class DeviceMemory:
             start, extra = self.capacity, size
             for seq, item in ((self.starts, start), (self.ends, start + size), (self.owners, FREE), (self.stamps, -1)):
                 seq.append(item)
+            self.free_starts.append(start)  # past every segment: the list stays sorted
         self.capacity += extra
         self.free += extra
         return start
@@ -167,6 +170,7 @@ class DeviceMemory:
     def copy(self) -> DeviceMemory:
         twin = DeviceMemory(self.capacity, "first-fit" if self.first_fit else "loosest")
         twin.starts, twin.ends, twin.owners, twin.stamps = list(self.starts), list(self.ends), list(self.owners), list(self.stamps)
+        twin.free_starts = list(self.free_starts)
         twin.where = dict(self.where)
         twin.free = self.free
         return twin
@@ -198,16 +202,20 @@ class DeviceMemory:
         i = bisect_left(starts, start)  # a held segment starts exactly there
         owners[i], stamps[i] = FREE, step
         self.free += ends[i] - start
+        insort(self.free_starts, start)
         for k in (i + 1, i):
             if 0 < k < len(starts) and owners[k] == FREE == owners[k - 1] and stamps[k] == stamps[k - 1]:
                 ends[k - 1] = ends[k]
+                del self.free_starts[bisect_left(self.free_starts, starts[k])]
                 for seq in (starts, ends, owners, stamps):
                     del seq[k]
 
     def _carve(self, start: int, end: int, owner: int, stamp: int) -> None:
         i = _find(self.starts, start)
+        free_starts = self.free_starts
         if self.starts[i] == start and self.ends[i] == end and self.owners[i] == FREE:
             self.owners[i], self.stamps[i] = owner, stamp  # the common case: a free segment of the exact size
+            del free_starts[bisect_left(free_starts, start)]
             return
         j = i
         while self.ends[j] < end:
@@ -219,6 +227,8 @@ class DeviceMemory:
             new.append((end, self.ends[j], FREE, self.stamps[j]))
         for seq, k in ((self.starts, 0), (self.ends, 1), (self.owners, 2), (self.stamps, 3)):
             seq[i : j + 1] = [item[k] for item in new]
+        # segments i..j were free: their starts in [start, end) leave the index, the free tail's start joins it
+        free_starts[bisect_left(free_starts, start) : bisect_left(free_starts, end)] = [end] if new[-1][2] == FREE else []
 
     def used(self) -> int:
         """Bytes held by tensors."""

@@ -3,37 +3,103 @@
 Each function is `impl(inputs, out, attrs)`: `out` is a view into a GPU arena (or a fresh float64 array
 for the reference), so results go straight to their planned location with `out=`. softmax and rmsnorm
 allocate one small temporary of the reduced shape (a row max or a row mean); elementwise kernels work in
-place in `out`. rope allocates half-width products, and attention its block's score matrix
-[heads, tq, tk] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in registers.
-The training kernels (at the end) work in float32 temporaries of their block (float64 for float64
-operands): attention_grad its probabilities and their gradient [heads, tq, tk], the cross-entropy
+place in `out`. rope allocates half-width products, and attention the scores of `QUERY_ROWS` query rows
+at a time, [heads, rows, keys] in float32 (float64 for float64 inputs), as a GPU kernel keeps its tile in
+registers. The training kernels (at the end) work in float32 temporaries of their block (float64 for
+float64 operands): attention_grad its probabilities and their gradient [heads, tq, tk], the cross-entropy
 kernels their block of logits.
+
+Matrix products (matmul, an einsum that is one matrix product, `MatmulForm`, and attention's two) go to
+BLAS through runtime/blas.py's `product`: one at a time in the process, a large one cut over the threads
+the cpu backend gives.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from turnip_ir.kernels import KERNELS, segment_rows, softmax_scale
+from runtime.blas import product
+from turnip_ir.kernels import KERNELS, parse_equation, segment_rows, softmax_scale
 
 KernelImpl = Callable[[list[np.ndarray], np.ndarray, dict], None]
 
 
 def _matmul(xs, out, attrs):
     if out.dtype == np.float16:
-        out[...] = np.matmul(*_float32(xs))
+        out[...] = product(*_float32(xs))
         return
-    np.matmul(xs[0], xs[1], out=out)
+    product(xs[0], xs[1], out=out)
 
 
 def _einsum(xs, out, attrs):
-    if out.dtype == np.float16:
+    """A matmul-shaped einsum (`MatmulForm`) goes to BLAS; any other to numpy's einsum."""
+    form = matmul_form(attrs["equation"]) if len(xs) == 2 else None
+    if form is not None:
+        form.run(*xs, out)
+    elif out.dtype == np.float16:
         out[...] = np.einsum(attrs["equation"], *_float32(xs), optimize=True)
-        return
-    np.einsum(attrs["equation"], *xs, out=out)
+    else:
+        np.einsum(attrs["equation"], *xs, out=out)
+
+
+@dataclass(frozen=True)
+class MatmulForm:
+    """A two-operand einsum as one (batched) matrix product: the letters in both operands and the output
+    are batch letters, those in both operands only are contracted, the rest (each in one operand and the
+    output) are the rows and columns. `run` transposes the operands to [batch, rows, contracted] and
+    [batch, contracted, columns] (views; numpy's BLAS takes a transposed 2-D view as it is, so
+    'ti,oi->to' is x @ w.T with no copy), merges each group into one axis (a copy only where the axes of
+    a group are not adjacent in memory), calls `product`, and writes the product into `out` in the
+    output's letter order (straight into `out` when that order is batch, rows, columns)."""
+
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    back: tuple[int, ...]
+    """The output's axes, taken from the product's [batch, rows, columns] axes."""
+    batch: int
+    rows: int
+    contracted: int
+
+    def run(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        half = out.dtype == np.float16
+        a, b = a.transpose(self.left), b.transpose(self.right)
+        if half:
+            a, b = _float32([a, b])
+        batch, rows = a.shape[: self.batch], a.shape[self.batch : self.batch + self.rows]
+        columns = b.shape[self.batch + self.contracted :]
+        k = math.prod(a.shape[self.batch + self.rows :])
+        lead = (math.prod(batch),) if self.batch else ()
+        a = a.reshape((*lead, math.prod(rows), k))
+        b = b.reshape((*lead, k, math.prod(columns)))
+        if not half and self.back == tuple(range(out.ndim)) and out.flags.c_contiguous:
+            product(a, b, out=out.reshape((*lead, a.shape[-2], b.shape[-1])))
+            return
+        out[...] = product(a, b).reshape((*batch, *rows, *columns)).transpose(self.back)
+
+
+@lru_cache(maxsize=None)
+def matmul_form(equation: str) -> MatmulForm | None:
+    """The equation as a `MatmulForm`, or None when it is not one matrix product (a letter twice in one
+    operand, or summed within one operand alone)."""
+    (x, y), z = parse_equation(equation, 2)
+    if len(set(x)) < len(x) or len(set(y)) < len(y) or not set(x) | set(y) >= set(z):
+        return None
+    if any(c not in z and c not in y for c in x) or any(c not in z and c not in x for c in y):
+        return None
+    batch = [c for c in z if c in x and c in y]
+    rows = [c for c in z if c in x and c not in y]
+    columns = [c for c in z if c in y and c not in x]
+    contracted = [c for c in x if c in y and c not in z]
+    made = batch + rows + columns  # the product's axes
+    return MatmulForm(left=tuple(x.index(c) for c in batch + rows + contracted),
+                      right=tuple(y.index(c) for c in batch + contracted + columns),
+                      back=tuple(made.index(c) for c in z), batch=len(batch), rows=len(rows),
+                      contracted=len(contracted))
 
 
 def _float32(xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -88,17 +154,10 @@ def _softmax(xs, out, attrs):
 
 
 def _rmsnorm(xs, out, attrs):
-    """x / sqrt(mean(x^2, last axis) + eps), times the optional weight.
-
-    float16 squares overflow past 256, so half inputs square into a float32 temporary of the full
-    shape (an allocation per call, as a GPU kernel would accumulate in fp32 registers instead).
-    """
+    """x / sqrt(mean(x^2, last axis) + eps), times the optional weight (float16: `_in_float32`)."""
     x = xs[0]
-    if x.dtype == np.float16:
-        scale = np.square(x, dtype=np.float32).sum(axis=-1, keepdims=True)
-    else:
-        np.multiply(x, x, out=out)
-        scale = out.sum(axis=-1, keepdims=True)
+    np.multiply(x, x, out=out)
+    scale = out.sum(axis=-1, keepdims=True)
     scale /= max(x.shape[-1], 1)  # the mean, without numpy's warning for an empty last axis
     scale += KERNELS["rmsnorm"].attr(attrs, "eps")
     np.sqrt(scale, out=scale)
@@ -131,35 +190,104 @@ def _swiglu(xs, out, attrs):
     out *= up
 
 
+ROW_ELEMENTS = 1 << 18
+"""Elements of a float32 chunk `_in_float32` works on: 1 MiB, so its passes stay in cache."""
+
+
+def _in_float32(impl: KernelImpl) -> KernelImpl:
+    """`impl` computed in float32 for a float16 output, `ROW_ELEMENTS` at a time along the first axis, and
+    rounded to float16 once: numpy's half loops run 10-50x slower than its float32 ones, and float32 keeps
+    what a GPU keeps in registers (squares past 256, exp of large gates). Operands with the output's rows
+    (rank and first axis alike) are cut with it; the others (a norm's weight) are converted once."""
+
+    def run(xs, out, attrs):
+        if out.dtype != np.float16:
+            return impl(xs, out, attrs)
+        if out.ndim < 2 or out.size == 0:  # one chunk: the first axis may be the reduced one
+            result = np.empty(out.shape, np.float32)
+            impl(_float32(xs), result, attrs)
+            out[...] = result
+            return None
+        cut = [x.ndim == out.ndim and x.shape[0] == out.shape[0] for x in xs]
+        whole = [None if c else x.astype(np.float32) for x, c in zip(xs, cut)]
+        rows = max(1, ROW_ELEMENTS // (out.size // out.shape[0]))
+        result = np.empty((rows, *out.shape[1:]), np.float32)
+        for lo in range(0, out.shape[0], rows):
+            hi = min(out.shape[0], lo + rows)
+            part = [x[lo:hi].astype(np.float32) if c else w for x, c, w in zip(xs, cut, whole)]
+            impl(part, result[: hi - lo], attrs)
+            out[lo:hi] = result[: hi - lo]
+        return None
+
+    return run
+
+
 def _heads(x: np.ndarray, kv_heads: int, width: int, work) -> np.ndarray:
     """[t, heads*D] -> [kv_heads, heads/kv_heads, t, D] in `work` precision (head h = kv*group + g)."""
     tokens = x.shape[0]
     return x.reshape(tokens, kv_heads, x.shape[1] // (kv_heads * width), width).transpose(1, 2, 0, 3).astype(work, copy=False)
 
 
+QUERY_ROWS = 128
+"""Query rows whose scores are formed at once: [heads, 128, keys] stays in cache where a 2048-token block's
+whole score matrix was 268 MB, and a causal or windowed chunk forms only the keys its rows can see."""
+
+
 def _block_attention(q, k, v, attrs, work) -> tuple[np.ndarray, np.ndarray]:
-    """This key block's normalised output [kv, group, tq, D] and log-sum-exp [kv, group, tq]."""
+    """This key block's normalised output [kv, group, tq, D] and log-sum-exp [kv, group, tq], `QUERY_ROWS`
+    query rows at a time over the keys any of them can see (a row that sees none: zeros and -inf)."""
     kv_heads = attrs["kv_heads"]
     width = q.shape[1] // attrs["heads"]
     qh = _heads(q, kv_heads, width, work)
     kh = _heads(k, kv_heads, width, work)  # [kv, 1, tk, D]: broadcast over the group
     vh = _heads(v, kv_heads, width, work)
-    scores = np.matmul(qh, kh.swapaxes(-1, -2))
-    scores *= softmax_scale(q.shape, attrs)
+    scale = softmax_scale(q.shape, attrs)
+    output = np.zeros(qh.shape, work)
+    lse = np.full(qh.shape[:-1], -np.inf, work)
+    for first in range(0, q.shape[0], QUERY_ROWS):
+        rows = slice(first, min(first + QUERY_ROWS, q.shape[0]))
+        keys = _visible_keys(rows, k.shape[0], attrs)
+        if keys.start < keys.stop:
+            output[..., rows, :], lse[..., rows] = _softmax_rows(qh[..., rows, :], kh[..., keys, :], vh[..., keys, :],
+                                                                 _hidden(rows, keys, attrs), scale)
+    return output, lse
+
+
+def _visible_keys(rows: slice, keys: int, attrs) -> slice:
+    """The keys some query of `rows` sees: causal hides key j > query i; a window hides i - (offset + j) >= window."""
+    lo, hi = 0, keys
     if KERNELS["attention"].attr(attrs, "causal"):
-        hidden = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)  # key j > query i
-        scores[..., hidden] = -np.inf
-    if "window" in attrs:  # query i sees key j while i - (offset + j) < window
-        distance = np.arange(q.shape[0])[:, None] - (attrs.get("offset", 0) + np.arange(k.shape[0])[None, :])
-        scores[..., distance >= attrs["window"]] = -np.inf
-    top = scores.max(axis=-1, initial=-np.inf)
-    if scores.shape[-1]:
-        scores -= np.where(np.isfinite(top), top, 0.0)[..., None]  # a row a window hides all of stays -inf
+        hi = min(hi, rows.stop)
+    if "window" in attrs:
+        lo = max(lo, rows.start - attrs.get("offset", 0) - attrs["window"] + 1)
+    return slice(lo, max(lo, hi))
+
+
+def _hidden(rows: slice, keys: slice, attrs) -> np.ndarray | None:
+    """[rows, keys]: True where the query does not see the key; None when it sees them all."""
+    i = np.arange(rows.start, rows.stop)[:, None]
+    j = np.arange(keys.start, keys.stop)[None, :]
+    hidden = np.zeros((len(i), j.shape[1]), dtype=bool)
+    if KERNELS["attention"].attr(attrs, "causal"):
+        hidden |= j > i
+    if "window" in attrs:
+        hidden |= i - (attrs.get("offset", 0) + j) >= attrs["window"]
+    return hidden if hidden.any() else None
+
+
+def _softmax_rows(qh, kh, vh, hidden, scale) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(q k^T * scale, `hidden` keys out) v and the log-sum-exp, for rows that see at least one key."""
+    scores = product(qh, kh.swapaxes(-1, -2))
+    scores *= scale
+    if hidden is not None:
+        np.copyto(scores, -np.inf, where=hidden)
+    top = scores.max(axis=-1)
+    scores -= np.where(np.isfinite(top), top, 0.0)[..., None]  # a row a window hides all of stays -inf
     np.exp(scores, out=scores)
     total = scores.sum(axis=-1)
     with np.errstate(divide="ignore"):
         lse = top + np.log(total)
-    output = np.matmul(scores, vh)
+    output = product(scores, vh)
     output /= np.where(total > 0, total, 1.0)[..., None]
     return output, lse
 
@@ -372,9 +500,9 @@ NUMPY_KERNELS: dict[str, KernelImpl] = {
     "exp": _exp,
     "scale": _scale,
     "softmax": _softmax,
-    "rmsnorm": _rmsnorm,
-    "rope": _rope,
-    "swiglu": _swiglu,
+    "rmsnorm": _in_float32(_rmsnorm),
+    "rope": _in_float32(_rope),
+    "swiglu": _in_float32(_swiglu),
     "attention": _attention,
     "decode_attention": _decode_attention,
     "rows": _rows,

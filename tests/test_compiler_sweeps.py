@@ -153,6 +153,29 @@ def test_place_free_is_the_loosest_placement_on_long_and_short_free_runs(seed, p
 
 
 @settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from(["loosest", "first-fit"]))
+def test_a_growing_storage_places_as_the_definition_says_and_indexes_every_free_segment(seed, placement):
+    """CPU storage as the planner uses it: it starts empty, an offload takes the loosest free placement or
+    grows at the top, an input always grows with fresh bytes; regions of many sizes die at many steps."""
+    rng = random.Random(seed)
+    memory = DeviceMemory(0, placement)
+    live = []
+    for tensor in range(300):
+        if live and rng.random() < 0.45:
+            memory.release(live.pop(rng.randrange(len(live))), tensor)
+        size = 256 * rng.choice([1, 2, 3, 5, 8])
+        start = memory.place_free(size)
+        assert start == _loosest_brute_force(memory, size)
+        if start is None or rng.random() < 0.2:
+            start = memory.grow_for(size, fresh=rng.random() < 0.3)
+        memory.take(start, size, tensor)
+        live.append(tensor)
+        assert memory.free_starts == [s for s, o in zip(memory.starts, memory.owners) if o == FREE]
+        assert memory.copy().free_starts == memory.free_starts
+    assert memory.starts == sorted(memory.starts) and memory.ends[:-1] == memory.starts[1:]
+
+
+@settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31))
 def test_holders_are_the_tensors_overlapping_the_range(seed):
     """`holders` bisects to the range; the definition looks at every segment."""

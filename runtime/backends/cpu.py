@@ -10,6 +10,12 @@ the plan's highest location there, not the budget) or of the host storage buffer
 Prepare once, run many: a later `prepare` (after a run's `read_outputs`) loads another memgraph onto the
 same workers, re-allocating an arena or the storage only when the new plan needs more than it holds, and
 restarting the workers only when the lanes differ. `close` stops the workers.
+
+Threads: BLAS runs on one thread (threadpoolctl, from `prepare`; restored in `close`), and the kernels'
+matrix products run one at a time in the process, a large one cut over `threads` threads (default: the
+cores this process may run on; runtime/blas.py). So a lone large product (most of a prefill is a chain
+of them) has every core, two lanes' products take the cores in turn instead of each spawning its own
+threads on the same cores, and the elementwise kernels and copies of the other lanes run beside them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill_all
 from runtime.residency import placements
+from runtime.blas import BLAS, cores
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemNode
@@ -38,7 +45,7 @@ STOP = -1
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, jitter: float = 0.0, seed: int = 0, noop: bool = False):
+    def __init__(self, jitter: float = 0.0, seed: int = 0, noop: bool = False, threads: int | None = None):
         self.jitter = jitter
         self.seed = seed
         self.noop = noop
@@ -53,6 +60,8 @@ class CpuBackend(Backend):
         """The outputs this run's `output_targets` named: read uncopied, for `runtime.execute` to copy once."""
         self.graph: ExecGraph | None = None
         self.origin = time.perf_counter()
+        self.blas_threads = threads or cores()
+        """The threads a large product is cut over (runtime/blas.py)."""
         self.blas_limit = None
         self.lanes: list[Lane] = []
         self.arenas: list[np.ndarray] = []
@@ -76,9 +85,10 @@ class CpuBackend(Backend):
         self.named = frozenset()
         self.place_inputs(inputs, keep)
         if self.blas_limit is None:
-            # One BLAS thread per worker: the lanes already run in parallel, and OpenBLAS's own threads
-            # oversubscribe the cores (a 64x256x128 matmul took 16 ms instead of 0.05 ms on 2 cores).
+            # BLAS on one thread: its own threads wake too slowly for small products (runtime/blas.py),
+            # and the large ones are cut over `blas_threads` threads by `product` instead
             self.blas_limit = threadpool_limits(limits=1, user_api="blas")
+            BLAS.use(self.blas_threads)
         self.origin = time.perf_counter()
         if list(graph.lanes) != self.lanes:
             self._stop_workers()
@@ -182,6 +192,7 @@ class CpuBackend(Backend):
         self._stop_workers()
         self.lanes = []
         if self.blas_limit is not None:
+            BLAS.use(None)
             self.blas_limit.restore_original_limits()
             self.blas_limit = None
 

@@ -128,7 +128,7 @@ def test_the_kv_cache_of_many_new_tokens_is_counted(capsys, monkeypatch):
     """tiny: 2 layers of k and v, 4 kv heads of 16 in float32, so 1024 bytes a row; 1M rows are 1 GiB."""
     monkeypatch.setattr("turnip_cli.llama_cmd.available_bytes", lambda: 1 << 30)
     assert turnip([*GENERATE, "--backend", "cpu", "--prompt-tokens", "4", "--max-new-tokens", str(1 << 20)]) == 1
-    assert "KV cache 1.00 GiB" in _one_line(capsys)
+    assert "KV cache 1.001 GiB" in _one_line(capsys)  # 2^20 rows of 1 KiB and the prompt's: just over 1 GiB
 
 
 # ----- one bound for turnip-opt's options and turnip run's plans ------------------------------------------------

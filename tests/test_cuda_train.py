@@ -268,7 +268,9 @@ def test_a_float16_step_of_two_sequences_is_as_near_float32_as_the_cpu_backends(
     """Two sequences side by side, a loss scale, casts: each backend's float16 gradients against the float32
     step on the same (rounded) inputs. Both round at every kernel, in different places (the cuda backend
     rounds P and dS for attention's GEMMs), so an adapter's error differs between them (1e-3 to 2e-2 here):
-    each of the cuda backend's is within twice the cpu backend's largest, where a wrong kernel gives O(1)."""
+    each of the cuda backend's is within 3e-2 of the float32 step, or twice the cpu backend's largest where
+    that is more (the cpu backend's rmsnorm, rope and swiglu now round once, in float32, so its largest fell
+    to 5.5e-3), where a wrong kernel gives O(1)."""
     step, inputs = tiny_step("float16", batch=2, loss_scale=64.0)
     cpu, cuda = _plan_and_runs(step, inputs, "float16")
     wide, _ = tiny_step("float32", batch=2)
@@ -280,7 +282,7 @@ def test_a_float16_step_of_two_sequences_is_as_near_float32_as_the_cpu_backends(
     worst_cpu = max(cpu_error for cpu_error, _ in errors.values())
     assert worst_cpu < 0.05
     for name, (_, cuda_error) in errors.items():
-        assert cuda_error <= 2 * worst_cpu, f"{name}: cuda {cuda_error:.2e}, the cpu backend's worst {worst_cpu:.2e}"
+        assert cuda_error <= max(2 * worst_cpu, 3e-2), f"{name}: cuda {cuda_error:.2e}, the cpu backend's worst {worst_cpu:.2e}"
 
 
 # ----- compiled for the GPU --------------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ import pytest
 
 from turnip_ir.errors import InputError
 from turnip_ir.io import parse_json
+from turnip_ir.kernels import KERNELS
 from turnip_ir.limits import MAX_NESTING
 
 from test_ir_roundtrip import ISSUE_MEMGRAPH, ISSUE_TASKGRAPH
 
-KNOWN_OPS = "input, move, matmul, einsum, add, sub, mul, relu, gelu, silu, exp, scale, softmax, rmsnorm, rope, swiglu, attention, decode_attention, rows, concat"
+KNOWN_OPS = ", ".join(["input", "move", *KERNELS])
 
 
 def _node(doc: dict, node_id):
@@ -133,7 +134,7 @@ MEMGRAPH_CASES = [
     ("bad storage", lambda d: _node(d, 5).update(storage=[1, 2, 3]), "node 5: field 'storage' must be [offset, size], got [1, 2, 3]"),
     ("offload without storage", lambda d: _node(d, 5).pop("storage"), "node 5: an offload needs 'device' and 'storage'"),
     ("unknown kernel", lambda d: _node(d, 3).update(kernel="tanh"),
-     "node 3: unknown kernel 'tanh' (known: matmul, einsum, add, sub, mul, relu, gelu, silu, exp, scale, softmax, rmsnorm, rope, swiglu, attention, decode_attention, rows, concat)"),
+     f"node 3: unknown kernel 'tanh' (known: {', '.join(KERNELS)})"),
     ("missing kernel", lambda d: _node(d, 6).pop("kernel"), "node 6: missing field 'kernel'"),
     ("unknown op", lambda d: _node(d, 3).update(op="fused"),
      "node 3: field 'op' must be one of input, kernel, move, offload, reload, got 'fused'"),

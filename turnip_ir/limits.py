@@ -27,7 +27,7 @@ INT_LIMIT = 1 << 62
 MAX_NESTING = 200
 MAX_RANK = 64
 ECHO_CHARS = 80
-PATH_CHARS = 1024
+PATH_CHARS = 400
 """A path echoed whole up to this length: a Hugging Face cache snapshot's is about 120 characters, and a
 user must see the path they gave, not its first 80 characters."""
 

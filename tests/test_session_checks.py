@@ -280,3 +280,14 @@ def test_turnip_generate_refuses_a_checkpoint_with_a_nan_in_one_line(tmp_path, c
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "'lm_head.weight'" in err and "[5, 7]" in err
     assert not (tmp_path / "gen.npz").exists()
+
+
+def test_enormous_counts_are_one_line_before_anything_is_allocated():
+    """A cache column of 10^9 rows or 10^12 new tokens would be a MemoryError (or hours) later."""
+    from turnip import InputError, Session
+
+    with pytest.raises(InputError, match="^kv_block must be at most"):
+        Session(config="tiny", memory=1 << 20, backend="cpu", kv_block=10**9)
+    with Session(config="tiny", memory=1 << 20, backend="cpu") as session:
+        with pytest.raises(InputError, match="^max_new_tokens must be at most"):
+            session.generate([1, 2, 3], 10**12)

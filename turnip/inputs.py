@@ -29,6 +29,11 @@ from turnip_ir.errors import InputError
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.limits import INT_LIMIT
 
+MAX_KV_BLOCK = 1 << 20
+"""The most token rows one cache column may hold: every call's cache has room for at least one column."""
+MAX_NEW_TOKENS = 1 << 20
+"""The most new tokens a call asks for (as `turnip generate --max-new-tokens`): a step a token, and the
+cache has room for all of them from the start."""
 CHECK_CHUNK = 64 << 20
 """Bytes of a tensor one thread checks at a time (`holds_nonfinite`)."""
 CHECK_THREADS = 8
@@ -41,6 +46,8 @@ def check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block
     for name, value in (("gpus", gpus), ("kv_block", kv_block)):
         if not _integer(value) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if kv_block > MAX_KV_BLOCK:
+        raise InputError(f"kv_block must be at most {MAX_KV_BLOCK} (token rows a cache column holds), got {kv_block}")
     check_seed(seed)
     for name, value, known in (("order", order, ORDERS), ("schedule", schedule, SCHEDULES)):
         if value not in known:

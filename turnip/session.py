@@ -63,7 +63,7 @@ from runtime.callbacks import Recorder
 from turnip.budget import naming_the_budget
 from turnip.finetune import FinetuneResult, finetune
 from turnip.host import HostMemory, Materialized
-from turnip.inputs import (FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
+from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
                            forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
@@ -306,6 +306,8 @@ class Session:
             held.reset()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if max_new_tokens > MAX_NEW_TOKENS:
+            raise InputError(f"max_new_tokens must be at most {MAX_NEW_TOKENS}, got {max_new_tokens}")
         check_sampling(temperature, top_p)
         if seed is not None:
             check_seed(seed)

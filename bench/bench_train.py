@@ -16,7 +16,7 @@ head N(0, 1/hidden), norms 1. Adapters (float32, the same for every system): A N
                     nondet and fixed taking turns: a step's device makespan (forward, backward, the adapters'
                     float32 gradients copied out) and wall time, bytes offloaded and reloaded, the sim's
                     prediction, the process's device memory; its loss and gradients against torch-stream's;
-  torch-stream      bench/train_baseline.py's StreamingTrainer (the hand baseline GPU-NOTES describes), uncapped:
+  torch-stream      bench/train_baseline.py's StreamingTrainer (the hand baseline docs/hardware.md describes), uncapped:
                     its own peak allocation and process memory beside;
   torch-stream@G    the same with torch's allocator capped at G GiB (`set_per_process_memory_fraction`), layer
                     inputs kept on the GPU, or where that runs out of memory offloaded to pinned host memory;

@@ -10,7 +10,7 @@ arrive in float32) and return (mean loss, {adapter name: float32 gradient}): tra
 - `ResidentTrainer`: every weight on the device, one autograd graph over the whole step (no checkpoint):
   the reference the streaming trainer is checked against (tests/test_bench_train.py on the CPU; bench_train.py
   at 7b where it fits on the GPU).
-- `StreamingTrainer` (what GPU-NOTES calls the hand streaming trainer): the frozen weights live in pinned
+- `StreamingTrainer` (docs/hardware.md's hand streaming trainer): the frozen weights live in pinned
   host memory; each layer's are copied on a side stream into one of two GPU buffers while the layer before
   computes, in the forward and again in the backward (the last two layers' stay from the forward); the
   forward runs without autograd and keeps each layer's input (with `offload_inputs`, copied to pinned host

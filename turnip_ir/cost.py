@@ -69,7 +69,7 @@ class CostModel:
     dV, dQ and dK: 10 tq tk width, `fused_backward_flops`) per second: on a GPU each link, wrt q or wrt kv,
     runs torch's fused backward of its block and keeps the gradients it is for (runtime/backends/cuda/
     attention_grad.py), so both chains' links take one block's backward. A prior, not a measurement:
-    cuDNN's fused forward ran 655 TFLOP/s on these blocks (GPU-NOTES) and a backward does about 0.6 of its
+    cuDNN's fused forward ran 655 TFLOP/s on these blocks (docs/hardware.md) and a backward does about 0.6 of its
     forward's rate; bench/bench_train.py's `kernels` section measures it."""
     causal_attention_grad_flops: float = 300e12
     """The same for causal (diagonal) blocks, at half the FLOPs: a prior of 0.75 of the full blocks' rate,

@@ -269,12 +269,13 @@ class Program:
         return self.graph
 
     # ----- data ---------------------------------------------------------------------------------------
-    def feed(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The run's input arrays by taskgraph id, cut from whole arrays by input name. A `LazyTensor`
-        (frontend/lazy.py: a checkpoint's tensor, random weights) is cut into lazy blocks, read or drawn only
-        when the backend writes them into its buffers."""
+    def feed(self, values: Mapping[str, np.ndarray], names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """The run's input arrays by taskgraph id, cut from whole arrays by input name (those of `names`
+        alone when given). A `LazyTensor` (frontend/lazy.py: a checkpoint's tensor, random weights) is cut
+        into lazy blocks, read or drawn only when the backend writes them into its buffers."""
         arrays = {}
-        for name, x in self.inputs.items():
+        inputs = self.inputs.items() if names is None else ((name, self.inputs[name]) for name in names)
+        for name, x in inputs:
             created = [c for c, block in x.blocks.items() if isinstance(block, Tensor)]
             if not created:
                 continue  # an input nobody read

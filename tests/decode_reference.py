@@ -11,7 +11,9 @@ input ids). A deliberate change of the decode step's graph changes this oracle w
 from __future__ import annotations
 
 from frontend.workloads.llama.config import LlamaConfig
-from frontend.workloads.llama.decode import head_block_id, head_blocks
+from frontend.program import block_id
+from frontend.workloads.llama.decode import head_blocks
+from frontend.workloads.llama.weights import head_name
 from turnip_ir.taskgraph import TaskGraph, Tensor
 
 
@@ -111,5 +113,5 @@ class _Builder:
         h = self.kernel("rmsnorm", x, self.weight("model.norm.weight", (c.hidden_size,)), id="final_norm", eps=c.rms_norm_eps)
         for j, (start, stop) in enumerate(head_blocks(c)):
             self.gpu = j % self.graph.devices
-            block = self.graph.input((stop - start, c.hidden_size), c.dtype, device=self.gpu, id=head_block_id(c, j))
+            block = self.graph.input((stop - start, c.hidden_size), c.dtype, device=self.gpu, id=block_id(head_name(c), (len(head_blocks(c)), 1), (j, 0)))
             self.graph.output(self.kernel("einsum", h, block, id=f"logits[{j}]", equation="ti,oi->to"))

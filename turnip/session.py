@@ -52,7 +52,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from frontend.workloads import llama
-from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns, head_block_rows, step_key
+from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns, step_key
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
@@ -540,6 +540,7 @@ class Session:
         built = self._steps.get(key)
         if built is None:
             built = self._steps[key] = build_decode_step(self.config, lengths, self.gpus, self.kv_block)
+            self._weight_inputs[built.graph] = dict.fromkeys(built.weight_ids(), ("weight",))  # the LM head's blocks among them
             if len(self._steps) > CACHE_ENTRIES:
                 self._steps.pop(next(iter(self._steps)))
         return replace(built, cache_lengths=tuple(lengths))
@@ -603,8 +604,8 @@ class Session:
         change), a cache block by `identities`; the step's embeddings and RoPE rows have none (always new)."""
         weights = self._weight_inputs.get(graph)
         if weights is None:
-            weights = self._weight_inputs[graph] = {node.id: ("weight",) for node in graph.nodes.values() if node.op == "input"
-                                                     and (node.id in self.weights or head_block_rows(self.config, node.id))}
+            weights = self._weight_inputs[graph] = {node.id: ("weight",) for node in graph.nodes.values()
+                                                     if node.op == "input" and node.id in self.weights}
         return {**weights, **{name: identity for name, identity in identities.items() if name in graph.nodes}}
 
     def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu") -> MemGraph:

@@ -35,7 +35,6 @@ import numpy as np
 
 from frontend import Blocked, Program, given, on
 from frontend.placement import Placement
-from frontend.program import block_id
 from frontend.workloads.llama.config import LlamaConfig
 from frontend.workloads.llama.graph import (
     Attention,
@@ -51,6 +50,8 @@ from frontend.workloads.llama.weights import head_name
 from turnip_ir.errors import InputError
 from turnip_ir.taskgraph import TaskGraph
 
+ACTIVATIONS = ("hidden", "rope.cos", "rope.sin", "kv.lengths")
+"""The inputs a step is fed besides its weights and its cache columns (`kv.{layer}.{k,v}[j]`)."""
 KV_BLOCK = 1024
 """Default cache tokens per column: a long cache is streamed column by column."""
 TAIL_MIN = 64
@@ -141,14 +142,24 @@ class DecodeStep:
         arrays = {"hidden": np.ascontiguousarray(hidden, dtype=dtype), "rope.cos": cos.astype(dtype), "rope.sin": sin.astype(dtype)}
         gathered = self.memo.get("weights") if fixed_weights else None
         if gathered is None or gathered[0] is not weights:
-            gathered = (weights, {node.id: _weight(weights, node.id, self.config, dtype) for node in self.graph.nodes.values()
-                                  if node.op == "input" and node.id not in arrays and not node.id.startswith("kv.")})
+            gathered = (weights, self.program.feed(weights, self.weight_names))
             if fixed_weights:
                 self.memo["weights"] = gathered
         arrays.update(gathered[1])
         arrays["kv.lengths"] = np.asarray(self.cache_lengths, np.float32)
         arrays.update(self.column_inputs(cache) if columns is None else columns)
         return arrays
+
+    @property
+    def weight_names(self) -> list[str]:
+        """The inputs fed from the weights mapping by name: all but the step's activations and cache columns."""
+        return [name for name in self.program.inputs if name not in ACTIVATIONS and not name.startswith("kv.")]
+
+    def weight_ids(self) -> set[str]:
+        """The taskgraph ids of the weights' blocks (the LM head's blocks among them)."""
+        if "weight_ids" not in self.memo:
+            self.memo["weight_ids"] = self.program.input_ids(self.weight_names)
+        return self.memo["weight_ids"]
 
     def column_inputs(self, cache: KvCache) -> dict[str, np.ndarray]:
         """The cache's column inputs, views (`KvCache.column`: the same objects for the same rows)."""
@@ -177,25 +188,6 @@ class DecodeStep:
         """The output ids of a layer's new (k, v) rows."""
         k, v = self.kv[layer]
         return k.block_id((0, 0)), v.block_id((0, 0))
-
-
-def head_block_rows(config: LlamaConfig, task: str) -> tuple[int, int] | None:
-    """The rows of the LM head that input `task` holds, when it is one of the head's blocks; else None."""
-    if not task.startswith(head_name(config)):
-        return None
-    for j, rows in enumerate(head_blocks(config)):
-        if task == head_block_id(config, j):
-            return rows
-    return None
-
-
-def _weight(weights: Mapping[str, np.ndarray], task: str, config: LlamaConfig, dtype) -> np.ndarray:
-    """A weight input's value: the named weight, or a block of the LM head's rows (a view: rows of a
-    C-contiguous array lie together)."""
-    rows = head_block_rows(config, task)
-    if rows is not None:
-        return np.ascontiguousarray(weights[head_name(config)][rows[0]:rows[1]], dtype=dtype)
-    return np.ascontiguousarray(weights[task], dtype=dtype)
 
 
 def rope_rows(config: LlamaConfig, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -281,8 +273,3 @@ def head_blocks(config: LlamaConfig) -> list[tuple[int, int]]:
     """(first row, end) of each LM head block: `default_vocab_block` rows each, the last one shorter."""
     rows = default_vocab_block(config)
     return [(start, min(start + rows, config.vocab_size)) for start in range(0, config.vocab_size, rows)]
-
-
-def head_block_id(config: LlamaConfig, j: int) -> str:
-    """The input id of LM head block j, as `Program` names the blocks of the head (`name[j,0]`; its name when whole)."""
-    return block_id(head_name(config), (len(head_blocks(config)), 1), (j, 0))

@@ -351,11 +351,12 @@ class Session:
         return naming_the_budget(self.memory, graphs, self.backend, what, self.attention, pinned=lambda: self._pinned or None)
 
     def _graphs_of_call(self, prompts: list[np.ndarray], steps: int, prefills: bool) -> list[TaskGraph]:
-        """What a generate compiles that needs the most memory: its packed prefills (`_prefill_chunks`), and
-        the decode steps at the first and the last cache lengths (a step's columns only grow)."""
-        first = [len(p) - 1 for p in prompts]
-        graphs = [self._prefill_graph(tuple(first[b] for b in chunk)).graph for chunk in self._prefill_chunks(prompts)] if prefills else []
-        return [*graphs, self._step(first).graph, self._step([n + steps - 1 for n in first]).graph]
+        """Every graph a generate runs: its packed prefills (`_prefill_chunks`) when `prefills`, and each
+        distinct decode step (`_call_decode_steps`); built once, kept for the runs."""
+        graphs = [step.graph for step in self._call_decode_steps(prompts, steps)]
+        if prefills:
+            graphs += [self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk)).graph for chunk in self._prefill_chunks(prompts)]
+        return graphs
 
     def finetune(self, data, steps: int, **options) -> FinetuneResult:
         """`steps` LoRA fine-tuning steps of the model over `data` under the session's budget, on its backend:
@@ -474,8 +475,8 @@ class Session:
         """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""
         if computed:
             return KvCache.from_prefixes(caches, self.kv_block, steps, self.config.dtype, self.host.zeros)
-        cache = KvCache(self.config.num_hidden_layers, len(prompts), 0, self.kv_block, max(len(p) for p in prompts) - 1 + steps, self.config.dtype)
-        cache.lengths[:] = [len(p) - 1 for p in prompts]
+        cache = self._empty_cache(prompts, steps, computed)
+        cache.filled([len(p) - 1 for p in prompts])
         return cache
 
     def _decode(self, tokens: np.ndarray, cache: KvCache, stats: GenerateResult) -> np.ndarray | None:
@@ -679,10 +680,7 @@ class Session:
         if self.backend != "cuda":
             return
         self._pinned = max(self._pinned, self._call_pinned(prompts, steps))
-        graphs = [step.graph for step in self._call_decode_steps(prompts, steps)]
-        if prefill:
-            graphs += [self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk)).graph for chunk in self._prefill_chunks(prompts)]
-        for graph in graphs:
+        for graph in self._graphs_of_call(prompts, steps, prefill):
             self._fit_arena(graph)
 
     def _call_decode_steps(self, prompts: list[np.ndarray], steps: int) -> list[DecodeStep]:

@@ -30,7 +30,7 @@ caches are local to the call, and a run that fails closes the backend, so the ne
 Weights holding a NaN or an infinity in the compute dtype are refused when first read, naming the
 tensor (turnip/inputs.py), and a decode step whose logits hold a NaN ends the call with one line rather
 than a token chosen from them.
-A session runs one call at a time (`prefill`, `generate`, `close`): a call made while another thread's
+A session runs one call at a time (`prefill`, `generate`, `finetune`, `close`): a call made while another thread's
 call runs raises `InputError` at once, never waits (use a session per thread).
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
 is -1; `GenerateResult.computed` is False).
@@ -358,6 +358,7 @@ class Session:
             graphs += [self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk)).graph for chunk in self._prefill_chunks(prompts)]
         return graphs
 
+    @_one_call_at_a_time
     def finetune(self, data, steps: int, **options) -> FinetuneResult:
         """`steps` LoRA fine-tuning steps of the model over `data` under the session's budget, on its backend:
         the per-step losses (`FinetuneResult.losses`) and the adapter (`.adapter`, with `.files(folder, .state)`

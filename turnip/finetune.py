@@ -207,7 +207,7 @@ class TurnipEngine:
 
     def __init__(self, session, settings: LoraSettings, costs: RunCosts):
         self.session, self.costs = session, costs
-        self.spec = llama.LoraSpec(settings.rank, settings.alpha, settings.targets)
+        self.spec = settings.spec
         self.built = {}
 
     def step(self, adapters, ids, labels, loss_scale):

@@ -32,13 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from frontend.safetensors import SafeTensors, file_contents
-from frontend.workloads.llama import LlamaConfig, weight_shapes
+from frontend.workloads.llama import LlamaConfig, LoraSpec
+from frontend.workloads.llama.train import MODULES
 from turnip.optimizer import AdamState, LossScaler, TrainingState, positive_number
 from turnip_ir.errors import InputError
 from turnip_ir.files import Contents, write_all
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""What LoRA may target, in the model's order."""
+PROJECTIONS = tuple(MODULES)
+"""What LoRA may target, in the model's order (the training graph's `MODULES`)."""
 PREFIX = "base_model.model."
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -72,19 +73,17 @@ class LoraSettings:
         object.__setattr__(self, "targets", tuple(t for t in PROJECTIONS if t in self.targets))
 
     @property
+    def spec(self) -> LoraSpec:
+        """The training graph's description of these adapters (frontend/workloads/llama/train.py)."""
+        return LoraSpec(self.rank, self.alpha, self.targets)
+
+    @property
     def scaling(self) -> float:
-        return self.alpha / self.rank
+        return self.spec.scaling
 
     def shapes(self, config: LlamaConfig) -> dict[str, tuple[int, int]]:
         """Every adapter tensor's name and shape, layer by layer in the model's order, A before B."""
-        shapes = {}
-        for name, shape in weight_shapes(config).items():
-            module = name.removesuffix(".weight")
-            if module.rsplit(".", 1)[-1] in self.targets and name.startswith("model.layers."):
-                out, into = shape
-                shapes[f"{module}.lora_A.weight"] = (self.rank, into)
-                shapes[f"{module}.lora_B.weight"] = (out, self.rank)
-        return shapes
+        return self.spec.shapes(config)
 
 
 @dataclass

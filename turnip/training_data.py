@@ -24,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from frontend.loss import IGNORE  # transformers' ignore_index: a label the loss leaves out
 from frontend.text import Tokenizer, jsonl_texts
 from runtime.array_files import NUMPY_READ_ERRORS
 from turnip_ir.errors import InputError
 
-IGNORE = -100
-"""transformers' ignore_index: a label the loss leaves out."""
 SUFFIXES = (".npy", ".npz", ".jsonl")
 CHECK_ROWS = 1 << 16
 """Rows of an .npy checked at a time (a mapped file is never held whole)."""

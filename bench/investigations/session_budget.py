@@ -4,7 +4,7 @@
 
 Runs `turnip.Session(config="7b", memory=4GiB)` (random fp16 weights) on 16 x 2048 prompts, then the same call
 again (nothing compiled, one backend), then 64 x 512; samples this process's device memory with nvidia-smi
-every 100 ms beside the session's own NVML figure; prints each call's phases and the verdict against budget +
+every 100 ms (bench_generation.py's DeviceSampler) beside the session's own NVML figure; prints each call's phases and the verdict against budget +
 context. For the issue 44 figures use bench/bench_generation.py; this is the short check a first GPU call makes.
 """
 
@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,39 +21,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_generation import DeviceSampler  # noqa: E402  (nvidia-smi sampling, as the benchmark does)
 from frontend.workloads import llama  # noqa: E402
 from turnip import Session  # noqa: E402
 
 GIB = 1 << 30
-
-
-class Smi:
-    """nvidia-smi sampling this process's used memory (MiB) every 100 ms, in a thread."""
-
-    def __init__(self):
-        self.peak, self.samples, self.running = 0, 0, True
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        pid = str(os.getpid())
-        while self.running:
-            try:
-                text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                      capture_output=True, text=True, timeout=5).stdout
-            except (OSError, subprocess.TimeoutExpired):
-                return
-            for line in text.splitlines():
-                parts = [p.strip() for p in line.split(",")]
-                if len(parts) == 2 and parts[0] == pid and parts[1].isdigit():
-                    self.peak = max(self.peak, int(parts[1]) << 20)
-                    self.samples += 1
-            time.sleep(0.1)
-
-    def stop(self) -> int:
-        self.running = False
-        return self.peak
 
 
 def call(session: Session, prompts: list, steps: int) -> dict:
@@ -79,22 +51,23 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=["16x2048", "16x2048", "64x512"], help="B x P of each call, in order")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    smi = Smi()
     config = llama.load_config(args.config)
     rng = np.random.default_rng(0)
     runs = []
     began = time.perf_counter()
-    with Session(config=args.config, memory=int(args.memory * GIB), backend=args.backend) as session:
-        for batch, length in (tuple(int(n) for n in shape.split("x")) for shape in args.shapes):
-            prompts = list(rng.integers(0, config.vocab_size, size=(batch, length)))
-            runs.append(call(session, prompts, args.steps))
-    peak = smi.stop()
+    with DeviceSampler() as smi:
+        smi.watch(os.getpid())
+        with Session(config=args.config, memory=int(args.memory * GIB), backend=args.backend) as session:
+            for batch, length in (tuple(int(n) for n in shape.split("x")) for shape in args.shapes):
+                prompts = list(rng.integers(0, config.vocab_size, size=(batch, length)))
+                runs.append(call(session, prompts, args.steps))
+    peak, how = smi.peak()
     context = next((r["device_context"] for r in runs if r["device_context"]), None)
     budget = int(args.memory * GIB)
-    verdict = {"smi_peak": peak, "smi_samples": smi.samples, "nvml_peak": max((r["device_peak"] or 0) for r in runs),
+    verdict = {"smi_peak": peak, "smi": how, "smi_samples": smi.samples, "nvml_peak": max((r["device_peak"] or 0) for r in runs),
                "context": context, "budget": budget, "wall_s": time.perf_counter() - began}
     if context:
-        verdict["within_budget_plus_context"] = max(peak, verdict["nvml_peak"]) <= budget + context
+        verdict["within_budget_plus_context"] = max(peak or 0, verdict["nvml_peak"]) <= budget + context
     print(json.dumps(verdict), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "verdict": verdict}, indent=1))

@@ -82,6 +82,7 @@ class ProcessMemory:
         """The first reading (made before the caller allocates: the CUDA context and the driver's modules)."""
         self.peaks = list(now)
         self._lock = threading.Lock()
+        self._stopped = False
         self._thread: threading.Thread | None = None
         if self.available:
             self._thread = threading.Thread(target=self._sample, daemon=True, name="turnip device memory")
@@ -100,11 +101,19 @@ class ProcessMemory:
             return [None] * self.devices
 
     def _sample(self) -> None:
-        while True:
-            now = self.now()
-            with self._lock:
-                self.peaks = [p if n is None else n if p is None else max(p, n) for p, n in zip(self.peaks, now)]
+        while not self._stopped:
+            self._take(self.now())
             time.sleep(self.period)
+
+    def _take(self, now: list[int | None]) -> list[int | None]:
+        """Fold a reading into the peaks; the peaks."""
+        with self._lock:
+            self.peaks = [p if n is None else n if p is None else max(p, n) for p, n in zip(self.peaks, now)]
+            return list(self.peaks)
+
+    def stop(self) -> None:
+        """End the sampling thread (a monitor replaced by one over more GPUs)."""
+        self._stopped = True
 
     def reset(self) -> None:
         """Start a new peak from what is held now."""
@@ -114,10 +123,7 @@ class ProcessMemory:
 
     def peak(self) -> list[int | None]:
         """The most held per GPU since `reset`, this moment's reading included."""
-        now = self.now()
-        with self._lock:
-            self.peaks = [p if n is None else n if p is None else max(p, n) for p, n in zip(self.peaks, now)]
-            return list(self.peaks)
+        return self._take(self.now())
 
 
 _MONITOR: ProcessMemory | None = None
@@ -128,6 +134,8 @@ def monitor(devices: int) -> ProcessMemory:
     sets up, so that `context_bytes` is the context alone), over `devices` GPUs or more."""
     global _MONITOR
     if _MONITOR is None or _MONITOR.devices < devices:
+        if _MONITOR is not None:
+            _MONITOR.stop()
         _MONITOR = ProcessMemory(devices)
     return _MONITOR
 

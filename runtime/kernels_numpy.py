@@ -265,14 +265,20 @@ def _visible_keys(rows: slice, keys: int, attrs) -> slice:
 
 def _hidden(rows: slice, keys: slice, attrs) -> np.ndarray | None:
     """[rows, keys]: True where the query does not see the key; None when it sees them all."""
+    hidden = ~_seen(rows, keys, attrs)
+    return hidden if hidden.any() else None
+
+
+def _seen(rows: slice, keys: slice, attrs) -> np.ndarray:
+    """[rows, keys]: whether query i sees key j under the block's causal, window and offset attributes."""
     i = np.arange(rows.start, rows.stop)[:, None]
     j = np.arange(keys.start, keys.stop)[None, :]
-    hidden = np.zeros((len(i), j.shape[1]), dtype=bool)
+    seen = np.ones((len(i), j.shape[1]), dtype=bool)
     if KERNELS["attention"].attr(attrs, "causal"):
-        hidden |= j > i
+        seen &= j <= i
     if "window" in attrs:
-        hidden |= i - (attrs.get("offset", 0) + j) >= attrs["window"]
-    return hidden if hidden.any() else None
+        seen &= i - (attrs.get("offset", 0) + j) < attrs["window"]
+    return seen
 
 
 def _softmax_rows(qh, kh, vh, hidden, scale) -> tuple[np.ndarray, np.ndarray]:
@@ -406,13 +412,7 @@ def _attention_unpack(xs, out, attrs):
 
 def visible(tq: int, tk: int, attrs) -> np.ndarray:
     """[tq, tk]: whether query i sees key j in a block with these attention attributes (causal, window, offset)."""
-    seen = np.ones((tq, tk), dtype=bool)
-    if attrs.get("causal", False):
-        seen &= np.tri(tq, tk, dtype=bool)
-    if "window" in attrs:
-        distance = np.arange(tq)[:, None] - (attrs.get("offset", 0) + np.arange(tk)[None, :])
-        seen &= distance < attrs["window"]
-    return seen
+    return _seen(slice(0, tq), slice(0, tk), attrs)
 
 
 def _attention_grad(xs, out, attrs):

@@ -296,11 +296,12 @@ class HandPrefill:
         return x + (torch.nn.functional.silu(gate) * up) @ w["mlp.down_proj.weight"].T
 
     def _write_back(self, k, v, layer: int) -> None:
-        """k, v [B, T, kv_width] into the host cache's rows [0, T) (token-major [T, B, kv_width]); on the GPU
-        on the writer stream, after the compute stream has made them."""
+        """k, v [B, T, kv_width] into the host cache's rows [0, T) (token-major [T, B, kv_width]); streaming on
+        the GPU, on the writer stream after the compute stream has made them; else (the resident reference,
+        which has no writer stream: the GPU check called it so and failed) in the compute stream's order."""
         torch = self.torch
         rows = [t.transpose(0, 1).contiguous() for t in (k, v)]
-        if not self.gpu:
+        if not (self.gpu and self.stream):
             for dst, src in zip(self.host.kv[layer], rows):
                 dst[: len(src)].copy_(src)
             return

@@ -18,7 +18,6 @@ import math
 import os
 import weakref
 import zlib
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path

@@ -25,7 +25,6 @@ from tools.float64 import evaluate
 from tools.synthetic import random_memgraph
 from tests import formulas_llama as formulas
 from tests.attention_graphs import attention_graph, packed_attention_graph, per_sequence_attention
-from turnip_ir.errors import KernelError
 from tools.random_graphs import random_taskgraph
 from turnip_ir.taskgraph import TaskGraph
 

@@ -122,6 +122,16 @@ def test_a_weight_holding_nan_or_inf_is_refused_naming_it(name, bad):
     assert f"'{name}'" in message and "[3, 2]" in message and "\n" not in message
 
 
+def test_a_refused_weight_is_refused_again_at_the_next_call_and_by_prefill():
+    """The check runs on a thread of its own while the run goes on; what it refused is not kept as checked."""
+    weights = _tiny_weights()
+    weights["model.layers.0.mlp.up_proj.weight"][1, 1] = np.nan
+    with Session(config="tiny", weights=weights, memory=1 << 20, backend="cpu") as session:
+        for call in (lambda: session.generate(PROMPTS, 2), lambda: session.generate(PROMPTS, 2), lambda: session.prefill(PROMPTS[0])):
+            with pytest.raises(InputError, match="up_proj.weight"):
+                call()
+
+
 def test_a_weight_beyond_float16s_range_is_refused_in_a_float16_session():
     weights = _tiny_weights()
     weights["model.layers.0.self_attn.o_proj.weight"][0, 0] = 1e6  # finite in float32, inf in float16

@@ -266,6 +266,7 @@ class Session:
         self.cache.clear()
         self._steps.clear()
         self._prefills.clear()
+        self.weights.close()
         self.weights = Materialized({}, self.config.dtype, self.host)
         self.host.release()
 
@@ -587,6 +588,7 @@ class Session:
         except BaseException:
             self._machine = None  # execute closed it: its state after a failure is unknown
             raise
+        self.weights.verified()  # the weights' checks (on a thread of their own meanwhile) before a result is used
         summary = result.summary
         self._placed = current
         stats.bytes_offloaded += summary.bytes_offloaded

@@ -279,6 +279,7 @@ def execute(
     held.forget()  # until this run has finished, what the memory holds is unknown
     try:
         prepare_began = time.perf_counter()
+        machine.pieces_ahead(frozenset(task for task, target in (outputs_into or {}).items() if not isinstance(target, np.ndarray)))
         machine.prepare(graph, arrays, placing) if placing else machine.prepare(graph, arrays)
         machine.limit_copies(limits)
         if outputs_into:

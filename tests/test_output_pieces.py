@@ -378,6 +378,42 @@ def test_an_offload_writes_its_storage_again_in_a_run_without_pieces(evicting):
 
 
 @cuda_sim
+def test_a_plan_first_loaded_for_pieces_pins_no_storage_for_what_only_they_read(evicting, monkeypatch):
+    """A backend whose first run names the k pieces gives the unread first offloads no storage (the pieces
+    are their only copy): less pinned storage, by exactly those offloads' bytes. A run without pieces
+    then loads the plan again with its storage (its outputs right), and pieces once more land."""
+    from runtime.backends.cuda import CudaBackend, memory
+
+    memgraph, inputs, want = evicting
+    ks = [task for task in want if task.startswith("k")]
+    unread = [first_offload(memgraph, task)[0] for task in ks if not first_offload(memgraph, task)[1]]
+    assert unread  # k1.. are offloaded and never reloaded
+    monkeypatch.setattr(memory, "GAP_BYTES", 0)  # this plan's regions are bytes apart: a chunk spans no gap
+    whole = CudaBackend()
+    try:
+        execute(memgraph, whole, inputs=inputs, close=False)
+        stored = whole.stats["pinned_bytes"]
+    finally:
+        whole.close()
+    backend = CudaBackend()
+    try:
+        caches, into = caches_and_pieces(ks)
+        execute(memgraph, backend, order="random", inputs=inputs, close=False, outputs_into=into)
+        assert_landed(caches, want)
+        assert all(backend.views.host[i] is None for i in unread) and backend.views.host[first_offload(memgraph, "k0")[0]] is not None
+        spans = sorted(memgraph.nodes[i].storage for i in unread)
+        assert stored - backend.stats["pinned_bytes"] >= sum(size for _, size in spans) > 0
+        again = execute(memgraph, backend, inputs=inputs, close=False)
+        assert all(np.array_equal(again.outputs[task], want[task]) for task in ks)
+        assert backend.stats["pinned_bytes"] == stored
+        caches, into = caches_and_pieces(ks)
+        execute(memgraph, backend, order="random", inputs=inputs, close=False, outputs_into=into)
+        assert_landed(caches, want)
+    finally:
+        backend.close()
+
+
+@cuda_sim
 def test_a_prepared_cuda_backend_takes_pieces_arrays_and_nothing_in_turn(plan):
     """One prepared backend, one plan: pieces, then C-contiguous and strided arrays (a decode step's
     way), then nothing; each run writes only what it names."""

@@ -134,6 +134,12 @@ class Backend:
         """Block until at least one submitted vertex completes; return every completion available, in lane order."""
         raise NotImplementedError
 
+    def pieces_ahead(self, tasks: frozenset[str]) -> None:
+        """Before `prepare`: the outputs the next run's `output_targets` names in pieces (empty: none). A
+        backend may then keep no storage of its own for what only those pieces read (the cuda backend: the
+        storage of such an output's first offload where no reload reads it; the pieces are its only copy).
+        By default nothing is done with it."""
+
     def output_targets(self, into: Mapping[str, OutputTarget]) -> None:
         """For the run that follows `prepare`: where the caller wants those outputs (task -> an array of
         the output's shape and dtype, or its `Piece`s, checked by `runtime.execute`). A backend may write

@@ -35,7 +35,7 @@ class TensorViews:
     """Every node of a memgraph as a view of an arena (`gpu`) or of pinned storage (`host`)."""
 
     def __init__(self, driver: GpuDriver, graph: ExecGraph, arenas: list, chunk_bytes: int, reuse=(), filler: Filler | None = None,
-                 inputs: dict | None = None, external: bool = False, register=None):
+                 inputs: dict | None = None, external: bool = False, register=None, pieced: frozenset[str] = frozenset()):
         """`reuse`: pinned chunks of the previous memgraph's storage, idle now (memory.PinnedStorage).
         With a `filler` and the `inputs`, each input held in storage is queued on the filler as soon as its
         pinned chunk exists, so reading the weights overlaps pinning the rest (the caller finishes it).
@@ -44,7 +44,9 @@ class TensorViews:
         not staged into storage of the plan's own: no copy, and no pinning, at a new plan. So is a lazy input
         that lies as it is in a mapped file (runtime.inputs.mapped: a checkpoint's weight in its stored
         dtype) once `register(mapping)` has page-locked that file's map: its reloads copy from the page
-        cache's pages, and the weights are never copied on the host."""
+        cache's pages, and the weights are never copied on the host. `pieced`: outputs every run of these
+        views writes in pieces (`aim`): the first offload of each, where no reload reads it, gets no
+        storage (its pieces are the tensor's only copy: `offload_writing`), so no pinned memory."""
         nodes = graph.memgraph.nodes
         self.driver = driver
         self.graph = graph
@@ -90,7 +92,12 @@ class TensorViews:
                     bound = _external_view(driver, node, inputs.get(node.task), register)
                     if bound is not None:
                         self.host[i], self.external[i] = bound, bound.ctypes.data
-        stored = sorted((node.storage[0], i) for i, node in enumerate(nodes) if node.storage is not None and i not in self.external)
+        self.unstored = self._unstored(pieced)
+        """Node indices given no storage: the unread first offloads of `pieced` outputs."""
+        self.pieced = frozenset(nodes[i].task for i in self.unstored)
+        """The outputs a run must name in pieces to use these views (`serves`)."""
+        skip = self.external.keys() | self.unstored
+        stored = sorted((node.storage[0], i) for i, node in enumerate(nodes) if node.storage is not None and i not in skip)
         waiting = iter(stored)
         following = [next(waiting, None)]
 
@@ -107,7 +114,7 @@ class TensorViews:
             if queued:
                 filler.add(queued)
 
-        regions = [node.storage for i, node in enumerate(nodes) if node.storage is not None and i not in self.external]
+        regions = [node.storage for i, node in enumerate(nodes) if node.storage is not None and i not in skip]
         self.storage = PinnedStorage(regions, chunk_bytes, driver.pinned, reuse, ready)
 
     @property
@@ -117,6 +124,30 @@ class TensorViews:
             nodes = self.graph.memgraph.nodes
             self._external_tasks = {nodes[i].task for i in self.external}
         return self._external_tasks
+
+    def _unstored(self, pieced: frozenset[str]) -> set[int]:
+        """The first offload (node index) of each output in `pieced` whose storage no reload reads."""
+        if not pieced:
+            return set()
+        first, reloaded = self._first_offloads(self.graph.memgraph.outputs.keys() & pieced)
+        return set(first.values()) - reloaded
+
+    def _first_offloads(self, tasks) -> tuple[dict[str, int], set[int]]:
+        """(task -> the first offload vertex of its tensor, for each of `tasks` the plan offloads from a
+        GPU; the offload vertices some reload reads)."""
+        nodes, sources = self.graph.memgraph.nodes, self.graph.sources
+        first, reloaded = {}, set()
+        for vertex, node in enumerate(nodes):
+            if node.op == "reload":
+                reloaded.add(sources[vertex][0])
+            elif node.op == "offload" and node.task in tasks and node.task not in first and self.gpu[sources[vertex][0]] is not None:
+                first[node.task] = vertex
+        return first, reloaded
+
+    def serves(self, inputs: dict, pieced: frozenset[str]) -> bool:
+        """Whether a run with `inputs`, naming `pieced` outputs in pieces, may use these views: the same
+        external inputs (`bound_to`), and every output left without storage named in pieces."""
+        return self.pieced <= pieced and self.bound_to(inputs)
 
     def bound_to(self, inputs: dict) -> bool:
         """Whether every external input's value in `inputs` is the array this load reads (its copies
@@ -288,14 +319,8 @@ class TensorViews:
         in the node order, which is topological: a later offload of the tensor (a hand-written plan's)
         comes after it, or on no path from it, with the same values. After `early_reads` (its index)."""
         if self._offloads is None:
-            nodes, sources = self.graph.memgraph.nodes, self.graph.sources
             outputs = self._output_index
-            first, reloaded = {}, set()
-            for vertex, node in enumerate(nodes):
-                if node.op == "reload":
-                    reloaded.add(sources[vertex][0])
-                elif node.op == "offload" and node.task in outputs and node.task not in first and self.gpu[sources[vertex][0]] is not None:
-                    first[node.task] = vertex
+            first, reloaded = self._first_offloads(outputs.keys())
             self._offloads = {outputs[task]: (vertex, vertex in reloaded) for task, vertex in first.items()}
         return self._offloads
 

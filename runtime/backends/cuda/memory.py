@@ -19,6 +19,9 @@ from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype
 
 CHUNK_BYTES = 1 << 30
+GAP_BYTES = 1 << 20
+"""The most unused bytes between two storage regions that one pinned chunk spans (`_chunk_spans`): a plan's
+regions lie end to end, but a load that gives some no storage (TensorViews `unstored`) leaves gaps."""
 
 
 def device_bytes(count: int):
@@ -162,7 +165,7 @@ class PinnedStorage:
         spare = sorted(reuse, key=len)
         self.starts: list[int] = []
         self.chunks: list[np.ndarray] = []
-        for start, end in _chunk_spans(regions, chunk_bytes):
+        for start, end in _chunk_spans(regions, chunk_bytes, GAP_BYTES):
             fit = next((i for i, chunk in enumerate(spare) if len(chunk) >= end - start), None)
             self.starts.append(start)
             self.chunks.append(spare.pop(fit) if fit is not None else allocate(end - start))
@@ -187,12 +190,13 @@ class PinnedStorage:
         return None if view is None else view.view(numpy_dtype(dtype))  # bfloat16 as ml_dtypes' type on the host
 
 
-def _chunk_spans(regions: list[tuple[int, int]], chunk_bytes: int) -> list[tuple[int, int]]:
-    """Group sorted, disjoint (offset, size) regions into spans of at most `chunk_bytes` (one region may exceed it)."""
+def _chunk_spans(regions: list[tuple[int, int]], chunk_bytes: int, gap: int = GAP_BYTES) -> list[tuple[int, int]]:
+    """Group sorted, disjoint (offset, size) regions into spans of at most `chunk_bytes` (one region may exceed
+    it); a gap of more than `gap` bytes between two regions (storage a load leaves out) starts a new span."""
     spans: list[tuple[int, int]] = []
     for offset, size in sorted(set(regions)):
         end = offset + max(size, 1)
-        if spans and end - spans[-1][0] <= chunk_bytes and offset >= spans[-1][1]:
+        if spans and end - spans[-1][0] <= chunk_bytes and spans[-1][1] <= offset <= spans[-1][1] + gap:
             spans[-1] = (spans[-1][0], end)
         elif spans and offset < spans[-1][1]:
             spans[-1] = (spans[-1][0], max(spans[-1][1], end))  # overlapping regions (a hand-written plan) share a chunk

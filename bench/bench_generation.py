@@ -30,7 +30,8 @@ keeps what the others measured):
            complete) and `turnip generate --weights DIR --prompt-tokens P --batch B --max-new-tokens N
            --memory M --backend DEVICE` as a child process three times: first (a fresh --plan-dir), warm (page
            cache and kernel cache warm, no --plan-dir), warm with the plans read from --plan-dir; each timed
-           from spawn to exit while nvidia-smi samples its device memory; its summary lines kept.
+           from spawn to exit while nvidia-smi samples its device memory, and from its start (its first
+           import) to its last token as its summary states it (the issue's measure); its summary lines kept.
   budget   the device memory of `turnip generate` at --memory (the command stage's runs, else one with
            --config) and of `turnip llama --config C --tokens T --memory M2` (--check-llama-*), sampled by
            nvidia-smi, against the budget plus the CUDA context, measured by a probe process that only
@@ -855,6 +856,9 @@ def child_rows(stages: dict) -> list[list[str]]:
         if "wall_s" in run and run.get("returncode") == 0:
             row = ratio_row(f"command {name}: spawn to exit (s)", run["wall_s"], 1, hand.get("whole_s"), TARGETS["command"], "hand whole run")
             rows.append(row if name != "first" else [*row[:2], "(the target is the warm runs')", "-"])
+            if name != "first" and "end_to_end_s" in run:  # the issue's measure: the command's start to its last token
+                rows.append(ratio_row(f"command {name}: start to last token (s)", run["end_to_end_s"], 1, hand.get("whole_s"), TARGETS["command"],
+                                      "hand whole run"))
         else:
             rows.append([f"command {name}", run.get("error") or run.get("skipped", "?"), "", "NO" if "error" in run else "-"])
     return rows

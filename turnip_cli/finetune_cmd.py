@@ -24,6 +24,7 @@ from runtime.policies import ORDERS
 from turnip import Session
 from turnip.finetune import FinetuneResult, StepRecord, TrainingStopped
 from turnip.lora import CONFIG_FILE, PROJECTIONS, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
+from turnip_cli import process
 from turnip_cli.planning import check_positive_options, parse_size
 from turnip_cli.progress import add_progress_argument
 from turnip_ir.errors import InputError
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--seq-len must be at least 2: one token predicts nothing")
     session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
                       gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype)
-    with session:
+    with process.scope(session):
         adapter = _adapter_in(args, session.config)
         settings = adapter.settings if adapter else LoraSettings(args.lora_rank or 8, args.lora_alpha, args.lora_targets or ("q_proj", "v_proj"))
         print(f"finetune {session.config.name}: LoRA r {settings.rank}, alpha {settings.alpha:g} on {','.join(settings.targets)}; "

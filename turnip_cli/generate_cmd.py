@@ -25,6 +25,7 @@ from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip import Session
 from turnip.inputs import checked_prompts
+from turnip_cli import process
 from turnip_cli.llama_cmd import check_host_memory_for, model_input_files
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.planning import check_positive_options, check_seed, parse_size, warn_ignored_attention
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                           gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
                           backend_options=named)
     loaded = time.perf_counter() - began
-    with session:
+    with process.scope(session):
         prompts = _prompts(args, session)
         stream = Stream(session.tokenizer(), len(prompts)) if args.stream else None
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
@@ -110,13 +111,14 @@ def run(args: argparse.Namespace) -> int:
         with progress.phase("set-up and prefill"):
             result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos,
                                       on_step=steps)
+        last_token = time.perf_counter()
         steps.finish()
     if stream is not None:
         stream.finish()
     elif result.text is not None and not args.outputs:
         print("\n".join(prefixed(b, text, len(result.text)) for b, text in enumerate(result.text)))
     written = write_all(run_files(args.outputs, lambda: _arrays(result), args.trace, result.recorder))
-    print("\n".join(summary_lines(result, loaded, time.perf_counter() - began)))
+    print("\n".join(summary_lines(result, loaded, last_token - process.started(began))))
     for path in written:
         print(f"wrote {path}")
     return 0

@@ -8,6 +8,8 @@ imports none of them). No parser matches an option by a prefix (`--prompt` is no
 
 from __future__ import annotations
 
+from turnip_cli import process  # noqa: I001 (first: its clock is the command's start)
+
 import argparse
 import importlib
 import sys
@@ -79,5 +81,11 @@ def _main(argv: list[str] | None) -> int:
         return 1
 
 
+def cli() -> None:
+    """The `turnip` command: `main`, then the process ends at once (turnip_cli/process.py)."""
+    process.ends_with_command()
+    process.end(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -1,0 +1,48 @@
+"""The end of a `turnip` process: once a command has returned, its results written and its lines printed,
+the process ends at once (`end`), without the interpreter's teardown: the operating system and the CUDA
+driver take back page-locked host memory, device memory and contexts whole, where unregistering a 7b
+session's 30 GB of pinned weights, cache and storage one buffer at a time, then the finalizers of numba,
+CuPy and torch, took 1.7 s after the last token on the H100 (bench/investigations/sampled.py). A command
+run that way (`turnip`, `python -m turnip_cli.main`) keeps its session open to the end (`scope`); one
+called in-process (`turnip_cli.main.main(argv)`, as the tests do) closes it as a library caller would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+STARTED = time.perf_counter()
+"""When the command began: the first import of the `turnip` entry point (turnip_cli/main.py imports this
+module before anything else), so a command's "end to end" counts its imports too."""
+
+_ending = False
+"""Whether this process ends when the command returns (`end` will be called)."""
+
+
+def ends_with_command() -> None:
+    """Mark this process as one that ends when its command returns (the `turnip` entry point)."""
+    global _ending
+    _ending = True
+
+
+def started(call_began: float) -> float:
+    """When the command began: the process's start where the command is the process, else `call_began`
+    (a command called in-process)."""
+    return STARTED if _ending else call_began
+
+
+def scope(session):
+    """`with scope(session):` closes the session at the block's end, unless the process ends right after
+    the command (then the operating system frees what it holds, at once)."""
+    return contextlib.nullcontext(session) if _ending else session
+
+
+def end(code: int | None) -> None:
+    """Flush what was printed and end the process with `code` (None: 0), skipping the interpreter's teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0 if code is None else int(code))

@@ -100,6 +100,12 @@ def main() -> int:
     sampler.start()
     code = 0
     sys.path.insert(0, ROOT)
+    try:  # the `turnip` process ends at once after its command (os._exit): here it returns, to be reported
+        from turnip_cli import process
+
+        process.end = sys.exit
+    except ImportError:
+        pass
     try:
         if rest[0] == "-m":
             sys.argv = [rest[1], *rest[2:]]

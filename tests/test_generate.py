@@ -321,6 +321,31 @@ def test_a_cuda_session_reads_its_weights_and_cache_in_place(tmp_path):
     assert (results["cuda"].tokens == results["cpu"].tokens).all()
 
 
+def test_a_cuda_session_locks_its_checkpoint_files_on_a_thread_while_the_call_goes_on(tmp_path):
+    """A checkpoint in the compute dtype is read in place from its page-locked file maps; a thread begun at the
+    session's start locks every shard's map (the call finds them locked), and the tokens are the cpu's."""
+    from runtime.backends.cuda import simulated
+
+    if not simulated():
+        pytest.skip("runs numba-cuda's simulator")
+    config = {**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    weights = llama.RandomWeights(llama.load_config(str(tmp_path / "config.json")), 0)
+    names = list(weights)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    for file, part in shards.items():
+        save_file({name: np.asarray(weights[name]) for name in part}, tmp_path / file)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: f for f, part in shards.items() for n in part}}))
+    prompts = [np.array([1, 2, 3]), np.arange(4, 9)]
+    with Session(weights=str(tmp_path), memory=60_000, backend="cpu") as session:
+        want = session.generate(prompts, 2).tokens
+    with Session(weights=str(tmp_path), memory=60_000 + CUDA_RESERVE, backend="cuda") as session:
+        session.host._locking.join()
+        assert len(session.host.mappings) == len(shards)
+        assert (session.generate(prompts, 2).tokens == want).all()
+        assert len(session.host.mappings) == len(shards)
+
+
 def test_a_cuda_session_plans_again_when_a_plan_pins_more_than_the_estimate(tmp_path, monkeypatch):
     """A plan that pins more host memory than `arena_budget`'s estimate needs more GPU page tables than its
     arena left room for: the session shrinks its arena and compiles it again (here the estimate is made 0,

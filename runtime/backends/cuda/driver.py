@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import mmap
+import threading
 
 import numpy as np
 
@@ -451,14 +452,17 @@ class MappedFiles(dict):
     def __init__(self, driver: GpuDriver):
         super().__init__()
         self.driver = driver
+        self.lock = threading.Lock()
+        """Held while a map is registered: a session's thread locks the maps ahead of its reads (turnip/host.py)."""
 
     def register(self, mapping: np.ndarray) -> bool:
         """Page-lock `mapping` unless it is already; False where the driver refuses."""
         address = mapping.ctypes.data
-        if address not in self:
-            if not self.driver.register_mapping(mapping):
-                return False
-            self[address] = mapping
+        with self.lock:
+            if address not in self:
+                if not self.driver.register_mapping(mapping):
+                    return False
+                self[address] = mapping
         return True
 
     def release(self) -> None:

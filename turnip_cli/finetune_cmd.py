@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     with session:
         adapter = _adapter_in(args, session.config)
         settings = adapter.settings if adapter else LoraSettings(args.lora_rank or 8, args.lora_alpha, args.lora_targets or ("q_proj", "v_proj"))
-        print(f"finetune {session.config.name}: LoRA r {settings.rank}, alpha {settings.alpha:g} on {','.join(settings.targets)}; "
+        print(f"finetune {session.config.name}: {settings.summary}; "
               f"{args.steps} steps of {args.grad_accum} x {args.batch} examples; budget {args.memory} per GPU on {backend}")
         progress = Bar(args.steps, args)
         try:

@@ -139,7 +139,8 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise InputError(f"--adapter-out {out} is the --adapter-in folder: writing it would destroy the input, choose another folder")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     files = {f"--adapter-out's {name}": out / name for name in (CONFIG_FILE, WEIGHTS_FILE, STATE_FILE)} if out.is_dir() else {}
-    check_outputs({**files, "--log": args.log}, {"--data": args.data, "--config": config})
+    check_outputs({**files, "--log": args.log}, {"--data": args.data, "--config": config, "--weights": args.weights,
+                                                 "--adapter-in": args.adapter_in})
 
 
 def _adapter_in(args: argparse.Namespace, config: llama.LlamaConfig) -> Adapter | None:

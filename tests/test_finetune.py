@@ -632,6 +632,8 @@ BAD = {
     "lr inf": (lambda p, f: ["--lr", "inf"], None, "argument --lr: must be a positive number"),
     "adapter-out is adapter-in": (lambda p, f: ["--adapter-in", peft_folder(f, p / "out")], None, "is the --adapter-in folder"),
     "log is the data": (lambda p, f: ["--log", p / "d.npy"], None, "would destroy the input"),
+    "log over adapter-in's config": (lambda p, f: ["--adapter-in", peft_folder(f, p / "in"), "--log", p / "in" / CONFIG_FILE], None,
+                                     "is a file of --adapter-in .* would destroy the input"),
     "rank against adapter-in": (lambda p, f: ["--adapter-in", peft_folder(f, p / "in"), "--lora-rank", "8"], None,
                                 "--lora-rank 8 disagrees with --adapter-in's 2"),
     "seq-len one": (lambda p, f: ["--seq-len", "1"], None, "--seq-len must be at least 2"),

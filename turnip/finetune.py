@@ -118,6 +118,9 @@ def finetune(session, data, steps: int, adapter: Adapter | str | Path | None = N
     for what, value in (("steps", steps), ("batch", batch), ("grad_accum", grad_accum)):
         _check_count(what, value, 1)
     _check_count("warmup_steps", warmup_steps, 0)
+    if getattr(session, "adapter", None) is not None:  # its weights are base + adapter: a new one would be of those
+        raise InputError("the session runs its model with an adapter merged in, so it cannot fine-tune: use a session "
+                         "without one and pass the adapter as finetune's adapter= to go on training it")
     optimizer = AdamW(lr, weight_decay)
     config = session.config
     examples, where = read_examples(data, session.tokenizer)

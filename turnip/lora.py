@@ -17,13 +17,16 @@ state: a run from it starts AdamW afresh. Its targets are read from the tensors 
 must name projections the model has; a string, a pattern to PEFT, is not read); what this LoRA cannot
 express (DoRA, rsLoRA, biases, per-module ranks, layer subsets, modules_to_save) is refused in one line
 naming the field, as is a tensor the model has no place for or of another shape. `MergedWeights` is a
-model's weights with an adapter merged in, for running the base model with it (prefill, generation).
+model's weights with an adapter merged in, for running the base model with it (prefill, generation:
+`Session(adapter=...)`, whose argument `adapter_of` reads and checks, and `--adapter` of turnip generate
+and turnip llama).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,12 +34,15 @@ from pathlib import Path
 
 import numpy as np
 
+from frontend.lazy import LazyTensor
 from frontend.safetensors import SafeTensors, file_contents
 from frontend.workloads.llama import LlamaConfig, LoraSpec
 from frontend.workloads.llama.train import MODULES
+from runtime.inputs import fill
 from turnip.optimizer import AdamState, LossScaler, TrainingState, positive_number
 from turnip_ir.errors import InputError
-from turnip_ir.files import Contents, write_all
+from turnip_ir.files import Contents, is_file, is_folder, write_all
+from turnip_ir.limits import PATH_CHARS, quoted
 
 PROJECTIONS = tuple(MODULES)
 """What LoRA may target, in the model's order (the training graph's `MODULES`)."""
@@ -81,6 +87,11 @@ class LoraSettings:
     def scaling(self) -> float:
         return self.spec.scaling
 
+    @property
+    def summary(self) -> str:
+        """How the commands name these settings: "LoRA r 8, alpha 16 on q_proj,v_proj"."""
+        return f"LoRA r {self.rank}, alpha {self.alpha:g} on {','.join(self.targets)}"
+
     def shapes(self, config: LlamaConfig) -> dict[str, tuple[int, int]]:
         """Every adapter tensor's name and shape, layer by layer in the model's order, A before B."""
         return self.spec.shapes(config)
@@ -112,8 +123,8 @@ class Adapter:
         """A PEFT LoRA folder's adapter, checked against `config`, and the optimizer state beside it (None
         where there is none)."""
         folder = Path(folder)
-        if not folder.is_dir():
-            raise InputError(f"adapter folder '{folder}' does not exist")
+        if not is_folder(folder):  # False too for a name the system refuses (too long, a NUL)
+            raise InputError(f"adapter folder {quoted(str(folder), PATH_CHARS)} does not exist")
         doc = _config_doc(folder / CONFIG_FILE)
         stored = SafeTensors.open(folder / WEIGHTS_FILE)
         names = {_unprefixed(key, folder): key for key in stored.names()}
@@ -158,22 +169,32 @@ class MergedWeights(Mapping):
     """A model's weights with an adapter merged in, as PEFT's `merge_and_unload` merges it: each targeted
     projection W + (alpha / r) B A (summed in float32, float64 for a float64 W, then in W's dtype), every
     other weight as the source gives it. A prefill or generation over these runs the base model with the
-    adapter and no change to its graph."""
+    adapter and no change to its graph. `lazy(name)` keeps the source's laziness: an untargeted weight is
+    the source's own lazy input (a checkpoint's tensor, still read in place where it can be), a targeted one
+    a `MergedTensor`, merged block by block as it is written, so the model is never held on the host twice."""
 
     def __init__(self, source: Mapping[str, np.ndarray], adapter: Adapter):
         self.source, self.adapter = source, adapter
 
     def __getitem__(self, name: str) -> np.ndarray:
-        weight = self.source[name]
+        if self._factors(name) is None:
+            return self.source[name]
+        return self.lazy(name).materialize()
+
+    def lazy(self, name: str) -> LazyTensor:
+        """Weight `name` as a lazy input (frontend/lazy.py), merged where the adapter targets it."""
+        source_lazy = getattr(self.source, "lazy", None)
+        base = source_lazy(name) if callable(source_lazy) else np.asarray(self.source[name])
+        factors = self._factors(name)
+        if factors is None and isinstance(base, LazyTensor):
+            return base
+        return MergedTensor(base, *(factors or (None, None)), self.adapter.settings.scaling)
+
+    def _factors(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(B, A) of the projection `name` when the adapter targets it, else None."""
         module = name.removesuffix(".weight")
         a = self.adapter.tensors.get(f"{module}.lora_A.weight")
-        if a is None:
-            return weight
-        weight = np.asarray(weight)
-        wide = np.float64 if weight.dtype == np.float64 else np.float32
-        b = self.adapter.tensors[f"{module}.lora_B.weight"]
-        delta = wide(self.adapter.settings.scaling) * (b.astype(wide) @ a.astype(wide))
-        return (weight.astype(wide) + delta).astype(weight.dtype)
+        return None if a is None else (self.adapter.tensors[f"{module}.lora_B.weight"], a)
 
     def __contains__(self, name) -> bool:
         return name in self.source
@@ -185,8 +206,50 @@ class MergedWeights(Mapping):
         return len(self.source)
 
 
+class MergedTensor(LazyTensor):
+    """A weight W (an array or a lazy input) plus scaling B A, or a block of it (`MergedWeights`): a block
+    [rows, cols] is W's block, then scaling B[rows] A[:, cols] added in float32 (float64 for a float64 W)
+    and rounded once to W's dtype. Without B and A it is W alone (an array given a lazy input's face)."""
+
+    def __init__(self, base, b: np.ndarray | None, a: np.ndarray | None, scaling: float):
+        super().__init__(tuple(base.shape), base.dtype)
+        self.base, self.b, self.a, self.scaling = base, b, a, scaling
+
+    def write_into(self, out: np.ndarray) -> None:
+        fill(out, self.base[self.index] if self.index else self.base)
+        if self.a is None:
+            return
+        rows, cols = (*self.index, slice(None), slice(None))[:2]
+        wide = np.float64 if self.dtype == np.float64 else np.float32
+        delta = wide(self.scaling) * (self.b[rows].astype(wide) @ self.a[:, cols].astype(wide))
+        np.copyto(out, (out.astype(wide) + delta).astype(self.dtype))
+
+
+def adapter_of(adapter: Adapter | str | Path | None, config: LlamaConfig) -> Adapter | None:
+    """A model's adapter as a session is given it: None, a PEFT LoRA folder (`Adapter.read`; an optimizer
+    state beside it is not read), or an `Adapter`, checked against `config` (each tensor the settings need,
+    of its shape, and no other); one line naming what does not fit."""
+    if adapter is None:
+        return None
+    if isinstance(adapter, (str, os.PathLike)):
+        return Adapter.read(adapter, config)[0]
+    if not isinstance(adapter, Adapter):
+        raise InputError(f"adapter must be a PEFT LoRA folder's path or an Adapter, got {type(adapter).__name__}")
+    shapes = adapter.settings.shapes(config)
+    for name, tensor in adapter.tensors.items():
+        if name not in shapes:
+            raise InputError(f"adapter tensor '{name}' is none of the model's (r {adapter.settings.rank} on "
+                             f"{', '.join(adapter.settings.targets)} of {config.num_hidden_layers} layers)")
+        if tuple(np.shape(tensor)) != shapes[name]:
+            raise InputError(f"adapter tensor '{name}' has shape {list(np.shape(tensor))}, the model needs {list(shapes[name])}")
+    missing = [name for name in shapes if name not in adapter.tensors]
+    if missing:
+        raise InputError(f"adapter has no tensor '{missing[0]}' (r {adapter.settings.rank} on {', '.join(adapter.settings.targets)})")
+    return adapter
+
+
 def _config_doc(path: Path) -> dict:
-    if not path.is_file():
+    if not is_file(path):
         raise InputError(f"adapter folder '{path.parent}' has no {CONFIG_FILE}")
     try:
         doc = json.loads(path.read_text())

@@ -65,6 +65,7 @@ from turnip.finetune import FinetuneResult, finetune
 from turnip.host import HostMemory, Materialized
 from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
                            forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
+from turnip.lora import Adapter, MergedWeights, adapter_of
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
@@ -197,7 +198,10 @@ class Session:
     def __init__(self, config: llama.LlamaConfig | str | None = None, weights: Mapping | str | Path | None = None,
                  memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
                  dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None,
-                 plan_dir: str | Path | None = None):
+                 plan_dir: str | Path | None = None, adapter: Adapter | str | Path | None = None):
+        """`adapter`: a PEFT LoRA folder or an `Adapter` (turnip/lora.py), merged into the weights as PEFT's
+        `merge_and_unload` merges it and checked against the config here (one `InputError` line): the
+        session runs the base model with it, through the same graphs and plans as without it."""
         self._busy = threading.Lock()
         """Held while a call runs (`_one_call_at_a_time`)."""
         if isinstance(memory, str):
@@ -205,6 +209,8 @@ class Session:
         check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block, backend_options, plan_dir)
         self.backend = resolve_backend(backend)
         self.config, source = load_model(config, weights, seed, dtype, self.backend)
+        self.adapter = adapter_of(adapter, self.config)
+        """The LoRA adapter merged into the weights, or None."""
         check_gpus(gpus, self.config)
         self.plan_dir = None if plan_dir is None else Path(plan_dir)
         """Where compiled plans are also kept on disk, across sessions and processes (None: memory only)."""
@@ -222,9 +228,10 @@ class Session:
         self.memory, self.gpus, self.order, self.seed = int(memory), int(gpus), order, int(seed)
         self.schedule, self.kv_block = schedule, int(kv_block)
         self.host = HostMemory(self.backend)
-        self.weights = Materialized(source, self.config.dtype, self.host, check=check_finite_weight)
+        merged = source if self.adapter is None else MergedWeights(source, self.adapter)
+        self.weights = Materialized(merged, self.config.dtype, self.host, check=check_finite_weight)
         if hasattr(source, "lazy"):  # a checkpoint: its files' maps page-locked meanwhile, where read in place
-            self.host.lock_soon((source.lazy(name) for name in source), numpy_dtype(self.config.dtype))
+            self.host.lock_soon((merged.lazy(name) for name in merged), numpy_dtype(self.config.dtype))
         self.cache: OrderedDict[tuple, MemGraph] = OrderedDict()
         self.compiles = 0
         self.cache_hits = 0

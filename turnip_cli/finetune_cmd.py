@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     with process.scope(session):
         adapter = _adapter_in(args, session.config)
         settings = adapter.settings if adapter else LoraSettings(args.lora_rank or 8, args.lora_alpha, args.lora_targets or ("q_proj", "v_proj"))
-        print(f"finetune {session.config.name}: LoRA r {settings.rank}, alpha {settings.alpha:g} on {','.join(settings.targets)}; "
+        print(f"finetune {session.config.name}: {settings.summary}; "
               f"{args.steps} steps of {args.grad_accum} x {args.batch} examples; budget {args.memory} per GPU on {backend}")
         progress = Bar(args.steps, args)
         try:
@@ -140,7 +140,8 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise InputError(f"--adapter-out {out} is the --adapter-in folder: writing it would destroy the input, choose another folder")
     config = args.config if args.config is not None and Path(args.config).is_file() else None
     files = {f"--adapter-out's {name}": out / name for name in (CONFIG_FILE, WEIGHTS_FILE, STATE_FILE)} if out.is_dir() else {}
-    check_outputs({**files, "--log": args.log}, {"--data": args.data, "--config": config})
+    check_outputs({**files, "--log": args.log}, {"--data": args.data, "--config": config, "--weights": args.weights,
+                                                 "--adapter-in": args.adapter_in})
 
 
 def _adapter_in(args: argparse.Namespace, config: llama.LlamaConfig) -> Adapter | None:

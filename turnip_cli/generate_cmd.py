@@ -2,12 +2,13 @@
 
 Thin: it reads the prompts (an .npy [P] or [B, P], an .npz of ragged 1-D prompts in the order the file
 lists them, B random prompts of P ids, or text: --prompt, --prompt-file's JSON Lines, each tokenized by
-the weights folder's tokenizer, with --chat through its chat template), opens a `turnip.Session` and
-calls `generate`, then prints a summary and writes `generated` int64 [B, N] (and `text` [B], where the
-folder has a tokenizer) and the trace only after success; without --outputs the text is printed, with
---stream as the tokens arrive. The sim backend computes no values: it runs for timing only, feeding back
-token 0, says so, and refuses --outputs and --stream. --trace writes the last decode step's trace. Every
-bad input is one line and a non-zero exit, before anything runs.
+the weights folder's tokenizer, with --chat through its chat template), opens a `turnip.Session` (with
+--adapter's PEFT LoRA adapter merged into the weights) and calls `generate`, then prints a summary and
+writes `generated` int64 [B, N] (and `text` [B], where the folder has a tokenizer) and the trace only
+after success; without --outputs the text is printed, with --stream as the tokens arrive. The sim
+backend computes no values: it runs for timing only, feeding back token 0, says so, and refuses --outputs
+and --stream. --trace writes the last decode step's trace. Every bad input is one line and a non-zero
+exit, before anything runs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from runtime.policies import ORDERS
 from turnip import Session
 from turnip.inputs import checked_prompts
 from turnip_cli import process
-from turnip_cli.llama_cmd import check_host_memory_for, model_input_files
+from turnip_cli.llama_cmd import add_adapter_argument, adapter_note, check_host_memory_for, model_input_files
 from turnip_cli.progress import Progress, add_progress_argument
 from turnip_cli.planning import check_positive_options, check_seed, parse_size, warn_ignored_attention
 from turnip_cli.run_cmd import run_files
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prompts.add_argument("--prompt", action="append", metavar="TEXT", help="a text prompt (repeatable), tokenized by "
                          "the --weights folder's tokenizer.json")
     prompts.add_argument("--prompt-file", metavar="FILE.jsonl", help='text prompts, one {"prompt": TEXT} a line')
+    add_adapter_argument(parser)
     parser.add_argument("--chat", action="store_true", help="each text prompt is a user message of the folder's chat template")
     parser.add_argument("--stream", action="store_true", help="print each prompt's text as its tokens arrive (several "
                         "prompts: lines prefixed by the prompt's index)")
@@ -100,13 +102,14 @@ def run(args: argparse.Namespace) -> int:
     with progress.phase("loading the model"):
         session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
                           gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
-                          backend_options=named)
+                          backend_options=named, adapter=args.adapter)
     loaded = time.perf_counter() - began
     with process.scope(session):
         prompts = _prompts(args, session)
         stream = Stream(session.tokenizer(), len(prompts)) if args.stream else None
         print(f"generate {session.config.name}: {len(prompts)} prompt(s) of {', '.join(str(len(p)) for p in prompts)} tokens, "
-              f"{args.max_new_tokens} new tokens each; budget {args.memory} per GPU on {backend}")
+              f"{args.max_new_tokens} new tokens each; budget {args.memory} per GPU on {backend}"
+              f"{adapter_note(args.adapter, session.adapter)}")
         steps = StepProgress(progress, args.max_new_tokens, len(prompts), stream)
         with progress.phase("set-up and prefill"):
             result = session.generate(prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed, args.stop_at_eos,

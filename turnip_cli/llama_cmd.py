@@ -1,8 +1,9 @@
 """`turnip llama`: from Hugging Face weights (or a config and a seed) to final hidden states under a budget.
 
-Thin: it reads the config and weights (`CheckpointWeights`, mapped lazily) or draws random ones,
-embeds the token ids on the host, plans the blocked prefill at `--memory` per GPU (`choose_llama`: the
-block, layer order, query group and schedule each given or chosen by the sim, turnip/choose.py; with
+Thin: it reads the config and weights (`CheckpointWeights`, mapped lazily) or draws random ones, with
+--adapter's PEFT LoRA adapter merged in (turnip/lora.py `MergedWeights`, still lazy), embeds the token
+ids on the host, plans the blocked prefill at `--memory` per GPU (`choose_llama`: the block, layer order,
+query group and schedule each given or chosen by the sim, turnip/choose.py; with
 `--plan-dir` the choice and the plan are kept for later runs), runs it, and writes `hidden_states` [T, hidden] (as `LlamaModel(...).last_hidden_state[0]`)
 and the trace only after success. Every bad input is one line and a non-zero exit; a run whose weights
 and prompt activations cannot fit in host memory is refused before any weight or token id is drawn.
@@ -46,6 +47,7 @@ from turnip_cli.run_cmd import run_files
 from turnip.budget import naming_the_budget
 from turnip.choice_cache import kept_plan, plan_folder
 from turnip.choose import LlamaPrefill, PlanTarget
+from turnip.lora import Adapter, MergedWeights, adapter_of
 from turnip_ir.errors import InputError
 from turnip_ir.explain import explain_offloads
 from turnip_ir.files import check_outputs, is_file, is_folder, write_all
@@ -65,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tokens = parser.add_mutually_exclusive_group(required=True)
     tokens.add_argument("--input-ids", metavar="IDS.npy", help="token ids, shape [T] or [1, T]")
     tokens.add_argument("--tokens", type=int, metavar="T", help="draw T token ids from --seed")
+    add_adapter_argument(parser)
     parser.add_argument("--memory", required=True, metavar="SIZE", help="per-GPU budget, e.g. 4GiB")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: cuda when a GPU is there, else cpu")
     parser.add_argument("--order", default="nondet", choices=ORDERS)
@@ -109,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     with progress.phase("reading the model"):
         stored_dtype, config, weights = _model(args, backend)
+        adapter = adapter_of(args.adapter, config)
+        weights = weights if adapter is None else MergedWeights(weights, adapter)
         ids = _read_ids(args.input_ids, config) if args.input_ids is not None else None
         tokens = len(ids) if ids is not None else args.tokens
         check_host_memory_for(config, tokens, backend, budget * args.gpus if backend == "cpu" else 0)  # before T ids are drawn
@@ -124,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     with naming_the_budget(budget, graphs, backend, "this prefill", args.attention), progress.phase("planning"):
         planned = choose_llama(prefill, PlanTarget(budget, backend, args.attention), _given(args, backend), args.remat, plan_dir)
     built, memgraph, schedule = planned.built, planned.memgraph, planned.candidate.schedule
-    _print_summary(args, config, built, backend, stored_dtype)
+    _print_summary(args, config, built, backend, stored_dtype, adapter)
 
     def compile_at(arena: int):
         return kept_plan(plan_dir, built.graph, arena, schedule, args.remat,
@@ -207,21 +212,33 @@ def process_seconds() -> float | None:
 
 
 def _print_summary(args: argparse.Namespace, config: llama.LlamaConfig, built: llama.LlamaGraph, backend: str,
-                   stored_dtype: str) -> None:
+                   stored_dtype: str, adapter: Adapter | None) -> None:
     clamped = f" (--block {args.block} clamped to the token count)" if isinstance(args.block, int) and args.block > built.block else ""
     order = "" if built.layer_order == "blocks" else f", layers in {built.layer_order}"
     order += f", query groups of {built.query_group}" if built.query_group > 1 else ""
     print(f"llama {config.name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.dtype}; "
           f"{built.tokens} tokens in blocks of {built.block}{clamped}{order}; {len(built.graph)} tasks on {args.gpus} GPU(s); "
-          f"budget {args.memory} per GPU{_dtype_note(backend, stored_dtype, args.dtype, config.dtype)}")
+          f"budget {args.memory} per GPU{_dtype_note(backend, stored_dtype, args.dtype, config.dtype)}{adapter_note(args.adapter, adapter)}")
+
+
+def add_adapter_argument(parser: argparse.ArgumentParser) -> None:
+    """--adapter of the model commands (llama, generate)."""
+    parser.add_argument("--adapter", metavar="DIR", help="run the model with this PEFT LoRA adapter folder "
+                        "(adapter_config.json and adapter_model.safetensors: peft's save_pretrained or turnip finetune "
+                        "--adapter-out), merged into the weights as peft's merge_and_unload merges it")
+
+
+def adapter_note(folder: str | None, adapter: Adapter | None) -> str:
+    """What a model command's summary line says of the adapter it runs with (nothing without one)."""
+    return "" if adapter is None else f"; adapter {quoted(folder, PATH_CHARS)} ({adapter.settings.summary})"
 
 
 def model_input_files(args: argparse.Namespace) -> dict[str, str | None]:
     """The files and folders a model command (llama, generate) reads, which no output may overwrite; a
-    folder (--weights, --config FOLDER, --plan-dir) stands for every file in it (`check_outputs`)."""
+    folder (--weights, --config FOLDER, --plan-dir, --adapter) stands for every file in it (`check_outputs`)."""
     config = args.config if args.config not in llama.PRESETS else None
     return {"--weights": args.weights, "--config": config, "--input-ids": args.input_ids,
-            "--plan-dir": getattr(args, "plan_dir", None)}
+            "--plan-dir": getattr(args, "plan_dir", None), "--adapter": getattr(args, "adapter", None)}
 
 
 def check_host_memory_for(config: llama.LlamaConfig, tokens: int, backend: str, arenas: int,

@@ -126,9 +126,9 @@ def _wait4(process: subprocess.Popen, timeout: float):
         time.sleep(0.02)
 
 
-def run_turnip(folder: Path, ids: Path, memory: str, backend: str, timeout: float) -> dict:
+def run_turnip(folder: Path, ids: Path, memory: str, backend: str, timeout: float, plan_dir: Path | None = None) -> dict:
     command = [sys.executable, "-m", "turnip_cli.main", "llama", "--weights", str(folder), "--input-ids", str(ids),
-               "--memory", memory, "--backend", backend]
+               "--memory", memory, "--backend", backend, *(["--plan-dir", str(plan_dir)] if plan_dir else [])]
     result = timed_process(command, timeout)
     stdout = result.pop("stdout", "")
     result["cuda_lines"] = [line for line in stdout.splitlines() if line.startswith("cuda:")]
@@ -241,6 +241,11 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
     report["kernel_cache_cleared"] = clear_kernel_cache()
     for attempt in ("turnip (first process)", "turnip (second process)"):
         report["runs"][attempt] = run_turnip(folder, ids, args.memory, args.backend, args.timeout)
+    if args.plan_dir:  # issue 45's target: a second cold process that reads its plan (and choice) from --plan-dir
+        plans = Path(args.plan_dir)
+        shutil.rmtree(plans, ignore_errors=True)
+        for attempt in ("turnip --plan-dir (fills it)", "turnip --plan-dir (reads it)"):
+            report["runs"][attempt] = run_turnip(folder, ids, args.memory, args.backend, args.timeout, plans)
     report["runs"]["torch"] = _torch_or_why(folder, ids, args)
     turnip, torch_run = report["runs"]["turnip (second process)"], report["runs"]["torch"]
     if "error" not in turnip and "error" not in torch_run:
@@ -266,6 +271,7 @@ def main(argv=None) -> int:
     parser.add_argument("--folder", help="write the model here and keep it (default: a temporary folder, removed)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=240, help="seconds each process may take")
+    parser.add_argument("--plan-dir", metavar="DIR", help="also run turnip twice with --plan-dir DIR (emptied first): the second reads its plan")
     parser.add_argument("--json", metavar="OUT.json")
     parser.add_argument("--torch-child", nargs=3, metavar=("FOLDER", "IDS", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

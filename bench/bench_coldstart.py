@@ -132,6 +132,7 @@ def run_turnip(folder: Path, ids: Path, memory: str, backend: str, timeout: floa
     result = timed_process(command, timeout)
     stdout = result.pop("stdout", "")
     result["cuda_lines"] = [line for line in stdout.splitlines() if line.startswith("cuda:")]
+    result["plan_lines"] = [line for line in stdout.splitlines() if line.startswith(("plan", "block", "layer order", "attention"))]
     found = PHASES.search(stdout)
     if found:
         result["phases"] = {key: float(value) for key, value in found.groupdict().items()}

@@ -1,6 +1,7 @@
 """Where does a command's wall time go? A sampling profiler of the whole process, imports included.
 
-    python3 bench/investigations/sampled.py --json out.json [--until-first-token] -- -m turnip_cli.main generate ...
+    python3 bench/investigations/sampled.py --json out.json [--until S] -- -m turnip_cli.main generate ...
+    python3 bench/investigations/sampled.py --timeline out.json      # the main thread's phases, in order
 
 Runs the module (or script) after `--` in this interpreter with a thread that records every thread's stack
 every `--every` seconds (sys._current_frames: no tracing hooks, so the program runs at its own speed).
@@ -82,8 +83,36 @@ def report(samples, until: float | None, thread: str = "MainThread", top: int = 
         print(f"  {n:8.2f}  {f}")
 
 
+PHASES = [("holds_nonfinite", "weights' check"), ("verified", "waiting for the weights' check"), ("register_read_only", "locking weight files"),
+          ("session.py:_decode", "decode step"), ("backend.py:_load", "backend load"), ("backend.py:prepare", "backend set-up"),
+          ("_size_arena", "sizing the arena"), ("_compiled", "compile or plan read"), ("llama/graph.py:feed", "feeding the weights"),
+          ("session.py:result", "waiting for the cache's pinning"), ("executor.py:run", "run"), ("load_model", "loading the model"),
+          ("_find_and_load", "import")]
+"""(a function on the stack, its phase), first match wins: `timeline`'s phases of a `turnip generate`."""
+
+
+def timeline(samples, until: float, thread: str = "MainThread", shortest: float = 0.04) -> list[tuple[float, float, str]]:
+    """The main thread's phases in order: (from, to, phase) spans of consecutive samples in one phase."""
+    spans: list[tuple[float, float, str]] = []
+    for t, _dt, name, stack in samples:
+        if name != thread or t > until:
+            continue
+        phase = next((label for key, label in PHASES if any(key in frame for frame in stack)), "other: " + stack[-1])
+        if spans and spans[-1][2] == phase:
+            spans[-1] = (spans[-1][0], t, phase)
+        else:
+            spans.append((t, t, phase))
+    return [span for span in spans if span[1] - span[0] >= shortest]
+
+
 def main() -> int:
     argv = sys.argv[1:]
+    if len(argv) == 2 and argv[0] == "--timeline":  # a run's samples written before (--json), as phases
+        with open(argv[1]) as handle:
+            samples = json.load(handle)["samples"]
+        for start, end, phase in timeline(samples, float("inf")):
+            print(f"{start:7.2f} {end:7.2f} {end - start:6.2f}  {phase}")
+        return 0
     if "--" not in argv:
         print("usage: sampled.py [--json OUT] [--every S] [--until S] -- (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
         return 2

@@ -53,3 +53,27 @@ def test_the_reserve_holds_back_attention_grads_scratch_or_library_memory():
     held = builders.library_bytes(node, operands, "torch-cudnn")
     assert held > 3 * 4096 * 4096 * 2  # dQ, dK and dV at least
     assert library_allowance(nodes, 2, "torch-cudnn") - library_allowance(nodes, 2, "cublas") >= held
+
+
+def test_scratch_per_lane_asks_once_per_distinct_vertex_and_finds_the_same_maximum():
+    """Memoised by signature (kernel, shape, dtype, attributes and the operands'): the same answer as asking
+    every vertex, in fewer asks, for a prefill and a packed prefill, on every provider."""
+    from frontend.workloads import llama
+    from runtime.backends.cuda import builders
+    from runtime.backends.cuda.devices import _as_op, scratch_per_lane
+
+    config = llama.load_config("tiny")
+    graphs = [llama.build_llama(config, 64).graph, llama.build_llama(config, 48, kv_outputs=True, sequences=(16, 32), hidden=False).graph]
+    for graph in graphs:
+        nodes = list(graph.nodes.values())
+        ops = {op.id: op for op in map(_as_op, nodes)}
+        for provider in ("cublas", "torch-cudnn", "triton"):
+            asked = []
+
+            def rule(node, sources, provider, asked=asked):
+                asked.append(node.id)
+                return builders.scratch_bytes(node, sources, provider)
+
+            every = max((builders.scratch_bytes(op, [ops[s] for s in op.inputs], provider) for op in ops.values() if op.kernel), default=0)
+            assert scratch_per_lane(nodes, provider, rule) == (every + 255) // 256 * 256
+            assert 0 < len(asked) < sum(op.kernel is not None for op in ops.values())

@@ -20,6 +20,7 @@ from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import Workspace, device_bytes, give_back
 from runtime.graph import ExecGraph
 from turnip_ir.memgraph import MemNode
+from turnip_ir.taskgraph import attr_key
 
 LIBRARY_RESERVE = 4 << 20
 """Bytes per compute lane the libraries take for the lane's stream (cuBLAS's workspace on it, torch's
@@ -141,15 +142,32 @@ def scratch_per_lane(nodes, provider: str, rule=None) -> int:
 
     `nodes` are memgraph nodes, or taskgraph nodes (so the budget can be split before planning);
     `provider` is a resolved attention provider; `rule` (default `builders.scratch_bytes`) says what one
-    vertex needs."""
+    vertex needs, asked once per distinct vertex (kernel, shape, dtype, attributes and its operands': a 7b
+    call's graphs repeat a few einsums thousands of times, each a GEMM plan to work out)."""
     rule = rule or builders.scratch_bytes
     nodes = [_as_op(node) for node in nodes]
     by_id = {node.id: node for node in nodes}
-    need = 0
+    need, seen = 0, {}
     for node in nodes:
-        if node.kernel is not None:
-            need = max(need, rule(node, [by_id[s] for s in node.inputs], provider))
+        if node.kernel is None:
+            continue
+        sources = [by_id[s] for s in node.inputs]
+        try:
+            key = (_signature(node), *map(_signature, sources))
+            hash(key)
+        except TypeError:  # an unhashable attribute: asked every time
+            key = None
+        if key is None or key not in seen:
+            bytes_ = rule(node, sources, provider)
+            if key is not None:
+                seen[key] = bytes_
+            need = max(need, bytes_)
     return (need + 255) // 256 * 256
+
+
+def _signature(op: _Op) -> tuple:
+    """What a scratch rule may read of a vertex or an operand: all but its id and its operands' ids."""
+    return (op.kernel, op.shape, op.dtype, op.nbytes, tuple(attr_key(name, value) for name, value in sorted(op.attrs.items())))
 
 
 def reserve_bytes(nodes, streams: int, provider: str, pinned: int = 0) -> int:

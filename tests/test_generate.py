@@ -340,7 +340,9 @@ def test_a_cuda_session_locks_its_checkpoint_files_on_a_thread_while_the_call_go
     with Session(weights=str(tmp_path), memory=60_000, backend="cpu") as session:
         want = session.generate(prompts, 2).tokens
     with Session(weights=str(tmp_path), memory=60_000 + CUDA_RESERVE, backend="cuda") as session:
-        session.host._locking.join()
+        [locking] = session.host._soon
+        assert locking.thread.name == "turnip file locking"
+        locking.thread.join()
         assert len(session.host.mappings) == len(shards)
         assert (session.generate(prompts, 2).tokens == want).all()
         assert len(session.host.mappings) == len(shards)

@@ -3,7 +3,6 @@ and the weights, each read and converted once (`Materialized`)."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,8 +18,8 @@ class HostMemory:
 
     def __init__(self, backend: str):
         self.pinned = backend == "cuda"
-        self._locking: threading.Thread | None = None
-        """`lock_soon`'s thread."""
+        self._soon: list[Soon] = []
+        """Work begun on threads of their own (`soon`), joined before `release` frees anything."""
         self._lasting: dict = {}
         """`lasting`'s buffers by key."""
         self.mappings: dict = {}
@@ -68,8 +67,8 @@ class HostMemory:
                 return np.ascontiguousarray(value, dtype=dtype)
         from runtime.backends.cuda.copies import readable_in_place
 
-        found = mapped(value)
-        if found is not None and found[0].dtype == np.dtype(dtype) and self.mappings.register(found[1]):
+        found = _in_place(value, dtype)
+        if found is not None and self.mappings.register(found[1]):
             return found[0]
         if readable_in_place(self.mappings.driver, value, dtype):
             return value
@@ -77,35 +76,74 @@ class HostMemory:
         fill(out, value)
         return out
 
+    def soon(self, name: str, make, *args) -> Soon:
+        """`make(*args)` begun now on a thread of its own, "turnip `name`" (`Soon`), joined by `release` at the
+        latest (what it makes may be this memory's: a call's KV cache in `lasting`)."""
+        self._soon = [work for work in self._soon if work.thread.is_alive()]
+        work = Soon(name, make, *args)
+        self._soon.append(work)
+        return work
+
     def lock_soon(self, values, dtype) -> None:
-        """Begin page-locking, on a thread of its own, the checkpoint maps that `take` reads `values` (lazy
-        inputs) in place from as `dtype`, in their order: `take` then finds them locked (a 7b checkpoint's
-        13.5 GB take 0.4 s, while the session sizes its arena and reads its plans). A map the thread could
-        not lock is locked by `take`, or not at all, as before. Nothing on other backends."""
+        """Begin page-locking, on a thread of its own (`soon`), the checkpoint maps that `take` reads `values`
+        (lazy inputs) in place from as `dtype`, in their order: `take` then finds them locked (a 7b
+        checkpoint's 13.5 GB take 0.4 s, while the session sizes its arena and reads its plans). A map the
+        thread could not lock is locked by `take`, or not at all, as before. Nothing on other backends."""
         if not self.pinned:
             return
 
         def lock() -> None:
-            with contextlib.suppress(Exception):  # `take` does what is left, on the caller's thread
-                from numba.cuda.cudadrv.devices import get_context
+            for value in values:
+                found = _in_place(value, dtype)
+                if found is not None:
+                    self.mappings.register(found[1])
 
-                get_context()  # the driver's calls need the context current on this thread too
-                for value in values:
-                    found = mapped(value)
-                    if found is not None and found[0].dtype == np.dtype(dtype):
-                        self.mappings.register(found[1])
-
-        self._locking = threading.Thread(target=lock, daemon=True, name="turnip file locking")
-        self._locking.start()
+        self.soon("file locking", lock)
 
     def release(self) -> None:
         """Drop the `lasting` buffers and the registrations of the checkpoint maps `take` page-locked (the
-        session's weights and caches are gone)."""
-        if self._locking is not None:
-            self._locking.join()
+        session's weights and caches are gone), once the work begun by `soon` is done."""
+        for work in self._soon:
+            work.thread.join()
+        self._soon = []
         self._lasting.clear()
         if self.pinned:
             self.mappings.release()
+
+
+def _in_place(value, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """(view, its file's map) where `value` is a lazy input lying in a mapped file as `dtype` values (what
+    `take` may read in place once the map is page-locked), else None."""
+    found = mapped(value)
+    return found if found is not None and found[0].dtype == np.dtype(dtype) else None
+
+
+class Soon:
+    """`make(*args)` on a thread of its own, begun now, with the CUDA context current there too (the
+    driver's calls need it): a call's KV cache page-locked (seconds for a 7b batch's 17 GB), a checkpoint's
+    maps locked, while the caller compiles or reads its plans. `result()` waits for it; where the thread
+    failed (a driver that cannot lock memory from another thread, say), it is made again on the caller's
+    thread, so the thread can only save time."""
+
+    def __init__(self, name: str, make, *args):
+        self.make, self.args, self.value, self.failed = make, args, None, False
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"turnip {name}")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            from numba.cuda.cudadrv.devices import get_context
+
+            get_context()
+            self.value = self.make(*self.args)
+        except Exception:  # noqa: BLE001 (made again on the caller's thread, whose error is the one to see)
+            self.failed = True
+
+    def result(self):
+        self.thread.join()
+        if self.failed or self.value is None:
+            self.value = self.make(*self.args)
+        return self.value
 
 
 class Materialized(Mapping):

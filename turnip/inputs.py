@@ -4,9 +4,9 @@ or a one-line `InputError` naming what is wrong.
 
 Weights are refused, not warned about, when one holds a NaN or an infinity in the compute dtype
 (`check_finite_weight`): a NaN in one tensor makes every token the same id, and a value beyond float16's
-range becomes an infinity when converted. The check reads each tensor once, when the session first
+range becomes an infinity when converted. The check reads each tensor once, after the session first
 converts it, on its bits (two integer maxima, in chunks on threads for a large one: memory speed, no
-temporary array).
+temporary array), on a thread of its own while the run goes on (turnip/host.py, `Materialized`).
 """
 
 from __future__ import annotations

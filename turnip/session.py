@@ -27,9 +27,10 @@ returns are written in, and the next token is chosen on the host from the logits
 greedy takes their argmax as they are, sampling works in float64).
 A call that fails raises one `TurnipError` line before or during a run and leaves nothing behind: its
 caches are local to the call, and a run that fails closes the backend, so the next run makes a new one.
-Weights holding a NaN or an infinity in the compute dtype are refused when first read, naming the
-tensor (turnip/inputs.py), and a decode step whose logits hold a NaN ends the call with one line rather
-than a token chosen from them.
+Weights holding a NaN or an infinity in the compute dtype are refused, naming the tensor, once the run
+that first reads them ends (turnip/inputs.py; the check runs on a thread of its own meanwhile:
+`Materialized`), and a decode step whose logits hold a NaN ends the call with one line rather than a
+token chosen from them.
 A session runs one call at a time (`prefill`, `generate`, `finetune`, `close`): a call made while another thread's
 call runs raises `InputError` at once, never waits (use a session per thread).
 The sim backend computes no values: there generation is timing only (tokens fed back are 0 and `tokens`
@@ -62,7 +63,7 @@ from runtime import process_memory
 from runtime.callbacks import Recorder
 from turnip.budget import naming_the_budget
 from turnip.finetune import FinetuneResult, finetune
-from turnip.host import HostMemory, Materialized
+from turnip.host import HostMemory, Materialized, Soon
 from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
                            forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
 from turnip.lora import Adapter, MergedWeights, adapter_of
@@ -337,12 +338,7 @@ class Session:
             else:
                 caches = None if caches is None else given_caches(caches, prompts, self.config)
                 pending = self._pinning(prompts, int(max_new_tokens), stats) if caches is None else None
-                try:
-                    self._size_arena(prompts, int(max_new_tokens), prefill=caches is None)
-                except BaseException:
-                    if pending is not None:  # its memory is the session's (`lasting`), for a later call
-                        pending.thread.join()
-                    raise
+                self._size_arena(prompts, int(max_new_tokens), prefill=caches is None)
                 if caches is None:
                     cache = self._prefill(prompts, int(max_new_tokens), stats, pending)
                 else:
@@ -424,7 +420,7 @@ class Session:
             stats.logits = [np.asarray(logits, dtype=np.float64) for logits in kept]
 
     # ----- steps --------------------------------------------------------------------------------------
-    def _prefill(self, prompts: list[np.ndarray], steps: int, stats: GenerateResult, pending: _Pinning | None = None) -> KvCache:
+    def _prefill(self, prompts: list[np.ndarray], steps: int, stats: GenerateResult, pending: Soon | None = None) -> KvCache:
         """The call's KV cache after every prompt's first P-1 tokens, with room for `steps` more: the prompts
         prefilled together, packed end to end (frontend/workloads/llama/graph.py, `sequences`) in chunks of
         at most PREFILL_TOKENS (`_prefill_chunks`), so each chunk streams every weight once, not every prompt;
@@ -448,11 +444,12 @@ class Session:
         cache.filled([len(p) - 1 for p in prompts])
         return cache
 
-    def _pinning(self, prompts: list[np.ndarray], steps: int, stats: GenerateResult) -> _Pinning | None:
-        """The call's empty cache being page-locked on a thread of its own, begun before the call sizes its
-        arena (which imports torch and builds the call's graphs) and compiles or reads its plans: a 7b
-        batch's 17 GB take 2.2 s. None where nothing is page-locked (`_prefill` makes the cache itself)."""
-        return _Pinning(self._empty_cache, prompts, steps, stats.computed) if self.host.pinned and stats.computed else None
+    def _pinning(self, prompts: list[np.ndarray], steps: int, stats: GenerateResult) -> Soon | None:
+        """The call's empty cache being page-locked on a thread of its own (`HostMemory.soon`), begun before
+        the call sizes its arena (which imports torch and builds the call's graphs) and compiles or reads its
+        plans: a 7b batch's 17 GB take 2.2 s. None where nothing is page-locked (`_prefill` makes the cache
+        itself)."""
+        return self.host.soon("cache pinning", self._empty_cache, prompts, steps, stats.computed) if self.host.pinned and stats.computed else None
 
     def _prefill_chunks(self, prompts: list[np.ndarray]) -> list[list[int]]:
         """The prompts with something to prefill (P > 1), by index, in consecutive chunks of at most
@@ -752,29 +749,3 @@ class Session:
         if self.closed:
             raise InputError("the session is closed")
 
-
-class _Pinning:
-    """`make(*args)` on a thread of its own, begun now: a call's KV cache page-locked (seconds for a 7b batch's
-    17 GB) while the call compiles or reads its prefill's plan and embeds its prompts. `result()` waits for
-    it; where the thread failed (a driver that cannot lock memory from another thread, say), it is made
-    again on the caller's thread, so the thread can only save time."""
-
-    def __init__(self, make, *args):
-        self.make, self.args, self.value, self.failed = make, args, None, False
-        self.thread = threading.Thread(target=self._run, daemon=True, name="turnip cache pinning")
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            from numba.cuda.cudadrv.devices import get_context
-
-            get_context()  # the driver's calls need the context current on this thread too
-            self.value = self.make(*self.args)
-        except Exception:  # noqa: BLE001 (made again on the caller's thread, whose error is the one to see)
-            self.failed = True
-
-    def result(self):
-        self.thread.join()
-        if self.failed or self.value is None:
-            self.value = self.make(*self.args)
-        return self.value

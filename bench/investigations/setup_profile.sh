@@ -18,4 +18,4 @@ if [ ! -d "$FOLDER-plans" ]; then
     /usr/bin/time -f "first run: %e s wall" python3 $G
 fi
 /usr/bin/time -f "sampled run: %e s wall" python3 bench/investigations/sampled.py --json "$OUT/sampled${TAG:-}.json" --until ${UNTIL:-12} \
-    --threads MainThread "turnip cache pinning" -- $G
+    --threads MainThread "turnip cache pinning" "turnip file locking" -- $G

@@ -147,21 +147,19 @@ def scratch_per_lane(nodes, provider: str, rule=None) -> int:
     rule = rule or builders.scratch_bytes
     nodes = [_as_op(node) for node in nodes]
     by_id = {node.id: node for node in nodes}
-    need, seen = 0, {}
+    need, seen = 0, set()
     for node in nodes:
         if node.kernel is None:
             continue
         sources = [by_id[s] for s in node.inputs]
+        key = (_signature(node), *map(_signature, sources))
         try:
-            key = (_signature(node), *map(_signature, sources))
-            hash(key)
+            if key in seen:
+                continue
+            seen.add(key)
         except TypeError:  # an unhashable attribute: asked every time
-            key = None
-        if key is None or key not in seen:
-            bytes_ = rule(node, sources, provider)
-            if key is not None:
-                seen[key] = bytes_
-            need = max(need, bytes_)
+            pass
+        need = max(need, rule(node, sources, provider))
     return (need + 255) // 256 * 256
 
 

@@ -20,8 +20,8 @@ from turnip_ir.kernels import numpy_dtype
 
 CHUNK_BYTES = 1 << 30
 GAP_BYTES = 1 << 20
-"""The most unused bytes between two storage regions that one pinned chunk spans (`_chunk_spans`): a plan's
-regions lie end to end, but a load that gives some no storage (TensorViews `unstored`) leaves gaps."""
+"""The most unused bytes between two storage regions that one pinned chunk spans (`_chunk_spans`): bytes
+no region of the plan holds and the regions a load gives no storage (TensorViews `unstored`) are not pinned."""
 
 
 def device_bytes(count: int):
@@ -190,7 +190,7 @@ class PinnedStorage:
         return None if view is None else view.view(numpy_dtype(dtype))  # bfloat16 as ml_dtypes' type on the host
 
 
-def _chunk_spans(regions: list[tuple[int, int]], chunk_bytes: int, gap: int = GAP_BYTES) -> list[tuple[int, int]]:
+def _chunk_spans(regions: list[tuple[int, int]], chunk_bytes: int, gap: int) -> list[tuple[int, int]]:
     """Group sorted, disjoint (offset, size) regions into spans of at most `chunk_bytes` (one region may exceed
     it); a gap of more than `gap` bytes between two regions (storage a load leaves out) starts a new span."""
     spans: list[tuple[int, int]] = []

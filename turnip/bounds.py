@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from turnip_ir.cost import CostModel
 from turnip_ir.memgraph import MemNode
-from turnip_ir.taskgraph import TaskGraph, TaskNode, attr_key
+from turnip_ir.taskgraph import TaskGraph, TaskNode, attrs_key
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def _costs(graph: TaskGraph, node: TaskNode, cost: CostModel, memo: dict) -> tup
     operands = [graph.nodes[i] for i in node.inputs]
     try:
         key = (node.op, node.shape, node.dtype, tuple((o.shape, o.dtype) for o in operands),
-               tuple(attr_key(name, value) for name, value in node.attrs.items()))
+               attrs_key(node.attrs))
         known = memo.get(key)
     except TypeError:  # an unhashable attribute: no memo
         key, known = None, None

@@ -25,7 +25,7 @@ from turnip_ir.errors import TurnipError
 from turnip_ir.files import atomic_write
 from turnip_ir.io import parse_json
 from turnip_ir.memgraph import MemGraph
-from turnip_ir.taskgraph import TaskGraph, attr_key
+from turnip_ir.taskgraph import TaskGraph, attrs_key
 from turnip_ir.verifier import verify_memgraph
 
 PLAN_FORMAT = 1
@@ -118,7 +118,7 @@ def _plans(memgraph: MemGraph, graph: TaskGraph, budget: int) -> bool:
 
 
 def _signature(op: str, shape, dtype: str | None, attrs: dict) -> tuple:
-    return op, None if shape is None else tuple(shape), dtype, tuple(sorted(attr_key(name, value) for name, value in attrs.items()))
+    return op, None if shape is None else tuple(shape), dtype, attrs_key(attrs)
 
 
 def write_plan(path: Path, memgraph: MemGraph) -> None:

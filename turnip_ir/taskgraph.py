@@ -285,3 +285,8 @@ def attr_key(name: str, value) -> tuple:
     if type(value) is float:
         return name, float, value.hex()
     return name, type(value), value
+
+
+def attrs_key(attrs: dict) -> tuple:
+    """A node's attributes as part of a signature, whatever their order: each `attr_key`, sorted by name."""
+    return tuple(sorted(attr_key(name, value) for name, value in attrs.items()))

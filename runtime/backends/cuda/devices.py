@@ -20,7 +20,7 @@ from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.memory import Workspace, device_bytes, give_back
 from runtime.graph import ExecGraph
 from turnip_ir.memgraph import MemNode
-from turnip_ir.taskgraph import attr_key
+from turnip_ir.taskgraph import attrs_key
 
 LIBRARY_RESERVE = 4 << 20
 """Bytes per compute lane the libraries take for the lane's stream (cuBLAS's workspace on it, torch's
@@ -165,7 +165,7 @@ def scratch_per_lane(nodes, provider: str, rule=None) -> int:
 
 def _signature(op: _Op) -> tuple:
     """What a scratch rule may read of a vertex or an operand: all but its id and its operands' ids."""
-    return (op.kernel, op.shape, op.dtype, op.nbytes, tuple(attr_key(name, value) for name, value in sorted(op.attrs.items())))
+    return op.kernel, op.shape, op.dtype, op.nbytes, attrs_key(op.attrs)
 
 
 def reserve_bytes(nodes, streams: int, provider: str, pinned: int = 0) -> int:

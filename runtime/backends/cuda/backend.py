@@ -51,6 +51,7 @@ from runtime.backends.cuda.sampling import MemorySampler
 from runtime.backends.cuda.services import KernelServices
 from runtime.graph import ExecGraph, Lane
 from turnip_ir.errors import InputError, KernelError
+from turnip_ir.taskgraph import attrs_key
 from turnip_ir.units import format_size
 
 
@@ -246,7 +247,7 @@ class CudaBackend(Backend):
             if node.op != "kernel" or node.kernel not in ("einsum", "matmul") or self.work[vertex] is None:
                 continue
             key = (node.kernel, node.dtype, tuple(node.shape), tuple(tuple(graph.node(s).shape) for s in graph.sources[vertex]),
-                   tuple(sorted(node.attrs.items())))
+                   attrs_key(node.attrs))
             if key in seen:
                 continue
             seen.add(key)

@@ -222,5 +222,5 @@ class TurnipEngine:
         step = self.built[shape]
         inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale)
         key = ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets)
-        result, _, _ = session._run(key, step.graph, inputs, self.costs)
+        result, _, _ = session._run(key, step.graph, inputs, self.costs, remat=True)  # the planner keeps, moves or recomputes each activation
         return step.loss(result.outputs), step.grads(result.outputs, loss_scale=loss_scale)

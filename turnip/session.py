@@ -574,7 +574,7 @@ class Session:
         return step.feed(self.weights, hidden, cache, fixed_weights=True, columns=facts["columns"])
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
-             partial=None, into=None, memgraph: MemGraph | None = None):
+             partial=None, into=None, memgraph: MemGraph | None = None, remat: bool = False):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
         the result, the run's seconds (the sim's predicted makespan, else the wall time of the loop) and
         the whole call's but the compile (the sim: the makespan plus the copies before the run).
@@ -586,9 +586,10 @@ class Session:
         but for the rows `refresh` names (input id -> rows written since the last run), copied again.
         `partial`: inputs whose leading rows alone are read (input id -> rows; the cache's last column,
         filled only so far): only those are placed and reloaded (runtime.execute). `into`: outputs
-        written into the caller's arrays (`execute(outputs_into=)`: the new cache rows)."""
+        written into the caller's arrays (`execute(outputs_into=)`: the new cache rows). `remat`: the plan
+        may recompute an evicted tensor instead of moving it (a training step's activations)."""
         if memgraph is None:  # `memgraph`: the caller compiled (or took) it already
-            memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu")
+            memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu", remat)
         self._runs += 1
         current = self._identities(graph, identities or {})
         refresh = refresh or {}
@@ -630,8 +631,8 @@ class Session:
                                                      if node.op == "input" and node.id in self.weights}
         return {**weights, **{name: identity for name, identity in identities.items() if name in graph.nodes}}
 
-    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu") -> MemGraph:
-        key = (*key, inputs)
+    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu", remat: bool = False) -> MemGraph:
+        key = (*key, inputs, remat)
         if key in self.cache:
             self.cache.move_to_end(key)
             self.cache_hits += 1
@@ -639,29 +640,31 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph)
-        memgraph = self._plan(graph, inputs, stats)
+        memgraph = self._plan(graph, inputs, stats, remat)
         smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
         if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
             self._shrink_arena(smaller)
-            memgraph = self._plan(graph, inputs, stats)
+            memgraph = self._plan(graph, inputs, stats, remat)
         stats.compile_seconds += time.perf_counter() - began
         self.cache[key] = memgraph
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
         return memgraph
 
-    def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult) -> MemGraph:
-        """`graph`'s plan at the session's arena: from the plan folder, or compiled (and written there)."""
+    def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult, remat: bool = False) -> MemGraph:
+        """`graph`'s plan at the session's arena: from the plan folder, or compiled (and written there); with
+        `remat`, kept apart from the plans without it (as `choice_cache.plan_path` keeps them)."""
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
-        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, self.schedule, inputs, kept)}.json"
+        schedule = f"{self.schedule} remat" if remat else self.schedule
+        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, schedule, inputs, kept)}.json"
         memgraph = read_plan(path, graph, self.arena) if path is not None else None
         if memgraph is not None:
             self.disk_hits += 1
             stats.cache_hits += 1
             stats.plans_read += 1
             return memgraph
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept)
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept, remat=remat)
         if path is not None:
             write_plan(path, memgraph)
         self.compiles += 1

@@ -42,6 +42,7 @@ heads interleave, does), element by element otherwise. A bfloat16 block's arena 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -80,11 +81,9 @@ def uses_torch(provider: str) -> bool:
 
 
 def have_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether triton is installed, found without importing it: `auto` ranks triton's plan by the sim
+    before anything runs, and importing triton (most of a second) is paid only where its plan wins."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def have_torch_cuda() -> bool:

@@ -13,10 +13,10 @@ another dimension, so the choice is the plain search's candidate for candidate:
 - candidates are compiled and simulated in forked processes (turnip/forks.py), one per core, reading
   their deadlines from shared memory as the parent lowers them. A core the dimension at hand leaves idle
   takes the later dimensions' candidates around each of its contenders (the best so far, then those not
-  yet evaluated: each may win), the likeliest path first: the best so far's own contenders, depth first
-  (`_wanted`). Those a result makes obsolete (their contender lost) are stopped. With 16 cores, 7b at
-  128k / 2 GiB has the winner's later dimensions under way before the first dimension is ranked (13.3 s
-  of choosing with the best-so-far's dimensions only, docs/benchmarks.md). The default plan is compiled in this process while
+  yet evaluated: each may win), level by level, the likeliest path first within a level (`_wanted`).
+  Those a result makes obsolete (their contender lost) are stopped. With 16 cores, 7b at 128k / 2 GiB
+  then has the winning layer order's later dimensions under way before the first dimension is ranked
+  (docs/benchmarks.md). The default plan is compiled in this process while
   forks take the first dimension's others (most often it is the one run); graphs below `FORK_FROM` tasks
   are not forked (a fork and the plan's way back cost more than their compile). A forked candidate that
   is the best of its rank when it finishes leaves its plan pickled in a scratch folder; the path's
@@ -264,24 +264,23 @@ class Search:
         self.graphs = {key: graph for key, graph in self.graphs.items() if key == _graph_of(path)}
 
     def _wanted(self) -> list[Candidate]:
-        """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, depth
-        first, each later dimension's around each contender of the dimension before it (`_contenders`: the
-        best so far first), so that the cores a dimension leaves idle go to the likeliest path's later
-        dimensions, then to the others that may still win. Not the default plan while it is compiled here."""
+        """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, level by
+        level, each later dimension's around each contender of the dimension before it (`_contenders`: the
+        best so far first), so that the cores a dimension leaves idle go to the next dimension around every
+        candidate that may still win before they go deeper, the likeliest path first within a level. Not
+        the default plan while it is compiled here."""
         wanted: dict[Candidate, None] = {}
-
-        def visit(step: int, around: Candidate) -> None:
-            if step == len(self.dimensions):
-                return
-            group = self.prefill.candidates(self.dimensions[step], around)
-            for candidate in group:
-                if candidate not in self.results and candidate not in wanted and candidate != self.in_process:
-                    wanted[candidate] = None
-                    self.step_of[candidate] = step
-            for contender in self._contenders(group, around):
-                visit(step + 1, contender)
-
-        visit(self.step, self.path)
+        frontier = [self.path]
+        for step in range(self.step, len(self.dimensions)):
+            contenders: dict[Candidate, None] = {}
+            for around in frontier:
+                group = self.prefill.candidates(self.dimensions[step], around)
+                for candidate in group:
+                    if candidate not in self.results and candidate not in wanted and candidate != self.in_process:
+                        wanted[candidate] = None
+                        self.step_of[candidate] = step
+                contenders.update(dict.fromkeys(self._contenders(group, around)))
+            frontier = list(contenders)
         return list(wanted)
 
     def _contenders(self, group: list[Candidate], around: Candidate) -> list[Candidate]:

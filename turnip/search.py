@@ -16,9 +16,9 @@ another dimension, so the choice is the plain search's candidate for candidate:
   yet evaluated: each may win), level by level, the likeliest path first within a level (`_wanted`).
   Those a result makes obsolete (their contender lost) are stopped. With 16 cores, 7b at 128k / 2 GiB
   then has the winning layer order's later dimensions under way before the first dimension is ranked
-  (docs/benchmarks.md). The default plan is compiled in this process while
-  forks take the first dimension's others (most often it is the one run); graphs below `FORK_FROM` tasks
-  are not forked (a fork and the plan's way back cost more than their compile). A forked candidate that
+  (docs/benchmarks.md). The default plan is forked too, first, so this process stays free to give
+  each finished candidate's core to the next; graphs below `FORK_FROM` tasks are compiled here, the
+  default plan first, and not forked (a fork and the plan's way back cost more than their compile). A forked candidate that
   is the best of its rank when it finishes leaves its plan pickled in a scratch folder; the path's
   taskgraph is held here, so the schedules' candidates (forked ones too) and the plan chosen use it;
 - the plans are compiled without the verify stage; the one chosen is verified (`verified`).
@@ -206,8 +206,6 @@ class Search:
         self.index: dict[Candidate, int] = {}
         self.deadlines = [math.inf] * _capacity(prefill, dimensions)
         self.graphs: dict[tuple, llama.LlamaGraph] = {}
-        self.in_process: Candidate | None = None
-        """The candidate being evaluated in this process (the default plan, while forks start)."""
 
     def run(self, workers: int | None) -> LlamaChoice:
         try:
@@ -220,8 +218,10 @@ class Search:
             self._close()
 
     def _evaluate_start(self, workers: int | None) -> Outcome:
-        """The default plan, compiled here; forked processes meanwhile take the other wanted candidates
-        (`_wanted`) that are not more loop-bound than it (the others wait for a deadline)."""
+        """The default plan's outcome. With forks, it is forked first and the other wanted candidates
+        (`_wanted`) that are not more loop-bound than it take the other cores (the others wait for a
+        deadline), each finished one's core given to the next at once (compiled here, the default kept
+        this process from collecting them: 7b's at 128k takes seconds). Without, it is compiled here."""
         built = self.graphs[_graph_of(self.path)] = self.prefill.build(self.path)
         slots = workers or forks.cores()
         if slots > 1 and len(built.graph) >= FORK_FROM and forks.available(self.processes):
@@ -229,13 +229,13 @@ class Search:
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
             self.deadlines = self.pool.context.RawArray("d", self.deadlines)
             floor = link_floor(self.prefill, self.path, self.cost)
-            self.in_process = self.path
-            early = [c for c in self._wanted() if link_floor(self.prefill, c, self.cost) <= floor]
-            self.pool.slots -= 1  # this process is busy with the default plan meanwhile
-            self._fill(early)
-            self.pool.slots += 1
+            early = lambda: [c for c in self._wanted() if c != self.path and link_floor(self.prefill, c, self.cost) <= floor]
+            self._fill([self.path, *early()])
+            while self.path not in self.results:
+                self._collect()
+                self._fill(early())
+            return self.results[self.path]
         outcome = evaluate(self.prefill, self.target, self.path, lambda: math.inf, self.remat, self.cost, built)
-        self.in_process = None
         self._record(self.path, outcome)
         return outcome
 
@@ -267,8 +267,7 @@ class Search:
         """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, level by
         level, each later dimension's around each contender of the dimension before it (`_contenders`: the
         best so far first), so that the cores a dimension leaves idle go to the next dimension around every
-        candidate that may still win before they go deeper, the likeliest path first within a level. Not
-        the default plan while it is compiled here."""
+        candidate that may still win before they go deeper, the likeliest path first within a level."""
         wanted: dict[Candidate, None] = {}
         frontier = [self.path]
         for step in range(self.step, len(self.dimensions)):
@@ -276,7 +275,7 @@ class Search:
             for around in frontier:
                 group = self.prefill.candidates(self.dimensions[step], around)
                 for candidate in group:
-                    if candidate not in self.results and candidate not in wanted and candidate != self.in_process:
+                    if candidate not in self.results and candidate not in wanted:
                         wanted[candidate] = None
                         self.step_of[candidate] = step
                 contenders.update(dict.fromkeys(self._contenders(group, around)))
@@ -364,8 +363,14 @@ class Search:
 
     def _choice(self, how: str, steps: list[Step]) -> LlamaChoice:
         outcome = self.results[self.path]
-        memgraph = outcome.memgraph if outcome.memgraph is not None else pickle.loads(Path(outcome.kept).read_bytes())
         built = self.graphs.get(_graph_of(self.path)) or self.prefill.build(self.path)
+        if outcome.memgraph is not None:
+            memgraph = outcome.memgraph
+        elif outcome.kept is not None:
+            memgraph = pickle.loads(Path(outcome.kept).read_bytes())
+        else:  # the default taken unbound after a faster candidate had finished: its fork kept no plan
+            memgraph = compile_taskgraph(built.graph, self.target.arena_of(built.graph), self.path.schedule, remat=self.remat,
+                                         verify=False)
         counts: dict[str, int] = {}
         for result in self.results.values():
             counts[result.kind] = counts.get(result.kind, 0) + 1

@@ -204,40 +204,51 @@ def lower_grad(prog: Program, step, d_out: Blocked, names: dict[int, str]) -> di
         return [prog._read(x, key, gpu) for x, key in blocks]
 
     grads = {}
-    if 0 in names:
+    readers: dict[int, list] = {}
+    for i, seen in enumerate(links):
+        for j, masked in seen:
+            readers.setdefault(j, []).append((i, j, masked))
+    wants_q, wants_kv = 0 in names, 1 in names or 2 in names
+    if wants_q:
         grads[0] = prog._new(names[0], q.shape, q.dtype, q.splits)
-        for i, g in product(range(len(links)), range(groups)):
-            gpu = _grad_site(prog, step, i, g, (q, packed, d_out))
-            chain = [(i, j, masked) for j, masked in links[i]]
-            grads[0].blocks[(i, g)] = _chain(prog, chain, partial(operands, g=g, gpu=gpu), gpu, "q", attrs, grads[0].block_id((i, g)))
-    if 1 in names or 2 in names:
-        readers: dict[int, list] = {}
-        for i, seen in enumerate(links):
-            for j, masked in seen:
-                readers.setdefault(j, []).append((i, j, masked))
-        kv = {n: prog._new(names[n], x.shape, x.dtype, x.splits) for n, x in ((1, k), (2, v)) if n in names}
-        for j, g in product(sorted(readers), range(groups)):
-            gpu = _grad_site(prog, step, j, g, (k, v))
-            both = _chain(prog, readers[j], partial(operands, g=g, gpu=gpu), gpu, "kv", attrs, f"{step.result.name}.dkv[{j},{g}]")
-            rows = k.block_shape((j, g))[0]
-            for n, x in kv.items():
-                span = {"start": 0, "stop": rows} if n == 1 else {"start": rows, "stop": 2 * rows}
-                x.blocks[(j, g)] = prog.graph.kernel("rows", both, device=gpu, id=x.block_id((j, g)), **span)
-        grads |= kv
-    return grads
+    kv = {n: prog._new(names[n], x.shape, x.dtype, x.splits) for n, x in ((1, k), (2, v)) if n in names}
+    for g in range(groups):
+        q_sites = {i: _grad_site(prog, step, i, g, (q, packed, d_out)) for i in range(len(links))} if wants_q else {}
+        q_chains = {i: _Chain("q", len(links[i]), grads[0].block_id((i, g))) for i in q_sites}
+        for j in sorted(readers):  # key block by key block: a pair's two links one after the other (module docstring)
+            kv_site = _grad_site(prog, step, j, g, (k, v)) if wants_kv else None
+            kv_chain = _Chain("kv", len(readers[j]), f"{step.result.name}.dkv[{j},{g}]")
+            for i, _, masked in readers[j]:
+                if wants_q:
+                    q_chains[i].link(prog, i, j, masked, partial(operands, g=g, gpu=q_sites[i]), q_sites[i], attrs)
+                if wants_kv:
+                    kv_chain.link(prog, i, j, masked, partial(operands, g=g, gpu=kv_site), kv_site, attrs)
+            if wants_kv:
+                rows = k.block_shape((j, g))[0]
+                for n, x in kv.items():
+                    span = {"start": 0, "stop": rows} if n == 1 else {"start": rows, "stop": 2 * rows}
+                    x.blocks[(j, g)] = prog.graph.kernel("rows", kv_chain.prev, device=kv_site, id=x.block_id((j, g)), **span)
+        for i, chain in q_chains.items():
+            grads[0].blocks[(i, g)] = chain.prev
+    return grads | kv
 
 
-def _chain(prog: Program, links: list[tuple[int, int, dict]], operands, gpu: int, wrt: str, attrs: dict, task_id: str):
-    """One chain of `attention_grad` links (query block, key block, masks), the last one final and named
-    `task_id`; `operands(i, j)` reads a link's five operands on `gpu`."""
-    prev = None
-    for n, (i, j, masked) in enumerate(links):
-        last = n == len(links) - 1
-        link = attrs | masked | {"wrt": wrt} | ({"causal": True} if i == j else {}) | ({} if last else {"final": False})
-        args = operands(i, j) + ([prev] if prev is not None else [])
-        link_id = task_id if last else f"{task_id}.{wrt}{j if wrt == 'q' else i}"
-        prev = prog.graph.kernel("attention_grad", *args, device=gpu, id=link_id, **link)
-    return prev
+class _Chain:
+    """One chain of `attention_grad` links (wrt `wrt`: q over the key blocks, or kv over the query blocks), built
+    a link at a time: `length` links, the last one final and named `task_id`."""
+
+    def __init__(self, wrt: str, length: int, task_id: str):
+        self.wrt, self.length, self.task_id = wrt, length, task_id
+        self.prev, self.count = None, 0
+
+    def link(self, prog: Program, i: int, j: int, masked: dict, operands, gpu: int, attrs: dict) -> None:
+        """The next link, for query block i and key block j; `operands(i, j)` reads its five operands on `gpu`."""
+        self.count += 1
+        last = self.count == self.length
+        link = attrs | masked | {"wrt": self.wrt} | ({"causal": True} if i == j else {}) | ({} if last else {"final": False})
+        args = operands(i, j) + ([self.prev] if self.prev is not None else [])
+        link_id = self.task_id if last else f"{self.task_id}.{self.wrt}{j if self.wrt == 'q' else i}"
+        self.prev = prog.graph.kernel("attention_grad", *args, device=gpu, id=link_id, **link)
 
 
 def _grad_site(prog: Program, step, t: int, g: int, reads: tuple[Blocked, ...]) -> int:

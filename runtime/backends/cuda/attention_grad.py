@@ -12,9 +12,10 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   _backward`) on zero-copy views of q, k, v and dO, with O converted to q's dtype and the log-sum-exp made
   contiguous from the packed partial (what the forward op would have saved: the packed partial gives all it
   needs, O and the log-sum-exp of the scaled scores in natural log over every key); grouped kv heads are
-  expanded for it, as the forward's are. The op computes dQ, dK and dV together, so a link keeps the one it
-  is for: each (query block, key block) pair is computed twice, once per chain (the graph's chains are
-  separate vertices; a fused link would halve this). Then `kernels_train.attention_grad_finish` sums a kv
+  expanded for it, as the forward's are. The op computes dQ, dK and dV together: the GPU's last result is kept
+  for the pair's other link (`GradShare`: same operand nodes, same attributes), which the frontend writes
+  next (frontend/attention.py: key block by key block, a pair's two links together), so a pair is
+  computed once where its links run one after the other on the attention stream, and twice otherwise. Then `kernels_train.attention_grad_finish` sums a kv
   head's query heads and adds `prev`, into the arena. It runs on the GPU's attention stream, as the forward
   (attention.py); torch's allocator holds its outputs (`library_bytes`), warmed up per shape in `prepare`.
   Taken where the forward's provider launches through torch (`uses_torch`), for float16 and bfloat16 blocks
@@ -26,7 +27,8 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   the GEMMs' beta), into float32 scratch, which the finish adds to `prev`. Scores never exceed one chunk:
   `grad_chunks` sizes it within GRAD_SCRATCH, and `scratch_bytes` tells the budget. What the CUDA simulator
   runs (numpy GEMMs), and the GPU's path for float32 and float64 blocks, windows, and the cublas provider.
-`TURNIP_ATTENTION_GRAD` (`cublas`, `flash`, `cudnn`) picks one path for every half block for A/B runs.
+`TURNIP_ATTENTION_GRAD` (`cublas`, `flash`, `cudnn`) picks one path for every half block for A/B runs;
+`TURNIP_ATTENTION_GRAD_SHARE=0` computes every link's fused backward anew (the torch paths, A/B runs).
 """
 
 from __future__ import annotations
@@ -61,9 +63,49 @@ if TYPE_CHECKING:  # services.py stands above the builders (through devices.py):
 PATH_ENV = "TURNIP_ATTENTION_GRAD"
 """`cublas`, `flash` or `cudnn`: the path of every half block whatever the provider (an ablation for A/B
 runs and a way round a torch op that fails); unset or `auto`: `grad_path`'s rule."""
+SHARE_ENV = "TURNIP_ATTENTION_GRAD_SHARE"
+"""`0`: every torch-path link runs the fused backward itself; anything else, or unset: a pair's second link
+takes the first's result (`GradShare`)."""
 GRAD_SCRATCH = 256 << 20
 """Bytes of lane scratch a cublas block may take at most (its scores, their gradients and the float32 partial
 gradients of one chunk): one kv head of 7b's 4096 x 4096 blocks takes 192 MiB."""
+
+
+def sharing() -> bool:
+    """Whether a pair's two torch-path links share one fused backward (`SHARE_ENV`)."""
+    return os.environ.get(SHARE_ENV, "1") != "0"
+
+
+class GradShare:
+    """One GPU's last fused backward on its attention stream, kept for the other link of its (query block,
+    key block) pair: torch's dQ, dK and dV of the same operand nodes (memgraph nodes, whose contents do
+    not change while they are read) under the same attributes. The link that computes first keeps it; the
+    pair's other link takes it if nothing was kept since, else computes it again and keeps nothing (its
+    pair is done: `done`). Emptied at each run's start (`new_run`): a plan run again reads new values
+    from the same nodes. One result at a time: `library_bytes` allows torch one more block's outputs."""
+
+    def __init__(self):
+        self.entry: tuple[tuple, object] | None = None
+        self.done: set[tuple] = set()
+        self.taken = self.computed = 0
+        """Links that took a kept result, links that computed one (since the backend was made)."""
+
+    def take(self, key: tuple):
+        if self.entry is not None and self.entry[0] == key:
+            grads, self.entry = self.entry[1], None
+            self.taken += 1
+            return grads
+        return None
+
+    def keep(self, key: tuple, grads) -> None:
+        self.computed += 1
+        if key not in self.done:
+            self.done.add(key)
+            self.entry = (key, grads)
+
+    def new_run(self) -> None:
+        self.entry = None
+        self.done.clear()
 
 
 def grad_path(provider: str, dtype: str, attrs: dict) -> str:
@@ -350,8 +392,15 @@ def build_torch(node, inputs, out, env: KernelEnv, path: str) -> Work:
     targets = [(index, _params(out[rows]), _params(b.prev[rows] if b.prev is not None else b.packed), group, rows.stop - rows.start)
                for index, rows, group in parts]
 
+    share = env.grad_share(env.device_of(node)) if sharing() and env.attention_stream(env.device_of(node)) is not None else None
+    key = (tuple(node.inputs[:5]), b.causal, b.window, b.offset, b.scale, b.heads, b.kv_heads)
+
     def block(launch_stream):
-        grads = fused()
+        grads = share.take(key) if share is not None else None
+        if grads is None:
+            grads = fused()
+            if share is not None:
+                share.keep(key, grads)
         for index, out_params, prev_params, group, count in targets:
             g = grads[index][0]  # [heads, rows, d]
             strides = tuple(s * g.element_size() for s in g.stride())
@@ -364,8 +413,13 @@ def build_torch(node, inputs, out, env: KernelEnv, path: str) -> Work:
         on_attention_stream(env, node, lane, block)
 
     def warm(lane):
-        """Run only torch's part (it reads the arena and writes torch's own memory): fills torch's caches."""
-        on_attention_stream(env, node, lane, lambda _launch: fused())
+        """Run only torch's part (it reads the arena and writes torch's own memory): fills torch's caches,
+        with one result held while the next is computed where results are shared (`GradShare`)."""
+        def twice(_launch):
+            held = fused() if share is not None else None
+            fused()
+            del held
+        on_attention_stream(env, node, lane, twice)
 
     work.warm = warm
     work.per_gpu = env.attention_stream(env.device_of(node)) is not None
@@ -393,7 +447,8 @@ def library_bytes(node, sources, provider: str) -> int:
     inner = rounded * width * 4 + 2 * heads * rounded * 4
     if path == "torch-cudnn":
         inner += tq * width * 4
-    return TORCH_STREAM + handed + expanded + outputs + inner
+    held = outputs if sharing() else 0  # a pair's first result, kept for its second link (GradShare)
+    return TORCH_STREAM + handed + expanded + outputs + inner + held
 
 
 def build(node, inputs, out, env: KernelEnv) -> Work | None:

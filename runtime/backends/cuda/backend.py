@@ -96,6 +96,8 @@ class CudaBackend(Backend):
         self.devices: DeviceSet | None = None
         self.libraries = Libraries()
         self.services: KernelServices | None = None
+        self.grad_shares: dict = {}
+        """Per GPU, attention_grad's GradShare (the services' own dict, kept for `notes` after close)."""
         self.clock: Clock | None = None
         self.notifier = None
         self.sampler: MemorySampler | None = None
@@ -146,6 +148,7 @@ class CudaBackend(Backend):
                     self.loaded.clear()
             self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
         self._load(graph, inputs, keep)
+        self.services.new_run()  # attention_grad.GradShare: nothing kept from the last run's values
         self.stats["prepare_s"] = time.perf_counter() - began
 
     def _set_up(self, graph: ExecGraph) -> None:
@@ -157,6 +160,7 @@ class CudaBackend(Backend):
         self.devices = devices = DeviceSet.open(driver, graph, scratch_per_lane(graph.memgraph.nodes, self.attention))
         self.libraries = driver.open_libraries(devices, graph.lanes, attention.uses_torch(self.attention))
         self.services = KernelServices(driver, devices, self.libraries, self.attention)
+        self.grad_shares = self.services.grad_shares  # the summary's count outlives the services (close)
         # events for as deep as any plan may queue (a plan that moves nothing queues its compute lanes deeper)
         deepest = {"compute": resident_depth(self.queue_depth, self.device_deps)}
         pools = [2 * sum(deepest.get(lane.kind, self.copy_queue_depth) + 1 for lane in graph.lanes if lane.device == d)
@@ -458,6 +462,10 @@ class CudaBackend(Backend):
                          f"{[format_size(p) for p in peaks]}, of which the CUDA context {format_size(max(held.context_bytes))}")
         if "peak_drop" in self.stats:
             lines.append(f"cuda: largest drop in free GPU memory while running {format_size(self.stats['peak_drop'])} per GPU {self.stats['peak_drop_per_gpu']}")
+        shares = self.grad_shares.values()
+        computed, taken = sum(share.computed for share in shares), sum(share.taken for share in shares)
+        if computed:
+            lines.append(f"cuda: attention backward: {taken} links took their pair's fused result, {computed} computed one")
         return lines
 
     # ----- close: tear down, once --------------------------------------------------------------------------

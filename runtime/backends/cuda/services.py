@@ -80,6 +80,9 @@ class KernelEnv(Protocol):
     def attention_stream(self, device: int):
         """The GPU's one stream for torch's attention (libraries.AttentionStream; torch providers only; None with TURNIP_ATTENTION_STREAM=lane)."""
 
+    def grad_share(self, device: int):
+        """The GPU's last fused attention backward, kept for its pair's other link (attention_grad.GradShare)."""
+
     def device_of(self, node) -> int:
         """The GPU a memgraph node lives on."""
 
@@ -95,6 +98,8 @@ class KernelServices:
         self.vector_loads = driver.vector_loads
         self.launch_streams = devices.launch_streams
         self.cache = BuildCache()
+        self.grad_shares: dict[int, object] = {}
+        """Per GPU, its attention stream's last fused backward (attention_grad.GradShare)."""
 
     def launch(self, kernel, griddim, blockdim, args: tuple, shared: int = 0) -> Launch:
         return self.driver.prepare_launch(kernel, griddim, blockdim, args, shared)
@@ -119,6 +124,17 @@ class KernelServices:
 
     def device_of(self, node) -> int:
         return node.device
+
+    def grad_share(self, device: int):
+        """The GPU's `attention_grad.GradShare`, made on first use."""
+        from runtime.backends.cuda.attention_grad import GradShare
+
+        return self.grad_shares.setdefault(device, GradShare())
+
+    def new_run(self) -> None:
+        """A run starts: what was kept for the last one's links goes (`GradShare.new_run`)."""
+        for share in self.grad_shares.values():
+            share.new_run()
 
     def cublas(self, lane: int) -> int:
         """cuBLAS's handle for the lane's GPU, with CuPy's current stream set to the lane's stream."""

@@ -86,6 +86,7 @@ class Executor:
             callback.start(self.graph)
         failed = True
         try:
+            self.backend.run_starts()
             self._begin()
             while self.done < len(self.graph):
                 assert self.running > 0, "executor deadlock: vertices remain but nothing runs"

@@ -267,3 +267,25 @@ def test_execute_with_close_false_runs_several_memgraphs_on_one_cpu_backend():
         backend.close()
     assert threads[0] == threads[1] == threads[2] and all(t.is_alive() is False for t in threads[0])
     assert sizes[1] == sizes[0] and sizes[2] > sizes[0]  # the small plan reuses the arena, the large one grows it
+
+
+def test_every_run_starts_with_the_backends_run_starts_prepared_or_not():
+    """A prepared backend runs its graph again without `prepare` (bench/cuda_common.py's loops): the
+    executor tells it each run's start (`Backend.run_starts`), where the cuda backend drops what it kept
+    from the last run's values."""
+
+    class Counting(FakeBackend):
+        starts = 0
+
+        def run_starts(self):
+            self.starts += 1
+            self.log.append(("run starts", None, self.clock))
+
+    graph = build_exec_graph(_graph(CHAIN), 1)
+    backend = Counting()
+    backend.prepare(graph, {})
+    for run in range(3):
+        Executor(graph, backend, make_policy("nondet", graph, run), []).run()
+    assert backend.starts == 3
+    assert [entry[0] for entry in backend.log][:2] == ["run starts", "submit"]
+    assert [entry[0] for entry in backend.log].count("run starts") == 3

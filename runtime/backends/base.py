@@ -134,6 +134,12 @@ class Backend:
         """Block until at least one submitted vertex completes; return every completion available, in lane order."""
         raise NotImplementedError
 
+    def run_starts(self) -> None:
+        """A run of the prepared graph starts (the executor's first call, every run, whether or not
+        `prepare` came before it: a prepared backend runs its graph again). A backend drops here what it
+        kept from the last run's values (the cuda backend: attention_grad's `GradShare`). By default
+        nothing is done."""
+
     def pieces_ahead(self, tasks: frozenset[str]) -> None:
         """Before `prepare`: the outputs the next run's `output_targets` names in pieces (empty: none). A
         backend may then keep no storage of its own for what only those pieces read (the cuda backend: the

@@ -15,7 +15,8 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   expanded for it, as the forward's are. The op computes dQ, dK and dV together: the GPU's last result is kept
   for the pair's other link (`GradShare`: same operand nodes, same attributes), which the frontend writes
   next (frontend/attention.py: key block by key block, a pair's two links together), so a pair is
-  computed once where its links run one after the other on the attention stream, and twice otherwise. Then `kernels_train.attention_grad_finish` sums a kv
+  computed once where its links run one after the other on the attention stream, and twice otherwise
+  (with `TURNIP_ATTENTION_GRAD_SHARE=1`; off by default, each link computing its own, until measured). Then `kernels_train.attention_grad_finish` sums a kv
   head's query heads and adds `prev`, into the arena. It runs on the GPU's attention stream, as the forward
   (attention.py); torch's allocator holds its outputs (`library_bytes`), warmed up per shape in `prepare`.
   Taken where the forward's provider launches through torch (`uses_torch`), for float16 and bfloat16 blocks
@@ -28,7 +29,7 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   `grad_chunks` sizes it within GRAD_SCRATCH, and `scratch_bytes` tells the budget. What the CUDA simulator
   runs (numpy GEMMs), and the GPU's path for float32 and float64 blocks, windows, and the cublas provider.
 `TURNIP_ATTENTION_GRAD` (`cublas`, `flash`, `cudnn`) picks one path for every half block for A/B runs;
-`TURNIP_ATTENTION_GRAD_SHARE=0` computes every link's fused backward anew (the torch paths, A/B runs).
+`TURNIP_ATTENTION_GRAD_SHARE=1` shares a pair's fused backward between its two links (the torch paths).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ PATH_ENV = "TURNIP_ATTENTION_GRAD"
 """`cublas`, `flash` or `cudnn`: the path of every half block whatever the provider (an ablation for A/B
 runs and a way round a torch op that fails); unset or `auto`: `grad_path`'s rule."""
 SHARE_ENV = "TURNIP_ATTENTION_GRAD_SHARE"
-"""`0`: every torch-path link runs the fused backward itself; anything else, or unset: a pair's second link
-takes the first's result (`GradShare`)."""
+"""`1`: a pair's second torch-path link takes the first's fused result (`GradShare`); anything else, or
+unset: every link runs the fused backward itself. Off by default until a GPU measures it: the one A/B
+(2026-12-06, docs/training.md) shared only in each backend's first run, for the run-start hook came after."""
 GRAD_SCRATCH = 256 << 20
 """Bytes of lane scratch a cublas block may take at most (its scores, their gradients and the float32 partial
 gradients of one chunk): one kv head of 7b's 4096 x 4096 blocks takes 192 MiB."""
@@ -73,7 +75,7 @@ gradients of one chunk): one kv head of 7b's 4096 x 4096 blocks takes 192 MiB.""
 
 def sharing() -> bool:
     """Whether a pair's two torch-path links share one fused backward (`SHARE_ENV`)."""
-    return os.environ.get(SHARE_ENV, "1") != "0"
+    return os.environ.get(SHARE_ENV, "0") == "1"
 
 
 class GradShare:
@@ -81,8 +83,8 @@ class GradShare:
     key block) pair: torch's dQ, dK and dV of the same operand nodes (memgraph nodes, whose contents do
     not change while they are read) under the same attributes. The link that computes first keeps it; the
     pair's other link takes it if nothing was kept since, else computes it again and keeps nothing (its
-    pair is done: `done`). Emptied at each run's start (`new_run`): a plan run again reads new values
-    from the same nodes. One result at a time: `library_bytes` allows torch one more block's outputs."""
+    pair is done: `done`). Emptied at each run's start (`new_run`, from `CudaBackend.run_starts`): a plan
+    run again reads new values from the same nodes. One result at a time: `library_bytes` allows torch one more block's outputs."""
 
     def __init__(self):
         self.entry: tuple[tuple, object] | None = None

@@ -148,7 +148,6 @@ class CudaBackend(Backend):
                     self.loaded.clear()
             self.stats["workspace_bytes"] = self.devices.workspaces[0].nbytes if self.devices.workspaces else 0
         self._load(graph, inputs, keep)
-        self.services.new_run()  # attention_grad.GradShare: nothing kept from the last run's values
         self.stats["prepare_s"] = time.perf_counter() - began
 
     def _set_up(self, graph: ExecGraph) -> None:
@@ -405,6 +404,10 @@ class CudaBackend(Backend):
 
     def external_inputs(self) -> set[str]:
         return self.views.external_tasks if self.views is not None else set()
+
+    def run_starts(self) -> None:
+        if self.services is not None:
+            self.services.new_run()  # attention_grad.GradShare: nothing kept from the last run's values
 
     def pieces_ahead(self, tasks: frozenset[str]) -> None:
         """The next load gives the first offload of each of `tasks` that no reload reads no storage

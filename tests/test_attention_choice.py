@@ -119,3 +119,24 @@ def test_the_commands_print_autos_choice_and_run_with_it(tmp_path, capsys, monke
     line = next(line for line in out.splitlines() if line.startswith("attention auto:"))
     assert line.startswith("attention auto: cublas (sim predictions: cublas ") and ", torch-cudnn " in line
     assert chosen == ["cublas"] and "attention cublas" in out
+
+
+def test_triton_is_found_without_importing_it_and_one_that_does_not_import_fails_in_one_line(monkeypatch):
+    """`auto` ranks triton's plan where triton is installed (`have_triton`, a spec lookup: the run that takes
+    torch-cudnn pays no import); an install that does not import is a KernelError when its kernel is asked."""
+    import importlib.util
+    import sys
+
+    from runtime.backends.cuda import attention, attention_triton
+    from turnip_ir.errors import KernelError
+
+    assert attention.have_triton() == (importlib.util.find_spec("triton") is not None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "triton" else object())
+    assert not attention.have_triton()
+    monkeypatch.setitem(sys.modules, "runtime.backends.cuda.attention_triton_kernel", None)  # its import fails
+    attention_triton.kernel.cache_clear()
+    try:
+        with pytest.raises(KernelError, match="attention provider 'triton': triton is installed but does not import"):
+            attention_triton.kernel()
+    finally:
+        attention_triton.kernel.cache_clear()

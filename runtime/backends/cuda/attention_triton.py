@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from turnip_ir.errors import InputError
+from turnip_ir.errors import InputError, KernelError
 
 LOG2E = 1.4426950408889634
 ENVIRONMENT = "TURNIP_TRITON_ATTENTION"
@@ -82,8 +82,12 @@ def supported(heads: int, kv_heads: int, d: int, dtype: str) -> bool:
 
 @lru_cache(maxsize=None)
 def kernel():
-    """The jitted kernel (imported on first use: the module needs triton, which is optional)."""
-    from runtime.backends.cuda import attention_triton_kernel
+    """The jitted kernel (imported on first use: the module needs triton, which is optional; `auto` finds
+    triton installed without importing it, so an install that does not import fails here, in one line)."""
+    try:
+        from runtime.backends.cuda import attention_triton_kernel
+    except ImportError as err:
+        raise KernelError(f"attention provider 'triton': triton is installed but does not import ({err})") from None
 
     return attention_triton_kernel.attention_block
 

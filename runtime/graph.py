@@ -61,6 +61,10 @@ class ExecGraph:
     """Whether the plan copies between host and GPUs during its run (any reload or offload)."""
     input_reloads: dict[str, list[int]] = field(default_factory=dict)
     """Input task -> the reload vertices that copy it from its host home (`residency.copy_limits`)."""
+    durations: list[float] = field(default_factory=list, repr=False, compare=False)
+    """Per vertex, `duration_cost.duration(node, sources)`: what the priorities summed, kept for the sim
+    backend, which prices each vertex so under the same cost model (0.0 for inputs)."""
+    duration_cost: CostModel | None = field(default=None, repr=False, compare=False)
     facts: dict = field(default_factory=dict, repr=False, compare=False)
     """What a summary reads of the plan alone (its arenas' high water, its recomputed ids), worked out
     at the first run and kept: a plan run again (a decode step) is not walked again for them."""
@@ -115,7 +119,8 @@ def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | Non
     resource = [_resource_of(node, memgraph.devices) for node in memgraph.nodes]
     moves = any(node.op in ("reload", "offload") for node in memgraph.nodes)
     graph = ExecGraph(memgraph, dep_count, dependents, sources, resource, [0.0] * count, lanes, lanes_of, all_deps, moves, input_reloads)
-    graph.priority = _critical_path(graph, cost or CostModel())
+    graph.duration_cost = cost or CostModel()
+    graph.priority = _critical_path(graph, graph.duration_cost)
     return graph
 
 
@@ -151,10 +156,11 @@ def _critical_path(graph: ExecGraph, cost: CostModel) -> list[float]:
     """Longest cost-weighted path from each vertex to a sink, computed backwards over the topological order."""
     nodes = graph.memgraph.nodes
     longest = [0.0] * len(nodes)
+    durations = [0.0] * len(nodes)
     for i in range(len(nodes) - 1, -1, -1):
         node = nodes[i]
-        own = 0.0
         if node.op != "input":
-            own = cost.duration(node, [nodes[s] for s in graph.sources[i]])
-        longest[i] = own + max((longest[d] for d in graph.dependents[i]), default=0.0)
+            durations[i] = cost.duration(node, [nodes[s] for s in graph.sources[i]])
+        longest[i] = durations[i] + max((longest[d] for d in graph.dependents[i]), default=0.0)
+    graph.durations = durations
     return longest

@@ -239,3 +239,35 @@ def test_nondet_starts_the_first_kernel_as_soon_as_the_plan_does_on_the_transfer
         run = execute(memgraph, backend="sim", order=order, verify=False)
         first[order] = min(c.start for c in run.recorder.completions if run.recorder.graph.lanes[c.lane].kind == "compute")
     assert first["nondet"] == pytest.approx(first["fixed"]) and first["fixed"] < 0.02
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_sim_prices_vertices_as_the_priorities_did_and_predicts_the_same(seed, monkeypatch):
+    """The sim takes each vertex's duration from the exec graph (`ExecGraph.durations`, what the critical
+    path summed) where the graph was built under its own cost model, else prices it itself: the same
+    makespans either way, and a sim of another cost model does not take the graph's."""
+    from passes.insert_offload import minimum_budget
+    from passes.pipeline import compile_taskgraph
+    from passes.place_devices import place_devices
+    from runtime.graph import build_exec_graph
+    from tools.random_graphs import random_taskgraph
+
+    graph = random_taskgraph(seed, tasks=50, devices=2, sizes=(8, 16), dtype="float32", mixed=True)
+    memgraph = compile_taskgraph(graph, int(minimum_budget(place_devices(graph)) * 1.3))
+    taken = execute(memgraph, backend=SimBackend(), order="fixed").summary.makespan
+    prepare = SimBackend.prepare
+
+    def pricing_itself(self, *args, **kwargs):
+        prepare(self, *args, **kwargs)
+        self.durations = None
+
+    monkeypatch.setattr(SimBackend, "prepare", pricing_itself)
+    assert execute(memgraph, backend=SimBackend(), order="fixed").summary.makespan == taken
+    monkeypatch.undo()
+    exec_graph = build_exec_graph(memgraph, 2)
+    slow = SimBackend(cost=replace(CostModel(), h2d_bw=CostModel().h2d_bw / 4))
+    slow.prepare(exec_graph, {})
+    assert slow.durations is None
+    fast = SimBackend()
+    fast.prepare(exec_graph, {})
+    assert fast.durations == exec_graph.durations and len(fast.durations) == len(memgraph.nodes)

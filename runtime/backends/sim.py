@@ -150,6 +150,8 @@ class SimBackend(Backend):
         rng = np.random.default_rng(self.seed)
         self.factor = rng.uniform(1.0 - self.jitter, 1.0 + self.jitter, size=len(graph)).tolist()
         self.limits: Mapping[int, int] = {}
+        self.durations = graph.durations if graph.durations and graph.duration_cost == self.cost else None
+        """The graph's own pricing of each vertex where it used this cost model (build_exec_graph)."""
 
     def limit_copies(self, limits: Mapping[int, int]) -> None:
         self.limits = dict(limits)
@@ -164,7 +166,7 @@ class SimBackend(Backend):
             work = float(node.nbytes if vertex not in self.limits else limited_bytes(node, self.limits[vertex]))
         else:
             sources = [self.graph.node(s) for s in self.graph.sources[vertex]]
-            work = self.cost.duration(node, sources)
+            work = self.durations[vertex] if self.durations is not None else self.cost.duration(node, sources)
         self.host = max(self.host, self.clock) + self.cost.host_time(node, sources)
         self.queued[lane.index].append(Submitted(vertex, self.host, work * self.factor[vertex]))
 

@@ -147,6 +147,8 @@ class SimBackend(Backend):
         self.unreported: deque[tuple[float, Completion]] = deque()
         self.ended = [graph.resource[v] < 0 for v in range(len(graph))]  # inputs are in place before the run
         self.deps = graph.deps
+        self.waits_at = [0] * len(graph)
+        """Per vertex, how many of its dependencies (`deps`, in order) are known to have ended."""
         rng = np.random.default_rng(self.seed)
         self.factor = rng.uniform(1.0 - self.jitter, 1.0 + self.jitter, size=len(graph)).tolist()
         self.limits: Mapping[int, int] = {}
@@ -195,7 +197,11 @@ class SimBackend(Backend):
             if not queue or index in self.active:
                 continue
             head = queue[0]
-            if not all(self.ended[d] for d in self.deps[head.vertex]):
+            deps, at = self.deps[head.vertex], self.waits_at[head.vertex]
+            while at < len(deps) and self.ended[deps[at]]:  # a vertex only ever ends: resume where the last look stopped
+                at += 1
+            self.waits_at[head.vertex] = at
+            if at < len(deps):
                 continue
             if head.issued > self.clock + EPSILON:
                 later = min(later, head.issued)

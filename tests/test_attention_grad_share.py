@@ -62,6 +62,15 @@ def test_the_second_link_takes_the_first_links_result_once_and_a_replaced_one_is
     assert share.take("b") == "b in the new run"
 
 
+def test_with_more_slots_the_oldest_kept_result_goes_first():
+    share = GradShare(slots=2)
+    for key in "abc":
+        share.keep(key, f"grads of {key}")  # a goes when c comes
+    assert share.take("a") is None
+    assert share.take("c") == "grads of c" and share.take("b") == "grads of b"
+    assert not share.kept
+
+
 @dataclass
 class _Source:
     shape: tuple
@@ -81,13 +90,15 @@ def test_torchs_allowance_holds_a_kept_result_only_where_results_are_shared(monk
     monkeypatch.setenv(SHARE_ENV, "1")
     shared = attention_grad.library_bytes(node, sources, "torch-cudnn")
     assert shared - alone == (4096 + 2 * 4096) * 4096 * 2  # dQ, dK and dV of one block in float16
+    monkeypatch.setenv(SHARE_ENV, "4")
+    assert attention_grad.library_bytes(node, sources, "torch-cudnn") - alone == 4 * (shared - alone)
     assert attention_grad.library_bytes(node, sources, "cublas") == 0
 
 
-@pytest.mark.parametrize("value, on", [(None, False), ("0", False), ("1", True), ("yes", False)])
-def test_sharing_is_off_unless_asked(monkeypatch, value, on):
+@pytest.mark.parametrize("value, slots", [(None, 0), ("0", 0), ("1", 1), ("4", 4), ("yes", 0), ("-2", 0)])
+def test_sharing_is_off_unless_asked(monkeypatch, value, slots):
     if value is None:
         monkeypatch.delenv(SHARE_ENV, raising=False)
     else:
         monkeypatch.setenv(SHARE_ENV, value)
-    assert attention_grad.sharing() is on
+    assert attention_grad.sharing() == slots

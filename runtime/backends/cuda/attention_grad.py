@@ -12,11 +12,12 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   _backward`) on zero-copy views of q, k, v and dO, with O converted to q's dtype and the log-sum-exp made
   contiguous from the packed partial (what the forward op would have saved: the packed partial gives all it
   needs, O and the log-sum-exp of the scaled scores in natural log over every key); grouped kv heads are
-  expanded for it, as the forward's are. The op computes dQ, dK and dV together: the GPU's last result is kept
-  for the pair's other link (`GradShare`: same operand nodes, same attributes), which the frontend writes
+  expanded for it, as the forward's are. The op computes dQ, dK and dV together: the GPU's last results are kept
+  for their pairs' other links (`GradShare`: same operand nodes, same attributes), which the frontend writes
   next (frontend/attention.py: key block by key block, a pair's two links together), so a pair is
   computed once where its links run one after the other on the attention stream, and twice otherwise
-  (with `TURNIP_ATTENTION_GRAD_SHARE=1`; off by default, each link computing its own, until measured). Then `kernels_train.attention_grad_finish` sums a kv
+  (with `TURNIP_ATTENTION_GRAD_SHARE=N`, N results kept; off by default, each link computing its own,
+  until measured). Then `kernels_train.attention_grad_finish` sums a kv
   head's query heads and adds `prev`, into the arena. It runs on the GPU's attention stream, as the forward
   (attention.py); torch's allocator holds its outputs (`library_bytes`), warmed up per shape in `prepare`.
   Taken where the forward's provider launches through torch (`uses_torch`), for float16 and bfloat16 blocks
@@ -29,7 +30,8 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   `grad_chunks` sizes it within GRAD_SCRATCH, and `scratch_bytes` tells the budget. What the CUDA simulator
   runs (numpy GEMMs), and the GPU's path for float32 and float64 blocks, windows, and the cublas provider.
 `TURNIP_ATTENTION_GRAD` (`cublas`, `flash`, `cudnn`) picks one path for every half block for A/B runs;
-`TURNIP_ATTENTION_GRAD_SHARE=1` shares a pair's fused backward between its two links (the torch paths).
+`TURNIP_ATTENTION_GRAD_SHARE=N` shares a pair's fused backward between its two links (the torch paths),
+keeping up to N results per GPU.
 """
 
 from __future__ import annotations
@@ -65,48 +67,55 @@ PATH_ENV = "TURNIP_ATTENTION_GRAD"
 """`cublas`, `flash` or `cudnn`: the path of every half block whatever the provider (an ablation for A/B
 runs and a way round a torch op that fails); unset or `auto`: `grad_path`'s rule."""
 SHARE_ENV = "TURNIP_ATTENTION_GRAD_SHARE"
-"""`1`: a pair's second torch-path link takes the first's fused result (`GradShare`); anything else, or
-unset: every link runs the fused backward itself. Off by default until a GPU measures it: the one A/B
-(2026-12-06, docs/training.md) shared only in each backend's first run, for the run-start hook came after."""
+"""N (a positive integer): a pair's second torch-path link takes the first's fused result if it is among
+the GPU's last N kept (`GradShare`); anything else, or unset: every link runs the fused backward itself.
+Off by default until a GPU measures it: the one A/B (2026-12-06, docs/training.md) shared only in each
+backend's first run, for the run-start hook came after. In the sim's dispatch order of 7b's 16k step
+(nondet), 1 kept result catches 31% of the pairs, 2 catch 56%, 4 catch 86% (fixed order: all, with 1)."""
 GRAD_SCRATCH = 256 << 20
 """Bytes of lane scratch a cublas block may take at most (its scores, their gradients and the float32 partial
 gradients of one chunk): one kv head of 7b's 4096 x 4096 blocks takes 192 MiB."""
 
 
-def sharing() -> bool:
-    """Whether a pair's two torch-path links share one fused backward (`SHARE_ENV`)."""
-    return os.environ.get(SHARE_ENV, "0") == "1"
+def sharing() -> int:
+    """How many fused backward results a GPU keeps for their pairs' second links (`SHARE_ENV`; 0: none)."""
+    value = os.environ.get(SHARE_ENV, "0")
+    return int(value) if value.isdigit() else 0
 
 
 class GradShare:
-    """One GPU's last fused backward on its attention stream, kept for the other link of its (query block,
-    key block) pair: torch's dQ, dK and dV of the same operand nodes (memgraph nodes, whose contents do
-    not change while they are read) under the same attributes. The link that computes first keeps it; the
-    pair's other link takes it if nothing was kept since, else computes it again and keeps nothing (its
-    pair is done: `done`). Emptied at each run's start (`new_run`, from `CudaBackend.run_starts`): a plan
-    run again reads new values from the same nodes. One result at a time: `library_bytes` allows torch one more block's outputs."""
+    """One GPU's last `slots` fused backwards on its attention stream, each kept for the other link of its
+    (query block, key block) pair: torch's dQ, dK and dV of the same operand nodes (memgraph nodes, whose
+    contents do not change while they are read) under the same attributes. The link that computes first
+    keeps it (the oldest kept goes when more than `slots` would be); the pair's other link takes it if it
+    is still kept, else computes it again and keeps nothing (its pair is done: `done`). Emptied at each
+    run's start (`new_run`, from `CudaBackend.run_starts`): a plan run again reads new values from the same
+    nodes. `library_bytes` allows torch `slots` more blocks' outputs."""
 
-    def __init__(self):
-        self.entry: tuple[tuple, object] | None = None
+    def __init__(self, slots: int = 1):
+        self.slots = slots
+        self.kept: dict[tuple, object] = {}
+        """Key -> the fused result, oldest first."""
         self.done: set[tuple] = set()
         self.taken = self.computed = 0
         """Links that took a kept result, links that computed one (since the backend was made)."""
 
     def take(self, key: tuple):
-        if self.entry is not None and self.entry[0] == key:
-            grads, self.entry = self.entry[1], None
+        grads = self.kept.pop(key, None)
+        if grads is not None:
             self.taken += 1
-            return grads
-        return None
+        return grads
 
     def keep(self, key: tuple, grads) -> None:
         self.computed += 1
         if key not in self.done:
             self.done.add(key)
-            self.entry = (key, grads)
+            self.kept[key] = grads
+            if len(self.kept) > self.slots:
+                del self.kept[next(iter(self.kept))]
 
     def new_run(self) -> None:
-        self.entry = None
+        self.kept.clear()
         self.done.clear()
 
 
@@ -416,9 +425,9 @@ def build_torch(node, inputs, out, env: KernelEnv, path: str) -> Work:
 
     def warm(lane):
         """Run only torch's part (it reads the arena and writes torch's own memory): fills torch's caches,
-        with one result held while the next is computed where results are shared (`GradShare`)."""
+        with `slots` results held while the next is computed where results are shared (`GradShare`)."""
         def twice(_launch):
-            held = fused() if share is not None else None
+            held = [fused() for _ in range(share.slots if share is not None else 0)]
             fused()
             del held
         on_attention_stream(env, node, lane, twice)
@@ -449,7 +458,7 @@ def library_bytes(node, sources, provider: str) -> int:
     inner = rounded * width * 4 + 2 * heads * rounded * 4
     if path == "torch-cudnn":
         inner += tq * width * 4
-    held = outputs if sharing() else 0  # a pair's first result, kept for its second link (GradShare)
+    held = outputs * sharing()  # pairs' first results, kept for their second links (GradShare)
     return TORCH_STREAM + handed + expanded + outputs + inner + held
 
 

@@ -127,9 +127,11 @@ class KernelServices:
 
     def grad_share(self, device: int):
         """The GPU's `attention_grad.GradShare`, made on first use."""
-        from runtime.backends.cuda.attention_grad import GradShare
+        from runtime.backends.cuda.attention_grad import GradShare, sharing
 
-        return self.grad_shares.setdefault(device, GradShare())
+        if device not in self.grad_shares:
+            self.grad_shares[device] = GradShare(sharing())
+        return self.grad_shares[device]
 
     def new_run(self) -> None:
         """A run starts: what was kept for the last one's links goes (`GradShare.new_run`)."""

@@ -120,7 +120,8 @@ def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | Non
     moves = any(node.op in ("reload", "offload") for node in memgraph.nodes)
     graph = ExecGraph(memgraph, dep_count, dependents, sources, resource, [0.0] * count, lanes, lanes_of, all_deps, moves, input_reloads)
     graph.duration_cost = cost or CostModel()
-    graph.priority = _critical_path(graph, graph.duration_cost)
+    graph.durations = _durations(graph, graph.duration_cost)
+    graph.priority = _critical_path(graph)
     return graph
 
 
@@ -152,15 +153,15 @@ def _resource_of(node: MemNode, devices: int) -> int:
     return node.device * len(KINDS) + KINDS.index(KIND_OF_OP[node.op])
 
 
-def _critical_path(graph: ExecGraph, cost: CostModel) -> list[float]:
-    """Longest cost-weighted path from each vertex to a sink, computed backwards over the topological order."""
+def _durations(graph: ExecGraph, cost: CostModel) -> list[float]:
+    """Each vertex's seconds on its resource by `cost` (0.0 for inputs)."""
     nodes = graph.memgraph.nodes
-    longest = [0.0] * len(nodes)
-    durations = [0.0] * len(nodes)
-    for i in range(len(nodes) - 1, -1, -1):
-        node = nodes[i]
-        if node.op != "input":
-            durations[i] = cost.duration(node, [nodes[s] for s in graph.sources[i]])
-        longest[i] = durations[i] + max((longest[d] for d in graph.dependents[i]), default=0.0)
-    graph.durations = durations
+    return [0.0 if node.op == "input" else cost.duration(node, [nodes[s] for s in graph.sources[i]]) for i, node in enumerate(nodes)]
+
+
+def _critical_path(graph: ExecGraph) -> list[float]:
+    """Longest duration-weighted path from each vertex to a sink, computed backwards over the topological order."""
+    longest = [0.0] * len(graph.durations)
+    for i in range(len(longest) - 1, -1, -1):
+        longest[i] = graph.durations[i] + max((longest[d] for d in graph.dependents[i]), default=0.0)
     return longest

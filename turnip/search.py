@@ -18,9 +18,10 @@ another dimension, so the choice is the plain search's candidate for candidate:
   then has the winning layer order's later dimensions under way before the first dimension is ranked
   (docs/benchmarks.md). The default plan is forked too, first, so this process stays free to give
   each finished candidate's core to the next; graphs below `FORK_FROM` tasks are compiled here, the
-  default plan first, and not forked (a fork and the plan's way back cost more than their compile). A forked candidate that
-  is the best of its rank when it finishes leaves its plan pickled in a scratch folder; the path's
-  taskgraph is held here, so the schedules' candidates (forked ones too) and the plan chosen use it;
+  default plan first, and not forked (a fork and the plan's way back cost more than their compile). A
+  forked candidate that is the best of its rank when it finishes leaves its plan pickled in a scratch
+  folder; the path's taskgraph is held here, so the schedules' candidates (forked ones too) and the plan
+  chosen use it;
 - the plans are compiled without the verify stage; the one chosen is verified (`verified`).
 """
 

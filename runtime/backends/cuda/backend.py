@@ -406,8 +406,8 @@ class CudaBackend(Backend):
         return self.views.external_tasks if self.views is not None else set()
 
     def run_starts(self) -> None:
-        if self.services is not None:
-            self.services.new_run()  # attention_grad.GradShare: nothing kept from the last run's values
+        for share in self.grad_shares.values():  # attention_grad.GradShare: nothing kept from the last run's values
+            share.new_run()
 
     def pieces_ahead(self, tasks: frozenset[str]) -> None:
         """The next load gives the first offload of each of `tasks` that no reload reads no storage

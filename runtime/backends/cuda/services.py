@@ -133,11 +133,6 @@ class KernelServices:
             self.grad_shares[device] = GradShare(sharing())
         return self.grad_shares[device]
 
-    def new_run(self) -> None:
-        """A run starts: what was kept for the last one's links goes (`GradShare.new_run`)."""
-        for share in self.grad_shares.values():
-            share.new_run()
-
     def cublas(self, lane: int) -> int:
         """cuBLAS's handle for the lane's GPU, with CuPy's current stream set to the lane's stream."""
         return self.libraries.cublas(lane, self.devices.lane_device[lane])

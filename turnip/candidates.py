@@ -54,6 +54,11 @@ class LlamaPrefill:
         return llama.build_llama(self.config, self.tokens, candidate.block, self.gpus, self.placement, self.kv_outputs,
                                  candidate.layer_order, candidate.query_group)
 
+    def tasks(self, candidate: Candidate) -> int:
+        """About how many tasks `build(candidate)` makes, cheaply: one layer's graph built, times the layers."""
+        one = replace(self, config=replace(self.config, num_hidden_layers=1))
+        return self.config.num_hidden_layers * len(one.build(candidate).graph)
+
     def start(self, given: Mapping[str, object]) -> Candidate:
         """The candidate the search starts from: `given`'s values, the frontend's defaults for the rest and
         for those given as None, the block clamped to the token count."""

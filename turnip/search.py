@@ -16,9 +16,11 @@ another dimension, so the choice is the plain search's candidate for candidate:
   yet evaluated: each may win), level by level, the likeliest path first within a level (`_wanted`).
   Those a result makes obsolete (their contender lost) are stopped. With 16 cores, 7b at 128k / 2 GiB
   then has the winning layer order's later dimensions under way before the first dimension is ranked
-  (docs/benchmarks.md). The default plan is forked too, first, so this process stays free to give
-  each finished candidate's core to the next; graphs below `FORK_FROM` tasks are compiled here, the
-  default plan first, and not forked (a fork and the plan's way back cost more than their compile). A
+  (docs/benchmarks.md). The default plan is forked too, first, building its own graph (this process
+  builds its copy once the first forks run), so this process stays free to give each finished
+  candidate's core to the next; graphs below `FORK_FROM` tasks (`LlamaPrefill.tasks`, from one layer's
+  graph) are compiled here, the default plan first, and not forked (a fork and the plan's way back
+  cost more than their compile). A
   forked candidate that is the best of its rank when it finishes leaves its plan pickled in a scratch
   folder; the path's taskgraph is held here, so the schedules' candidates (forked ones too) and the plan
   chosen use it;
@@ -223,19 +225,20 @@ class Search:
         (`_wanted`) that are not more loop-bound than it take the other cores (the others wait for a
         deadline), each finished one's core given to the next at once (compiled here, the default kept
         this process from collecting them: 7b's at 128k takes seconds). Without, it is compiled here."""
-        built = self.graphs[_graph_of(self.path)] = self.prefill.build(self.path)
         slots = workers or forks.cores()
-        if slots > 1 and len(built.graph) >= FORK_FROM and forks.available(self.processes):
+        if slots > 1 and self.prefill.tasks(self.path) >= FORK_FROM and forks.available(self.processes):
             self.pool = forks.ForkPool(slots, self.processes, preload=(__name__,))
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
             self.deadlines = self.pool.context.RawArray("d", self.deadlines)
             floor = link_floor(self.prefill, self.path, self.cost)
             early = lambda: [c for c in self._wanted() if c != self.path and link_floor(self.prefill, c, self.cost) <= floor]
-            self._fill([self.path, *early()])
+            self._fill([self.path, *early()])  # the default's process builds its own graph: none waits for this one's
+            self.graphs.setdefault(_graph_of(self.path), self.prefill.build(self.path))  # while they run
             while self.path not in self.results:
                 self._collect()
                 self._fill(early())
             return self.results[self.path]
+        built = self.graphs[_graph_of(self.path)] = self.prefill.build(self.path)
         outcome = evaluate(self.prefill, self.target, self.path, lambda: math.inf, self.remat, self.cost, built)
         self._record(self.path, outcome)
         return outcome
@@ -327,9 +330,11 @@ class Search:
 
     def _graph(self, candidate: Candidate) -> llama.LlamaGraph | None:
         """The taskgraph held for `candidate`: the path's is built here for a forked schedule candidate (it
-        inherits it, and the plan chosen needs it), while other forks run; others are built where evaluated."""
+        inherits it, and the plan chosen needs it), while other forks run; others, the default plan's at the
+        start included, are built where evaluated."""
         key = _graph_of(candidate)
-        if key not in self.graphs and self.pool is not None and self.processes == "fork" and key == _graph_of(self.path):
+        if (key not in self.graphs and self.pool is not None and self.processes == "fork" and key == _graph_of(self.path)
+                and candidate != self.path):
             self.graphs[key] = self.prefill.build(self.path)
         return self.graphs.get(key)
 

@@ -24,11 +24,19 @@ head N(0, 1/hidden), norms 1. Adapters (float32, the same for every system): A N
                     the check of torch-stream's gradients at full size, and a compute reference;
   hf-peft           transformers' LlamaForCausalLM with peft's LoRA (the same adapters), gradient checkpointing,
                     fp16 autocast, resident, where it fits (no budget: it needs the whole model on the GPU);
+  hf-offload@G      (cuda, not in the default systems) the same with accelerate's offload: the decoder layers
+                    that do not fit G beside the activations have their frozen projections in pinned host
+                    memory, copied in by accelerate's hooks before each forward (the recompute's included),
+                    torch's allocator capped at G (`offload_map`);
   floor@G           max(PCIe, compute): PCIe, the bytes that must cross at G GiB (the layer weights once, once
                     more but for what G could keep across the turn from forward to backward, the LM head once)
                     over the measured host-to-device rate, beside the streaming traffic (the layer weights
                     twice); compute, the step's FLOPs (the kernel table's over the taskgraph, no recompute; an
                     attention_grad link at half its block's fused backward) over the measured fp16 GEMM rate;
+  command@G         `turnip finetune --config ... --memory G` in a fresh process, as a user runs it (not in the
+                    default systems): spawn to exit, its log's first step and later steps (walls: the first
+                    compiles and prepares; each includes feeding the batch and the host's AdamW), device
+                    memory sampled by nvidia-smi;
   adamw             torch's fused AdamW over the float32 adapters, timed apart (in no step above).
 Section `kernels` (cuda): one attention_grad link of 7b's blocks (4096 x 4096, 32 heads of 128, fp16) on each
 path (TURNIP_ATTENTION_GRAD: cudnn, flash, cublas), full and causal, wrt q and kv: seconds and the rate in the
@@ -77,6 +85,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per system and order, after a warm-up")
     parser.add_argument("--orders", nargs="+", default=["nondet", "fixed"])
     parser.add_argument("--systems", nargs="+", default=["turnip", "torch-stream", "torch-resident", "hf-peft", "floor", "adamw"])
+    parser.add_argument("--command-steps", type=int, default=4, help="steps of the `command` system's `turnip finetune`")
     parser.add_argument("--sections", nargs="+", default=["train"], choices=["train", "kernels"])
     parser.add_argument("--attention", default="torch-cudnn", help="turnip's attention provider (auto ranks torch-cudnn "
                         "against triton by the sim: a second compile per point)")
@@ -320,6 +329,43 @@ def resident(torch, host: Host, args, seq_len: int) -> dict:
     return run_trainer(torch, host, args, seq_len, lambda: tb.ResidentTrainer(torch, host.config, host.lora, host.weights, args.device, args.loss_scale))
 
 
+def run_command(args, seq_len: int, budget_gib: float) -> dict:
+    """`turnip finetune` as a user runs it, in a fresh process: the bench's config and adapters' shape (random
+    weights from `--config`, a new adapter), `--command-steps` steps on random ids, at `budget_gib`. Its wall
+    from spawn to exit, the first step's and the later steps' seconds from its `--log` (each step's wall:
+    the first includes compiling and preparing the plan), and its device memory as nvidia-smi samples it."""
+    import csv
+    import tempfile
+
+    from bench_generation import DeviceSampler, run_child
+
+    config = model(args)
+    with tempfile.TemporaryDirectory() as folder:
+        data = Path(folder, "ids.npy")
+        rows = np.random.default_rng(args.seed).integers(0, config.vocab_size, (args.command_steps, seq_len))
+        np.save(data, rows.astype(np.int64))
+        log = Path(folder, "log.csv")
+        described = Path(folder, "config.json")  # model(args)'s shape: --quick's layers, the cpu's float32
+        doc = dict(llama.PRESETS[args.config]) if args.config in llama.PRESETS else json.loads(Path(args.config).read_text())
+        doc.update(num_hidden_layers=config.num_hidden_layers, dtype=config.dtype)
+        described.write_text(json.dumps(doc))
+        command = [sys.executable, "-m", "turnip_cli.main", "finetune", "--config", str(described), "--data", str(data),
+                   "--steps", str(args.command_steps), "--memory", f"{budget_gib:g}GiB", "--lora-rank", str(args.rank),
+                   "--lora-targets", ",".join(TARGETS), "--seq-len", str(seq_len), "--adapter-out", str(Path(folder, "adapter")),
+                   "--log", str(log), "--backend", args.device, "--seed", str(args.seed)]
+        with DeviceSampler() as sampler:
+            result = run_child(command, max(60.0, args.time_limit - elapsed() + 120), None, sampler.watch)
+        result.update(sampler.figures())
+        if result["returncode"] != 0:
+            raise RuntimeError(result.get("error", "failed"))
+        steps = [float(row["seconds"]) for row in csv.DictReader(log.open())]
+    result.update({"first_step_s": steps[0], "steps_s": steps, "step_s": steps[1:] or steps,
+                   "device_peak": result["device_peak"] or 0})
+    print(f"  turnip finetune: {result['wall_s']:.1f} s spawn to exit; first step {steps[0]:.2f} s, then "
+          f"{statistics.median(result['step_s']):.3f} s; device peak {(result['device_peak'] or 0) / GIB:.2f} GiB", flush=True)
+    return result
+
+
 def run_adamw(torch, host: Host, args) -> dict:
     device = args.device
     masters = tb.Model(torch, host.config, host.lora, device).masters(host.adapters)
@@ -331,54 +377,103 @@ def run_adamw(torch, host: Host, args) -> dict:
     return {"step_s": seconds, "adapters": sum(p.numel() for p in masters.values())}
 
 
-def hf_peft(torch, host: Host, args, seq_len: int) -> dict:
-    """transformers + peft, gradient checkpointing, fp16 autocast, resident (module docstring)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def hf_peft(torch, host: Host, args, seq_len: int, budget_gib: float | None = None) -> dict:
+    """transformers + peft, gradient checkpointing, fp16 autocast: resident, or with `budget_gib` the
+    layers that do not fit it offloaded by accelerate (module docstring)."""
     device, c = torch.device(args.device), host.config
     release(torch, args.device)
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    cap = budget_gib is not None and args.device == "cuda"
+    if cap:
+        torch.cuda.set_per_process_memory_fraction(budget_gib * GIB / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        with DeviceMemory(torch, args.device) as memory:
+            figures = _hf_steps(torch, host, args, seq_len, device, budget_gib)
+    finally:
+        if cap:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+    return {**figures, "peak_allocated": peak, **memory.figures()}
+
+
+def _hf_steps(torch, host: Host, args, seq_len: int, device, budget_gib: float | None) -> dict:
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = host.config
     hf = LlamaConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_hidden_layers=c.num_hidden_layers,
                      num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
                      vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, tie_word_embeddings=c.tie_word_embeddings,
                      rope_parameters={"rope_type": "default", "rope_theta": c.rope.theta},
                      max_position_embeddings=max(seq_len, c.max_position_embeddings), attn_implementation="sdpa", use_cache=False)
-    with DeviceMemory(torch, args.device) as memory:
-        with torch.device("meta"):
-            model = LlamaForCausalLM(hf)
-        model.load_state_dict({name: t.to(device) for name, t in host.weights.items()}, assign=True, strict=False)
-        model.model.rotary_emb = type(model.model.rotary_emb)(config=hf).to(device)
-        lora = LoraConfig(r=host.lora.rank, lora_alpha=host.lora.alpha, target_modules=list(host.lora.targets), lora_dropout=0.0,
-                          bias="none", task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)
-        params = {name: model.get_parameter("base_model.model." + name.replace(".weight", ".default.weight")) for name in host.adapters}
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(torch.from_numpy(host.adapters[name]))
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.train()
-        ids = torch.as_tensor(host.ids[seq_len]).to(device)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(hf)
+    offload = budget_gib is not None
+    model.load_state_dict({name: t if offload else t.to(device) for name, t in host.weights.items()}, assign=True, strict=False)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=hf).to(device)
+    lora = LoraConfig(r=host.lora.rank, lora_alpha=host.lora.alpha, target_modules=list(host.lora.targets), lora_dropout=0.0,
+                      bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora)
+    params = {name: model.get_parameter("base_model.model." + name.replace(".weight", ".default.weight")) for name in host.adapters}
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(torch.from_numpy(host.adapters[name]))
+    figures = {}
+    if offload:
+        from accelerate import dispatch_model
 
-        def one():
-            for p in params.values():
-                p.grad = None
-            with torch.autocast(device.type, dtype=torch.float16, enabled=device.type == "cuda"):
-                loss = model(input_ids=ids, labels=ids).loss
-            (loss * args.loss_scale).backward()
-            return float(loss.detach())
+        device_map, figures["layers_on_gpu"] = offload_map(model, host, seq_len, budget_gib)
+        model = dispatch_model(model, device_map=device_map, main_device=0)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids = torch.as_tensor(host.ids[seq_len]).to(device)
 
-        try:
-            seconds = timed_steps(torch, args.device, args.steps, one)
-            loss = one()
-            grads = {name: (p.grad / args.loss_scale).float().cpu().numpy() for name, p in params.items()}
-        finally:
-            model = None
-            release(torch, args.device)
-    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
-    return {"step_s": seconds, "loss": loss, "grads": grads, "peak_allocated": peak, "adapter_dtype": str(next(iter(params.values())).dtype),
-            **memory.figures()}
+    def one():
+        for p in params.values():
+            p.grad = None
+        with torch.autocast(device.type, dtype=torch.float16, enabled=device.type == "cuda"):
+            loss = model(input_ids=ids, labels=ids).loss
+        (loss * args.loss_scale).backward()
+        return float(loss.detach())
+
+    try:
+        seconds = timed_steps(torch, args.device, args.steps, one)
+        loss = one()
+        grads = {name: (p.grad / args.loss_scale).float().cpu().numpy() for name, p in params.items()}
+    finally:
+        model = None
+        release(torch, args.device)
+    return {"step_s": seconds, "loss": loss, "grads": grads, "adapter_dtype": str(next(iter(params.values())).dtype), **figures}
+
+
+def offload_map(model, host: Host, seq_len: int, budget_gib: float) -> tuple[dict, int]:
+    """accelerate's device map for the peft model under `budget_gib`: the embedding, the final norm, the LM
+    head and every adapter on GPU 0; whole decoder layers there while they fit beside an estimate of the
+    step's activations (each layer's checkpointed input, one layer recomputed, the float32 logits and their
+    gradient); of the other layers, the frozen projections in host memory (accelerate copies each in before
+    its forward, the recompute included) and the rest on the GPU, so that the adapters train in place."""
+    c = host.config
+    width = 2  # fp16
+    activations = (seq_len * c.hidden_size * width * c.num_hidden_layers  # checkpointed layer inputs
+                   + seq_len * (6 * c.hidden_size + 3 * c.intermediate_size) * width  # one layer recomputed, and its gradients
+                   + 2 * seq_len * c.vocab_size * 4)  # float32 logits and their gradient
+    room = budget_gib * GIB - activations - 2 * host.head_bytes()
+    kept = max(0, min(c.num_hidden_layers, int(room // (host.layer_bytes() / c.num_hidden_layers))))
+    prefix = "base_model.model."
+    device_map = {prefix + "model.embed_tokens": 0, prefix + "model.norm": 0, prefix + "lm_head": 0, prefix + "model.rotary_emb": 0}
+    for i in range(c.num_hidden_layers):
+        layer = f"{prefix}model.layers.{i}"
+        if i < kept:
+            device_map[layer] = 0
+            continue
+        for name, module in model.get_submodule(layer).named_modules():
+            if not name or next(module.children(), None) is not None:
+                continue  # containers: their leaves are placed
+            own = list(module.parameters(recurse=False))
+            frozen = bool(own) and not any(p.requires_grad for p in own) and "norm" not in name
+            device_map[f"{layer}.{name}"] = "cpu" if frozen else 0
+    return device_map, kept
 
 
 # ----- floors and kernels ----------------------------------------------------------------------------------------
@@ -463,6 +558,9 @@ def bench_length(torch, host: Host, args, rates: dict, seq_len: int, point: dict
     if "turnip" in want:
         for budget in args.budgets:
             attempt(f"turnip@{budget:g}", lambda budget=budget: run_turnip(torch, host, args, seq_len, budget))
+    if "command" in want:
+        for budget in args.budgets:
+            attempt(f"command@{budget:g}", lambda budget=budget: run_command(args, seq_len, budget))
     if "torch-stream" in want:
         attempt("torch-stream", lambda: streaming(torch, host, args, seq_len, None))
         for budget in args.budgets:
@@ -471,6 +569,9 @@ def bench_length(torch, host: Host, args, rates: dict, seq_len: int, point: dict
         attempt("torch-resident", lambda: resident(torch, host, args, seq_len))
     if "hf-peft" in want:
         attempt("hf-peft", lambda: hf_peft(torch, host, args, seq_len))
+    if "hf-offload" in want and args.device == "cuda":
+        for budget in args.budgets:
+            attempt(f"hf-offload@{budget:g}", lambda budget=budget: hf_peft(torch, host, args, seq_len, budget))
     if "floor" in want and rates:
         bounds = floors(host, rates, seq_len, args.budgets)
         point["floor"] = {k: v for k, v in bounds.items() if not isinstance(v, dict)}

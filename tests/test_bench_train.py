@@ -72,3 +72,14 @@ def test_the_training_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     lora = LoraSpec(16, 32.0, ("q_proj", "k_proj", "v_proj", "o_proj"))
     config = replace(llama.load_config("tiny-gqa"), num_hidden_layers=2)
     assert results["adamw"]["adapters"] == sum(a * b for a, b in lora.shapes(config).values())
+
+
+def test_the_training_benchmark_times_turnip_finetune_in_a_fresh_process(tmp_path):
+    out = tmp_path / "train.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--device", "cpu", "--quick", "--config", "tiny-gqa",
+                           "--systems", "command", "--budgets", "0.002", "--command-steps", "3", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    command = json.loads(out.read_text())["points"][0]["systems"]["command@0.002"]
+    assert command["returncode"] == 0 and len(command["steps_s"]) == 3 and command["step_s"] == command["steps_s"][1:]
+    assert 0 < command["first_step_s"] < command["wall_s"]

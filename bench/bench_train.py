@@ -450,14 +450,14 @@ def _hf_steps(torch, host: Host, args, seq_len: int, device, budget_gib: float |
 def offload_map(model, host: Host, seq_len: int, budget_gib: float) -> tuple[dict, int]:
     """accelerate's device map for the peft model under `budget_gib`: the embedding, the final norm, the LM
     head and every adapter on GPU 0; whole decoder layers there while they fit beside an estimate of the
-    step's activations (each layer's checkpointed input, one layer recomputed, the float32 logits and their
-    gradient); of the other layers, the frozen projections in host memory (accelerate copies each in before
+    step's activations (each layer's checkpointed input, one layer recomputed, the float32 logits and what
+    the loss makes of them); of the other layers, the frozen projections in host memory (accelerate copies each in before
     its forward, the recompute included) and the rest on the GPU, so that the adapters train in place."""
     c = host.config
     width = 2  # fp16
     activations = (seq_len * c.hidden_size * width * c.num_hidden_layers  # checkpointed layer inputs
                    + seq_len * (6 * c.hidden_size + 3 * c.intermediate_size) * width  # one layer recomputed, and its gradients
-                   + 2 * seq_len * c.vocab_size * 4)  # float32 logits and their gradient
+                   + 5 * seq_len * c.vocab_size * 4)  # float32 logits, their log-softmax, gradients (4k at 8 GiB ran out with 2)
     room = budget_gib * GIB - activations - 2 * host.head_bytes()
     kept = max(0, min(c.num_hidden_layers, int(room // (host.layer_bytes() / c.num_hidden_layers))))
     prefix = "base_model.model."

@@ -90,15 +90,22 @@ def test_a_float16_training_step_on_the_gpu_is_as_near_float32_as_the_cpu_backen
         assert gpu_error <= 2 * worst_cpu + 1e-3, f"{name}: gpu {gpu_error:.2e}, the cpu backend's worst {worst_cpu:.2e}"
 
 
-def test_a_float32_training_step_on_the_gpu_equals_the_cpu_backend():
-    """Every attention_grad on the cublas path (float32), the rest as for half steps."""
+def test_a_float32_training_step_on_the_gpu_is_as_near_float64_as_the_cpu_backends():
+    """Every attention_grad on the cublas path (float32), the rest as for half steps. The q and k adapters'
+    gradients are ill-conditioned in float32 here (the cpu backend's are 1.6e-3 off float64's for layer 0's
+    k_proj lora_A), so the GPU's are held to the cpu backend's error against float64, not to each other:
+    TF32 or a half-precision accumulator would be several times further off."""
     step, inputs = tiny_step("float32", 2, 512, 256, 1.0, SMALL, 16)
     memgraph = _plan(step)
     gpu = execute(memgraph, backend=_backend(), order="nondet", inputs=inputs).outputs
     cpu = execute(memgraph, "cpu", inputs=inputs).outputs
+    wide, _ = tiny_step("float64", 2, 512, 256, 1.0, SMALL, 16)
+    fed = {k: v.astype(np.float64) if v.dtype == np.float32 and wide.graph.nodes[k].dtype == "float64" else v for k, v in inputs.items()}
+    exact = execute(compile_taskgraph(wide.graph, 1 << 34), "cpu", inputs=fed).outputs
     assert step.loss(gpu) == pytest.approx(step.loss(cpu), rel=1e-5)
-    for name, want in step.grads(cpu).items():
-        assert_near(step.grads(gpu)[name], want, "float16", name)  # TF32 off, but cuBLAS sums in another order
+    for name, want in wide.grads(exact).items():
+        cpu_error, gpu_error = (np.abs(step.grads(run)[name] - want).max() / np.abs(want).max() for run in (cpu, gpu))
+        assert gpu_error <= 2 * cpu_error + 1e-5, f"{name}: gpu {gpu_error:.2e}, the cpu backend's {cpu_error:.2e}"
 
 
 def test_a_training_step_allocates_nothing_while_it_runs_and_stays_within_its_budget():

@@ -269,6 +269,22 @@ def test_session_finetune_returns_losses_and_adapter(folder):
         session.finetune(rows_of(5, 3, 6), steps=1)
 
 
+def test_the_sessions_training_plan_streams_the_weights_and_places_only_the_batch(folder):
+    """The Turnip engine plans a step with the frozen weights starting in their pinned host memory (nothing
+    placed on the GPU before a run, where it would be moved out again for the activations and in again) and
+    the batch's inputs on the GPU: what a run places is the batch, step after step."""
+    steps, rows = 3, rows_of(2, 3, 6)
+    with session_for(folder, "turnip") as session:
+        result = session.finetune(rows, steps=steps, rank=4, alpha=8, targets=SETTINGS.targets)
+        (memgraph,) = [plan for key, plan in session.cache.items() if key[0] == "train"]
+    built = llama.build_training_step(session.config, 1, 6, SETTINGS.spec)
+    batch = sum(built.graph.nodes[name].nbytes for name in built.activation_ids)
+    weights = sum(node.nbytes for node in built.graph.nodes.values() if node.op == "input" and node.id not in built.activation_ids)
+    assert result.costs.bytes_reloaded > 0 and 0 < result.costs.bytes_placed <= steps * batch < weights
+    placed = {node.task for node in memgraph.nodes if node.op == "input" and node.device is not None}
+    assert placed <= built.activation_ids
+
+
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.slow) if e == "turnip" else e for e in ENGINES])
 def test_a_loss_falls_on_a_small_text(tmp_path, engine):
     """100 steps over the tests' own small corpus (tests/test_text.py's, through its byte-level tokenizer)

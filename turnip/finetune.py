@@ -222,5 +222,7 @@ class TurnipEngine:
         step = self.built[shape]
         inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale)
         key = ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets)
-        result, _, _ = session._run(key, step.graph, inputs, self.costs, remat=True)  # the planner keeps, moves or recomputes each activation
+        # the planner keeps, moves or recomputes each activation; the frozen weights stream from their pinned
+        # memory each step (placed before the run, those that fit would be moved out again and in once more)
+        result, _, _ = session._run(key, step.graph, inputs, self.costs, remat=True, start_on_gpu=frozenset(step.activation_ids))
         return step.loss(result.outputs), step.grads(result.outputs, loss_scale=loss_scale)

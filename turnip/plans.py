@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from turnip_ir.errors import TurnipError
@@ -38,14 +38,16 @@ offloads and reloads)."""
 BYTES_AT_LEAST = 1 << 20
 
 
-def plan_key(graph: TaskGraph, budget: int, schedule: str, inputs: str, kept: Mapping | None) -> str:
+def plan_key(graph: TaskGraph, budget: int, schedule: str, inputs: str, kept: Mapping | None,
+             start_on_gpu: Iterable[str] = ()) -> str:
     """The name of a compiled plan on disk: a hash of the taskgraph's text and of everything else the
     compiler is given (the budget, the schedule, where inputs start, the inputs held where the backend
-    holds them)."""
+    holds them, those that start on the GPU all the same)."""
     digest = hashlib.sha256()
     digest.update(graph.dumps().encode())
     held = sorted((task, tuple(where)) for task, where in (kept or {}).items())
-    digest.update(repr((PLAN_FORMAT, int(budget), schedule, inputs, held)).encode())
+    given = (PLAN_FORMAT, int(budget), schedule, inputs, held)
+    digest.update(repr((*given, sorted(start_on_gpu)) if start_on_gpu else given).encode())
     return digest.hexdigest()[:40]
 
 

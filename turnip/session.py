@@ -574,7 +574,7 @@ class Session:
         return step.feed(self.weights, hidden, cache, fixed_weights=True, columns=facts["columns"])
 
     def _run(self, key: tuple, graph: TaskGraph, inputs, stats: GenerateResult, recur: bool = False, identities=None, refresh=None,
-             partial=None, into=None, memgraph: MemGraph | None = None, remat: bool = False):
+             partial=None, into=None, memgraph: MemGraph | None = None, remat: bool = False, start_on_gpu: frozenset[str] | None = None):
         """Compile `graph` (or take the cached plan for `key`) and run it once; adds its bytes to `stats`;
         the result, the run's seconds (the sim's predicted makespan, else the wall time of the loop) and
         the whole call's but the compile (the sim: the makespan plus the copies before the run).
@@ -587,9 +587,13 @@ class Session:
         `partial`: inputs whose leading rows alone are read (input id -> rows; the cache's last column,
         filled only so far): only those are placed and reloaded (runtime.execute). `into`: outputs
         written into the caller's arrays (`execute(outputs_into=)`: the new cache rows). `remat`: the plan
-        may recompute an evicted tensor instead of moving it (a training step's activations)."""
+        may recompute an evicted tensor instead of moving it (a training step's activations).
+        `start_on_gpu`: the plan starts every input in host storage (the weights stay in their pinned
+        memory and stream in, nothing placed before a run) but these, which start on the GPU (a training
+        step's batch: planned with inputs="host", as `compile_taskgraph`'s `start_on_gpu`)."""
         if memgraph is None:  # `memgraph`: the caller compiled (or took) it already
-            memgraph = self._compiled(key, graph, stats, "recur" if recur else "gpu", remat)
+            where = "host" if start_on_gpu is not None else "recur" if recur else "gpu"
+            memgraph = self._compiled(key, graph, stats, where, remat, start_on_gpu or frozenset())
         self._runs += 1
         current = self._identities(graph, identities or {})
         refresh = refresh or {}
@@ -631,8 +635,9 @@ class Session:
                                                      if node.op == "input" and node.id in self.weights}
         return {**weights, **{name: identity for name, identity in identities.items() if name in graph.nodes}}
 
-    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu", remat: bool = False) -> MemGraph:
-        key = (*key, inputs, remat)
+    def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu", remat: bool = False,
+                  start_on_gpu: frozenset[str] = frozenset()) -> MemGraph:
+        key = (*key, inputs, remat, start_on_gpu)
         if key in self.cache:
             self.cache.move_to_end(key)
             self.cache_hits += 1
@@ -640,31 +645,32 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph)
-        memgraph = self._plan(graph, inputs, stats, remat)
+        memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu)
         smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
         if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
             self._shrink_arena(smaller)
-            memgraph = self._plan(graph, inputs, stats, remat)
+            memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu)
         stats.compile_seconds += time.perf_counter() - began
         self.cache[key] = memgraph
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
         return memgraph
 
-    def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult, remat: bool = False) -> MemGraph:
+    def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult, remat: bool = False,
+              start_on_gpu: frozenset[str] = frozenset()) -> MemGraph:
         """`graph`'s plan at the session's arena: from the plan folder, or compiled (and written there); with
         `remat`, kept apart from the plans without it (as `choice_cache.plan_path` keeps them)."""
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
         schedule = f"{self.schedule} remat" if remat else self.schedule
-        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, schedule, inputs, kept)}.json"
+        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, schedule, inputs, kept, start_on_gpu)}.json"
         memgraph = read_plan(path, graph, self.arena) if path is not None else None
         if memgraph is not None:
             self.disk_hits += 1
             stats.cache_hits += 1
             stats.plans_read += 1
             return memgraph
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept, remat=remat)
+        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept, remat=remat, start_on_gpu=start_on_gpu)
         if path is not None:
             write_plan(path, memgraph)
         self.compiles += 1

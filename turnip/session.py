@@ -57,7 +57,7 @@ from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_s
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.api import refit_arena
+from runtime.api import refit_arena, remat_pinned_estimate
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
@@ -644,7 +644,7 @@ class Session:
             stats.cache_hits += 1
             return self.cache[key]
         began = time.perf_counter()
-        self._fit_arena(graph)
+        self._fit_arena(graph, remat)
         memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu)
         smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
         if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
@@ -677,13 +677,17 @@ class Session:
         stats.compiles += 1
         return memgraph
 
-    def _fit_arena(self, graph: TaskGraph) -> None:
+    def _fit_arena(self, graph: TaskGraph, remat: bool = False) -> None:
         """Shrink the session's arena when `graph` needs a larger workspace than any graph before: every
         plan then gets the smaller arena, and the plans and backend made for the larger one go. The first
         graph of a cuda session with `auto` attention resolves the provider first."""
         if self.attention == "auto" and self.backend == "cuda":
             self._resolve_attention()
-        pinned = self._pinned or None  # none known before a call: the graph's own estimate
+        # none known before a call: the graph's own estimate (with recompute, a training step's: its
+        # activations' offloads pin far more than its inputs, which left every step planned twice)
+        pinned = self._pinned or None
+        if remat and self.backend == "cuda":
+            pinned = max(pinned or 0, remat_pinned_estimate(graph, self.memory))
         arena = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=pinned)
         if arena < self.arena:
             self._shrink_arena(arena)

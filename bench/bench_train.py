@@ -337,7 +337,7 @@ def run_command(args, seq_len: int, budget_gib: float) -> dict:
     import csv
     import tempfile
 
-    from bench_generation import DeviceSampler, run_child
+    from bench_generation import DeviceSampler, run_child, summary_figures
 
     config = model(args)
     with tempfile.TemporaryDirectory() as folder:
@@ -356,6 +356,7 @@ def run_command(args, seq_len: int, budget_gib: float) -> dict:
         with DeviceSampler() as sampler:
             result = run_child(command, max(60.0, args.time_limit - elapsed() + 120), None, sampler.watch)
         result.update(sampler.figures())
+        result.update({k: v for k, v in summary_figures(result["output_tail"]).items() if k.startswith("own_")})  # its NVML line
         if result["returncode"] != 0:
             raise RuntimeError(result.get("error", "failed"))
         steps = [float(row["seconds"]) for row in csv.DictReader(log.open())]

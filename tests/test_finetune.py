@@ -285,6 +285,16 @@ def test_the_sessions_training_plan_streams_the_weights_and_places_only_the_batc
     assert placed <= built.activation_ids
 
 
+def test_the_summary_names_the_device_memory_the_driver_reported(folder):
+    from turnip_cli.finetune_cmd import summary_lines
+
+    with session_for(folder, "torch") as session:
+        result = session.finetune(rows_of(5, 2, 6), steps=1, rank=2, engine=engine_for(folder, "torch", LoraSettings(2, 4, ("q_proj", "v_proj"))))
+    assert result.device_peak is None and not any("device memory" in line for line in summary_lines(result))  # the cpu backend: no driver
+    result.device_peak, result.device_context = 5 << 30, 512 << 20
+    assert "device memory this process held (the driver, NVML): peak 5.00 GiB, of which the CUDA context 512.00 MiB" in summary_lines(result)
+
+
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.slow) if e == "turnip" else e for e in ENGINES])
 def test_a_loss_falls_on_a_small_text(tmp_path, engine):
     """100 steps over the tests' own small corpus (tests/test_text.py's, through its byte-level tokenizer)

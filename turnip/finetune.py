@@ -89,6 +89,11 @@ class FinetuneResult:
     costs: RunCosts = field(default_factory=RunCosts)
     truncated: int = 0
     """Examples longer than the sequence length (a batch reads their first `seq_len` tokens)."""
+    device_peak: int | None = None
+    """The most device memory this process held on a GPU during the run, as the driver reports it (NVML:
+    what nvidia-smi shows), context included; None where the driver cannot say (no GPU)."""
+    device_context: int | None = None
+    """What the process held on that GPU before its first arena: the CUDA context and the driver's modules."""
 
     @property
     def losses(self) -> list[float]:

@@ -312,9 +312,7 @@ class Session:
         the caller's token-major buffers, which the steps then read and write in place: no copy)."""
         self._check_open()
         began = time.perf_counter()
-        held = process_memory.current() if self.backend == "cuda" else None
-        if held is not None:
-            held.reset()
+        held = self._device_memory()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if max_new_tokens > MAX_NEW_TOKENS:
@@ -352,9 +350,7 @@ class Session:
                 self._call_steps = {}
         stats.text = self.tokenizer.decoded(stats.tokens) if stats.computed else None
         stats.call_seconds = time.perf_counter() - began
-        held = process_memory.current() if self.backend == "cuda" else None
-        if held is not None and held.available:
-            stats.device_peak, stats.device_context = max(held.peak()), max(held.context_bytes)
+        stats.device_peak, stats.device_context = self._device_peak(held)
         return stats
 
     def _budget_of(self, graphs, what: str):
@@ -377,7 +373,23 @@ class Session:
         for a PEFT folder). The data, the adapter to start from and the optimizer's options are turnip/finetune.py
         `finetune`'s keywords (lr, weight_decay, warmup_steps, batch, grad_accum, seq_len, rank, alpha, targets, ...)."""
         self._check_open()
-        return finetune(self, data, steps, **options)
+        held = self._device_memory()
+        result = finetune(self, data, steps, **options)
+        result.device_peak, result.device_context = self._device_peak(held)
+        return result
+
+    def _device_memory(self):
+        """This process's device memory on the cuda backend, its peak reset for a call (None elsewhere)."""
+        held = process_memory.current() if self.backend == "cuda" else None
+        if held is not None:
+            held.reset()
+        return held
+
+    def _device_peak(self, held) -> tuple[int | None, int | None]:
+        """The call's peak device memory and the CUDA context's, as the driver reports them (None: it cannot)."""
+        if held is None or not held.available:
+            return None, None
+        return max(held.peak()), max(held.context_bytes)
 
     def _steps_of_call(self, stats: GenerateResult, cache: KvCache, current: np.ndarray, forced, temperature: float, top_p: float,
                        rng, stop_at_eos: bool, max_new_tokens: int, on_step=None) -> None:

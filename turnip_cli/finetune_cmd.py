@@ -25,6 +25,7 @@ from turnip import Session
 from turnip.finetune import FinetuneResult, StepRecord, TrainingStopped
 from turnip.lora import CONFIG_FILE, PROJECTIONS, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
 from turnip_cli import process
+from turnip_cli.generate_cmd import device_memory_line
 from turnip_cli.planning import check_positive_options, parse_size
 from turnip_cli.progress import add_progress_argument
 from turnip_ir.errors import InputError
@@ -196,6 +197,8 @@ def summary_lines(result: FinetuneResult) -> list[str]:
     if costs.compiles or costs.cache_hits:
         lines.append(f"compiled {costs.compiles} graph(s) in {costs.compile_seconds:.3f} s; offloaded {format_size(costs.bytes_offloaded)}, "
                      f"reloaded {format_size(costs.bytes_reloaded)}; peak arena use {format_size(costs.peak_arena)}")
+    if result.device_peak is not None:
+        lines.append(device_memory_line(result.device_peak, result.device_context))
     return lines
 
 

@@ -64,14 +64,16 @@ def refit_arena(memgraph: MemGraph, graph, budget: int, backend: str = "cpu", st
     return _cuda_refit(memgraph, budget, _cuda_reserve(graph, streams, attention))
 
 
-def plan_within(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto"):
+def plan_within(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto",
+                pinned: int | None = None):
     """`compile(arena)`'s memgraph of `graph` for a run that may take `budget` bytes per GPU in all: at
-    `arena_budget`'s arena, and once more at `refit_arena`'s when the first plan pins more host memory
-    than the estimate left page tables for. Returns (memgraph, whether it was planned again)."""
+    `arena_budget`'s arena (for `pinned` host bytes where given: `remat_pinned_estimate` for a training
+    step), and once more at `refit_arena`'s when the first plan pins more host memory than the estimate
+    left page tables for. Returns (memgraph, whether it was planned again)."""
     if resolve_backend(backend) != "cuda":
         return compile(budget), False
     reserve = _cuda_reserve(graph, streams, attention)  # one pass over the nodes (about 1.5 s at 7b's 128k graph)
-    memgraph = compile(_cuda_arena(budget, reserve, _pinned_estimate(graph)))
+    memgraph = compile(_cuda_arena(budget, reserve, _pinned_estimate(graph) if pinned is None else pinned))
     smaller = _cuda_refit(memgraph, budget, reserve)
     return (memgraph, False) if smaller is None else (compile(smaller), True)
 
@@ -98,7 +100,7 @@ class AttentionChoice:
 
 def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto",
                             planned: tuple[MemGraph, bool] | None = None, order: str = "nondet",
-                            candidates: Sequence[str] | None = None) -> AttentionChoice:
+                            candidates: Sequence[str] | None = None, pinned: int | None = None) -> AttentionChoice:
     """`plan_within`'s plan of `graph`, and for the cuda backend's `auto` the attention provider to run it
     with: each of `CudaBackend.attention_candidates` (torch-cudnn and triton where both can run) planned at
     its own arena and ranked by the sim at its own attention rate (`CostModel.for_attention`); another
@@ -106,9 +108,9 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
     first candidate's plan where the caller has it already (`turnip llama`'s choosers compile with
     `auto`'s reserve, which is the first candidate's). `provider` is `attention` as
     given for a provider named outright, and "" for backends without providers. `candidates` replaces
-    `auto`'s (tests rank torch-cudnn against triton where neither can run)."""
+    `auto`'s (tests rank torch-cudnn against triton where neither can run); `pinned` is `plan_within`'s."""
     if resolve_backend(backend) != "cuda":
-        memgraph, replanned = planned or plan_within(graph, budget, compile, backend, streams, attention)
+        memgraph, replanned = planned or plan_within(graph, budget, compile, backend, streams, attention, pinned)
         return AttentionChoice(memgraph, "", replanned)
     if candidates is None:
         from runtime.backends.cuda import CudaBackend
@@ -117,7 +119,7 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
     plans, first_error = {}, None
     for k, provider in enumerate(candidates):
         try:  # a workspace larger than the budget leaves the other candidates
-            plans[provider] = planned if k == 0 and planned is not None else plan_within(graph, budget, compile, backend, streams, provider)
+            plans[provider] = planned if k == 0 and planned is not None else plan_within(graph, budget, compile, backend, streams, provider, pinned)
         except BudgetError as err:
             first_error = first_error or err
     if not plans:
@@ -138,12 +140,13 @@ def _pinned_estimate(graph) -> int:
     return _with_offload_margin(sum(node.nbytes for node in graph.nodes.values() if node.op == "input"))
 
 
-def remat_pinned_estimate(graph, budget: int) -> int:
+def remat_pinned_estimate(graph, arena: int) -> int:
     """A plan with recompute's pinned host bytes, before planning: the inputs and an eighth more, and half
-    of what a run in the graph's own order keeps live beyond `budget` (the planner offloads about half of
-    that excess and recomputes the rest). 7b's LoRA step at 4k and 16k tokens under 4 and 8 GiB stores
-    0.92-0.97x this estimate, where the inputs' estimate alone was 0.36-0.84x of it and every plan was
-    compiled twice (`refit_arena`: 1.2-9.4 s on the development VM)."""
+    of what a run in the graph's own order keeps live beyond `arena` (the planner offloads about half of
+    that excess and recomputes the rest). `arena`: the bytes the plan will give tensors, `arena_budget`'s
+    for the inputs' estimate (a little more than the final arena). 7b's LoRA step at 4k and 16k tokens
+    under 4 and 8 GiB stores 0.91-0.97x this estimate; the inputs' estimate was 0.36-0.84x what they store,
+    and every such plan was compiled twice (`refit_arena`: 1.2-9.4 s on the development VM)."""
     last: dict[str, int] = {}
     nodes = list(graph.nodes.values())
     for i, node in enumerate(nodes):
@@ -158,7 +161,7 @@ def remat_pinned_estimate(graph, budget: int) -> int:
             end = last.get(node.id, i)
             ending[end] = ending.get(end, 0) + node.nbytes
         live -= ending.pop(i, 0)
-    return _pinned_estimate(graph) + max(0, peak - budget) // 2
+    return _pinned_estimate(graph) + max(0, peak - arena) // 2
 
 
 def _with_offload_margin(pinned: int) -> int:

@@ -699,7 +699,8 @@ class Session:
         # activations' offloads pin far more than its inputs, which left every step planned twice)
         pinned = self._pinned or None
         if remat and self.backend == "cuda":
-            pinned = max(pinned or 0, remat_pinned_estimate(graph, self.memory))
+            tensors = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=pinned)
+            pinned = max(pinned or 0, remat_pinned_estimate(graph, tensors))
         arena = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=pinned)
         if arena < self.arena:
             self._shrink_arena(arena)

@@ -193,8 +193,7 @@ def run_turnip(torch, host: Host, args, seq_len: int, budget_gib: float) -> dict
     from frontend.workloads.llama.train import build_training_step
     from passes.pipeline import compile_taskgraph
     from runtime import sim_makespan
-    from runtime import arena_budget
-    from runtime.api import plan_choosing_attention, remat_pinned_estimate
+    from runtime.api import plan_choosing_attention
     from turnip_ir.cost import CostModel
 
     step = build_training_step(host.config, 1, seq_len, host.lora, loss_scale=args.loss_scale)
@@ -205,9 +204,8 @@ def run_turnip(torch, host: Host, args, seq_len: int, budget_gib: float) -> dict
     def compile_at(arena):
         return compile_taskgraph(step.graph, arena, remat=not args.no_remat, inputs="host", start_on_gpu=step.activation_ids)
 
-    tensors = arena_budget(step.graph, budget, args.device, attention=args.attention)
-    pinned = remat_pinned_estimate(step.graph, tensors) if not args.no_remat else None  # as the session sizes its arena
-    choice = plan_choosing_attention(step.graph, budget, compile_at, args.device, attention=args.attention, pinned=pinned)
+    # the arena sized for what a plan with recompute pins, as the session sizes it
+    choice = plan_choosing_attention(step.graph, budget, compile_at, args.device, attention=args.attention, remat=not args.no_remat)
     memgraph = choice.memgraph
     figures = {"compile_s": time.perf_counter() - began, "replanned": choice.replanned, "attention": choice.provider, "tasks": len(step.graph.nodes),
                "recomputes": len(memgraph.recomputes()), "planned_offload": sum(n.nbytes for n in memgraph.nodes if n.op == "offload"),

@@ -39,19 +39,21 @@ from turnip_ir.verifier import verify_memgraph
 
 
 def arena_budget(graph, budget: int, backend: str = "cpu", streams: int = 2, attention: str = "auto",
-                 pinned: int | None = None) -> int:
+                 pinned: int | None = None, remat: bool = False) -> int:
     """The bytes per GPU the planner may give tensors when a run may take `budget` bytes per GPU in all.
 
     The cuda backend holds back a workspace (per-lane scratch and library memory, which depend on the
     `attention` provider it will use) inside the budget, and the GPU page tables that map its pinned host
     memory: `pinned` bytes, by default a memgraph's storage or, before planning, a taskgraph's inputs and an
-    eighth more (what a plan pins beyond that is `refit_arena`'s to find). Other backends take nothing
-    beside their arena. `graph` is the taskgraph (or memgraph) to run."""
+    eighth more (what a plan pins beyond that is `refit_arena`'s to find); a taskgraph planned with `remat`
+    (a training step) at least `_remat_pinned_estimate`'s. Other backends take nothing beside their arena.
+    `graph` is the taskgraph (or memgraph) to run."""
     if resolve_backend(backend) != "cuda":
         return budget
-    if pinned is None:
-        pinned = graph.storage_bytes if isinstance(graph, MemGraph) else _pinned_estimate(graph)
-    return _cuda_arena(budget, _cuda_reserve(graph, streams, attention), pinned)
+    reserve = _cuda_reserve(graph, streams, attention)
+    if isinstance(graph, MemGraph) and pinned is None:
+        return _cuda_arena(budget, reserve, graph.storage_bytes)
+    return _cuda_arena(budget, reserve, _pinned_before_planning(graph, budget, reserve, pinned, remat))
 
 
 def refit_arena(memgraph: MemGraph, graph, budget: int, backend: str = "cpu", streams: int = 2, attention: str = "auto") -> int | None:
@@ -65,15 +67,15 @@ def refit_arena(memgraph: MemGraph, graph, budget: int, backend: str = "cpu", st
 
 
 def plan_within(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto",
-                pinned: int | None = None):
+                remat: bool = False):
     """`compile(arena)`'s memgraph of `graph` for a run that may take `budget` bytes per GPU in all: at
-    `arena_budget`'s arena (for `pinned` host bytes where given: `remat_pinned_estimate` for a training
-    step), and once more at `refit_arena`'s when the first plan pins more host memory than the estimate
-    left page tables for. Returns (memgraph, whether it was planned again)."""
+    `arena_budget`'s arena (`remat`: `compile` recomputes, as a training step's plan does), and once more
+    at `refit_arena`'s when the first plan pins more host memory than the estimate left page tables for.
+    Returns (memgraph, whether it was planned again)."""
     if resolve_backend(backend) != "cuda":
         return compile(budget), False
     reserve = _cuda_reserve(graph, streams, attention)  # one pass over the nodes (about 1.5 s at 7b's 128k graph)
-    memgraph = compile(_cuda_arena(budget, reserve, _pinned_estimate(graph) if pinned is None else pinned))
+    memgraph = compile(_cuda_arena(budget, reserve, _pinned_before_planning(graph, budget, reserve, None, remat)))
     smaller = _cuda_refit(memgraph, budget, reserve)
     return (memgraph, False) if smaller is None else (compile(smaller), True)
 
@@ -100,7 +102,7 @@ class AttentionChoice:
 
 def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", streams: int = 2, attention: str = "auto",
                             planned: tuple[MemGraph, bool] | None = None, order: str = "nondet",
-                            candidates: Sequence[str] | None = None, pinned: int | None = None) -> AttentionChoice:
+                            candidates: Sequence[str] | None = None, remat: bool = False) -> AttentionChoice:
     """`plan_within`'s plan of `graph`, and for the cuda backend's `auto` the attention provider to run it
     with: each of `CudaBackend.attention_candidates` (torch-cudnn and triton where both can run) planned at
     its own arena and ranked by the sim at its own attention rate (`CostModel.for_attention`); another
@@ -108,9 +110,9 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
     first candidate's plan where the caller has it already (`turnip llama`'s choosers compile with
     `auto`'s reserve, which is the first candidate's). `provider` is `attention` as
     given for a provider named outright, and "" for backends without providers. `candidates` replaces
-    `auto`'s (tests rank torch-cudnn against triton where neither can run); `pinned` is `plan_within`'s."""
+    `auto`'s (tests rank torch-cudnn against triton where neither can run); `remat` is `plan_within`'s."""
     if resolve_backend(backend) != "cuda":
-        memgraph, replanned = planned or plan_within(graph, budget, compile, backend, streams, attention, pinned)
+        memgraph, replanned = planned or plan_within(graph, budget, compile, backend, streams, attention, remat)
         return AttentionChoice(memgraph, "", replanned)
     if candidates is None:
         from runtime.backends.cuda import CudaBackend
@@ -119,7 +121,7 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
     plans, first_error = {}, None
     for k, provider in enumerate(candidates):
         try:  # a workspace larger than the budget leaves the other candidates
-            plans[provider] = planned if k == 0 and planned is not None else plan_within(graph, budget, compile, backend, streams, provider, pinned)
+            plans[provider] = planned if k == 0 and planned is not None else plan_within(graph, budget, compile, backend, streams, provider, remat)
         except BudgetError as err:
             first_error = first_error or err
     if not plans:
@@ -140,10 +142,19 @@ def _pinned_estimate(graph) -> int:
     return _with_offload_margin(sum(node.nbytes for node in graph.nodes.values() if node.op == "input"))
 
 
-def remat_pinned_estimate(graph, arena: int) -> int:
+def _pinned_before_planning(graph, budget: int, reserve: int, pinned: int | None, remat: bool) -> int:
+    """The pinned host bytes a taskgraph's arena is sized for: `pinned` where known, else its inputs' estimate;
+    with `remat`, at least `_remat_pinned_estimate` at the arena those leave."""
+    pinned = _pinned_estimate(graph) if pinned is None else pinned
+    if remat:
+        pinned = max(pinned, _remat_pinned_estimate(graph, _cuda_arena(budget, reserve, pinned)))
+    return pinned
+
+
+def _remat_pinned_estimate(graph, arena: int) -> int:
     """A plan with recompute's pinned host bytes, before planning: the inputs and an eighth more, and half
     of what a run in the graph's own order keeps live beyond `arena` (the planner offloads about half of
-    that excess and recomputes the rest). `arena`: the bytes the plan will give tensors, `arena_budget`'s
+    that excess and recomputes the rest). `arena`: the bytes the plan will give tensors, `_cuda_arena`'s
     for the inputs' estimate (a little more than the final arena). 7b's LoRA step at 4k and 16k tokens
     under 4 and 8 GiB stores 0.91-0.97x this estimate; the inputs' estimate was 0.36-0.84x what they store,
     and every such plan was compiled twice (`refit_arena`: 1.2-9.4 s on the development VM)."""

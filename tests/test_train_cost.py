@@ -82,32 +82,32 @@ def test_scratch_per_lane_asks_once_per_distinct_vertex_and_finds_the_same_maxim
 @pytest.mark.parametrize("tokens, block", [(1024, 256), (4096, 1024)])
 @pytest.mark.parametrize("factor", [1.5, 6])
 def test_a_training_steps_pinned_estimate_covers_what_its_plan_stores(tokens, block, factor):
-    """The session sizes a training step's arena from `remat_pinned_estimate` (the GPU page tables of what it
+    """The session sizes a training step's arena from `_remat_pinned_estimate` (the GPU page tables of what it
     pins): the plan must not store more, or it is planned a second time (`refit_arena`), and not much less
     (each GiB too many takes 2 MiB of arena). The inputs' estimate alone falls short here."""
     from frontend.workloads.llama.config import from_hf
     from frontend.workloads.llama.train import LoraSpec, build_training_step
     from passes.insert_offload import minimum_budget
     from passes.pipeline import compile_taskgraph
-    from runtime.api import _pinned_estimate, remat_pinned_estimate
+    from runtime.api import _pinned_estimate, _remat_pinned_estimate
 
     config = from_hf({"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "num_attention_heads": 16,
                       "num_key_value_heads": 4, "vocab_size": 4096, "dtype": "float16"}, "small")
     step = build_training_step(config, 1, tokens, LoraSpec(16, 32.0, ("q_proj", "k_proj", "v_proj", "o_proj")), block=block)
     arena = int(minimum_budget(step.graph) * factor)
     memgraph = compile_taskgraph(step.graph, arena, remat=True, inputs="host", start_on_gpu=step.activation_ids, verify=False)
-    estimate = remat_pinned_estimate(step.graph, arena)
+    estimate = _remat_pinned_estimate(step.graph, arena)
     assert _pinned_estimate(step.graph) < memgraph.storage_bytes <= estimate <= 1.3 * memgraph.storage_bytes
 
 
 def test_plan_within_a_training_steps_estimate_plans_it_once():
     """At the cuda backend's arena for the inputs' estimate the step is planned twice (its offloads pin
-    more); for `remat_pinned_estimate` once, within the same budget."""
+    more); with `remat` (`_remat_pinned_estimate`) once, within the same budget."""
     from frontend.workloads.llama.config import from_hf
     from frontend.workloads.llama.train import LoraSpec, build_training_step
     from passes.insert_offload import minimum_budget
     from passes.pipeline import compile_taskgraph
-    from runtime.api import arena_budget, plan_within, remat_pinned_estimate
+    from runtime.api import arena_budget, plan_within
 
     config = from_hf({"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "num_attention_heads": 16,
                       "num_key_value_heads": 4, "vocab_size": 4096, "dtype": "float16"}, "small")
@@ -115,7 +115,6 @@ def test_plan_within_a_training_steps_estimate_plans_it_once():
     budget = 3 * minimum_budget(step.graph) + (256 << 20)  # room for the cuda backend's workspace
     compile_at = lambda arena: compile_taskgraph(step.graph, arena, remat=True, inputs="host", start_on_gpu=step.activation_ids, verify=False)
     _, twice = plan_within(step.graph, budget, compile_at, "cuda", attention="cublas")
-    pinned = remat_pinned_estimate(step.graph, arena_budget(step.graph, budget, "cuda", attention="cublas"))
-    memgraph, again = plan_within(step.graph, budget, compile_at, "cuda", attention="cublas", pinned=pinned)
+    memgraph, again = plan_within(step.graph, budget, compile_at, "cuda", attention="cublas", remat=True)
     assert twice and not again
     assert memgraph.budget <= arena_budget(memgraph, budget, "cuda", attention="cublas")

@@ -57,7 +57,7 @@ from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_s
 from frontend.workloads.llama.kv_cache import KvCache
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
-from runtime.api import refit_arena, remat_pinned_estimate
+from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
@@ -697,11 +697,7 @@ class Session:
             self._resolve_attention()
         # none known before a call: the graph's own estimate (with recompute, a training step's: its
         # activations' offloads pin far more than its inputs, which left every step planned twice)
-        pinned = self._pinned or None
-        if remat and self.backend == "cuda":
-            tensors = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=pinned)
-            pinned = max(pinned or 0, remat_pinned_estimate(graph, tensors))
-        arena = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=pinned)
+        arena = arena_budget(graph, self.memory, self.backend, attention=self.attention, pinned=self._pinned or None, remat=remat)
         if arena < self.arena:
             self._shrink_arena(arena)
 

@@ -453,8 +453,9 @@ def offload_map(model, host: Host, seq_len: int, budget_gib: float) -> tuple[dic
     """accelerate's device map for the peft model under `budget_gib`: the embedding, the final norm, the LM
     head and every adapter on GPU 0; whole decoder layers there while they fit beside an estimate of the
     step's activations (each layer's checkpointed input, one layer recomputed, the float32 logits and what
-    the loss makes of them); of the other layers, the frozen projections in host memory (accelerate copies each in before
-    its forward, the recompute included) and the rest on the GPU, so that the adapters train in place."""
+    the loss makes of them); of the other layers, the frozen projections in host memory (accelerate copies
+    each in before its forward, the recompute included) and the rest on the GPU, so that the adapters train
+    in place."""
     c = host.config
     width = 2  # fp16
     activations = (seq_len * c.hidden_size * width * c.num_hidden_layers  # checkpointed layer inputs

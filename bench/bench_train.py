@@ -417,7 +417,10 @@ def _hf_steps(torch, host: Host, args, seq_len: int, device, budget_gib: float |
     lora = LoraConfig(r=host.lora.rank, lora_alpha=host.lora.alpha, target_modules=list(host.lora.targets), lora_dropout=0.0,
                       bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(model, lora)
-    params = {name: model.get_parameter("base_model.model." + name.replace(".weight", ".default.weight")) for name in host.adapters}
+    def adapter_params():
+        return {name: model.get_parameter("base_model.model." + name.replace(".weight", ".default.weight")) for name in host.adapters}
+
+    params = adapter_params()
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(torch.from_numpy(host.adapters[name]))
@@ -427,6 +430,7 @@ def _hf_steps(torch, host: Host, args, seq_len: int, device, budget_gib: float |
 
         device_map, figures["layers_on_gpu"] = offload_map(model, host, seq_len, budget_gib)
         model = dispatch_model(model, device_map=device_map, main_device=0)
+        params = adapter_params()  # accelerate moved them onto the GPU as new Parameters: the old ones get no gradient
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids = torch.as_tensor(host.ids[seq_len]).to(device)

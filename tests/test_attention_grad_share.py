@@ -1,6 +1,6 @@
 """A (query block, key block) pair's two `attention_grad` links (dQ's chain and dK/dV's) are written one
 after the other (frontend/attention.py, key block by key block), so a plan reads the same operand nodes
-for both; with `TURNIP_ATTENTION_GRAD_SHARE=1` the cuda backend's torch paths compute the pair's fused
+for both; by default (`TURNIP_ATTENTION_GRAD_SHARE`, 4 results kept) the cuda backend's torch paths compute the pair's fused
 backward once (`attention_grad.GradShare`), and the allowance for torch's memory holds the kept result."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class _Node:
 def test_torchs_allowance_holds_a_kept_result_only_where_results_are_shared(monkeypatch):
     node = _Node({"heads": 32, "kv_heads": 32, "wrt": "q"})
     sources = [_Source((4096, 4096), "float16"), _Source((4096, 4096), "float16")]
-    monkeypatch.delenv(SHARE_ENV, raising=False)
+    monkeypatch.setenv(SHARE_ENV, "0")
     alone = attention_grad.library_bytes(node, sources, "torch-cudnn")
     monkeypatch.setenv(SHARE_ENV, "1")
     shared = attention_grad.library_bytes(node, sources, "torch-cudnn")
@@ -95,8 +95,8 @@ def test_torchs_allowance_holds_a_kept_result_only_where_results_are_shared(monk
     assert attention_grad.library_bytes(node, sources, "cublas") == 0
 
 
-@pytest.mark.parametrize("value, slots", [(None, 0), ("0", 0), ("1", 1), ("4", 4), ("yes", 0), ("-2", 0)])
-def test_sharing_is_off_unless_asked(monkeypatch, value, slots):
+@pytest.mark.parametrize("value, slots", [(None, 4), ("", 4), ("0", 0), ("1", 1), ("4", 4), ("yes", 4), ("-2", 4)])
+def test_four_results_are_shared_unless_told_otherwise(monkeypatch, value, slots):
     if value is None:
         monkeypatch.delenv(SHARE_ENV, raising=False)
     else:

@@ -16,8 +16,8 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   for their pairs' other links (`GradShare`: same operand nodes, same attributes), which the frontend writes
   next (frontend/attention.py: key block by key block, a pair's two links together), so a pair is
   computed once where its links run one after the other on the attention stream, and twice otherwise
-  (with `TURNIP_ATTENTION_GRAD_SHARE=N`, N results kept; off by default, each link computing its own,
-  until measured). Then `kernels_train.attention_grad_finish` sums a kv
+  (`TURNIP_ATTENTION_GRAD_SHARE=N`: N results kept, 4 by default; 0, each link computing its own).
+  Then `kernels_train.attention_grad_finish` sums a kv
   head's query heads and adds `prev`, into the arena. It runs on the GPU's attention stream, as the forward
   (attention.py); torch's allocator holds its outputs (`library_bytes`), warmed up per shape in `prepare`.
   Taken where the forward's provider launches through torch (`uses_torch`), for float16 and bfloat16 blocks
@@ -31,7 +31,7 @@ link is independent of the others beyond `prev`. Paths (`grad_path`):
   runs (numpy GEMMs), and the GPU's path for float32 and float64 blocks, windows, and the cublas provider.
 `TURNIP_ATTENTION_GRAD` (`cublas`, `flash`, `cudnn`) picks one path for every half block for A/B runs;
 `TURNIP_ATTENTION_GRAD_SHARE=N` shares a pair's fused backward between its two links (the torch paths),
-keeping up to N results per GPU.
+keeping up to N results per GPU (4 by default, 0 for none).
 """
 
 from __future__ import annotations
@@ -67,11 +67,14 @@ PATH_ENV = "TURNIP_ATTENTION_GRAD"
 """`cublas`, `flash` or `cudnn`: the path of every half block whatever the provider (an ablation for A/B
 runs and a way round a torch op that fails); unset or `auto`: `grad_path`'s rule."""
 SHARE_ENV = "TURNIP_ATTENTION_GRAD_SHARE"
-"""N (a positive integer): a pair's second torch-path link takes the first's fused result if it is among
-the GPU's last N kept (`GradShare`); anything else, or unset: every link runs the fused backward itself.
-Off by default until a GPU measures it: the one A/B (2026-12-06, docs/training.md) shared only in each
-backend's first run, for the run-start hook came after. In the sim's dispatch order of 7b's 16k step
-(nondet), 1 kept result catches 31% of the pairs, 2 catch 56%, 4 catch 86% (fixed order: all, with 1)."""
+"""N (0 or a positive integer): a pair's second torch-path link takes the first's fused result if it is among
+the GPU's last N kept (`GradShare`); 0: every link runs the fused backward itself. Unset, or anything else:
+`SHARE_DEFAULT`. In the sim's dispatch order of 7b's 16k step (nondet), 1 kept result catches 31% of the
+pairs, 2 catch 56%, 4 catch 86% (fixed order: all, with 1)."""
+SHARE_DEFAULT = 4
+"""Measured on an H100 (2026-12-06, fifth session, docs/training.md): 7b's 16k LoRA step at 8 GiB took
+2.436 s with no sharing, 2.126 s keeping 2 and 2.001 s keeping 4 (the arena 0.38 GiB smaller for the four
+blocks' results, the process's device peak the same 8.83 GiB)."""
 GRAD_SCRATCH = 256 << 20
 """Bytes of lane scratch a cublas block may take at most (its scores, their gradients and the float32 partial
 gradients of one chunk): one kv head of 7b's 4096 x 4096 blocks takes 192 MiB."""
@@ -79,8 +82,8 @@ gradients of one chunk): one kv head of 7b's 4096 x 4096 blocks takes 192 MiB.""
 
 def sharing() -> int:
     """How many fused backward results a GPU keeps for their pairs' second links (`SHARE_ENV`; 0: none)."""
-    value = os.environ.get(SHARE_ENV, "0")
-    return int(value) if value.isdigit() else 0
+    value = os.environ.get(SHARE_ENV, "")
+    return int(value) if value.isdigit() else SHARE_DEFAULT
 
 
 class GradShare:

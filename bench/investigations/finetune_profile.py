@@ -1,6 +1,7 @@
 """Where a `turnip finetune` step's wall time goes beyond its run (issue 46): a 7b LoRA session on the GPU,
 each step's record beside its run's phases (the executor's prepare, the loop's wall, the device makespan,
-the host work inside the loop), then a cProfile of a few steps (the main thread), printed.
+the host work inside the loop), then as many steps again under cProfile (the main thread) with the garbage
+collector's pauses, printed.
 
     python3 bench/investigations/finetune_profile.py --seq-len 4096 --memory 8GiB --steps 4
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import sys
 import time
@@ -31,7 +33,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
     session = Session(config=args.config, memory=args.memory, backend=args.backend)
-    ids = np.random.default_rng(0).integers(0, session.config.vocab_size, (args.steps + 1, args.seq_len))
+    ids = np.random.default_rng(0).integers(0, session.config.vocab_size, (2 * args.steps, args.seq_len))
     runs = []
     original = session._run
 
@@ -46,14 +48,30 @@ def main() -> None:
     session._run = timed_run
     options = dict(rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), seq_len=args.seq_len)
     began = time.perf_counter()
-    first = session.finetune(ids[:1], steps=1, **options)
-    print(f"first step: {time.perf_counter() - began:.3f} s in all, record {first.steps[0].seconds:.3f} s; {runs[-1]}", flush=True)
+    first = session.finetune(ids[:args.steps], steps=args.steps, **options)  # unprofiled: the first, then steady steps
+    print(f"unprofiled call: {time.perf_counter() - began:.3f} s in all", flush=True)
+    for record, run in zip(first.steps, runs):
+        print(f"step {record.step}: record {record.seconds:.3f} s; {run}", flush=True)
+    runs.clear()
+    paused = {"seconds": 0.0, "collections": [0, 0, 0]}
+    start = [0.0]
+
+    def garbage(phase, info):  # the collector's pauses during the profiled steps
+        if phase == "start":
+            start[0] = time.perf_counter()
+        else:
+            paused["seconds"] += time.perf_counter() - start[0]
+            paused["collections"][info["generation"]] += 1
+
+    gc.callbacks.append(garbage)
     profile = cProfile.Profile()
     profile.enable()
-    result = session.finetune(ids[1:], steps=args.steps, adapter=first.adapter, state=first.state, **options)
+    result = session.finetune(ids[args.steps:], steps=args.steps, adapter=first.adapter, state=first.state, **options)
     profile.disable()
-    for record, run in zip(result.steps, runs[1:]):
-        print(f"step {record.step}: record {record.seconds:.3f} s; {run}", flush=True)
+    gc.callbacks.remove(garbage)
+    print(f"garbage collection during the profiled steps: {paused['seconds']:.3f} s, collections by generation {paused['collections']}")
+    for record, run in zip(result.steps, runs):
+        print(f"profiled step {record.step}: record {record.seconds:.3f} s; {run}", flush=True)
     stats = pstats.Stats(profile)
     stats.sort_stats("cumulative").print_stats(args.top)
     stats.sort_stats("tottime").print_stats(args.top)

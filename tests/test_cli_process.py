@@ -45,3 +45,15 @@ def test_in_process_a_command_closes_its_session(monkeypatch):
     monkeypatch.setattr(process, "_ending", True)  # the `turnip` entry point's process: left to the operating system
     assert main([*GENERATE, "--memory", "1MiB"]) == 0
     assert len(closed) == 1
+
+
+def test_the_heap_is_frozen_only_where_the_process_ends_with_the_command(monkeypatch):
+    import gc
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    process.settle_heap()
+    assert not frozen  # a command called in-process leaves the caller's collector alone
+    monkeypatch.setattr(process, "_ending", True)
+    process.settle_heap()
+    assert frozen == [True]

@@ -285,6 +285,31 @@ def test_the_sessions_training_plan_streams_the_weights_and_places_only_the_batc
     assert placed <= built.activation_ids
 
 
+def test_the_engine_cuts_the_weights_once_and_feeds_the_same_blocks_every_step(folder, monkeypatch):
+    """A step's inputs are the frozen weights' blocks cut once per batch shape (`TrainGraph.cut_weights`: the
+    same arrays, which a backend finds in place and a check has seen) and the batch and adapters anew; the
+    inputs equal those cut whole from the weights."""
+    fed = []
+    with session_for(folder, "turnip") as session:
+        real = session._run
+
+        def run(key, graph, inputs, *args, **kwargs):
+            fed.append(inputs)
+            return real(key, graph, inputs, *args, **kwargs)
+
+        monkeypatch.setattr(session, "_run", run)
+        result = session.finetune(rows_of(2, 3, 6), steps=3, rank=4, alpha=8, targets=SETTINGS.targets)
+        weights = session.weights
+    assert len(fed) == 3 and all(np.isfinite(result.losses))
+    built = llama.build_training_step(session.config, 1, 6, SETTINGS.spec)
+    frozen = {name for name in fed[0] if name not in built.activation_ids and "lora_" not in name}
+    assert frozen and all(fed[k][name] is fed[0][name] for k in (1, 2) for name in frozen)
+    adapters = {name: np.zeros(shape, np.float32) for name, shape in SETTINGS.spec.shapes(session.config).items()}
+    ids = np.arange(6).reshape(1, 6)
+    whole, cut = built.feed(weights, adapters, ids), built.feed(weights, adapters, ids, weight_blocks=built.cut_weights(weights))
+    assert whole.keys() == cut.keys() and all(np.array_equal(np.asarray(whole[k]), np.asarray(cut[k])) for k in whole)
+
+
 def test_the_summary_names_the_device_memory_the_driver_reported(folder):
     from turnip_cli.finetune_cmd import summary_lines
 

@@ -217,6 +217,9 @@ class TurnipEngine:
         self.session, self.costs = session, costs
         self.spec = settings.spec
         self.built = {}
+        self.weight_blocks = {}
+        """Per batch shape, the frozen weights cut into the step's blocks once (`TrainGraph.cut_weights`): the
+        same arrays every step, so cutting them (550 blocks at 7b) is not part of a step."""
 
     def step(self, adapters, ids, labels, loss_scale):
         session = self.session
@@ -224,8 +227,9 @@ class TurnipEngine:
         if shape not in self.built:
             self.built[shape] = llama.build_training_step(session.config, shape[0], shape[1], self.spec, gpus=session.gpus,
                                                           placement=session._placement())
+            self.weight_blocks[shape] = self.built[shape].cut_weights(session.weights)
         step = self.built[shape]
-        inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale)
+        inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale, weight_blocks=self.weight_blocks[shape])
         key = ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets)
         # the planner keeps, moves or recomputes each activation; the frozen weights stream from their pinned
         # memory each step (placed before the run, those that fit would be moved out again and in once more)

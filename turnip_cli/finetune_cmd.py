@@ -210,10 +210,14 @@ class Bar:
 
         shown = getattr(args, "progress", False) or sys.stderr.isatty()
         self.bar = tqdm(total=steps, unit="step", desc="finetune", disable=not shown, file=sys.stderr)
+        self.done = 0
 
     def __call__(self, record: StepRecord) -> None:
         self.bar.set_postfix_str(f"loss {record.loss:.4f}, {record.tokens_per_s:.0f} tokens/s", refresh=False)
         self.bar.update(1)
+        self.done += 1
+        if self.done == 1:  # the plan, the backend and its work are made: later full collections skip them
+            process.settle_heap()
 
     def close(self) -> None:
         self.bar.close()

@@ -153,10 +153,13 @@ class TrainGraph:
         return self.program.input_ids(ACTIVATIONS)
 
     def feed(self, weights: Mapping[str, np.ndarray], adapters: Mapping[str, np.ndarray], ids: np.ndarray,
-             labels: np.ndarray | None = None, loss_scale: float | None = None) -> dict[str, np.ndarray]:
+             labels: np.ndarray | None = None, loss_scale: float | None = None,
+             weight_blocks: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The run's inputs by taskgraph id: the batch's embedded tokens, RoPE tables and shifted labels,
         the loss scale (None: the built one), the adapters (converted to the model dtype) and the weights
-        (lazy where the mapping offers `lazy`)."""
+        (lazy where the mapping offers `lazy`). `weight_blocks`: the weights already cut (`cut_weights` of
+        the same `weights`, kept by a caller that runs step after step: a 7b step has 550 blocks), used
+        as they are; `weights` then serves the embedding alone."""
         ids = self._batch(ids, "ids")
         labels = ids if labels is None else self._batch(labels, "labels")
         bad = labels[(labels != IGNORE) & ((labels < 0) | (labels >= self.config.vocab_size))]
@@ -169,8 +172,15 @@ class TrainGraph:
         extra = {"hidden": embed(weights, ids.reshape(-1), self.config), "rope.cos": np.tile(cos, (self.batch, 1)),
                  "rope.sin": np.tile(sin, (self.batch, 1)), "labels": shifted.reshape(-1),
                  "loss_scale": np.array([_scale(self.loss_scale if loss_scale is None else loss_scale)])}
-        lazy = {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
-        return self.program.feed(ChainMap(extra, dict(adapters), lazy))
+        if weight_blocks is not None:
+            return {**weight_blocks, **self.program.feed(ChainMap(extra, dict(adapters)), names=[*extra, *adapters])}
+        return self.program.feed(ChainMap(extra, dict(adapters), _lazy(weights)))
+
+    def cut_weights(self, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The frozen weights' blocks by taskgraph id (lazy where the mapping offers `lazy`), for `feed`'s
+        `weight_blocks`."""
+        names = [name for name in self.program.inputs if name not in ACTIVATIONS and name not in self.adapter_shapes]
+        return self.program.feed(_lazy(weights), names=names)
 
     def loss(self, outputs: Mapping[str, np.ndarray]) -> float:
         """The mean loss of the step (not scaled)."""
@@ -198,6 +208,11 @@ class TrainGraph:
                 raise InputError(f"adapter '{name}' is missing")
             if tuple(np.shape(adapters[name])) != shape:
                 raise InputError(f"adapter '{name}' has shape {list(np.shape(adapters[name]))}, the model needs {list(shape)}")
+
+
+def _lazy(weights: Mapping[str, np.ndarray]) -> Mapping:
+    """The weights as lazy inputs where the mapping offers them (read or drawn as the backend writes them)."""
+    return {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
 
 
 def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: LoraSpec, gpus: int = 1,

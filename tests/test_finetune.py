@@ -269,6 +269,11 @@ def test_session_finetune_returns_losses_and_adapter(folder):
         session.finetune(rows_of(5, 3, 6), steps=1)
 
 
+def test_a_sim_session_refuses_to_finetune_in_one_line():
+    with Session(config="tiny", memory="8MiB", backend="sim") as session, pytest.raises(InputError, match="sim backend computes no values"):
+        session.finetune(rows_of(5, 3, 6), steps=1)
+
+
 def test_the_sessions_training_plan_streams_the_weights_and_places_only_the_batch(folder):
     """The Turnip engine plans a step with the frozen weights starting in their pinned host memory (nothing
     placed on the GPU before a run, where it would be moved out again for the activations and in again) and

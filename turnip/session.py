@@ -373,6 +373,8 @@ class Session:
         for a PEFT folder). The data, the adapter to start from and the optimizer's options are turnip/finetune.py
         `finetune`'s keywords (lr, weight_decay, warmup_steps, batch, grad_accum, seq_len, rank, alpha, targets, ...)."""
         self._check_open()
+        if self.backend == "sim" and options.get("engine") is None:
+            raise InputError("the sim backend computes no values (no loss, no gradient), so finetune needs the cpu or cuda backend")
         held = self._device_memory()
         result = finetune(self, data, steps, **options)
         result.device_peak, result.device_context = self._device_peak(held)

@@ -49,7 +49,8 @@ LoRA step's backward reads; 7b 4k at 8 GiB, sim 0.667 -> 0.599 s, 3.5 GB fewer r
 those recomputes gets a use at that step, so it stays on the GPU or is offloaded when evicted (a tensor
 a pending recompute reads is never dropped). So the recomputes a drop implies are fixed when it is made:
 their missing operands come back as reloads, and a tensor dropped for recompute never needs an offload
-that did not happen.
+that did not happen. With `REMAT_ADVANCE` (off by default) a later drop may move a pending recompute it
+reads to an earlier step (`_advance`): only its step changes, the uses its operands hold move with it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ NEAR_USE = 16
 """Steps within which a stored operand's next read after a recompute makes the recompute's reload of it
 free (`_reload_moves`): the reload comes earlier and the operand is held that much longer."""
 REMAT_DEPTH = 1
+REMAT_ADVANCE = False
+"""Whether a drop may move a pending recompute it needs earlier, to its own due step (`_advance`), instead of
+giving up (the operand's recompute due after the tensor's: attn_norm, recomputed for its LoRA gradient,
+behind q after RoPE). Off, with `REMAT_DEPTH` 1, by default: see docs/passes.md, "Rematerialization", for
+what the two together do to the sim's LoRA steps (faster where the link binds, slower where compute does)."""
 """How many dead producers deep a recompute may reach (`_recompute_plan`): 1 computes a dead operand
 again before the tensor (the normed input of the MLP's gate and up projections)."""
 
@@ -119,6 +125,8 @@ class Planner:
         self.remat = remat
         """The cost model that weighs recomputing against moving; None: never recompute."""
         self.pending: set[int] = set()
+        self.due: dict[int, int] = {}
+        """Per pending tensor, the step its recompute comes at (its operands have a use there)."""
         """Tensors dropped from their GPU, to be recomputed at their next use."""
         self.held = [0] * n
         """Per tensor, the pending recomputes that read it: while any does, it is never dropped."""
@@ -387,11 +395,31 @@ class Planner:
             return False
         use = self.uses[t][self.next[t]]
         for x in (t, *plan[1]):
+            if x in self.pending:  # a pending recompute due later, advanced to `use`
+                self._advance(x, use)
+                continue
             self.pending.add(x)
+            self.due[x] = use
             for o in self.operands[x]:
                 insort(self.uses[o], use, lo=self.next[o])
                 self.held[o] += 1
         return True
+
+    def _advance(self, x: int, use: int) -> None:
+        """Move pending `x`'s recompute (and its dead chain's) from its due step to `use`: the uses its
+        operands were given then come at `use` instead."""
+        due = self.due[x]
+        if due <= use:
+            return
+        self.due[x] = use
+        for o in self.operands[x]:
+            uses = self.uses[o]
+            i = bisect_left(uses, due, lo=self.next[o])
+            assert i < len(uses) and uses[i] == due
+            del uses[i]
+            insort(uses, use, lo=self.next[o])
+            if o in self.pending and self._next_use(o) == NEVER:
+                self._advance(o, use)
 
     def _recompute_plan(self, t: int) -> tuple[float, list[int]] | None:
         """Seconds that recomputing `t` at its next use costs, and the dead tensors it needs computed again
@@ -421,7 +449,10 @@ class Planner:
                     return False
                 if o in self.pending:
                     if self._next_use(o) > use:
-                        return False
+                        if not REMAT_ADVANCE or self._next_use(o) == NEVER:
+                            return False
+                        if o not in chain:
+                            chain.append(o)  # computed earlier, at `use` (`_advance`): its kernels are paid already
                 elif self.gpu[o] < 0 and self.store[o] < 0:  # dead and gone: compute it again first
                     if o in chain:
                         continue

@@ -19,6 +19,7 @@ from interp import input_values
 from kernel_formulas import evaluate
 from oracle import violations
 
+from passes import planner
 from passes.compile_stats import CompileStats
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
@@ -265,3 +266,43 @@ def test_random_graphs_at_tight_budgets_recompute_dead_operands_too():
         again = {node.id for node in memgraph.recomputes()}
         chained += any(i in again for node in memgraph.recomputes() for i in node.inputs)
     assert chained >= 3
+
+
+@st.composite
+def advance_cases(draw):
+    """Larger graphs than `cases`: a pending recompute due after another's is rare below 100 tasks."""
+    seed = draw(st.integers(0, 10_000))
+    graph = random_taskgraph(seed, tasks=draw(st.integers(100, 200)), devices=draw(st.integers(1, 2)),
+                             sizes=draw(st.sampled_from([(8, 16), (4, 12, 20)])), move_prob=0.2, dtype="float64", mixed=True)
+    factor = draw(st.sampled_from((1.0, 1.05, 1.3)))
+    cost = draw(st.sampled_from((SLOW_LINK, CostModel(h2d_bw=1e8, d2h_bw=1e8, launch=0.0))))
+    return graph, factor, draw(st.sampled_from(SCHEDULES)), cost, seed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=advance_cases())
+def test_plans_that_advance_pending_recomputes_verify_and_compute_the_reference(monkeypatch, case):
+    """`REMAT_ADVANCE` with two levels of dead operands (off by default): a drop may move a pending recompute
+    it reads to its own step; the plans keep the seed's conditions and the values."""
+    monkeypatch.setattr(planner, "REMAT_ADVANCE", True)
+    monkeypatch.setattr(planner, "REMAT_DEPTH", 2)
+    test_plans_with_remat_verify_and_compute_the_reference.hypothesis.inner_test(case)
+
+
+def test_random_graphs_at_tight_budgets_advance_pending_recomputes(monkeypatch):
+    """The property above is not vacuous: on a slow link, some tight random plans move a recompute earlier."""
+    advanced = 0
+    original = planner.Planner._advance
+
+    def counting(self, x, use):
+        nonlocal advanced
+        advanced += self.due[x] > use
+        return original(self, x, use)
+
+    monkeypatch.setattr(planner, "REMAT_ADVANCE", True)
+    monkeypatch.setattr(planner, "REMAT_DEPTH", 2)
+    monkeypatch.setattr(planner.Planner, "_advance", counting)
+    for seed in range(30):
+        graph = random_taskgraph(seed, tasks=200, devices=1, sizes=(4, 12, 20), dtype="float64", mixed=True)
+        compile_taskgraph(graph, minimum_budget(place_devices(graph)), "memory", remat=True, cost=SLOW_LINK)
+    assert advanced >= 3

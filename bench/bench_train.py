@@ -5,6 +5,7 @@ streaming trainer, transformers + peft, and the floors (issue 46, "Performance")
     python3 bench/bench_train.py --seq-lens 4096 --budgets 8        # one point
     python3 bench/bench_train.py --sections kernels                 # attention_grad's rates on each path (turnip_ir/cost.py)
     python3 bench/bench_train.py --device cpu --quick               # a tiny config end to end on the CPU (tests/test_bench_train.py)
+    python3 bench/bench_train.py --seq-lens 4096 --budgets 8 --systems turnip --remat-advance   # the planner's REMAT_ADVANCE A/B
 
 Weights: random, in the model's dtype, drawn on the GPU (`normal_` on the CPU takes minutes for 7b) and copied
 once into pinned host memory, which every system reads: projections N(0, 1/fan-in), the embedding and the LM
@@ -49,6 +50,7 @@ would start after it, saying so, so that a stage always ends with its table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -90,6 +92,8 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--attention", default="torch-cudnn", help="turnip's attention provider (auto ranks torch-cudnn "
                         "against triton by the sim: a second compile per point)")
     parser.add_argument("--no-remat", action="store_true", help="plan turnip without recompute")
+    parser.add_argument("--remat-advance", action="store_true", help="plan turnip's recompute with passes/planner.py's "
+                        "REMAT_ADVANCE and REMAT_DEPTH 2 (off by default; the A/B of docs/passes.md, 'Rematerialization')")
     parser.add_argument("--loss-scale", type=float, default=1024.0)
     parser.add_argument("--quick", action="store_true", help="2 layers of the config (with --device cpu: float32, seq 24, tiny budgets)")
     parser.add_argument("--time-limit", type=float, default=540.0, help="seconds after which nothing new starts")
@@ -202,7 +206,8 @@ def run_turnip(torch, host: Host, args, seq_len: int, budget_gib: float) -> dict
     began = time.perf_counter()
 
     def compile_at(arena):
-        return compile_taskgraph(step.graph, arena, remat=not args.no_remat, inputs="host", start_on_gpu=step.activation_ids)
+        with remat_mode(args.remat_advance):
+            return compile_taskgraph(step.graph, arena, remat=not args.no_remat, inputs="host", start_on_gpu=step.activation_ids)
 
     # the arena sized for what a plan with recompute pins, as the session sizes it
     choice = plan_choosing_attention(step.graph, budget, compile_at, args.device, attention=args.attention, remat=not args.no_remat)
@@ -218,6 +223,21 @@ def run_turnip(torch, host: Host, args, seq_len: int, budget_gib: float) -> dict
     figures |= memory.figures() | runs["figures"]
     figures["loss"], figures["grads"] = step.loss(runs["outputs"]), step.grads(runs["outputs"])
     return figures
+
+
+@contextlib.contextmanager
+def remat_mode(advance: bool):
+    """The planner's recompute with `REMAT_ADVANCE` and two levels of dead operands while the block runs
+    (`advance`), else as it is."""
+    from passes import planner
+
+    kept = planner.REMAT_ADVANCE, planner.REMAT_DEPTH
+    if advance:
+        planner.REMAT_ADVANCE, planner.REMAT_DEPTH = True, 2
+    try:
+        yield
+    finally:
+        planner.REMAT_ADVANCE, planner.REMAT_DEPTH = kept
 
 
 def _turnip_runs(memgraph, inputs, args, provider: str) -> dict:
@@ -645,7 +665,7 @@ def main(argv=None) -> int:
     config = model(args)
     lora = LoraSpec(rank=args.rank, alpha=2.0 * args.rank, targets=TARGETS)
     results = {"config": args.config, "layers": config.num_hidden_layers, "dtype": config.dtype, "device": args.device, "rank": args.rank,
-               "targets": TARGETS, "quick": args.quick, "loss_scale": args.loss_scale, "points": []}
+               "targets": TARGETS, "quick": args.quick, "loss_scale": args.loss_scale, "remat_advance": args.remat_advance, "points": []}
     path = Path(args.json or Path(os.environ.get("OUT", "out")) / "train.json")
     path.parent.mkdir(parents=True, exist_ok=True)
 

@@ -83,3 +83,16 @@ def test_the_training_benchmark_times_turnip_finetune_in_a_fresh_process(tmp_pat
     command = json.loads(out.read_text())["points"][0]["systems"]["command@0.002"]
     assert command["returncode"] == 0 and len(command["steps_s"]) == 3 and command["step_s"] == command["steps_s"][1:]
     assert 0 < command["first_step_s"] < command["wall_s"]
+
+
+def test_the_training_benchmark_plans_with_advanced_recomputes_when_asked(tmp_path):
+    out = tmp_path / "train.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--device", "cpu", "--quick", "--config", "tiny-gqa",
+                           "--steps", "1", "--systems", "turnip", "torch-stream", "--remat-advance", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    systems = results["points"][0]["systems"]
+    assert results["remat_advance"] is True
+    for name in ("turnip@0.0005", "turnip@0.002"):
+        assert systems[name]["grad_error"] < 1e-4 and systems[name]["loss_error"] < 1e-5, name

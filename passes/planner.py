@@ -67,13 +67,13 @@ NEAR_USE = 16
 """Steps within which a stored operand's next read after a recompute makes the recompute's reload of it
 free (`_reload_moves`): the reload comes earlier and the operand is held that much longer."""
 REMAT_DEPTH = 1
+"""How many dead producers deep a recompute may reach (`_recompute_plan`): 1 computes a dead operand
+again before the tensor (the normed input of the MLP's gate and up projections)."""
 REMAT_ADVANCE = False
 """Whether a drop may move a pending recompute it needs earlier, to its own due step (`_advance`), instead of
 giving up (the operand's recompute due after the tensor's: attn_norm, recomputed for its LoRA gradient,
 behind q after RoPE). Off, with `REMAT_DEPTH` 1, by default: see docs/passes.md, "Rematerialization", for
 what the two together do to the sim's LoRA steps (faster where the link binds, slower where compute does)."""
-"""How many dead producers deep a recompute may reach (`_recompute_plan`): 1 computes a dead operand
-again before the tensor (the normed input of the MLP's gate and up projections)."""
 
 
 class Planner:
@@ -125,9 +125,9 @@ class Planner:
         self.remat = remat
         """The cost model that weighs recomputing against moving; None: never recompute."""
         self.pending: set[int] = set()
+        """Tensors dropped from their GPU, to be recomputed at their next use."""
         self.due: dict[int, int] = {}
         """Per pending tensor, the step its recompute comes at (its operands have a use there)."""
-        """Tensors dropped from their GPU, to be recomputed at their next use."""
         self.held = [0] * n
         """Per tensor, the pending recomputes that read it: while any does, it is never dropped."""
         self.seconds: dict[int, float] = {}
@@ -406,8 +406,9 @@ class Planner:
         return True
 
     def _advance(self, x: int, use: int) -> None:
-        """Move pending `x`'s recompute (and its dead chain's) from its due step to `use`: the uses its
-        operands were given then come at `use` instead."""
+        """Move pending `x`'s recompute from its due step to `use`: the uses its operands were given then come
+        at `use` instead, and a pending operand due later (its dead chain, or a recompute it reads) comes
+        at `use` too, since `_recompute` computes it first."""
         due = self.due[x]
         if due <= use:
             return
@@ -418,7 +419,7 @@ class Planner:
             assert i < len(uses) and uses[i] == due
             del uses[i]
             insort(uses, use, lo=self.next[o])
-            if o in self.pending and self._next_use(o) == NEVER:
+            if o in self.pending:
                 self._advance(o, use)
 
     def _recompute_plan(self, t: int) -> tuple[float, list[int]] | None:

@@ -291,9 +291,9 @@ def test_the_sessions_training_plan_streams_the_weights_and_places_only_the_batc
 
 
 def test_the_engine_cuts_the_weights_once_and_feeds_the_same_blocks_every_step(folder, monkeypatch):
-    """A step's inputs are the frozen weights' blocks cut once per batch shape (`TrainGraph.cut_weights`: the
-    same arrays, which a backend finds in place and a check has seen) and the batch and adapters anew; the
-    inputs equal those cut whole from the weights."""
+    """A step's inputs are the frozen weights' blocks cut once per session and batch shape (`TrainGraph.cut_weights`:
+    the same arrays, which a backend finds in place and a check has seen, in a later `finetune` call too)
+    and the batch and adapters anew; the inputs equal those cut whole from the weights."""
     fed = []
     with session_for(folder, "turnip") as session:
         real = session._run
@@ -303,7 +303,8 @@ def test_the_engine_cuts_the_weights_once_and_feeds_the_same_blocks_every_step(f
             return real(key, graph, inputs, *args, **kwargs)
 
         monkeypatch.setattr(session, "_run", run)
-        result = session.finetune(rows_of(2, 3, 6), steps=3, rank=4, alpha=8, targets=SETTINGS.targets)
+        result = session.finetune(rows_of(2, 3, 6), steps=2, rank=4, alpha=8, targets=SETTINGS.targets)
+        result = session.finetune(rows_of(3, 3, 6), steps=1, adapter=result.adapter, state=result.state)  # a call of its own
         weights = session.weights
     assert len(fed) == 3 and all(np.isfinite(result.losses))
     built = llama.build_training_step(session.config, 1, 6, SETTINGS.spec)

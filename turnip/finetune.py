@@ -216,22 +216,27 @@ class TurnipEngine:
     def __init__(self, session, settings: LoraSettings, costs: RunCosts):
         self.session, self.costs = session, costs
         self.spec = settings.spec
-        self.built = {}
-        self.weight_blocks = {}
-        """Per batch shape, the frozen weights cut into the step's blocks once (`TrainGraph.cut_weights`): the
-        same arrays every step, so cutting them (550 blocks at 7b) is not part of a step."""
 
     def step(self, adapters, ids, labels, loss_scale):
         session = self.session
         shape = tuple(ids.shape)
-        if shape not in self.built:
-            self.built[shape] = llama.build_training_step(session.config, shape[0], shape[1], self.spec, gpus=session.gpus,
-                                                          placement=session._placement())
-            self.weight_blocks[shape] = self.built[shape].cut_weights(session.weights)
-        step = self.built[shape]
-        inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale, weight_blocks=self.weight_blocks[shape])
+        step, blocks = self._built(shape)
+        inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale, weight_blocks=blocks)
         key = ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets)
         # the planner keeps, moves or recomputes each activation; the frozen weights stream from their pinned
         # memory each step (placed before the run, those that fit would be moved out again and in once more)
         result, _, _ = session._run(key, step.graph, inputs, self.costs, remat=True, start_on_gpu=frozenset(step.activation_ids))
         return step.loss(result.outputs), step.grads(result.outputs, loss_scale=loss_scale)
+
+    def _built(self, shape: tuple[int, int]) -> tuple:
+        """The step for this batch shape and the frozen weights cut into its blocks (`TrainGraph.cut_weights`:
+        the same arrays every step, 550 blocks at 7b), built once per session (`Session._training`), so a
+        caller that calls `finetune` step by step builds and cuts them once (0.6 s at 7b)."""
+        session = self.session
+        key = (shape, self.spec)
+        if key not in session._training:
+            step = llama.build_training_step(session.config, shape[0], shape[1], self.spec, gpus=session.gpus, placement=session._placement())
+            session._training[key] = (step, step.cut_weights(session.weights))
+            if len(session._training) > 8:  # a few shapes at most: each holds a graph of thousands of tasks
+                session._training.pop(next(iter(session._training)))
+        return session._training[key]

@@ -250,6 +250,9 @@ class Session:
         self._calls = 0
         self._machine: Backend | None = None
         self._prefills: dict[tuple, llama.LlamaGraph] = {}
+        self._training: dict[tuple, tuple] = {}
+        """Training steps built, by batch shape and LoRA spec: (the TrainGraph, the frozen weights cut into its
+        blocks), kept across `finetune` calls (turnip/finetune.py, `TurnipEngine`)."""
         """Packed prefills built, by the lengths they prefill (`_prefill_graph`)."""
         self._steps: dict[tuple, DecodeStep] = {}
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""

@@ -279,6 +279,7 @@ class Session:
         self.cache.clear()
         self._steps.clear()
         self._prefills.clear()
+        self._training.clear()  # its weight blocks are views of the weights freed next
         self.weights.close()
         self.weights = Materialized({}, self.config.dtype, self.host)
         self.host.release()

@@ -150,6 +150,12 @@ def finetune(session, data, steps: int, adapter: Adapter | str | Path | None = N
     return result
 
 
+def check_computes(backend: str) -> None:
+    """Refuse the sim backend (resolved name) in one line: a step needs a loss and gradients, which it never computes."""
+    if backend == "sim":
+        raise InputError("the sim backend computes no values (no loss, no gradient), so finetune needs the cpu or cuda backend")
+
+
 def _step(engine: GradientEngine, optimizer: AdamW, warmup_steps: int, data: TrainingData, batch: int, grad_accum: int,
           result: FinetuneResult) -> StepRecord:
     """One step: the gradient over `grad_accum` micro-batches, then the update (module docstring)."""

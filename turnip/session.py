@@ -62,7 +62,7 @@ from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
 from turnip.budget import naming_the_budget
-from turnip.finetune import FinetuneResult, finetune
+from turnip.finetune import FinetuneResult, check_computes, finetune
 from turnip.host import HostMemory, Materialized, Soon
 from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
                            forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
@@ -250,10 +250,10 @@ class Session:
         self._calls = 0
         self._machine: Backend | None = None
         self._prefills: dict[tuple, llama.LlamaGraph] = {}
+        """Packed prefills built, by the lengths they prefill (`_prefill_graph`)."""
         self._training: dict[tuple, tuple] = {}
         """Training steps built, by batch shape and LoRA spec: (the TrainGraph, the frozen weights cut into its
         blocks), kept across `finetune` calls (turnip/finetune.py, `TurnipEngine`)."""
-        """Packed prefills built, by the lengths they prefill (`_prefill_graph`)."""
         self._steps: dict[tuple, DecodeStep] = {}
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}
@@ -377,8 +377,8 @@ class Session:
         for a PEFT folder). The data, the adapter to start from and the optimizer's options are turnip/finetune.py
         `finetune`'s keywords (lr, weight_decay, warmup_steps, batch, grad_accum, seq_len, rank, alpha, targets, ...)."""
         self._check_open()
-        if self.backend == "sim" and options.get("engine") is None:
-            raise InputError("the sim backend computes no values (no loss, no gradient), so finetune needs the cpu or cuda backend")
+        if options.get("engine") is None:  # Turnip's own engine computes on the session's backend
+            check_computes(self.backend)
         held = self._device_memory()
         result = finetune(self, data, steps, **options)
         result.device_peak, result.device_context = self._device_peak(held)

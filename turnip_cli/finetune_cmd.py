@@ -22,7 +22,7 @@ from frontend.workloads import llama
 from runtime.backends import BACKENDS, resolve_backend
 from runtime.policies import ORDERS
 from turnip import Session
-from turnip.finetune import FinetuneResult, StepRecord, TrainingStopped
+from turnip.finetune import FinetuneResult, StepRecord, TrainingStopped, check_computes
 from turnip.lora import CONFIG_FILE, PROJECTIONS, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
 from turnip_cli import process
 from turnip_cli.generate_cmd import device_memory_line
@@ -96,8 +96,7 @@ def targets(text: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend)
-    if backend == "sim":
-        raise InputError("the sim backend computes no values (no loss, no gradient): finetune needs the cpu or cuda backend")
+    check_computes(backend)  # before the weights are read
     _check_paths(args)
     check_positive_options(args, "steps", "batch", "grad_accum", "gpus", "lora_rank", "seq_len")
     if args.warmup_steps < 0:

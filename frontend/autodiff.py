@@ -29,12 +29,19 @@ Other map kernels have no rule yet (one-line error naming the op and the kernel)
 Order: the backward of a step written at phase p is keyed at phase top + 1 + (top - p), so the taskgraph
 order (`Program.taskgraph`) runs the layers' backward passes in reverse, block by block inside each.
 Names: operand k's gradient from the step of result R is `d{k}.{R}`; the sum of a tensor X's is `d.{X}`.
+Recompute (`grad(recompute=phases)`): a named phase's steps that its backward reads (a product's other
+operand, a norm's input, a gating's, attention's q, k, v and packed partial), with those they need of the
+same phase, are written again as `{R}.again`, keyed just before the phase's backward, and its rules read
+the copies: the forward's own results then die inside the forward pass, and only what the phase read of
+earlier phases (a layer's input) lives until its backward. The gradients are the same bit for bit; the
+GPU computes those steps twice. turnip/recompute.py chooses, by the sim, how many layers a LLaMA step
+recomputes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from frontend import attention
 from frontend.loss import lower_grad as cross_entropy_grad
@@ -75,8 +82,11 @@ class Backward:
 
 
 def grad(prog: Program, loss: Blocked, wrt: Sequence[Blocked], seed: float | Blocked = 1.0,
-         dtype: str | None = None) -> dict[str, Blocked]:
-    """Append the backward pass of `loss` to `prog`; the gradient of each `wrt` input, by name (module docstring)."""
+         dtype: str | None = None, recompute: Collection[int] = ()) -> dict[str, Blocked]:
+    """Append the backward pass of `loss` to `prog`; the gradient of each `wrt` input, by name (module docstring).
+    `recompute`: phases whose forward is computed again just before their backward (`_replay`), from what
+    the phase read of other phases, so that nothing it made is kept from the forward pass for the backward
+    (the loss's own phase never is: its backward follows it at once)."""
     for x in wrt:
         if prog.inputs.get(x.name) is not x:
             raise InputError(f"grad: '{x.name}' is not an input of the program")
@@ -86,15 +96,21 @@ def grad(prog: Program, loss: Blocked, wrt: Sequence[Blocked], seed: float | Blo
         raise InputError(f"grad: '{loss.name}' does not depend on {', '.join(sorted(state.wrt)) or 'any input'}")
     _seed(state, source, seed)
     top = max(step.phase for step in prog.tape)
+    again: dict[str, Step] = {}  # a recomputed phase's step by its result's name: its copy (`_replay`)
+    replayed = set()
     for step in reversed(prog.tape):
         if step.kind in ("input", "output"):
             continue
         wanted = {k: f"d{k}.{step.result.name}" for k, x in enumerate(step.operands) if x.name in state.needs}
+        if step.phase in recompute and step.phase not in replayed and step.phase != source.phase:
+            replayed.add(step.phase)
+            prog.phase, prog.group = top + 1 + top - step.phase - 0.5, 1  # keyed just before the phase's backward
+            again |= _replay(state, step.phase)
         prog.phase, prog.group = top + 1 + top - step.phase, 1
         dy = state.total(step.result)
         if (dy is None and step is not source) or not wanted:
             continue
-        for k, g in RULES[step.kind](state, step, dy, wanted).items():
+        for k, g in RULES[step.kind](state, _reading(step, again), dy, wanted).items():
             x = step.operands[k]
             if state.acc(x) and g.dtype != state.acc(x):
                 g = prog.map("cast", g, name=f"{wanted[k]}.{state.acc(x)}", dtype=state.acc(x))
@@ -104,6 +120,81 @@ def grad(prog: Program, loss: Blocked, wrt: Sequence[Blocked], seed: float | Blo
         if g is None:
             raise InputError(f"grad: '{loss.name}' does not depend on input '{name}'")
     return grads
+
+
+def _replay(state: Backward, phase: int) -> dict[str, Step]:
+    """The steps of `phase` that its backward reads (`_reads`), and those they need of the same phase,
+    written again under new names (`<name>.again`) from the same operands of other phases: the copies'
+    steps by their originals' result names."""
+    prog = state.prog
+    steps = [step for step in prog.tape if step.phase == phase and step.kind not in ("input", "output")]
+    made = {step.result.name: step for step in steps}
+    wanted = set()
+    for step in steps:
+        if step.result.name in state.needs:
+            wanted |= {name for name in _reads(step, state.needs) if name in made}
+    for step in reversed(steps):  # what a wanted step reads of the phase is wanted too
+        if step.result.name in wanted:
+            wanted |= {x.name for x in step.operands if x.name in made}
+    again: dict[str, Step] = {}
+    for step in steps:
+        if step.result.name in wanted:
+            REPLAY[step.kind](prog, _reading(step, again))
+            again[step.result.name] = prog.tape[-1]
+    return again
+
+
+def _reads(step: Step, needs: set[str]) -> set[str]:
+    """The names of what `step`'s backward rules read (beside the result's gradient), for the operands in
+    `needs`: an einsum's or a product's other operands, a norm's and a gating's operands, rope's tables,
+    attention's q, k, v and packed partial; nothing for a sum, a scale or a cast."""
+    names = [x.name for x in step.operands]
+    if step.kind == "attention":  # its own packed partial: the step itself
+        return {*names, step.result.name}
+    kernel = step.attrs.get("kernel") if step.kind == "map" else None
+    if kernel in ("add", "sub", "scale", "cast"):
+        return set()
+    if kernel == "rope":
+        return set(names[1:])
+    if step.kind == "einsum" or kernel == "mul":
+        return {name for k, name in enumerate(names) if any(other in needs for n, other in enumerate(names) if n != k)}
+    return set(names)
+
+
+def _reading(step: Step, again: Mapping[str, Step]) -> Step:
+    """`step` reading the recomputed copies (`again`) of its operands and packed partial where there are."""
+    if not again:
+        return step
+    operands = tuple(again[x.name].result if x.name in again else x for x in step.operands)
+    attrs = step.attrs
+    packed = attrs.get("packed") if step.kind == "attention" else None
+    if step.result.name in again:  # the step itself recomputed: its backward reads the copy's packed partial
+        attrs = {**attrs, "packed": again[step.result.name].attrs["packed"]} if packed is not None else attrs
+    return replace(step, operands=operands, attrs=attrs)
+
+
+def _einsum_again(prog: Program, step: Step) -> None:
+    ins, out = parse_equation(step.attrs["equation"], len(step.operands))
+    result = step.result
+    acc = result.dtype if result.dtype != step.operands[0].dtype else None
+    prog.einsum(step.attrs["equation"], *step.operands, name=f"{result.name}.again", place=step.place, acc=acc,
+                splits=dict(zip(out, result.splits)))
+
+
+def _map_again(prog: Program, step: Step) -> None:
+    signature = ",".join(step.attrs["ins"]) + "->" + step.attrs["out"]
+    prog.map(step.attrs["kernel"], *step.operands, name=f"{step.result.name}.again", signature=signature, place=step.place,
+             **step.attrs["attrs"])
+
+
+def _attention_again(prog: Program, step: Step) -> None:
+    a = step.attrs
+    prog.attention(*step.operands, name=f"{step.result.name}.again", heads=a["heads"], kv_heads=a["kv_heads"], place=step.place,
+                   window=a["window"], sequences=a["sequences"])
+
+
+REPLAY = {"einsum": _einsum_again, "map": _map_again, "attention": _attention_again}
+"""Step kind -> writes the step again (`_replay`); a cross-entropy is the loss, never recomputed."""
 
 
 def _needs(tape: list[Step], wrt: set[str]) -> set[str]:

@@ -22,6 +22,8 @@ from kernel_formulas import FORMULAS, apply, evaluate
 from frontend import Program
 from frontend.autodiff import grad
 from frontend.loss import IGNORE, mean_loss
+from frontend.workloads.llama.config import from_hf
+from frontend.workloads.llama.train import LoraSpec, build_training_step
 from passes.insert_offload import minimum_budget
 from passes.pipeline import compile_taskgraph
 from runtime import execute
@@ -262,10 +264,11 @@ def chains(draw):
             "window": draw(st.sampled_from([None, 2, 3])), "sequences": sequences}
 
 
-def _build(spec):
+def _build(spec, recompute=()):
     chain = Chain(**spec)
     wrt = [x for n, x in enumerate(chain.weights) if (spec["seed"] >> n) % 3 or n == len(chain.weights) - 1]
-    grads = grad(chain.prog, chain.loss, wrt, seed=chain.seed)
+    chain.forward_ids = set(chain.prog.graph.nodes)
+    grads = grad(chain.prog, chain.loss, wrt, seed=chain.seed, recompute=recompute)
     chain.prog.output(chain.loss, *grads.values())
     chain.prog.taskgraph()
     return chain, grads
@@ -305,6 +308,51 @@ def test_the_cpu_backend_runs_the_backward_pass_under_offload(spec, order_seed):
     for task, expected in want.items():
         np.testing.assert_array_equal(runs[0][task], runs[1][task])
         np.testing.assert_allclose(runs[0][task], expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains(), st.data())
+def test_recomputing_any_phases_gives_the_same_gradients_and_keeps_nothing_of_them_for_the_backward(spec, data):
+    """`grad(recompute=)`: the phases named compute their forward again before their backward; the
+    gradients equal those of the plain pass bit for bit (the float64 formulas and the cpu backend under
+    offload, in a random order), and no backward task reads what such a phase made in the forward but
+    what later phases read of it (their boundary)."""
+    phases = data.draw(st.sets(st.integers(0, len(spec["ops"]) - 1)), label="recompute")
+    plain, grads = _build(spec)
+    again, grads_again = _build(spec, recompute=phases)
+    values = plain.values()
+    want = evaluate(plain.prog.graph, plain.prog.feed(values))
+    graph = again.prog.graph
+    inputs = again.prog.feed(values)
+    memgraph = compile_taskgraph(graph, int(minimum_budget(graph) * 1.3))
+    same = evaluate(graph, inputs)
+    got = execute(memgraph, "cpu", order="random", seed=data.draw(st.integers(0, 9), label="order"), inputs=inputs).outputs
+    for name, g in grads.items():
+        expected = plain.prog.gather(g, want)
+        np.testing.assert_array_equal(again.prog.gather(grads_again[name], same), expected)
+        np.testing.assert_allclose(again.prog.gather(grads_again[name], got), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    readers: dict[str, set[str]] = {}
+    for node in graph.nodes.values():
+        for source in node.inputs:
+            readers.setdefault(source, set()).add(node.id)
+    steps = [step for step in again.prog.tape if step.kind not in ("input", "output")]
+    forward = next(step.phase for step in steps if step.result is again.loss)  # the loss's: the last of the forward pass
+    for step in steps:
+        if step.phase not in phases or step.result.name.endswith(".again") or step.phase >= forward:
+            continue  # the loss's own phase is not recomputed: its backward follows at once
+        if any(x.name == step.result.name for later in steps if step.phase < later.phase <= forward for x in later.operands):
+            continue  # a boundary: later phases of the forward read it, and so may their backward
+        for block in step.result.blocks.values():
+            assert readers.get(block.id, set()) <= again.forward_ids, f"{block.id} is read by the backward"
+
+
+def test_a_recomputed_layer_count_out_of_range_is_refused_in_one_line():
+    config = from_hf({"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "num_key_value_heads": 2, "vocab_size": 64, "model_type": "llama"}, "tiny")
+    lora = LoraSpec(rank=2, alpha=4.0, targets=("q_proj",))
+    for bad in (-1, 3, True, 1.5):
+        with pytest.raises(InputError, match="recompute must be a layer count from 0 to 2"):
+            build_training_step(config, 1, 8, lora, recompute=bad)
 
 
 # ----- what is and is not built ------------------------------------------------------------------------

@@ -34,9 +34,12 @@ taskgraph to compile), `.feed(weights, adapters, ids [B, T], labels [B, T] = ids
 
 from __future__ import annotations
 
+import os
 from collections import ChainMap
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -57,7 +60,7 @@ from frontend.workloads.llama.graph import (
 from frontend.workloads.llama.rope import rope_tables
 from frontend.workloads.llama.weights import embed, head_name
 from turnip_ir.errors import InputError
-from turnip_ir.kernels import partial_dtype
+from turnip_ir.kernels import numpy_dtype, partial_dtype
 from turnip_ir.taskgraph import TaskGraph
 
 MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
@@ -138,6 +141,8 @@ class TrainGraph:
     total: Blocked
     """The cross-entropy's (summed loss, counted positions) [2]."""
     gradients: dict[str, Blocked] = field(default_factory=dict)
+    recomputed: int = 0
+    """The first this many layers' forward is computed again just before their backward (`build_training_step`)."""
 
     @property
     def graph(self) -> TaskGraph:
@@ -168,13 +173,19 @@ class TrainGraph:
         self._check_adapters(adapters)
         shifted = np.full(labels.shape, IGNORE, dtype=np.float32)
         shifted[:, :-1] = labels[:, 1:]
-        cos, sin = rope_tables(self.config, self.seq_len)
-        extra = {"hidden": embed(weights, ids.reshape(-1), self.config), "rope.cos": np.tile(cos, (self.batch, 1)),
-                 "rope.sin": np.tile(sin, (self.batch, 1)), "labels": shifted.reshape(-1),
-                 "loss_scale": np.array([_scale(self.loss_scale if loss_scale is None else loss_scale)])}
+        cos, sin = self._rope
+        extra = {"hidden": embed(weights, ids.reshape(-1), self.config), "rope.cos": cos, "rope.sin": sin,
+                 "labels": shifted.reshape(-1), "loss_scale": np.array([_scale(self.loss_scale if loss_scale is None else loss_scale)])}
+        adapters = _converted(adapters, self.config.dtype)
         if weight_blocks is not None:
-            return {**weight_blocks, **self.program.feed(ChainMap(extra, dict(adapters)), names=[*extra, *adapters])}
-        return self.program.feed(ChainMap(extra, dict(adapters), _lazy(weights)))
+            return {**weight_blocks, **self.program.feed(ChainMap(extra, adapters), names=[*extra, *adapters])}
+        return self.program.feed(ChainMap(extra, adapters, _lazy(weights)))
+
+    @cached_property
+    def _rope(self) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's RoPE tables (cos, sin), made once: every step feeds the same."""
+        cos, sin = rope_tables(self.config, self.seq_len)
+        return np.tile(cos, (self.batch, 1)), np.tile(sin, (self.batch, 1))
 
     def cut_weights(self, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The frozen weights' blocks by taskgraph id (lazy where the mapping offers `lazy`), for `feed`'s
@@ -210,6 +221,23 @@ class TrainGraph:
                 raise InputError(f"adapter '{name}' has shape {list(np.shape(adapters[name]))}, the model needs {list(shape)}")
 
 
+def _converted(adapters: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The adapters in the model's `dtype`, each converted whole (the blocks are then views, or copies without
+    a conversion), on a few threads: numpy's conversion to float16 runs at a few hundred million values a
+    second and releases the GIL, and a 7b rank-16 step's adapters hold 16.8 million (50 ms on one core)."""
+    want = numpy_dtype(dtype)
+    names = list(adapters)
+    if sum(np.size(adapters[name]) for name in names) < CONVERT_ALONE:
+        return {name: np.asarray(adapters[name], want) for name in names}
+    with ThreadPoolExecutor(min(CONVERT_THREADS, os.cpu_count() or 1)) as pool:
+        return dict(zip(names, pool.map(lambda name: np.asarray(adapters[name], want), names)))
+
+
+CONVERT_ALONE = 1 << 20
+"""Fewer adapter values than this are converted on the calling thread (a pool costs more)."""
+CONVERT_THREADS = 8
+
+
 def _lazy(weights: Mapping[str, np.ndarray]) -> Mapping:
     """The weights as lazy inputs where the mapping offers them (read or drawn as the backend writes them)."""
     return {name: weights.lazy(name) for name in weights} if callable(getattr(weights, "lazy", None)) else weights
@@ -217,10 +245,15 @@ def _lazy(weights: Mapping[str, np.ndarray]) -> Mapping:
 
 def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: LoraSpec, gpus: int = 1,
                         block: int | None = None, loss_scale: float = 1.0, placement: str = "sequence",
-                        layer_order: str = "blocks", query_group: int = 1, vocab_block: int | None = None) -> TrainGraph:
+                        layer_order: str = "blocks", query_group: int = 1, vocab_block: int | None = None,
+                        recompute: int = 0) -> TrainGraph:
     """The training step of `batch` sequences of `seq_len` tokens in blocks of `block` (default: the
     prefill's `default_block` of one sequence) over `gpus` GPUs (module docstring); `placement`,
-    `layer_order` and `query_group` as `build_llama`'s, `vocab_block` columns per logits block."""
+    `layer_order` and `query_group` as `build_llama`'s, `vocab_block` columns per logits block. The
+    backward computes the forward of the first `recompute` layers again just before it needs them
+    (frontend/autodiff.py `grad(recompute=)`; turnip/recompute.py chooses how many by the sim)."""
+    if isinstance(recompute, bool) or not isinstance(recompute, int) or not 0 <= recompute <= config.num_hidden_layers:
+        raise InputError(f"llama training: recompute must be a layer count from 0 to {config.num_hidden_layers}, got {recompute!r}")
     block = min(default_block(config, seq_len) if block is None else block, seq_len)
     vocab_block = vocab_block or default_vocab_block(config)
     _check(batch, seq_len, block, gpus, query_group, vocab_block, loss_scale, placement, layer_order)
@@ -239,10 +272,11 @@ def build_training_step(config: LlamaConfig, batch: int, seq_len: int, lora: Lor
     total = _loss(prog, config, x, plan(config, placement, gpus, config.num_hidden_layers).local, vocab_block, cut)
     adapters = [prog.inputs[name] for name in lora.shapes(config)]
     scale = prog.input("loss_scale", (1,), partial_dtype(dtype))
-    gradients = grad(prog, total, adapters, seed=scale, dtype=partial_dtype(dtype))
+    layers = range(2 * recompute)  # the first `recompute` layers' phases (halves: two a layer)
+    gradients = grad(prog, total, adapters, seed=scale, dtype=partial_dtype(dtype), recompute=layers)
     prog.output(total, *gradients.values())
     prog.taskgraph()
-    return TrainGraph(config, batch, seq_len, block, lora, float(loss_scale), prog, total, gradients)
+    return TrainGraph(config, batch, seq_len, block, lora, float(loss_scale), prog, total, gradients, recompute)
 
 
 def _loss(prog: Program, config: LlamaConfig, x: Blocked, place: Placement, vocab_block: int, cut) -> Blocked:

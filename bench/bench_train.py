@@ -94,6 +94,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-remat", action="store_true", help="plan turnip without recompute")
     parser.add_argument("--remat-advance", action="store_true", help="plan turnip's recompute with passes/planner.py's "
                         "REMAT_ADVANCE and REMAT_DEPTH 2 (off by default; the A/B of docs/passes.md, 'Rematerialization')")
+    parser.add_argument("--recompute", default="auto", metavar="K", help="the first K layers' forward computed again "
+                        "before their backward (frontend/autodiff.py `recompute`); auto (the default): the sim chooses, as "
+                        "the session does on the cuda backend (turnip/recompute.py)")
     parser.add_argument("--loss-scale", type=float, default=1024.0)
     parser.add_argument("--quick", action="store_true", help="2 layers of the config (with --device cpu: float32, seq 24, tiny budgets)")
     parser.add_argument("--time-limit", type=float, default=540.0, help="seconds after which nothing new starts")
@@ -198,21 +201,39 @@ def run_turnip(torch, host: Host, args, seq_len: int, budget_gib: float) -> dict
     from passes.pipeline import compile_taskgraph
     from runtime import sim_makespan
     from runtime.api import plan_choosing_attention
+    from turnip.recompute import choose_recompute
     from turnip_ir.cost import CostModel
 
-    step = build_training_step(host.config, 1, seq_len, host.lora, loss_scale=args.loss_scale)
-    inputs = step.feed(host.numpy, host.adapters, host.ids[seq_len])
     budget = int(budget_gib * GIB)
     began = time.perf_counter()
+    planned = {}
 
-    def compile_at(arena):
-        with remat_mode(args.remat_advance):
-            return compile_taskgraph(step.graph, arena, remat=not args.no_remat, inputs="host", start_on_gpu=step.activation_ids)
+    def plan(step):
+        def compile_at(arena):
+            with remat_mode(args.remat_advance):
+                return compile_taskgraph(step.graph, arena, remat=not args.no_remat, inputs="host", start_on_gpu=step.activation_ids)
 
-    # the arena sized for what a plan with recompute pins, as the session sizes it
-    choice = plan_choosing_attention(step.graph, budget, compile_at, args.device, attention=args.attention, remat=not args.no_remat)
+        # the arena sized for what a plan with recompute pins, as the session sizes it
+        planned[step.recomputed] = plan_choosing_attention(step.graph, budget, compile_at, args.device, attention=args.attention,
+                                                           remat=not args.no_remat)
+        return planned[step.recomputed].memgraph
+
+    def build(recompute):
+        return build_training_step(host.config, 1, seq_len, host.lora, loss_scale=args.loss_scale, recompute=recompute)
+
+    recomputing = None
+    if args.recompute == "auto":  # as the session chooses on the cuda backend (turnip/recompute.py)
+        recomputing = choose_recompute(build, plan, host.config.num_hidden_layers,
+                                       lambda: CostModel().for_attention(next(iter(planned.values())).provider))
+        step = recomputing.step
+    else:
+        step = build(int(args.recompute))
+        plan(step)
+    choice = planned[step.recomputed]
     memgraph = choice.memgraph
+    inputs = step.feed(host.numpy, host.adapters, host.ids[seq_len])
     figures = {"compile_s": time.perf_counter() - began, "replanned": choice.replanned, "attention": choice.provider, "tasks": len(step.graph.nodes),
+               "recomputed_layers": step.recomputed, "recompute_choice": recomputing.text() if recomputing else None,
                "recomputes": len(memgraph.recomputes()), "planned_offload": sum(n.nbytes for n in memgraph.nodes if n.op == "offload"),
                "planned_reload": sum(n.nbytes for n in memgraph.nodes if n.op == "reload")}
     cost = CostModel().for_attention(choice.provider) if args.device == "cuda" else None
@@ -665,7 +686,7 @@ def main(argv=None) -> int:
     config = model(args)
     lora = LoraSpec(rank=args.rank, alpha=2.0 * args.rank, targets=TARGETS)
     results = {"config": args.config, "layers": config.num_hidden_layers, "dtype": config.dtype, "device": args.device, "rank": args.rank,
-               "targets": TARGETS, "quick": args.quick, "loss_scale": args.loss_scale, "remat_advance": args.remat_advance, "points": []}
+               "targets": TARGETS, "quick": args.quick, "loss_scale": args.loss_scale, "remat_advance": args.remat_advance, "recompute": args.recompute, "points": []}
     path = Path(args.json or Path(os.environ.get("OUT", "out")) / "train.json")
     path.parent.mkdir(parents=True, exist_ok=True)
 

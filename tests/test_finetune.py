@@ -316,6 +316,25 @@ def test_the_engine_cuts_the_weights_once_and_feeds_the_same_blocks_every_step(f
     assert whole.keys() == cut.keys() and all(np.array_equal(np.asarray(whole[k]), np.asarray(cut[k])) for k in whole)
 
 
+def test_where_the_sim_chooses_the_session_runs_the_chosen_step_alone(folder, monkeypatch):
+    """Where the engine lets the sim choose how many layers a step recomputes (the cuda backend's engine),
+    each candidate is compiled, the chosen one's plan alone stays in the session's cache and runs, the
+    choice is named, and the losses are those of the step with nothing recomputed."""
+    rows = rows_of(2, 3, 6)
+    with session_for(folder, "turnip") as session:
+        plain = session.finetune(rows, steps=2, rank=4, alpha=8, targets=SETTINGS.targets)
+    monkeypatch.setattr(driver.TurnipEngine, "chooses", lambda self: True)
+    with session_for(folder, "turnip") as session:
+        chosen = session.finetune(rows, steps=2, rank=4, alpha=8, targets=SETTINGS.targets)
+        (key,) = [key for key in session.cache if key[0] == "train"]
+        ((step, _, note),) = session._training.values()
+    assert chosen.costs.compiles >= 2 and chosen.costs.recompute == note
+    assert re.match(r"recomputes the forward of \d layer\(s\) before their backward \(sim by layers recomputed: 0: [\d.]+ s, 1: ", note)
+    assert key[6] == step.recomputed and f"forward of {step.recomputed} layer" in note
+    np.testing.assert_array_equal(chosen.losses, plain.losses)
+    assert all(np.array_equal(chosen.adapter.tensors[n], plain.adapter.tensors[n]) for n in plain.adapter.tensors)
+
+
 def test_the_summary_names_the_device_memory_the_driver_reported(folder):
     from turnip_cli.finetune_cmd import summary_lines
 

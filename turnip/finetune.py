@@ -34,7 +34,9 @@ import numpy as np
 from frontend.workloads import llama
 from turnip.lora import Adapter, LoraSettings
 from turnip.optimizer import AdamW, LossScaler, TrainingState, warmup_lr
+from turnip.recompute import choose_recompute
 from turnip.training_data import Batch, TrainingData, read_examples
+from turnip_ir.cost import CostModel
 from turnip_ir.errors import InputError, TurnipError
 
 
@@ -226,23 +228,51 @@ class TurnipEngine:
     def step(self, adapters, ids, labels, loss_scale):
         session = self.session
         shape = tuple(ids.shape)
-        step, blocks = self._built(shape)
+        step, blocks, self.costs.recompute = self._built(shape)
         inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale, weight_blocks=blocks)
-        key = ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets)
-        # the planner keeps, moves or recomputes each activation; the frozen weights stream from their pinned
-        # memory each step (placed before the run, those that fit would be moved out again and in once more)
-        result, _, _ = session._run(key, step.graph, inputs, self.costs, remat=True, start_on_gpu=frozenset(step.activation_ids))
+        result, _, _ = self._run(shape, step, inputs)
         return step.loss(result.outputs), step.grads(result.outputs, loss_scale=loss_scale)
 
+    def _run(self, shape: tuple[int, int], step, inputs=None):
+        """The step's plan (compiled once: the session's cache), run with `inputs` (None: compiled only).
+        The planner keeps, moves or recomputes each activation; the frozen weights stream from their pinned
+        memory each step (placed before the run, those that fit would be moved out again and in once more)."""
+        key, batch = self._key(shape, step.recomputed), frozenset(step.activation_ids)
+        if inputs is None:
+            return self.session._compiled(key, step.graph, self.costs, "host", True, batch)
+        return self.session._run(key, step.graph, inputs, self.costs, remat=True, start_on_gpu=batch)
+
+    def _key(self, shape: tuple[int, int], recomputed: int) -> tuple:
+        """The step's key in `Session._run` (the session's cache key adds where the inputs start, remat on,
+        and the batch's inputs on the GPU)."""
+        return ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets, recomputed)
+
+    def chooses(self) -> bool:
+        """Whether the sim chooses how many layers a step recomputes: on the cuda backend, whose runs the sim
+        predicts; the cpu backend computes what it is given in its own time (none recomputed)."""
+        return self.session.backend == "cuda"
+
     def _built(self, shape: tuple[int, int]) -> tuple:
-        """The step for this batch shape and the frozen weights cut into its blocks (`TrainGraph.cut_weights`:
-        the same arrays every step, 550 blocks at 7b), built once per session (`Session._training`), so a
-        caller that calls `finetune` step by step builds and cuts them once (0.6 s at 7b)."""
+        """The step for this batch shape, the frozen weights cut into its blocks (`TrainGraph.cut_weights`:
+        the same arrays every step, 550 blocks at 7b) and what the sim chose on the cuda backend (the layers
+        the backward recomputes, turnip/recompute.py `RecomputeChoice.text`; elsewhere none: ""), built once per session
+        (`Session._training`), so a caller that calls `finetune` step by step builds, chooses and cuts once."""
         session = self.session
         key = (shape, self.spec)
         if key not in session._training:
-            step = llama.build_training_step(session.config, shape[0], shape[1], self.spec, gpus=session.gpus, placement=session._placement())
-            session._training[key] = (step, step.cut_weights(session.weights))
+            def build(recompute: int):
+                return llama.build_training_step(session.config, shape[0], shape[1], self.spec, gpus=session.gpus,
+                                                 placement=session._placement(), recompute=recompute)
+
+            if self.chooses():
+                choice = choose_recompute(build, lambda step: self._run(shape, step), session.config.num_hidden_layers,
+                                          lambda: CostModel().for_attention(session.attention))
+                step, note = choice.step, choice.text()
+                for other in choice.makespans.keys() - {step.recomputed}:  # the candidates that lost: their plans go
+                    session.cache.pop((*self._key(shape, other), "host", True, frozenset(step.activation_ids)), None)
+            else:
+                step, note = build(0), ""
+            session._training[key] = (step, step.cut_weights(session.weights), note)
             if len(session._training) > 8:  # a few shapes at most: each holds a graph of thousands of tasks
                 session._training.pop(next(iter(session._training)))
         return session._training[key]

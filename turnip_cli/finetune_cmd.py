@@ -196,6 +196,8 @@ def summary_lines(result: FinetuneResult) -> list[str]:
     if costs.compiles or costs.cache_hits:
         lines.append(f"compiled {costs.compiles} graph(s) in {costs.compile_seconds:.3f} s; offloaded {format_size(costs.bytes_offloaded)}, "
                      f"reloaded {format_size(costs.bytes_reloaded)}; peak arena use {format_size(costs.peak_arena)}")
+    if costs.recompute:
+        lines.append(f"the step {costs.recompute}")
     if result.device_peak is not None:
         lines.append(device_memory_line(result.device_peak, result.device_context))
     return lines

@@ -44,8 +44,8 @@ def _llama3(inv: np.ndarray, factor: float, low: float, high: float, original: i
 def rope_tables(config: LlamaConfig, tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [tokens, head_dim] in float64: angle = position * inverse frequency, halves repeated."""
     angles = np.outer(np.arange(tokens, dtype=np.float64), inverse_frequencies(config, tokens))
-    both = np.concatenate([angles, angles], axis=1)
-    return np.cos(both), np.sin(both)
+    cos, sin = np.cos(angles), np.sin(angles)  # each half once: the halves repeat
+    return np.concatenate([cos, cos], axis=1), np.concatenate([sin, sin], axis=1)
 
 
 def packed_rope_tables(config: LlamaConfig, lengths: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -53,5 +53,5 @@ def packed_rope_tables(config: LlamaConfig, lengths: tuple[int, ...]) -> tuple[n
     `dynamic` scaling by its own length), stacked."""
     if len(lengths) == 1:
         return rope_tables(config, lengths[0])
-    tables = [rope_tables(config, length) for length in lengths]
-    return np.concatenate([cos for cos, _ in tables]), np.concatenate([sin for _, sin in tables])
+    made = {length: rope_tables(config, length) for length in set(lengths)}  # 16 prompts of one length: one table
+    return np.concatenate([made[length][0] for length in lengths]), np.concatenate([made[length][1] for length in lengths])

@@ -167,14 +167,13 @@ def _reading(step: Step, again: Mapping[str, Step]) -> Step:
         return step
     operands = tuple(again[x.name].result if x.name in again else x for x in step.operands)
     attrs = step.attrs
-    packed = attrs.get("packed") if step.kind == "attention" else None
-    if step.result.name in again:  # the step itself recomputed: its backward reads the copy's packed partial
-        attrs = {**attrs, "packed": again[step.result.name].attrs["packed"]} if packed is not None else attrs
+    if step.kind == "attention" and step.result.name in again:  # its backward reads the copy's packed partial
+        attrs = {**attrs, "packed": again[step.result.name].attrs["packed"]}
     return replace(step, operands=operands, attrs=attrs)
 
 
 def _einsum_again(prog: Program, step: Step) -> None:
-    ins, out = parse_equation(step.attrs["equation"], len(step.operands))
+    _, out = parse_equation(step.attrs["equation"], len(step.operands))
     result = step.result
     acc = result.dtype if result.dtype != step.operands[0].dtype else None
     prog.einsum(step.attrs["equation"], *step.operands, name=f"{result.name}.again", place=step.place, acc=acc,

@@ -177,17 +177,6 @@ class GenerateResult:
         return self.tokens.size / self.call_seconds if self.call_seconds > 0 else 0.0
 
 
-def _import_torch_soon(backend: str, provider: str) -> None:
-    """On a GPU (not the CUDA simulator), where the attention provider is `auto` or one of torch's, torch's
-    import begun on a thread now (runtime/backends/cuda/attention.py `import_torch_soon`)."""
-    if backend != "cuda" or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return
-    from runtime.backends.cuda.attention import import_torch_soon, uses_torch
-
-    if provider == "auto" or uses_torch(provider):
-        import_torch_soon()
-
-
 def _one_call_at_a_time(method):
     """`method` refused with a one-line `InputError` while another call of the session runs (module docstring)."""
 
@@ -220,7 +209,6 @@ class Session:
             memory = parse_size(memory)  # the units --memory takes: "4GiB", "1.5GiB", "100KiB", 1e9
         check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block, backend_options, plan_dir)
         self.backend = resolve_backend(backend)
-        _import_torch_soon(self.backend, (backend_options or {}).get("attention_provider", "auto"))
         self.config, source = load_model(config, weights, seed, dtype, self.backend)
         self.adapter = adapter_of(adapter, self.config)
         """The LoRA adapter merged into the weights, or None."""

@@ -41,12 +41,9 @@ heads interleave, does), element by element otherwise. A bfloat16 block's arena 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib.util
 import os
-import sys
-import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -92,32 +89,10 @@ def have_triton() -> bool:
 
 def have_torch_cuda() -> bool:
     try:
-        import torch  # waits for `import_torch_soon`'s import, where one runs
+        import torch
     except ImportError:
         return False
     return torch.cuda.is_available()
-
-
-_torch_import: list[threading.Thread] = []
-
-
-def import_torch_soon() -> None:
-    """Begin importing torch on a thread of its own, once a process, where it is installed and not imported
-    yet: a GPU run under `auto` or a torch provider imports it to resolve the provider and to attend (1-1.5 s
-    on the GPU hosts, most of a generation's set-up before its plans), and a caller that will need it
-    (turnip.Session on the cuda backend) starts it early, so the import overlaps what the caller does
-    meanwhile: loading the model, building graphs, waiting for page-locked memory. The first `import torch`
-    elsewhere waits for this one (Python's import lock); a failed import here is made again there, where
-    its error is the one to see."""
-    if _torch_import or "torch" in sys.modules or importlib.util.find_spec("torch") is None:
-        return
-    _torch_import.append(threading.Thread(target=_import_torch, daemon=True, name="turnip torch import"))
-    _torch_import[0].start()
-
-
-def _import_torch() -> None:
-    with contextlib.suppress(Exception):
-        import torch  # noqa: F401
 
 
 def resolve(provider: str, on_gpu: bool) -> str:

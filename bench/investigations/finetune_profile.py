@@ -12,6 +12,7 @@ import argparse
 import cProfile
 import gc
 import pstats
+import resource
 import sys
 import time
 from pathlib import Path
@@ -37,18 +38,26 @@ def main() -> None:
     runs = []
     original = session._run
 
+    faults = [resource.getrusage(resource.RUSAGE_SELF).ru_minflt]
+
     def timed_run(*a, **k):
-        began = time.perf_counter()
+        began, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         result, seconds, whole = original(*a, **k)
         s = result.summary
         runs.append({"session_run_s": time.perf_counter() - began, "prepare_s": s.prepare_time, "loop_wall_s": s.wall_time,
-                     "makespan_s": s.makespan, "host": {k: round(v, 4) for k, v in s.host_seconds.items()}})
+                     "makespan_s": s.makespan, "host": {k: round(v, 4) for k, v in s.host_seconds.items()},
+                     "page_faults_in_run": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before})
         return result, seconds, whole
+
+    def step_faults(record):  # minor page faults of the whole step (fresh pages of large arrays: malloc's maps)
+        now = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        runs[-1]["page_faults_in_step"] = now - faults[0]
+        faults[0] = now
 
     session._run = timed_run
     options = dict(rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), seq_len=args.seq_len)
     began = time.perf_counter()
-    first = session.finetune(ids[:args.steps], steps=args.steps, **options)  # unprofiled: the first, then steady steps
+    first = session.finetune(ids[:args.steps], steps=args.steps, on_step=step_faults, **options)  # unprofiled: the first, then steady steps
     print(f"unprofiled call: {time.perf_counter() - began:.3f} s in all", flush=True)
     for record, run in zip(first.steps, runs):
         print(f"step {record.step}: record {record.seconds:.3f} s; {run}", flush=True)

@@ -203,8 +203,8 @@ class TrainGraph:
         scale = self.loss_scale if loss_scale is None else loss_scale
         grads = {}
         for name, x in self.gradients.items():
-            g = self.program.gather(x, outputs)
-            grads[name] = g / g.dtype.type(scale)
+            g = grads[name] = self.program.gather(x, outputs)
+            g /= g.dtype.type(scale)  # in place: gather made it (one pass and one array fewer a step)
         return grads
 
     def _batch(self, array: np.ndarray, what: str) -> np.ndarray:

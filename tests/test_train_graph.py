@@ -116,6 +116,27 @@ def test_recomputed_layers_give_the_same_step_as_kept_ones(family, recompute, la
         assert np.abs(grads_again[adapter] - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
+def test_gradients_in_place_are_the_runs_own_arrays_and_equal_the_gathered_ones():
+    """`grads(in_place=True)` divides a one-block gradient where the run left it (no copy); by default the
+    outputs are left as they are and new arrays returned; both give the same values."""
+    name, doc = FAMILIES["llama"]
+    config = from_hf({**doc, "model_type": "llama", "dtype": "float64"}, "llama")
+    step = build_training_step(config, 1, SEQ_LEN, LORA, block=BLOCK, loss_scale=4.0)
+    weights, adapters, ids = _inputs(config, 1)
+    memgraph = compile_taskgraph(step.graph, int(minimum_budget(step.graph) * 1.5))
+    outputs = execute(memgraph, "cpu", inputs=step.feed(weights, adapters, ids)).outputs
+    kept = {task: array.copy() for task, array in outputs.items()}
+    copied = step.grads(outputs)
+    assert all(np.array_equal(outputs[task], kept[task]) for task in outputs)  # left as they were
+    owned = step.grads(outputs, in_place=True)
+    assert any(len(x.blocks) == 1 for x in step.gradients.values())
+    for adapter, g in owned.items():
+        np.testing.assert_array_equal(g, copied[adapter])
+        x = step.gradients[adapter]
+        if len(x.blocks) == 1:
+            assert g is outputs[next(iter(x.blocks.values())).id]
+
+
 def test_half_precision_with_a_loss_scale_lands_near_float64():
     doc = {**TINY, "model_type": "llama"}
     wide = build_training_step(from_hf({**doc, "dtype": "float64"}, "f64"), 1, SEQ_LEN, LORA, block=BLOCK)

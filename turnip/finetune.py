@@ -231,7 +231,7 @@ class TurnipEngine:
         step, blocks, self.costs.recompute = self._built(shape)
         inputs = step.feed(session.weights, adapters, ids, labels, loss_scale=loss_scale, weight_blocks=blocks)
         result, _, _ = self._run(shape, step, inputs)
-        return step.loss(result.outputs), step.grads(result.outputs, loss_scale=loss_scale)
+        return step.loss(result.outputs), step.grads(result.outputs, loss_scale=loss_scale, in_place=True)  # the run's: ours to give
 
     def _run(self, shape: tuple[int, int], step, inputs=None):
         """The step's plan (compiled once: the session's cache), run with `inputs` (None: compiled only).

@@ -197,14 +197,18 @@ class TrainGraph:
         """The mean loss of the step (not scaled)."""
         return mean_loss(self.program.gather(self.total, outputs))
 
-    def grads(self, outputs: Mapping[str, np.ndarray], loss_scale: float | None = None) -> dict[str, np.ndarray]:
+    def grads(self, outputs: Mapping[str, np.ndarray], loss_scale: float | None = None, in_place: bool = False) -> dict[str, np.ndarray]:
         """Each adapter's gradient of the mean loss, by name, float32 (float64 for a float64 model), the loss
-        scale the run was fed (None: the built one) divided out."""
+        scale the run was fed (None: the built one) divided out. `in_place`: a gradient of one block is the
+        run's own output array, divided in place (a caller done with `outputs`: no copy of 16.8 million
+        values a 7b rank-16 step); otherwise each is gathered into a new array."""
         scale = self.loss_scale if loss_scale is None else loss_scale
         grads = {}
         for name, x in self.gradients.items():
-            g = grads[name] = self.program.gather(x, outputs)
-            g /= g.dtype.type(scale)  # in place: gather made it (one pass and one array fewer a step)
+            single = outputs.get(next(iter(x.blocks.values())).id) if in_place and len(x.blocks) == 1 else None
+            g = single if isinstance(single, np.ndarray) and single.flags.writeable else self.program.gather(x, outputs)
+            g /= g.dtype.type(scale)  # in place: gathered anew, or the caller's to give
+            grads[name] = g
         return grads
 
     def _batch(self, array: np.ndarray, what: str) -> np.ndarray:
@@ -229,13 +233,20 @@ def _converted(adapters: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.n
     names = list(adapters)
     if sum(np.size(adapters[name]) for name in names) < CONVERT_ALONE:
         return {name: np.asarray(adapters[name], want) for name in names}
-    with ThreadPoolExecutor(min(CONVERT_THREADS, os.cpu_count() or 1)) as pool:
-        return dict(zip(names, pool.map(lambda name: np.asarray(adapters[name], want), names)))
+    return dict(zip(names, _converter().map(lambda name: np.asarray(adapters[name], want), names)))
 
 
 CONVERT_ALONE = 1 << 20
 """Fewer adapter values than this are converted on the calling thread (a pool costs more)."""
 CONVERT_THREADS = 8
+_pool: list[ThreadPoolExecutor] = []
+
+
+def _converter() -> ThreadPoolExecutor:
+    """The conversions' threads, made once a process (a pool made and joined each step cost its threads' starts)."""
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(min(CONVERT_THREADS, os.cpu_count() or 1), thread_name_prefix="turnip convert"))
+    return _pool[0]
 
 
 def _lazy(weights: Mapping[str, np.ndarray]) -> Mapping:

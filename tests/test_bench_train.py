@@ -53,14 +53,19 @@ def test_the_streaming_trainer_equals_resident_autograd_and_turnip():
     assert tb.max_relative_error(step.grads(outputs), want) < 1e-6
 
 
-def test_the_training_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
-    pytest.importorskip("peft")
+def _bench(tmp_path, *args: str) -> tuple[str, dict]:
+    """`bench_train.py --device cpu --quick --config tiny-gqa ARGS` run to its end: its stdout and its JSON."""
     out = tmp_path / "train.json"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--device", "cpu", "--quick", "--config", "tiny-gqa",
-                           "--steps", "1", "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           *args, "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "| 24 | turnip@0.0005 |" in done.stdout and done.stdout.rstrip().splitlines()[-1].startswith("wrote ")
-    results = json.loads(out.read_text())
+    return done.stdout, json.loads(out.read_text())
+
+
+def test_the_training_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
+    pytest.importorskip("peft")
+    stdout, results = _bench(tmp_path, "--steps", "1")
+    assert "| 24 | turnip@0.0005 |" in stdout and stdout.rstrip().splitlines()[-1].startswith("wrote ")
     systems = results["points"][0]["systems"]
     assert set(systems) == {"turnip@0.0005", "turnip@0.002", "torch-stream", "torch-stream@0.0005", "torch-stream@0.002", "torch-resident", "hf-peft"}
     assert all("step_s" in figures for figures in systems.values()), systems
@@ -75,23 +80,14 @@ def test_the_training_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
 
 
 def test_the_training_benchmark_times_turnip_finetune_in_a_fresh_process(tmp_path):
-    out = tmp_path / "train.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--device", "cpu", "--quick", "--config", "tiny-gqa",
-                           "--systems", "command", "--budgets", "0.002", "--command-steps", "3", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    command = json.loads(out.read_text())["points"][0]["systems"]["command@0.002"]
+    _, results = _bench(tmp_path, "--systems", "command", "--budgets", "0.002", "--command-steps", "3")
+    command = results["points"][0]["systems"]["command@0.002"]
     assert command["returncode"] == 0 and len(command["steps_s"]) == 3 and command["step_s"] == command["steps_s"][1:]
     assert 0 < command["first_step_s"] < command["wall_s"]
 
 
 def test_the_training_benchmark_plans_with_advanced_recomputes_when_asked(tmp_path):
-    out = tmp_path / "train.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--device", "cpu", "--quick", "--config", "tiny-gqa",
-                           "--steps", "1", "--systems", "turnip", "torch-stream", "--remat-advance", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(out.read_text())
+    _, results = _bench(tmp_path, "--steps", "1", "--systems", "turnip", "torch-stream", "--remat-advance")
     systems = results["points"][0]["systems"]
     assert results["remat_advance"] is True
     for name in ("turnip@0.0005", "turnip@0.002"):

@@ -52,7 +52,7 @@ def test_the_candidates_are_none_half_and_all():
 
 
 def test_where_the_link_binds_recomputing_is_chosen():
-    choice, built = _choose(SLOW_LINK)
+    choice, _ = _choose(SLOW_LINK)
     assert choice.layers > 0
     assert choice.step.recomputed == choice.layers
     assert choice.makespans[choice.layers] < choice.makespans[0]

@@ -119,7 +119,7 @@ def test_recomputed_layers_give_the_same_step_as_kept_ones(family, recompute, la
 def test_gradients_in_place_are_the_runs_own_arrays_and_equal_the_gathered_ones():
     """`grads(in_place=True)` divides a one-block gradient where the run left it (no copy); by default the
     outputs are left as they are and new arrays returned; both give the same values."""
-    name, doc = FAMILIES["llama"]
+    _, doc = FAMILIES["llama"]
     config = from_hf({**doc, "model_type": "llama", "dtype": "float64"}, "llama")
     step = build_training_step(config, 1, SEQ_LEN, LORA, block=BLOCK, loss_scale=4.0)
     weights, adapters, ids = _inputs(config, 1)

@@ -55,7 +55,7 @@ def main() -> None:
         faults[0] = now
 
     session._run = timed_run
-    options = dict(rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), seq_len=args.seq_len)
+    options = {"rank": 16, "targets": ("q_proj", "k_proj", "v_proj", "o_proj"), "seq_len": args.seq_len}
     began = time.perf_counter()
     first = session.finetune(ids[:args.steps], steps=args.steps, on_step=step_faults, **options)  # unprofiled: the first, then steady steps
     print(f"unprofiled call: {time.perf_counter() - began:.3f} s in all", flush=True)

@@ -138,3 +138,27 @@ def test_a_second_call_of_the_same_shapes_loads_no_plan_again(small_config, monk
         second = session.generate(prompts, 3)
         assert built == [] and session.backends_built == 1
     assert (second.tokens == first.tokens).all()
+
+
+def test_a_calls_kv_cache_is_one_region_of_aligned_buffers_reused_by_the_next_call(small_config):
+    """The cache's 2 x layers buffers lie in one host region (page-locked at once on cuda: one registration,
+    not one a buffer), each on a KV_ALIGN boundary, none overlapping another; a later call that needs no
+    more takes the same bytes."""
+    from turnip.session import KV_ALIGN
+
+    with Session(config=small_config, memory=1 << 30, backend="cpu", kv_block=4) as session:
+        prompts = [np.arange(1, 12), np.arange(1, 5)]
+        cache = session._empty_cache(prompts, 5, True)
+        buffers = [t for pair in cache.whole for t in pair]
+        assert len(buffers) == 2 * session.config.num_hidden_layers
+        region = session.host._lasting["kv"]
+        base = region.ctypes.data
+        spans = sorted((t.ctypes.data - base, t.ctypes.data - base + t.nbytes) for t in buffers)
+        assert all(np.shares_memory(t, region) for t in buffers)
+        assert all(start % KV_ALIGN == 0 for start, _ in spans)
+        assert all(stop <= after for (_, stop), (after, _) in zip(spans, spans[1:])), "buffers overlap"
+        assert spans[-1][1] <= region.nbytes
+        assert buffers[0].shape == (16, 2, session.config.num_key_value_heads * session.config.head_dim)
+        smaller = session._empty_cache([np.arange(1, 4)], 2, True)
+        assert session.host._lasting["kv"] is region
+        assert all(np.shares_memory(t, region) for pair in smaller.whole for t in pair)

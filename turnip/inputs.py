@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from runtime.policies import ORDERS
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.limits import INT_LIMIT
+from turnip_ir.pools import shared_pool
 
 MAX_KV_BLOCK = 1 << 20
 """The most token rows one cache column may hold: every call's cache has room for at least one column."""
@@ -161,8 +161,8 @@ def holds_nonfinite(values: np.ndarray, nan_only: bool = False) -> bool:
     signed, unsigned = signed.reshape(-1), unsigned.reshape(-1)
     step = CHECK_CHUNK // kind.itemsize
     chunks = [slice(start, start + step) for start in range(0, values.size, step)]
-    with ThreadPoolExecutor(min(CHECK_THREADS, os.cpu_count() or 1)) as pool:  # numpy's reductions release the GIL
-        tops = list(pool.map(lambda part: (int(signed[part].max()), int(unsigned[part].max())), chunks))
+    tops = list(shared_pool("check", CHECK_THREADS).map(  # numpy's reductions let go of the GIL; threads made once (turnip_ir/pools.py)
+        lambda part: (int(signed[part].max()), int(unsigned[part].max())), chunks))
     return max(high for high, _ in tops) >= top or max(low for _, low in tops) >= (1 << (width - 1)) | top
 
 

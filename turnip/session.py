@@ -81,6 +81,8 @@ CACHE_ENTRIES = 256
 PREFILL_TOKENS = 65536
 """The most prompt tokens one prefill plan packs: a call with more prefills in chunks, each streaming every
 weight once (a 7b plan of 64k tokens compiles in a few seconds)."""
+KV_ALIGN = 1 << 12
+"""Where each of a call's KV cache buffers starts in the one region that holds them all (`_empty_cache`)."""
 
 
 @dataclass
@@ -505,9 +507,21 @@ class Session:
         capacity = max(len(p) for p in prompts) - 1 + steps
         if not computed:
             return KvCache(c.num_hidden_layers, len(prompts), 0, self.kv_block, capacity, c.dtype)
-        buffers = iter(range(2 * c.num_hidden_layers))  # the cache's buffers, in the order KvCache makes them
-        return KvCache(c.num_hidden_layers, len(prompts), c.num_key_value_heads * c.head_dim, self.kv_block, capacity, c.dtype,
-                       lambda shape, dtype: self.host.lasting(("kv", next(buffers)), shape, dtype))
+        kv_width = c.num_key_value_heads * c.head_dim
+        columns = max(1, -(-capacity // self.kv_block))
+        shape = (columns * self.kv_block, len(prompts), kv_width)
+        item = np.dtype(numpy_dtype(c.dtype))
+        each = -(-int(np.prod(shape, dtype=np.int64)) * item.itemsize // KV_ALIGN) * KV_ALIGN
+        # one region for every buffer: page-locked at once (one registration, one set of touching threads),
+        # not 2 x layers times; each buffer starts on a KV_ALIGN boundary
+        region = self.host.lasting("kv", (2 * c.num_hidden_layers * each,), np.uint8)
+        starts = iter(range(0, region.nbytes, each))  # the cache's buffers, in the order KvCache makes them
+
+        def buffer(shape, dtype):
+            start = next(starts)
+            return region[start : start + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+
+        return KvCache(c.num_hidden_layers, len(prompts), kv_width, self.kv_block, capacity, c.dtype, buffer)
 
     def _new_cache(self, caches: list, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
         """The call's cache from per-prompt prefixes; on the sim only lengths (it computes no rows)."""

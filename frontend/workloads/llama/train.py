@@ -34,7 +34,6 @@ taskgraph to compile), `.feed(weights, adapters, ids [B, T], labels [B, T] = ids
 
 from __future__ import annotations
 
-import os
 from collections import ChainMap
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +60,7 @@ from frontend.workloads.llama.rope import rope_tables
 from frontend.workloads.llama.weights import embed, head_name
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import numpy_dtype, partial_dtype
+from turnip_ir.pools import shared_pool
 from turnip_ir.taskgraph import TaskGraph
 
 MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
@@ -239,14 +239,11 @@ def _converted(adapters: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.n
 CONVERT_ALONE = 1 << 20
 """Fewer adapter values than this are converted on the calling thread (a pool costs more)."""
 CONVERT_THREADS = 8
-_pool: list[ThreadPoolExecutor] = []
 
 
 def _converter() -> ThreadPoolExecutor:
-    """The conversions' threads, made once a process (a pool made and joined each step cost its threads' starts)."""
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(min(CONVERT_THREADS, os.cpu_count() or 1), thread_name_prefix="turnip convert"))
-    return _pool[0]
+    """The conversions' threads, made once a process (turnip_ir/pools.py)."""
+    return shared_pool("convert", CONVERT_THREADS)
 
 
 def _lazy(weights: Mapping[str, np.ndarray]) -> Mapping:

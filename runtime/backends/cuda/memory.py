@@ -48,6 +48,8 @@ by threads and registered with the driver; `alloc`: every buffer from cuMemHostA
 REGISTER_FROM = 64 << 20
 """Buffers from this size up are registered (smaller ones are cheap either way)."""
 HUGE_PAGE = 2 << 20
+TOUCHING_THREADS = 16
+"""Threads that touch a new registered buffer's pages first (at most the cores: turnip_ir/pools.py)."""
 
 
 def pinned_bytes(count: int) -> np.ndarray:
@@ -94,11 +96,10 @@ class _RegisteredMap(mmap.mmap):
 
 def _registered(count: int) -> np.ndarray | None:
     """`count` bytes of anonymous memory on huge pages, touched by threads, then page-locked; None if refused."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from numba.cuda.cudadrv.devices import get_context
 
     from runtime.backends.cuda.compat import driver_calls
+    from turnip_ir.pools import shared_pool
 
     get_context()
     size = -(-count // HUGE_PAGE) * HUGE_PAGE
@@ -110,8 +111,8 @@ def _registered(count: int) -> np.ndarray | None:
         region.madvise(mmap.MADV_HUGEPAGE)
     array = np.frombuffer(region, dtype=np.uint8)  # holds the map: it lives as long as any view of it
     step = 64 << 20
-    with ThreadPoolExecutor(8) as pool:  # the kernel zeroes each page at its first touch: spread that over threads
-        list(pool.map(lambda start: array[start : start + step : mmap.PAGESIZE].fill(0), range(0, size, step)))
+    # the kernel zeroes each page at its first touch: spread that over threads (numpy's fill lets go of the GIL)
+    list(shared_pool("page touching", TOUCHING_THREADS).map(lambda start: array[start : start + step : mmap.PAGESIZE].fill(0), range(0, size, step)))
     address = array.ctypes.data
     if driver_calls().register_portable(address, size) != 0:
         return None

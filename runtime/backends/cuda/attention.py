@@ -306,8 +306,7 @@ def build_torch(node, inputs, out, env: KernelEnv, provider: str, batch: int = 1
     tq, tk, d = b.tq, b.tk, b.d
     rows = tq // batch
     device = torch.device("cuda", env.device_of(node))
-    arena = env.torch_arena(env.device_of(node)) if hasattr(env, "torch_arena") else None
-    q4, k4, v4 = (heads_view(x, count, length, d, device, batch, arena) for x, count, length in ((q, heads, tq), (k, kv_heads, tk), (v, kv_heads, tk)))
+    q4, k4, v4 = (heads_view(x, count, length, d, device, batch) for x, count, length in ((q, heads, tq), (k, kv_heads, tk), (v, kv_heads, tk)))
     group = heads // kv_heads
     op = TORCH_OPS[provider]
     grid, block = kn.merge_grid(rows, heads, d)
@@ -358,13 +357,12 @@ def _array_params(array, itemsize: int):
     return array_args(device_pointer(array), array.shape, array.strides, itemsize)
 
 
-def heads_view(array, count: int, rows: int, d: int, device, batch: int = 1, arena: tuple[int, dict] | None = None):
+def heads_view(array, count: int, rows: int, d: int, device, batch: int = 1):
     """torch's view of an arena view [rows, heads*d], heads strided, no copy: [1, heads, rows, d], or for
-    `batch` blocks of equal rows one after another (packed sequences) [batch, heads, rows / batch, d].
-    `arena`: as `torch_view`'s."""
+    `batch` blocks of equal rows one after another (packed sequences) [batch, heads, rows / batch, d]."""
     if batch == 1:
-        return torch_view(array, device, arena).view(rows, count, d).transpose(0, 1).unsqueeze(0)
-    return torch_view(array, device, arena).view(batch, rows // batch, count, d).transpose(1, 2)
+        return torch_view(array, device).view(rows, count, d).transpose(0, 1).unsqueeze(0)
+    return torch_view(array, device).view(batch, rows // batch, count, d).transpose(1, 2)
 
 
 def on_attention_stream(env: KernelEnv, node, lane: int, body) -> None:
@@ -516,49 +514,10 @@ def triton_takes(node, q) -> bool:
     return attention_triton.supported(heads, kv_heads, int(q.shape[1]) // heads, dtype_name(q))
 
 
-ITEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-"""The dtypes a view is cut from torch's arena tensors in (`cut_view`), and their sizes."""
-
-
-def arena_tensors(arena, index: int) -> tuple[int, dict]:
-    """torch's views of a GPU's whole arena (a uint8 device array), one per dtype of ITEM_BYTES, and the
-    arena's device address: what `torch_view` cuts views from. Made once per backend (`KernelServices.torch_arena`);
-    a closed backend's arena is freed whatever still refers to it (memory.give_back)."""
+def torch_view(array, device):
+    """A torch tensor over an arena view, with no copy (asserted: a copy would be written to in vain)."""
     import torch
 
-    whole = torch_view(arena[: arena.shape[0] // 4 * 4], torch.device("cuda", index))
-    names = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-    return device_pointer(arena), {name: whole.view(kind) for name, kind in names.items()}
-
-
-def cut_view(tensors: tuple[int, dict], pointer: int, shape, strides, dtype: str):
-    """The tensor of `shape`, byte `strides` and `dtype` at device address `pointer`, cut from the arena's
-    tensors (`arena_tensors`: an as_strided view, a few microseconds), or None where it does not lie in
-    the arena whole, or its offset or strides are not whole elements."""
-    start, typed = tensors
-    item = ITEM_BYTES.get(dtype)
-    if item is None or dtype not in typed:
-        return None
-    offset = pointer - start
-    extent = item + sum((n - 1) * s for n, s in zip(shape, strides)) if all(n > 0 for n in shape) else 0
-    if offset < 0 or offset % item or any(s < 0 or s % item for s in strides) or offset + extent > typed[dtype].numel() * item:
-        return None
-    return typed[dtype].as_strided(tuple(shape), tuple(s // item for s in strides), offset // item)
-
-
-def torch_view(array, device, arena: tuple[int, dict] | None = None):
-    """A torch tensor over an arena view, with no copy (asserted: a copy would be written to in vain).
-    `arena` (`arena_tensors`): cut from torch's tensor over the whole arena, where the view lies in it;
-    else through the CUDA array interface (tens of microseconds a view: three an attention block were
-    0.24 s of a 7b 16 x 2048 prefill plan's load)."""
-    import torch
-
-    if arena is not None:
-        pointer = device_pointer(array)
-        tensor = cut_view(arena, pointer, array.shape, array.strides, dtype_name(array))
-        if tensor is not None:
-            assert tensor.data_ptr() == pointer, "an arena view cut at the wrong place"
-            return tensor
     bfloat16 = dtype_name(array) == "bfloat16"
     if bfloat16:  # uint16 words: handed over as float16 (a dtype every torch imports), then reinterpreted
         array = array.view(np.float16)

@@ -22,7 +22,6 @@ from typing import Protocol
 from runtime.backends.cuda.devices import DeviceSet
 from runtime.backends.cuda.driver import GpuDriver
 from runtime.backends.cuda.libraries import Libraries
-from runtime.backends.cuda.memory import device_pointer
 
 Work = Callable[[int], None]
 """A vertex's launch: `work(lane)` queues its kernels on the lane's stream."""
@@ -125,13 +124,6 @@ class KernelServices:
 
     def device_of(self, node) -> int:
         return node.device
-
-    def torch_arena(self, device: int) -> tuple[int, dict]:
-        """torch's tensors over the GPU's whole arena, made once per backend (attention.arena_tensors)."""
-        from runtime.backends.cuda.attention import arena_tensors
-
-        arena = self.devices.arenas[device]
-        return self.cache.get("torch arena", (device, device_pointer(arena), arena.shape[0]), lambda: arena_tensors(arena, device))
 
     def grad_share(self, device: int):
         """The GPU's `attention_grad.GradShare`, made on first use."""

@@ -508,10 +508,8 @@ class Session:
         if not computed:
             return KvCache(c.num_hidden_layers, len(prompts), 0, self.kv_block, capacity, c.dtype)
         kv_width = c.num_key_value_heads * c.head_dim
-        columns = max(1, -(-capacity // self.kv_block))
-        shape = (columns * self.kv_block, len(prompts), kv_width)
-        item = np.dtype(numpy_dtype(c.dtype))
-        each = -(-int(np.prod(shape, dtype=np.int64)) * item.itemsize // KV_ALIGN) * KV_ALIGN
+        rows = max(1, -(-capacity // self.kv_block)) * self.kv_block  # KvCache's buffers: [rows, B, kv_width] each
+        each = -(-rows * len(prompts) * kv_width * np.dtype(numpy_dtype(c.dtype)).itemsize // KV_ALIGN) * KV_ALIGN
         # one region for every buffer: page-locked at once (one registration, one set of touching threads),
         # not 2 x layers times; each buffer starts on a KV_ALIGN boundary
         region = self.host.lasting("kv", (2 * c.num_hidden_layers * each,), np.uint8)

@@ -66,9 +66,14 @@ def test_the_default_choice_is_the_plain_searchs(prefill, target, processes, mon
     if processes and not forks.available(processes):
         pytest.skip(f"{processes} is not available here")
     monkeypatch.setattr(search, "FORK_FROM", 0 if processes else search.FORK_FROM)
+    here = []  # verifications in this process (a fork counts its own)
+    real = search.verified
+    monkeypatch.setattr(search, "verified", lambda memgraph, graph: here.append(graph) or real(memgraph, graph))
     choice = choose_llama_plan(prefill, target, workers=2 if processes else 1, processes=processes or "fork")
     expected, makespan = plain_search(prefill, target)
     assert choice.how == "searched" and (choice.candidate, choice.makespan) == (expected, makespan)
+    # the winner was the best of its rank when it finished, so its fork verified it: the parent did not again
+    assert len(here) == (0 if processes else 1)
     assert choice.workers == (2 if processes else 1)
     assert (choice.built.block, choice.built.layer_order, choice.built.query_group) == (
         expected.block, expected.layer_order, expected.query_group)

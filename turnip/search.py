@@ -24,7 +24,8 @@ another dimension, so the choice is the plain search's candidate for candidate:
   forked candidate that is the best of its rank when it finishes leaves its plan pickled in a scratch
   folder; the path's taskgraph is held here, so the schedules' candidates (forked ones too) and the plan
   chosen use it;
-- the plans are compiled without the verify stage; the one chosen is verified (`verified`).
+- the plans are compiled without the verify stage; the one chosen is verified (`verified`): in its fork
+  when it was kept there as the best of its rank (beside the other forks' work), else here at the end.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class Outcome:
     error: str = ""
     kept: str | None = None
     """The pickled plan of a forked candidate that was the best of its dimension when it finished."""
+    proved: bool = False
+    """Its kept plan was verified where it was made (in the fork, beside the other candidates' work), so the
+    choice need not verify it again once the search is over."""
     memgraph: MemGraph | None = field(default=None, repr=False)
     built: llama.LlamaGraph | None = field(default=None, repr=False)
     """The taskgraph built for it in this process (`Search` keeps the best of a dimension's)."""
@@ -162,9 +166,12 @@ def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, de
 def evaluate_kept(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadlines, index: int, remat: bool,
                   scratch: Path, built: llama.LlamaGraph | None = None) -> Outcome:
     """In a forked process: `evaluate` against `deadlines[index]` (shared memory the parent lowers), the plan
-    pickled into `scratch` for the parent when it is the best of its dimension as it finishes."""
+    verified and pickled into `scratch` for the parent when it is the best of its dimension as it finishes
+    (verified here, while the other forks run, not by the parent after the last of them)."""
     outcome = evaluate(prefill, target, candidate, lambda: deadlines[index], remat, built=built)
     if outcome.kind == "ran" and outcome.seconds <= deadlines[index] * (1 + TIE):
+        verified(outcome.memgraph, (outcome.built or built or prefill.build(candidate)).graph)
+        outcome.proved = True
         path = scratch / f"{time.monotonic_ns()}-{os.getpid()}.pickle"
         path.write_bytes(pickle.dumps(outcome.memgraph, protocol=pickle.HIGHEST_PROTOCOL))
         outcome.kept = str(path)
@@ -377,12 +384,12 @@ class Search:
         else:  # the default taken unbound after a faster candidate had finished: its fork kept no plan
             memgraph = compile_taskgraph(built.graph, self.target.arena_of(built.graph), self.path.schedule, remat=self.remat,
                                          verify=False)
+        memgraph = memgraph if outcome.proved and outcome.kept is not None else verified(memgraph, built.graph)
         counts: dict[str, int] = {}
         for result in self.results.values():
             counts[result.kind] = counts.get(result.kind, 0) + 1
         slots = self.pool.slots if self.pool is not None else 1
-        return LlamaChoice(self.path, built, verified(memgraph, built.graph), how, outcome.seconds, outcome.bound, steps,
-                           counts, slots)
+        return LlamaChoice(self.path, built, memgraph, how, outcome.seconds, outcome.bound, steps, counts, slots)
 
     def _close(self) -> None:
         if self.pool is not None:

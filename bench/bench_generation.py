@@ -834,8 +834,10 @@ def session_rows(stages: dict, budget: int) -> list[list[str]]:
     built = [call["backends_built"] for call in (main, wide) if "backends_built" in call]
     rows += [[f"session {name}", part.get("error") or part["skipped"], "", "NO" if "error" in part else "-"]
              for name, part in session.items() if isinstance(part, dict) and ("error" in part or "skipped" in part)]
-    if built:
-        rows.append(["session backends built", str(built[-1]), "1", "yes" if built[-1] == 1 else "NO"])
+    if built:  # the session's count so far after each call: a call sizes its arena once, so it makes one backend at most
+        each = [b - a for a, b in zip([0, *built], built)]
+        rows.append(["session backends built, per call (a new shape may shrink the arena)", " / ".join(map(str, each)), "<= 1 a call",
+                     "yes" if max(each) <= 1 else "NO"])
     return rows
 
 

@@ -162,3 +162,27 @@ def test_a_calls_kv_cache_is_one_region_of_aligned_buffers_reused_by_the_next_ca
         smaller = session._empty_cache([np.arange(1, 4)], 2, True)
         assert session.host._lasting["kv"] is region
         assert all(np.shares_memory(t, region) for pair in smaller.whole for t in pair)
+
+
+def test_a_processs_first_call_reports_the_device_peak_of_the_monitor_its_backend_made(small_config, monkeypatch):
+    """No monitor when the call begins (the process's first cuda backend makes it, before its first arena):
+    the call's peak is that monitor's, since it was made within the call; a later call resets the peak."""
+    from runtime import process_memory
+
+    class Monitor:
+        available, context_bytes, resets = True, [512], 0
+
+        def reset(self):
+            self.resets += 1
+
+        def peak(self):
+            return [4096]
+
+    made = Monitor()
+    monitors = iter([None, made, made, made])
+    monkeypatch.setattr(process_memory, "current", lambda: next(monitors))
+    with Session(config=small_config, memory=1 << 30, backend="cpu") as session:
+        session.backend = "cuda"  # as a cuda session sees it; nothing runs
+        assert session._device_peak(session._device_memory()) == (4096, 512)  # first call: made meanwhile
+        assert session._device_peak(session._device_memory()) == (4096, 512) and made.resets == 1
+        session.backend = "cpu"

@@ -394,7 +394,11 @@ class Session:
         return held
 
     def _device_peak(self, held) -> tuple[int | None, int | None]:
-        """The call's peak device memory and the CUDA context's, as the driver reports them (None: it cannot)."""
+        """The call's peak device memory and the CUDA context's, as the driver reports them (None: it cannot).
+        `held` is None where no monitor was there when the call began: a process's first call, whose backend
+        made the monitor (before its first arena: its peak since then is the call's)."""
+        if held is None and self.backend == "cuda":
+            held = process_memory.current()
         if held is None or not held.available:
             return None, None
         return max(held.peak()), max(held.context_bytes)

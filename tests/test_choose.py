@@ -202,3 +202,22 @@ def test_whatever_order_forked_candidates_finish_in_the_choice_is_the_plain_sear
     expected = _scripted_search(table, prefill)
     assert choice.candidate == expected and choice.memgraph == f"the plan of {expected}"
     assert choice.makespan == table[expected]
+
+
+def test_once_only_the_schedule_is_left_the_path_is_made_ready_while_forks_run(tmp_path):
+    """`_ready_path`: when the dimensions left to rank do not change the taskgraph, the path's graph is built
+    and its fork's kept plan read back while this process would only wait (not after the last fork);
+    before that (a graph dimension still being ranked) nothing is done."""
+    import pickle
+
+    prefill = LlamaPrefill(TINY, 256)
+    path = prefill.start({})
+    kept = tmp_path / "plan.pickle"
+    kept.write_bytes(pickle.dumps("the path's plan"))
+    for dimensions, step, ready in ((["query_group", "schedule"], 0, False), (["query_group", "schedule"], 1, True), (["schedule"], 0, True)):
+        state = search.Search(prefill, PlanTarget(1 << 30), path, dimensions, remat=False, margin=None)
+        state.pool, state.step = object(), step  # forks run (none is asked anything here)
+        state.results[path] = search.Outcome("ran", 1.0, 0.5, kept=str(kept), proved=True)
+        state._ready_path()
+        assert (search._graph_of(path) in state.graphs) == ready
+        assert state.results[path].memgraph == ("the path's plan" if ready else None)

@@ -258,6 +258,7 @@ class Search:
         while any(c not in self.results for c in candidates):
             self._collect(timeout=0)  # what finished meanwhile first: it changes what is wanted
             self._fill(self._wanted())
+            self._ready_path()
             self._collect()
         ranked = [c for c in candidates if self.results[c].kind == "ran"]
         if not ranked:
@@ -265,6 +266,20 @@ class Search:
         self._move(min(ranked, key=lambda c: self.results[c].score))  # the first of equals
         dimension = self.dimensions[step]
         return Step(dimension, getattr(self.path, dimension), {getattr(c, dimension): self.results[c] for c in candidates})
+
+    def _ready_path(self) -> None:
+        """While forks run and this process would only wait: once the dimensions left to rank do not change
+        the taskgraph (the schedule), the path's graph is the chosen plan's, so build it here now, and take
+        the path's plan back from its fork's pickle (used if the path stays the choice), rather than after
+        the last fork (7b at 32k: 0.12 s and 0.1 s)."""
+        if self.pool is None or any(d != "schedule" for d in self.dimensions[self.step:]):
+            return
+        key = _graph_of(self.path)
+        if key not in self.graphs:
+            self.graphs[key] = self.prefill.build(self.path)
+        outcome = self.results.get(self.path)
+        if outcome is not None and outcome.memgraph is None and outcome.kept is not None:
+            outcome.memgraph = pickle.loads(Path(outcome.kept).read_bytes())
 
     def _move(self, path: Candidate) -> None:
         """Take `path` as the choices so far: only its plan and taskgraph are kept."""
@@ -384,7 +399,7 @@ class Search:
         else:  # the default taken unbound after a faster candidate had finished: its fork kept no plan
             memgraph = compile_taskgraph(built.graph, self.target.arena_of(built.graph), self.path.schedule, remat=self.remat,
                                          verify=False)
-        memgraph = memgraph if outcome.proved and outcome.kept is not None else verified(memgraph, built.graph)
+        memgraph = memgraph if outcome.proved else verified(memgraph, built.graph)
         counts: dict[str, int] = {}
         for result in self.results.values():
             counts[result.kind] = counts.get(result.kind, 0) + 1

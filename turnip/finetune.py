@@ -243,8 +243,8 @@ class TurnipEngine:
         return self.session._run(key, step.graph, inputs, self.costs, remat=True, start_on_gpu=batch)
 
     def _key(self, shape: tuple[int, int], recomputed: int) -> tuple:
-        """The step's key in `Session._run` (the session's cache key adds where the inputs start, remat on,
-        and the batch's inputs on the GPU)."""
+        """The step's key in `Session._run` (`Session._cache_key` adds where the inputs start, remat on, and
+        the batch's inputs on the GPU)."""
         return ("train", *shape, self.spec.rank, self.spec.alpha, self.spec.targets, recomputed)
 
     def chooses(self) -> bool:
@@ -269,7 +269,7 @@ class TurnipEngine:
                                           lambda: CostModel().for_attention(session.attention))
                 step, note = choice.step, choice.text()
                 for other in choice.makespans.keys() - {step.recomputed}:  # the candidates that lost: their plans go
-                    session.cache.pop((*self._key(shape, other), "host", True, frozenset(step.activation_ids)), None)
+                    session.cache.pop(session._cache_key(self._key(shape, other), "host", True, frozenset(step.activation_ids)), None)
             else:
                 step, note = build(0), ""
             session._training[key] = (step, step.cut_weights(session.weights), note)

@@ -54,7 +54,7 @@ import numpy as np
 
 from frontend.workloads import llama
 from frontend.workloads.llama.decode import KV_BLOCK, DecodeStep, build_decode_step, cache_columns, step_key
-from frontend.workloads.llama.kv_cache import KvCache
+from frontend.workloads.llama.kv_cache import KvCache, buffer_rows
 from passes.pipeline import compile_taskgraph
 from runtime import arena_budget, execute
 from runtime.api import refit_arena
@@ -512,7 +512,7 @@ class Session:
         if not computed:
             return KvCache(c.num_hidden_layers, len(prompts), 0, self.kv_block, capacity, c.dtype)
         kv_width = c.num_key_value_heads * c.head_dim
-        rows = max(1, -(-capacity // self.kv_block)) * self.kv_block  # KvCache's buffers: [rows, B, kv_width] each
+        rows = buffer_rows(capacity, self.kv_block)  # KvCache's buffers: [rows, B, kv_width] each
         each = -(-rows * len(prompts) * kv_width * np.dtype(numpy_dtype(c.dtype)).itemsize // KV_ALIGN) * KV_ALIGN
         # one region for every buffer: page-locked at once (one registration, one set of touching threads),
         # not 2 x layers times; each buffer starts on a KV_ALIGN boundary
@@ -669,9 +669,14 @@ class Session:
                                                      if node.op == "input" and node.id in self.weights}
         return {**weights, **{name: identity for name, identity in identities.items() if name in graph.nodes}}
 
+    @staticmethod
+    def _cache_key(key: tuple, inputs: str = "gpu", remat: bool = False, start_on_gpu: frozenset[str] = frozenset()) -> tuple:
+        """The `cache` key of a caller's plan `key` compiled with these `_compiled` options."""
+        return (*key, inputs, remat, start_on_gpu)
+
     def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu", remat: bool = False,
                   start_on_gpu: frozenset[str] = frozenset()) -> MemGraph:
-        key = (*key, inputs, remat, start_on_gpu)
+        key = self._cache_key(key, inputs, remat, start_on_gpu)
         if key in self.cache:
             self.cache.move_to_end(key)
             self.cache_hits += 1
@@ -768,7 +773,7 @@ class Session:
         c = self.config
         item = np.dtype(numpy_dtype(c.dtype)).itemsize
         weights = sum(int(np.prod(shape, dtype=np.int64)) for shape in llama.weight_shapes(c).values()) * item
-        rows = -(-(max(len(p) for p in prompts) - 1 + steps) // self.kv_block) * self.kv_block
+        rows = buffer_rows(max(len(p) for p in prompts) - 1 + steps, self.kv_block)
         cache = 2 * c.num_hidden_layers * rows * len(prompts) * c.num_key_value_heads * c.head_dim * item
         pinned = weights + 2 * cache
         return pinned + pinned // 8

@@ -19,6 +19,12 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def buffer_rows(capacity: int, block: int) -> int:
+    """The token rows of each of a cache's buffers with room for `capacity` tokens: whole columns of
+    `block` rows, one at least."""
+    return max(1, -(-capacity // block)) * block
+
+
 class KvCache:
     """Every sequence's cached k and v rows so far, per layer, in columns of `block` rows."""
 
@@ -26,8 +32,8 @@ class KvCache:
         """Zeroed buffers with room for `capacity` tokens per sequence, none of them held yet; `zeros(shape,
         dtype)` makes each (a session on the cuda backend passes page-locked memory, which its copy
         engines read in place)."""
-        columns = max(1, -(-capacity // block))
-        zeroed = [tuple(zeros((columns * block, batch, kv_width), dtype) for _ in "kv") for _ in range(layers)]
+        rows = buffer_rows(capacity, block)
+        zeroed = [tuple(zeros((rows, batch, kv_width), dtype) for _ in "kv") for _ in range(layers)]
         self._hold(zeroed, np.zeros(batch, dtype=np.int64), block)
 
     @classmethod

@@ -154,7 +154,9 @@ def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, de
         memgraph = compile_taskgraph(built.graph, arena, candidate.schedule, remat=remat, verify=False)
     except BudgetError as err:
         return Outcome("no fit", error=str(err))
-    planned = plan_bound(memgraph, cost).seconds  # its copies: a plan that reloads too much is not simulated
+    # its copies (a plan that reloads too much is not simulated), or the graph's bound against a deadline
+    # that fell during the compile
+    planned = max(plan_bound(memgraph, cost).seconds, bound)
     if planned > deadline() * (1 + TIE):
         return Outcome("bounded", planned, planned)
     makespan = sim_makespan(memgraph, target.streams, cost=cost, deadline=lambda: deadline() * (1 + TIE))
@@ -229,16 +231,20 @@ class Search:
 
     def _evaluate_start(self, workers: int | None) -> Outcome:
         """The default plan's outcome. With forks, it is forked first and the other wanted candidates
-        (`_wanted`) that are not more loop-bound than it take the other cores (the others wait for a
-        deadline), each finished one's core given to the next at once (compiled here, the default kept
-        this process from collecting them: 7b's at 128k takes seconds). Without, it is compiled here."""
-        slots = workers or forks.cores()
+        (`_wanted`) that are not more loop-bound than it take the other cores; the others wait for a
+        deadline (one of those they are ranked with has finished: they may be bounded before they are
+        compiled), not for the default, whose plan may be among the slowest to simulate (7b at 32k / 1 GiB:
+        the block rank waited 1 s on the H100 host for a 2048 block held back until the default had
+        finished). Each finished one's core is given to the next at once. Without forks, the default is
+        compiled here."""
+        slots = workers or forks.default_slots()
         if slots > 1 and self.prefill.tasks(self.path) >= FORK_FROM and forks.available(self.processes):
             self.pool = forks.ForkPool(slots, self.processes, preload=(__name__,))
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
             self.deadlines = self.pool.context.RawArray("d", self.deadlines)
             floor = link_floor(self.prefill, self.path, self.cost)
-            early = lambda: [c for c in self._wanted() if c != self.path and link_floor(self.prefill, c, self.cost) <= floor]
+            early = lambda: [c for c in self._wanted()
+                             if c != self.path and (link_floor(self.prefill, c, self.cost) <= floor or self._deadline(c) < math.inf)]
             self._fill([self.path, *early()])  # the default's process builds its own graph: none waits for this one's
             self.graphs.setdefault(_graph_of(self.path), self.prefill.build(self.path))  # while they run
             while self.path not in self.results:

@@ -37,7 +37,7 @@ from frontend.workloads.llama.config import from_hf  # noqa: E402
 from passes.pipeline import compile_taskgraph  # noqa: E402
 from runtime import arena_budget, execute  # noqa: E402
 from runtime.backends.cpu import CpuBackend  # noqa: E402
-from runtime.blas import cores  # noqa: E402
+from turnip_ir.pools import cores  # noqa: E402
 from turnip_cli.planning import parse_size  # noqa: E402
 
 MODEL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,

@@ -21,7 +21,6 @@ float64 reference, a test calling a kernel) every product is one matmul.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -99,13 +98,6 @@ def _batch_part(a: np.ndarray, b: np.ndarray, out: np.ndarray, lo: int, hi: int)
         return x[(slice(None),) * axis + (slice(lo, hi),)]
 
     return part(a), part(b), out[lo:hi]
-
-
-def cores() -> int:
-    """The cores this process may run on (all the machine's where the system cannot say)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _cuts(length: int, parts: int) -> list[tuple[int, int]]:

@@ -57,3 +57,32 @@ def test_a_child_that_dies_without_an_answer_is_an_error():
         pool.start("gone", lambda: os._exit(3))
         with pytest.raises(RuntimeError, match="exit code 3"):
             _all(pool)
+
+
+def test_default_slots_count_physical_cores_and_take_the_variable(monkeypatch, tmp_path):
+    from turnip_ir import pools
+    from turnip_ir.errors import TurnipError
+
+    assert pools._cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert 1 <= pools.physical_cores() <= pools.cores()
+    monkeypatch.delenv(forks.SLOTS_VARIABLE, raising=False)
+    assert forks.default_slots() == pools.physical_cores()
+    monkeypatch.setenv(forks.SLOTS_VARIABLE, "3")
+    assert forks.default_slots() == 3
+    monkeypatch.setenv(forks.SLOTS_VARIABLE, "many")
+    with pytest.raises(TurnipError, match="TURNIP_SEARCH_WORKERS='many'"):
+        forks.default_slots()
+
+
+def test_physical_cores_count_a_core_s_hyperthreads_once(monkeypatch):
+    from pathlib import Path
+
+    from turnip_ir import pools
+
+    siblings = {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"}  # 2 cores, 2 threads each
+    monkeypatch.setattr(pools.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: siblings[int(self.parts[-3][3:])] if "topology" in self.parts else real(self, *a, **k))
+    assert pools.physical_cores() == 2
+    monkeypatch.setattr(pools.os, "sched_getaffinity", lambda pid: {0, 2}, raising=False)  # one core's two threads
+    assert pools.physical_cores() == 1

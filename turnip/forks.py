@@ -30,18 +30,29 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from turnip_ir.errors import TurnipError
+from turnip_ir.pools import physical_cores
 
 
 def available(method: str = "fork") -> bool:
     return method in multiprocessing.get_all_start_methods()
 
 
-def cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+SLOTS_VARIABLE = "TURNIP_SEARCH_WORKERS"
+"""An environment variable that sets `default_slots` (for A/B runs of a search's process count)."""
+
+
+def default_slots() -> int:
+    """How many children run at once by default: one per physical core this process may use. Hyperthreads
+    of one core are not counted twice: compiling and simulating are loops over Python objects, and two of
+    them on one core's threads each run at about half speed, which makes every candidate, and so the one
+    the search waits for, take twice as long. `TURNIP_SEARCH_WORKERS` overrides it."""
+    given = os.environ.get(SLOTS_VARIABLE, "").strip()
+    if given:
+        try:
+            return max(1, int(given))
+        except ValueError:
+            raise TurnipError(f"{SLOTS_VARIABLE}={given!r} is not a whole number of processes") from None
+    return physical_cores()
 
 
 class ForkPool:

@@ -34,10 +34,11 @@ from runtime.graph import ExecGraph, Lane
 from runtime.host_memory import arena_peaks, check_host_memory, zeros
 from runtime.inputs import fill_all
 from runtime.residency import placements
-from runtime.blas import BLAS, cores
+from runtime.blas import BLAS
 from runtime.kernels_numpy import NUMPY_KERNELS
 from turnip_ir.errors import InputError
 from turnip_ir.memgraph import MemNode
+from turnip_ir.pools import cores
 
 STOP = -1
 

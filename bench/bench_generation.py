@@ -25,7 +25,8 @@ keeps what the others measured):
            fresh backend: the run's seconds, as `turnip llama` reports them), after the session is closed.
   batch1   one prompt of --single-tokens at --memory, --single-new-tokens steps: the steady step against
            the weight-stream floor (every weight a step reads from the host / the pinned host-to-device rate
-           measured in this run); the step's Chrome trace is written beside the JSON.
+           measured in this run, before and after the steps, the faster of the two); the step's Chrome
+           trace is written beside the JSON.
   command  a safetensors folder of the config (bench_coldstart's writer; --folder, kept and reused while
            complete) and `turnip generate --weights DIR --prompt-tokens P --batch B --max-new-tokens N
            --memory M --backend DEVICE` as a child process three times: first (a fresh --plan-dir), warm (page
@@ -515,6 +516,13 @@ def stage_batch1(bench: Bench, out: dict) -> None:
     with open_session(bench) as session:
         result = session.generate([bench.prompts(1, args.single_tokens)[0]], args.single_new_tokens)
         out.update(call_figures(result, session))
+    # the link's rate measured again after the steps, the faster of the two taken: a host's link varies
+    # (51.1 and 54.7 GB/s on two H100 hosts, 2026-12-06), and the floor must not be set by a slow moment
+    after = h2d_rate(bench.torch, args.device)
+    free_torch(bench.torch)
+    rate = max(rate, after)
+    out.update(h2d_bytes_per_s_each=[out["h2d_bytes_per_s"], after], h2d_bytes_per_s=rate, floor_s=weights / rate,
+               floor_with_kv_s=(weights + kv) / rate)
     out["steady_over_floor"] = out["steady_step_s"] / out["floor_s"]
     if result.recorder is not None:
         trace = bench.path.with_name(bench.path.stem + "-batch1-trace.json")

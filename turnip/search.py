@@ -54,6 +54,8 @@ from turnip_ir.errors import BudgetError
 from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.verifier import verify_memgraph
 
+SPINE_VARIABLE = "TURNIP_SEARCH_SPINE"
+"""`0` turns the spine off (`Search._wanted`), for A/B runs of the search's order."""
 FORK_FROM = 2000
 """Tasks in the default graph from which candidates are compiled in forked processes."""
 TIE = 1e-9
@@ -218,6 +220,7 @@ class Search:
         self.index: dict[Candidate, int] = {}
         self.deadlines = [math.inf] * _capacity(prefill, dimensions)
         self.graphs: dict[tuple, llama.LlamaGraph] = {}
+        self.spine = os.environ.get(SPINE_VARIABLE, "1") != "0"
 
     def run(self, workers: int | None) -> LlamaChoice:
         try:
@@ -326,7 +329,7 @@ class Search:
             frontier = list(contenders)
             if step == self.step and step < last and self.dimensions[last] == "schedule":
                 spine = [c for around in frontier for c in self.prefill.candidates("schedule", around)]
-                if self.pool is not None and len(wanted) + len(spine) <= self.pool.slots:  # cores to spare for it
+                if self.spine and self.pool is not None and len(wanted) + len(spine) <= self.pool.slots:  # cores to spare
                     add(spine, last)  # each contender's schedules, ranked last around whatever wins
         return list(wanted)
 

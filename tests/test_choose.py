@@ -198,6 +198,7 @@ def test_whatever_order_forked_candidates_finish_in_the_choice_is_the_plain_sear
     monkeypatch.setattr(search, "FORK_FROM", 0)
     monkeypatch.setattr(forks, "available", lambda method: True)
     monkeypatch.setattr(forks, "ForkPool", lambda slots, method, preload: _ScriptedPool(slots, rng))
+    monkeypatch.setenv(search.SPINE_VARIABLE, rng.choice("01"))  # each contender's schedules early, or not
     choice = choose_llama_plan(prefill, PlanTarget(1 << 30), workers=rng.choice([2, 3, 5, 9, 16]))
     expected = _scripted_search(table, prefill)
     assert choice.candidate == expected and choice.memgraph == f"the plan of {expected}"

@@ -55,7 +55,10 @@ from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.verifier import verify_memgraph
 
 SPINE_VARIABLE = "TURNIP_SEARCH_SPINE"
-"""`0` turns the spine off (`Search._wanted`), for A/B runs of the search's order."""
+"""`1` turns the spine on (`Search._wanted`). Off by default until measured on the GPU host at 128k: there
+the plan that wins has another block than the default's, and the spine's four schedule candidates, each
+a 128k compile and simulation, would take the first wave's slots of the query groups around 8192-token
+blocks, the winner's path."""
 FORK_FROM = 2000
 """Tasks in the default graph from which candidates are compiled in forked processes."""
 TIE = 1e-9
@@ -220,7 +223,7 @@ class Search:
         self.index: dict[Candidate, int] = {}
         self.deadlines = [math.inf] * _capacity(prefill, dimensions)
         self.graphs: dict[tuple, llama.LlamaGraph] = {}
-        self.spine = os.environ.get(SPINE_VARIABLE, "1") != "0"
+        self.spine = os.environ.get(SPINE_VARIABLE, "0") == "1"
 
     def run(self, workers: int | None) -> LlamaChoice:
         try:
@@ -302,8 +305,9 @@ class Search:
         self.graphs = {key: graph for key, graph in self.graphs.items() if key == _graph_of(path)}
 
     def _wanted(self) -> list[Candidate]:
-        """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, where
-        the processes outnumber those and this spine, the schedules around each of its contenders
+        """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, with
+        the spine on (`SPINE_VARIABLE`) and where the processes outnumber those and this spine, the
+        schedules around each of its contenders
         (`_contenders`: the best so far first; ranked last, the schedules are always evaluated around the
         plan that wins, and at 7b 32k / 1 GiB the winner's, forked once it was known, were the search's last
         1-1.5 s on the H100 host's 16 processes; on 2 they would only delay the dimension at hand); then,

@@ -305,15 +305,14 @@ class Search:
         self.graphs = {key: graph for key, graph in self.graphs.items() if key == _graph_of(path)}
 
     def _wanted(self) -> list[Candidate]:
-        """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, with
-        the spine on (`SPINE_VARIABLE`) and where the processes outnumber those and this spine, the
-        schedules around each of its contenders
-        (`_contenders`: the best so far first; ranked last, the schedules are always evaluated around the
-        plan that wins, and at 7b 32k / 1 GiB the winner's, forked once it was known, were the search's last
-        1-1.5 s on the H100 host's 16 processes; on 2 they would only delay the dimension at hand); then,
-        level by level, each later dimension's around each contender of the dimension before it, so that the
-        cores a dimension leaves idle go to the next dimension around every candidate that may still win
-        before they go deeper, the likeliest path first within a level."""
+        """Candidates to evaluate, most needed first: the dimension at hand's around the path; then, level by
+        level, each later dimension's around each contender of the dimension before it (`_contenders`: the
+        best so far first), so that the cores a dimension leaves idle go to the next dimension around every
+        candidate that may still win before they go deeper, the likeliest path first within a level.
+        With the spine on (`SPINE_VARIABLE`), and processes enough for it, the schedules around each
+        contender of the dimension at hand come right after it: ranked last, they are evaluated around
+        whatever plan wins (at 7b 32k / 1 GiB the winner's, forked once it was known, were the search's
+        last 1-1.5 s on the H100 host)."""
         wanted: dict[Candidate, None] = {}
 
         def add(group: list[Candidate], step: int) -> None:
@@ -331,10 +330,10 @@ class Search:
                 add(group, step)
                 contenders.update(dict.fromkeys(self._contenders(group, around)))
             frontier = list(contenders)
-            if step == self.step and step < last and self.dimensions[last] == "schedule":
+            if self.spine and self.pool is not None and step == self.step < last and self.dimensions[last] == "schedule":
                 spine = [c for around in frontier for c in self.prefill.candidates("schedule", around)]
-                if self.spine and self.pool is not None and len(wanted) + len(spine) <= self.pool.slots:  # cores to spare
-                    add(spine, last)  # each contender's schedules, ranked last around whatever wins
+                if len(wanted) + len(spine) <= self.pool.slots:
+                    add(spine, last)
         return list(wanted)
 
     def _contenders(self, group: list[Candidate], around: Candidate) -> list[Candidate]:

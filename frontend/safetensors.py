@@ -34,24 +34,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import ml_dtypes
 import numpy as np
 
 from frontend.lazy import LazyTensor
 from frontend.model_folder import check_folder, model_file
 from turnip_ir.errors import InputError
 from turnip_ir.files import atomic_write, is_file, is_folder
+from turnip_ir.kernels import numpy_dtype
 from turnip_ir.limits import json_document, quoted, shorten
 
-FORMATS: dict[str, tuple[str, np.dtype]] = {
-    "F16": ("float16", np.dtype("<f2")),
-    "BF16": ("bfloat16", np.dtype(ml_dtypes.bfloat16)),
-    "F32": ("float32", np.dtype("<f4")),
-    "F64": ("float64", np.dtype("<f8")),
-    "I32": ("int32", np.dtype("<i4")),
-    "I64": ("int64", np.dtype("<i8")),
+FORMATS: dict[str, tuple[str, str]] = {
+    "F16": ("float16", "<f2"),
+    "BF16": ("bfloat16", "bfloat16"),
+    "F32": ("float32", "<f4"),
+    "F64": ("float64", "<f8"),
+    "I32": ("int32", "<i4"),
+    "I64": ("int64", "<i8"),
 }
-"""Safetensors dtype code -> (its name here, the stored element type)."""
+"""Safetensors dtype code -> (its name here, the stored element type: `stored_dtype`)."""
+
+
+def stored_dtype(code: str) -> np.dtype:
+    """The numpy element type a safetensors dtype code is stored as. BF16 is `ml_dtypes.bfloat16`,
+    imported at its first use: the import takes 0.6 s on a 2-core VM, which every command paid at its
+    start, float16 or not."""
+    name, spec = FORMATS[code]
+    return numpy_dtype(name) if code == "BF16" else np.dtype(spec)
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -129,7 +137,7 @@ class SafeTensors:
         """The stored tensor as a read-only view of the mapped file (BF16 as ml_dtypes.bfloat16), no copy."""
         entry = self._entry(name)
         data = self._map(entry.file)[1][entry.begin : entry.end]
-        return data.view(FORMATS[entry.code][1]).reshape(entry.shape)
+        return data.view(stored_dtype(entry.code)).reshape(entry.shape)
 
     def get(self, name: str, dtype: str | np.dtype | None = None, shape=None) -> np.ndarray:
         """The tensor, converted to `dtype` when it differs (a copy), else as stored (a view; with no dtype
@@ -188,7 +196,7 @@ class SafeTensors:
         file's whole map (uint8) it lies in, when it is stored in `dtype` (no conversion) and the block is
         contiguous in the file; else None (runtime.inputs.mapped)."""
         entry = self._entry(name)
-        if np.dtype(FORMATS[entry.code][1]) != np.dtype(dtype):
+        if np.dtype(stored_dtype(entry.code)) != np.dtype(dtype):
             return None
         view = self.raw(name)[index]
         if view.size == 0 or not view.flags.c_contiguous:
@@ -198,7 +206,7 @@ class SafeTensors:
     def lazy(self, name: str, dtype: str | np.dtype | None = None) -> StoredTensor:
         """Tensor `name` in `dtype` (default: as stored), read only when written into a buffer."""
         entry = self._entry(name)
-        return StoredTensor(self, name, np.dtype(dtype or FORMATS[entry.code][1]), entry.shape)
+        return StoredTensor(self, name, np.dtype(dtype or stored_dtype(entry.code)), entry.shape)
 
     def _entry(self, name: str) -> TensorEntry:
         entry = self._entries.get(name)
@@ -348,7 +356,7 @@ def _entry(name: str, raw, path: Path, start: int, size: int) -> TensorEntry:
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets):
         raise InputError(f"{where}: malformed header: data_offsets {shorten(repr(offsets))} must be [begin, end]")
     begin, end = offsets
-    need = math.prod(shape) * FORMATS[code][1].itemsize
+    need = math.prod(shape) * stored_dtype(code).itemsize
     if end - begin != need:
         raise InputError(f"{where}: data_offsets {offsets} hold {end - begin} bytes, its {code} shape {shape} needs {need}")
     if start + end > size:
@@ -393,7 +401,7 @@ def _read_index(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
 
 # ----- writing -----------------------------------------------------------------------------------------------
 
-CODES = {(stored.kind, stored.itemsize): code for code, (_, stored) in FORMATS.items() if code != "BF16"}
+CODES = {(np.dtype(spec).kind, np.dtype(spec).itemsize): code for code, (_, spec) in FORMATS.items() if code != "BF16"}
 """(numpy kind, itemsize) -> the dtype code an array of that type is written as."""
 
 
@@ -449,12 +457,12 @@ def _stored(name: str, array, as_bfloat16: bool, target: Path) -> tuple[str, np.
     if as_bfloat16:
         if array.dtype.kind != "f":
             raise InputError(f"tensor {quoted(name)} for '{target}': only a float array can be stored as BF16, not {array.dtype}")
-        return "BF16", np.asarray(array, np.float32).astype(ml_dtypes.bfloat16, order="C")  # 0-d stays 0-d
-    code = "BF16" if array.dtype == FORMATS["BF16"][1] else CODES.get((array.dtype.kind, array.dtype.itemsize))
+        return "BF16", np.asarray(array, np.float32).astype(stored_dtype("BF16"), order="C")  # 0-d stays 0-d
+    code = "BF16" if array.dtype.name == "bfloat16" else CODES.get((array.dtype.kind, array.dtype.itemsize))
     if code is None:
         known = ", ".join(FORMATS[c][0] for c in CODES.values())
         raise InputError(f"tensor {quoted(name)} for '{target}': dtype {array.dtype} cannot be stored (use {known})")
-    return code, array.astype(FORMATS[code][1], order="C", copy=False)  # keeps a 0-d array 0-d
+    return code, array.astype(stored_dtype(code), order="C", copy=False)  # keeps a 0-d array 0-d
 
 
 def save_sharded(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from turnip_ir.errors import InputError, TurnipError
 from turnip_ir.json_taskgraph import checked_attrs, topo_order
-from turnip_ir.kernels import DTYPE_BYTES, KERNELS
+from turnip_ir.kernels import DTYPE_BYTES, KERNELS, known_dtype
 from turnip_ir.limits import MAX_RANK, int_in_range, shorten
 from turnip_ir.memgraph import MEMGRAPH_FORMAT, MEMGRAPH_OPS, MemGraph, MemNode
 from turnip_ir.memgraph_types import check_types, fill_types
@@ -95,7 +95,7 @@ def _parse_node(raw, index: int) -> MemNode:
     loc = _get(raw, "loc", where, _region, "[offset, size]")
     storage = _get(raw, "storage", where, _region, "[offset, size]")
     shape = _get(raw, "shape", where, _shape, f"a list of at most {MAX_RANK} sizes")
-    dtype = _get(raw, "dtype", where, lambda v: isinstance(v, str) and v in DTYPE_BYTES, f"one of {', '.join(DTYPE_BYTES)}")
+    dtype = _get(raw, "dtype", where, lambda v: isinstance(v, str) and known_dtype(v), f"one of {', '.join(DTYPE_BYTES)}")
     attrs = _get(raw, "attrs", where, lambda v: isinstance(v, dict), "an object") or {}
     if attrs and op != "kernel":
         raise InputError(f"{where}: {_article(op)} {op} has no attributes")

@@ -33,6 +33,17 @@ def numpy_dtype(dtype: str):
     return np.dtype(dtype)
 
 
+def known_dtype(dtype) -> bool:
+    """Whether `dtype` is a tensor dtype (`DTYPE_BYTES`). A bfloat16 one registers numpy's "bfloat16" now
+    (ml_dtypes, imported at the first bfloat16 met, not at every start: 0.6 s on a 2-core VM), so that
+    every later `np.dtype("bfloat16")` of the process resolves."""
+    if dtype not in DTYPE_BYTES:
+        return False
+    if dtype == "bfloat16":
+        numpy_dtype(dtype)
+    return True
+
+
 def nbytes(shape: Sequence[int], dtype: str) -> int:
     """Bytes of a dense tensor."""
     return math.prod(shape) * DTYPE_BYTES[dtype]
@@ -404,7 +415,7 @@ def _attention_unpack(shapes: list[Shape], attrs: dict) -> Shape:
 
 def _to_dtype(name: str) -> Callable[[list[str], dict], str]:
     def infer(dtypes: list[str], attrs: dict) -> str:
-        if attrs["dtype"] not in DTYPE_BYTES:
+        if not known_dtype(attrs["dtype"]):
             raise ShapeError(f"{name}: dtype '{attrs['dtype']}' is not one of {', '.join(DTYPE_BYTES)}")
         return attrs["dtype"]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, accepts, kernel, nbytes
+from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, accepts, kernel, known_dtype, nbytes
 
 TASKGRAPH_FORMAT = "turnip.taskgraph/1"
 
@@ -267,7 +267,7 @@ class TaskGraph:
         return device
 
     def _check_dtype(self, dtype: str, node_id: str) -> None:
-        if dtype not in DTYPE_BYTES:
+        if not known_dtype(dtype):
             raise InputError(f"node '{node_id}': unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})")
 
     def _infer(self, name: str, ids: Iterable[str], attrs: dict, node_id: str) -> tuple[Shape, str]:

@@ -29,7 +29,7 @@ from frontend.model_folder import check_folder, model_file
 from turnip_ir.errors import InputError
 from turnip_ir.files import is_file, is_folder
 from turnip_ir.limits import INT_LIMIT, json_document, quoted, shorten
-from turnip_ir.kernels import DTYPE_BYTES
+from turnip_ir.kernels import DTYPE_BYTES, known_dtype
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 MAXIMA = {"hidden_size": 1 << 20, "intermediate_size": 1 << 22, "num_hidden_layers": 1 << 12, "num_attention_heads": 1 << 12,
@@ -88,6 +88,9 @@ class LlamaConfig:
     """Each query sees itself and the `sliding_window - 1` keys before it (mistral); None: every earlier key."""
     qkv_bias: bool = False
     """The q, k and v projections add a bias (qwen2: `self_attn.{q,k,v}_proj.bias`)."""
+
+    def __post_init__(self) -> None:
+        known_dtype(self.dtype)  # a bfloat16 model registers numpy's bfloat16 (a config made or replaced in code too)
 
 
 _TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -256,7 +259,7 @@ def _rope(doc: dict, where: str) -> Rope:
 def _dtype(doc: dict, where: str) -> str:
     value = doc.get("dtype") or doc.get("torch_dtype") or "float32"
     value = "float32" if value == "auto" else str(value).removeprefix("torch.")
-    if value not in DTYPE_BYTES:
+    if not known_dtype(value):
         raise InputError(f"config '{where}': dtype {quoted(value)} is not one of {', '.join(DTYPE_BYTES)}")
     return value
 

@@ -17,7 +17,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from turnip_ir.errors import InputError, TurnipError
-from turnip_ir.kernels import DTYPE_BYTES, KERNELS, Shape, accepts, kernel, known_dtype, nbytes
+from turnip_ir.kernels import (
+    DTYPE_BYTES,
+    KERNELS,
+    Shape,
+    accepts,
+    kernel,
+    known_dtype,
+    nbytes,
+)
 
 TASKGRAPH_FORMAT = "turnip.taskgraph/1"
 

@@ -44,8 +44,9 @@ SLOTS_VARIABLE = "TURNIP_SEARCH_WORKERS"
 def default_slots() -> int:
     """How many children run at once by default: one per physical core this process may use. Hyperthreads
     of one core are not counted twice: compiling and simulating are loops over Python objects, and two of
-    them on one core's threads each run at about half speed, which makes every candidate, and so the one
-    the search waits for, take twice as long. `TURNIP_SEARCH_WORKERS` overrides it."""
+    them on one core's threads share its units, so each candidate, the one the search waits for among
+    them, would take longer (not measured: the GPU host has one thread per core, where nothing changes).
+    `TURNIP_SEARCH_WORKERS` overrides it."""
     given = os.environ.get(SLOTS_VARIABLE, "").strip()
     if given:
         try:

@@ -513,7 +513,7 @@ class Session:
             return KvCache(c.num_hidden_layers, len(prompts), 0, self.kv_block, capacity, c.dtype)
         kv_width = c.num_key_value_heads * c.head_dim
         rows = buffer_rows(capacity, self.kv_block)  # KvCache's buffers: [rows, B, kv_width] each
-        each = -(-rows * len(prompts) * kv_width * np.dtype(numpy_dtype(c.dtype)).itemsize // KV_ALIGN) * KV_ALIGN
+        each = -(-rows * len(prompts) * kv_width * numpy_dtype(c.dtype).itemsize // KV_ALIGN) * KV_ALIGN
         # one region for every buffer: page-locked at once (one registration, one set of touching threads),
         # not 2 x layers times; each buffer starts on a KV_ALIGN boundary
         region = self.host.lasting("kv", (2 * c.num_hidden_layers * each,), np.uint8)

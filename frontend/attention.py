@@ -64,7 +64,7 @@ def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: i
         links = _links(starts, i, window, firsts[i], segments[i])
         for g in range(groups):
             prog.at({"t": i, "h": g})
-            gpu = prog._gpu(place(_site(q, k, v, name, i, g, index, attrs, links)), name)
+            gpu = 0 if prog.graph.devices == 1 else prog._gpu(place(_site(q, k, v, name, i, g, index, attrs, links)), name)
             query = prog._read(q, (i, g), gpu)
             prev = None
             for j, masked in links:

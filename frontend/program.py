@@ -333,6 +333,8 @@ class Program:
 
     def _decide(self, place: Placement, op: str, coords: dict, index: int, kernel: str,
                 operands: Sequence[Blocked], keys: list[Coords], attrs: dict) -> int:
+        if self.graph.devices == 1:  # nothing to choose: the placement is not asked (its site costs a shape inference)
+            return 0
         shapes = [x.block_shape(key) for x, key in zip(operands, keys)]
         spec = KERNELS[kernel]
         out, _ = spec.infer(shapes, [x.dtype for x in operands], attrs)

@@ -129,7 +129,7 @@ def plan_choosing_attention(graph, budget: int, compile, backend: str = "cpu", s
     if len(plans) == 1:
         (provider, (memgraph, replanned)), = plans.items()
         return AttentionChoice(memgraph, provider, replanned)
-    scores = {provider: sim_makespan(plan[0], streams, order, CostModel().for_attention(provider)) for provider, plan in plans.items()}
+    scores = {provider: sim_makespan(plan[0], streams, order, CostModel().for_attention(provider), compiled=True) for provider, plan in plans.items()}
     first = next(iter(plans))
     best = min(plans, key=lambda provider: scores[provider] * (1.0 if provider == first else 1.0 + PROVIDER_MARGIN))
     memgraph, replanned = plans[best]
@@ -243,6 +243,7 @@ def execute(
     partial: Mapping[str, int] | None = None,
     copy_outputs: bool = True,
     outputs_into: Mapping[str, OutputTarget] | None = None,
+    check_shapes: bool = True,
 ) -> RunResult:
     """Run `memgraph` once. `seed` seeds the random policy, missing inputs and jitter.
 
@@ -250,6 +251,8 @@ def execute(
     `cost` (a CostModel; None: the H200 defaults) ranks vertices for the `nondet` policy and, with
     backend="sim", is the sim's clock. Declared shapes are always checked against the kernels; `verify` (on by default) also proves the
     plan race-free first (`VerifyError` otherwise); pass False to skip that for a plan verified already.
+    `check_shapes=False` skips the shape check too, for a plan the compiler has just made from a taskgraph
+    (whose shapes were inferred as it was built): the plan search's simulations.
     `close=False` keeps a Backend instance prepared after a successful run (module docstring).
     `unchanged`: inputs (by taskgraph id) whose values are those the Backend instance had in its last
     run; one still in place is not copied again (runtime/residency.py; `summary.bytes_placed` counts
@@ -285,7 +288,8 @@ def execute(
     if facts is None and not close:
         facts = _PLAN_FACTS[memgraph] = _PlanFacts.of(memgraph)
     if close:
-        check_types(memgraph)
+        if check_shapes:
+            check_types(memgraph)
         graph = build_exec_graph(memgraph, streams, cost)
     else:  # a prepared backend that runs plan after plan: a plan run again reuses its checks and ExecGraph
         graph = _exec_graph(memgraph, streams, cost)
@@ -467,13 +471,16 @@ def _exec_graph(memgraph: MemGraph, streams: int, cost: CostModel | None):
 
 
 def sim_makespan(memgraph: MemGraph, streams: int = 2, order: str = "nondet", cost: CostModel | None = None,
-                 deadline: Callable[[], float] | None = None) -> float:
+                 deadline: Callable[[], float] | None = None, compiled: bool = False) -> float:
     """Seconds the sim backend predicts for one run of `memgraph` (the H200 cost model unless `cost`);
     what `passes.pipeline.compile_best` ranks schedules by in `turnip run --schedule auto`. With a
     `deadline` (a callable giving seconds, read as the run goes: runtime/backends/sim.py), a run that
-    goes on longer is stopped and `math.inf` returned: its makespan is larger than the deadline."""
+    goes on longer is stopped and `math.inf` returned: its makespan is larger than the deadline.
+    `compiled`: the memgraph is `compile_taskgraph`'s, whose shapes come from a taskgraph that checked
+    them as it was built: they are not checked again (`execute(check_shapes=False)`)."""
     backend = SimBackend(cost=cost, deadline=deadline) if deadline is not None else "sim"
     try:
-        return execute(memgraph, backend=backend, order=order, streams=streams, cost=cost, verify=False).summary.makespan
+        return execute(memgraph, backend=backend, order=order, streams=streams, cost=cost, verify=False,
+                       check_shapes=not compiled).summary.makespan
     except DeadlinePassed:
         return math.inf

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from turnip_ir.cost import CostModel
+from turnip_ir.cost import CostModel, durations
 from turnip_ir.errors import InputError, KernelError
 from turnip_ir.kernels import kernel
 from turnip_ir.memgraph import MemGraph, MemNode
@@ -120,7 +120,7 @@ def build_exec_graph(memgraph: MemGraph, streams: int = 2, cost: CostModel | Non
     moves = any(node.op in ("reload", "offload") for node in memgraph.nodes)
     graph = ExecGraph(memgraph, dep_count, dependents, sources, resource, [0.0] * count, lanes, lanes_of, all_deps, moves, input_reloads)
     graph.duration_cost = cost or CostModel()
-    graph.durations = _durations(graph, graph.duration_cost)
+    graph.durations = durations(memgraph, graph.duration_cost)
     graph.priority = _critical_path(graph)
     return graph
 
@@ -153,10 +153,6 @@ def _resource_of(node: MemNode, devices: int) -> int:
     return node.device * len(KINDS) + KINDS.index(KIND_OF_OP[node.op])
 
 
-def _durations(graph: ExecGraph, cost: CostModel) -> list[float]:
-    """Each vertex's seconds on its resource by `cost` (0.0 for inputs)."""
-    nodes = graph.memgraph.nodes
-    return [0.0 if node.op == "input" else cost.duration(node, [nodes[s] for s in graph.sources[i]]) for i, node in enumerate(nodes)]
 
 
 def _critical_path(graph: ExecGraph) -> list[float]:

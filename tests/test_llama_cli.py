@@ -403,7 +403,7 @@ def test_block_auto_keeps_the_block_the_sim_predicts_fastest_and_skips_one_that_
     predicted = {32: 3.0, 64: 1.0, 128: 2.0}
     build = choose.LlamaPrefill.build
     monkeypatch.setattr(choose.LlamaPrefill, "build", lambda self, c: (built.__setitem__("last", c.block), build(self, c))[1])
-    monkeypatch.setattr(search, "sim_makespan", lambda memgraph, streams, cost, deadline: predicted[built["last"]])
+    monkeypatch.setattr(search, "sim_makespan", lambda memgraph, streams, cost, deadline, compiled: predicted[built["last"]])
     given = {"block": "auto", "layer_order": "blocks", "query_group": 1, "schedule": "given"}
     prefill, target = choose.LlamaPrefill(config, 128), choose.PlanTarget(1 << 30)
     chosen = choose.choose_llama_plan(prefill, target, given)

@@ -60,7 +60,7 @@ def choose_recompute(build: Callable[[int], Step], plan: Callable[[Step], MemGra
         step = build(k)
         memgraph = plan(step)
         limit = best.makespans[best.layers] if best is not None else math.inf
-        makespans[k] = sim_makespan(memgraph, cost=cost(), deadline=(lambda limit=limit: limit) if best is not None else None)
+        makespans[k] = sim_makespan(memgraph, cost=cost(), deadline=(lambda limit=limit: limit) if best is not None else None, compiled=True)
         if makespans[k] >= limit:
             break
         best = RecomputeChoice(k, step, memgraph, makespans)

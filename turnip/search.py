@@ -164,7 +164,7 @@ def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, de
     planned = max(plan_bound(memgraph, cost).seconds, bound)
     if planned > deadline() * (1 + TIE):
         return Outcome("bounded", planned, planned)
-    makespan = sim_makespan(memgraph, target.streams, cost=cost, deadline=lambda: deadline() * (1 + TIE))
+    makespan = sim_makespan(memgraph, target.streams, cost=cost, deadline=lambda: deadline() * (1 + TIE), compiled=True)
     if makespan == math.inf:
         return Outcome("stopped", deadline(), bound)
     return Outcome("ran", makespan, bound, memgraph=memgraph, built=built)

@@ -12,9 +12,10 @@ the benchmark matrix (launch, host_per_attention): docs/runtime.md, "The cost mo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from weakref import WeakKeyDictionary
 
 from turnip_ir.kernels import KERNELS, segment_rows
-from turnip_ir.memgraph import MemNode
+from turnip_ir.memgraph import MemGraph, MemNode
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,23 @@ class CostModel:
         if node.op == "offload":
             return node.nbytes / self.d2h_bw
         return 0.0
+
+
+_DURATIONS: WeakKeyDictionary = WeakKeyDictionary()
+"""memgraph -> (the cost model, `durations` under it): a plan the search bounds and then simulates is
+priced once."""
+
+
+def durations(memgraph: MemGraph, cost: CostModel) -> list[float]:
+    """Each node's seconds on its resource under `cost` (`CostModel.duration`; 0.0 for an input), in node
+    order, worked out once per memgraph and cost model (the list is shared: read it, do not change it)."""
+    known = _DURATIONS.get(memgraph)
+    if known is not None and known[0] == cost and len(known[1]) == len(memgraph.nodes):
+        return known[1]
+    nodes = memgraph.by_id()
+    seconds = [0.0 if node.op == "input" else cost.duration(node, [nodes[i] for i in node.inputs]) for node in memgraph.nodes]
+    _DURATIONS[memgraph] = (cost, seconds)
+    return seconds
 
 
 ATTENTION_KERNELS = ("attention", "attention_grad")

@@ -55,10 +55,10 @@ from turnip_ir.memgraph import MemGraph, MemNode
 from turnip_ir.verifier import verify_memgraph
 
 SPINE_VARIABLE = "TURNIP_SEARCH_SPINE"
-"""`1` turns the spine on (`Search._wanted`). Off by default until measured on the GPU host at 128k: there
-the plan that wins has another block than the default's, and the spine's four schedule candidates, each
-a 128k compile and simulation, would take the first wave's slots of the query groups around 8192-token
-blocks, the winner's path."""
+"""`0` turns the spine off (`Search._wanted`; on by default). On the H100 host (ninth session, 16 processes)
+7b at 32k / 1 GiB chose in 1.9-2.0 s with it and 2.7-2.8 s without (three runs each); at 128k / 2 GiB,
+where the plan that wins has another block than the default's and the spine's schedule candidates take
+first-wave slots from the winner's path, 8.6 s against 8.2 s (one run each)."""
 FORK_FROM = 2000
 """Tasks in the default graph from which candidates are compiled in forked processes."""
 TIE = 1e-9
@@ -223,7 +223,7 @@ class Search:
         self.index: dict[Candidate, int] = {}
         self.deadlines = [math.inf] * _capacity(prefill, dimensions)
         self.graphs: dict[tuple, llama.LlamaGraph] = {}
-        self.spine = os.environ.get(SPINE_VARIABLE, "0") == "1"
+        self.spine = os.environ.get(SPINE_VARIABLE, "1") != "0"
 
     def run(self, workers: int | None) -> LlamaChoice:
         try:
@@ -309,10 +309,10 @@ class Search:
         level, each later dimension's around each contender of the dimension before it (`_contenders`: the
         best so far first), so that the cores a dimension leaves idle go to the next dimension around every
         candidate that may still win before they go deeper, the likeliest path first within a level.
-        With the spine on (`SPINE_VARIABLE`), and processes enough for it, the schedules around each
-        contender of the dimension at hand come right after it: ranked last, they are evaluated around
+        With the spine (`SPINE_VARIABLE`, on by default), and processes enough for it, the schedules around
+        each contender of the dimension at hand come right after it: ranked last, they are evaluated around
         whatever plan wins (at 7b 32k / 1 GiB the winner's, forked once it was known, were the search's
-        last 1-1.5 s on the H100 host)."""
+        last 1-1.5 s on the H100 host without it)."""
         wanted: dict[Candidate, None] = {}
 
         def add(group: list[Candidate], step: int) -> None:

@@ -9,7 +9,9 @@ Lowering rules, applied by each op at once (there is no second pass):
 - an operand block on another GPU is moved there once per GPU and the copy is reused;
 - where a contracted letter is split, the partial products are summed by a balanced tree of `add`
   tasks, each on the GPU of its left operand; the root carries the output block's id;
-- an input block is created on the GPU of its first reader unless the input was given a placement.
+- an input block is created on the GPU of its first reader unless the input was given a placement;
+- with one GPU every task is on GPU 0 and an op's placement is not asked (its site would cost a shape
+  inference and a FLOP count per task).
 Ids: a whole tensor of one block keeps its name; block (i, j) of `x` is `x[i,j]`; partial products
 are `x[i,j].pK` (cast to an einsum's `acc` dtype: `x[i,j].cK`), inner sums `x[i,j].sK`, moves `<block>.to<gpu>`.
 The tape: every whole-tensor op is also recorded as a `Step` (its kind, result, operands, attributes,
@@ -333,7 +335,7 @@ class Program:
 
     def _decide(self, place: Placement, op: str, coords: dict, index: int, kernel: str,
                 operands: Sequence[Blocked], keys: list[Coords], attrs: dict) -> int:
-        if self.graph.devices == 1:  # nothing to choose: the placement is not asked (its site costs a shape inference)
+        if self.graph.devices == 1:  # nothing to choose (module docstring)
             return 0
         shapes = [x.block_shape(key) for x, key in zip(operands, keys)]
         spec = KERNELS[kernel]

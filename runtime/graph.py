@@ -153,8 +153,6 @@ def _resource_of(node: MemNode, devices: int) -> int:
     return node.device * len(KINDS) + KINDS.index(KIND_OF_OP[node.op])
 
 
-
-
 def _critical_path(graph: ExecGraph) -> list[float]:
     """Longest duration-weighted path from each vertex to a sink, computed backwards over the topological order."""
     longest = [0.0] * len(graph.durations)

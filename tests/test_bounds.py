@@ -9,12 +9,13 @@ from dataclasses import replace
 import pytest
 
 from frontend.workloads import llama
+from frontend.program import Program
 from passes.pipeline import compile_taskgraph
 from runtime import sim_makespan
 from turnip.bounds import makespan_bound, plan_bound
 from turnip.candidates import Candidate, LlamaPrefill
 from turnip.search import link_floor
-from turnip_ir.cost import CostModel
+from turnip_ir.cost import CostModel, durations
 from turnip_ir.errors import BudgetError
 
 TINY = llama.load_config("tiny")
@@ -87,3 +88,33 @@ def test_a_plan_that_copies_much_is_bound_by_its_link():
     planned, makespan = plan_bound(memgraph), sim_makespan(memgraph)
     assert planned.link > makespan_bound(graph, 96 << 10).link
     assert planned.link <= makespan * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("prefill, candidate", CASES[:3])
+def test_the_search_shortcuts_change_no_figure(prefill, candidate):
+    """What a search candidate skips (the shape check of the compiler's own plan, the vertices priced twice)
+    leaves the sim's makespan and the plan's bound as they were."""
+    graph = prefill.build(candidate).graph
+    memgraph = compile_taskgraph(graph, 1 << 20, candidate.schedule)
+    cost = CostModel()
+    assert sim_makespan(memgraph, cost=cost, compiled=True) == sim_makespan(memgraph, cost=cost)
+    by_id = memgraph.by_id()
+    compute = sum(cost.kernel_time(n, [by_id[i] for i in n.inputs]) for n in memgraph.nodes if n.op == "kernel")
+    assert plan_bound(memgraph, cost).compute == pytest.approx(compute / max(cost.overlap_efficiency, 1.0))
+    slower = replace(cost, launch=cost.launch * 10)  # another cost model: priced anew, not read from the first
+    assert durations(memgraph, slower) != durations(memgraph, cost)
+    assert durations(memgraph, CostModel()) is durations(memgraph, cost)
+
+
+def test_a_one_gpu_program_does_not_ask_its_placement():
+    def refuse(site):
+        raise AssertionError(f"asked where {site.op} goes")
+
+    def product(gpus: int) -> None:
+        prog = Program(gpus, placement=refuse)
+        x, w = prog.input("x", (64, 32), "float32", (2,)), prog.input("w", (32, 16), "float32")
+        prog.einsum("ik,kj->ij", x, w, name="y")
+
+    product(1)  # one GPU: nothing to ask
+    with pytest.raises(AssertionError, match="asked where y goes"):
+        product(2)

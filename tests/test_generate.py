@@ -513,6 +513,26 @@ def test_cli_random_prompts_and_sim_timing(tmp_path, capsys):
     assert "timing only" in sim.stdout
 
 
+def test_the_summary_states_decodes_link_floor_where_a_step_copies(capsys):
+    """On a backend with a host link, the summary states the floor a step's copies set (bytes over the rate
+    they ran at) and the steady step against it; the cpu backend has no link and says nothing of it."""
+    args = ("--config", "7b", "--memory", "2GiB", "--prompt-tokens", 1024, "--max-new-tokens", 3)
+    with Session(config="7b", memory="2GiB", backend="sim") as session:  # the sim computes nothing: no weights drawn
+        result = session.generate(np.zeros((1, 1024), np.int64), 3)
+    moved, rate = result.step_link
+    assert moved >= result.last_step.bytes_reloaded > 0 and rate == pytest.approx(result.last_step.h2d_bandwidth)
+    sim = turnip(capsys, *args, "--backend", "sim")
+    assert sim.returncode == 0, sim.stderr
+    line = next(line for line in sim.stdout.splitlines() if line.startswith("decode's link floor"))
+    floor_ms, ratio = re.search(r"([0-9.]+) ms at the [0-9.]+ GB/s its copies ran at; the steady step is ([0-9.]+)x that", line).groups()
+    steady_ms = float(re.search(r"steady ([0-9.]+) ms a step", sim.stdout).group(1))
+    assert float(floor_ms) == pytest.approx(moved / rate * 1e3, rel=1e-3)
+    assert float(ratio) == pytest.approx(steady_ms / float(floor_ms), abs=0.01) and float(ratio) >= 0.99
+    cpu = turnip(capsys, *BASE, "--prompt-tokens", 4, "--max-new-tokens", 3)  # BASE: tiny on the cpu backend
+    assert cpu.returncode == 0, cpu.stderr
+    assert "link floor" not in cpu.stdout
+
+
 BAD = {
     "zero new tokens": (("--prompt-tokens", 4, "--max-new-tokens", 0), 1, "--max-new-tokens must be positive, got 0"),
     "negative new tokens": (("--prompt-tokens", 4, "--max-new-tokens", -2), 1, "--max-new-tokens must be positive, got -2"),

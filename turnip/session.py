@@ -61,6 +61,7 @@ from runtime.api import refit_arena
 from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
+from runtime.summary import RunSummary
 from turnip.budget import naming_the_budget
 from turnip.finetune import FinetuneResult, check_computes, finetune
 from turnip.host import HostMemory, Materialized, Soon
@@ -146,6 +147,19 @@ class GenerateResult:
     """From the call's start to its first new tokens (compiles, the prefill and the first step)."""
     began: float = field(default=0.0, repr=False)
     """`time.perf_counter()` when the call began."""
+    last_step: RunSummary | None = field(default=None, repr=False, compare=False)
+    """The last decode step's run summary (`step_link` reads it)."""
+
+    @property
+    def step_link(self) -> tuple[int, float] | None:
+        """What a decode step moves over the host link: the last step's bytes copied host to device (its
+        reloads, and the inputs placed before its run) and the rate its reloads ran at while the link was
+        busy (bytes/s; the cost model's on the sim). None before a step, or where the step reloaded nothing
+        or the backend has no link (cpu)."""
+        summary = self.last_step
+        if summary is None or summary.backend == "cpu" or not summary.bytes_reloaded or summary.h2d_bandwidth <= 0:
+            return None
+        return summary.bytes_reloaded + summary.bytes_placed, summary.h2d_bandwidth
 
     @property
     def decode_seconds(self) -> float:
@@ -561,7 +575,7 @@ class Session:
         cache.settle()
         stats.step_run_seconds.append(seconds)
         stats.step_bytes_placed.append(result.summary.bytes_placed)
-        stats.recorder = result.recorder
+        stats.recorder, stats.last_step = result.recorder, result.summary
         if not stats.computed:
             stats.step_seconds.append(whole)  # the sim's clock (generate times the others whole)
             cache.append(None)  # rows without values: the sim computes none

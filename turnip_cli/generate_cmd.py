@@ -146,6 +146,13 @@ def summary_lines(result, load_seconds: float = 0.0, command_seconds: float = 0.
     if result.computed and command_seconds:
         lines.append(f"end to end: {command_seconds:.2f} s from the command's start to its last token, "
                      f"{batch * len(steps) / command_seconds:.1f} tokens/s")
+    link = result.step_link
+    if link is not None and len(steps) > 1:  # the floor a step's copies set: a step cannot be faster than its link time
+        moved, rate = link
+        floor = moved / rate
+        lines.append(f"decode's link floor: a step copies {format_size(moved)} to the GPU (the weights and cache the arena "
+                     f"does not keep), {floor * 1e3:.4g} ms at the {rate / 1e9:.1f} GB/s its copies ran at; "
+                     f"the steady step is {result.steady_step_seconds / floor:.2f}x that")
     lines.append(f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
                  f"peak arena use {format_size(result.peak_arena)}")
     if result.device_peak is not None:

@@ -172,19 +172,28 @@ class SimBackend(Backend):
         self.host = max(self.host, self.clock) + self.cost.host_time(node, sources)
         self.queued[lane.index].append(Submitted(vertex, self.host, work * self.factor[vertex]))
 
-    def _rate(self, job: Active) -> float:
-        kind = job.lane.kind
+    def _rates(self) -> dict[int, float]:
+        """Each active vertex's rate, by lane: compute streams of one GPU share it (`overlap_efficiency` split
+        among them), and the host link runs at the duplex rate while both directions are busy (a share of
+        it during a burst of interference)."""
+        busy: dict[tuple[int, str], int] = {}
+        for job in self.active.values():
+            key = (job.lane.device, job.lane.kind)
+            busy[key] = busy.get(key, 0) + 1
+        return {index: self._rate(job, busy) for index, job in self.active.items()}
+
+    def _rate(self, job: Active, busy: Mapping[tuple[int, str], int]) -> float:
+        kind, device = job.lane.kind, job.lane.device
         if kind == "compute":
-            sharing = sum(1 for a in self.active.values() if a.lane.device == job.lane.device and a.lane.kind == "compute")
+            sharing = busy[(device, "compute")]
             return 1.0 if sharing == 1 else self.cost.overlap_efficiency / sharing
         if kind not in ("h2d", "d2h"):
             return 1.0
-        other = "d2h" if kind == "h2d" else "h2d"
-        if any(a.lane.device == job.lane.device and a.lane.kind == other for a in self.active.values()):
+        if (device, "d2h" if kind == "h2d" else "h2d") in busy:
             rate = self.cost.duplex_bw / 2
         else:
             rate = self.cost.h2d_bw if kind == "h2d" else self.cost.d2h_bw
-        return rate * self.share if kind == "h2d" and self._in_burst(job.lane.device) else rate
+        return rate * self.share if kind == "h2d" and self._in_burst(device) else rate
 
     def _in_burst(self, device: int) -> bool:
         return any(bisect_right(self.edges[d], self.clock) % 2 for d in (device, ALL_GPUS) if d in self.edges)
@@ -219,11 +228,12 @@ class SimBackend(Backend):
             issued = self._start_heads()
             if self.unreported and self.unreported[0][0] <= self.clock + EPSILON:
                 return self._noticed()
-            rates = {index: self._rate(job) for index, job in self.active.items()}
+            rates = self._rates()
             first, job_step = None, float("inf")
-            if self.active:
-                first = min(self.active, key=lambda index: self.active[index].left / rates[index])
-                job_step = self.active[first].left / rates[first]
+            for index, job in self.active.items():  # the first to run out of work (the first of equals)
+                left = job.left / rates[index]
+                if left < job_step:
+                    first, job_step = index, left
             step = min(job_step, issued - self.clock)
             for edges in self.edges.values():
                 edge = bisect_right(edges, self.clock)

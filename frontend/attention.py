@@ -64,7 +64,7 @@ def lower(prog: Program, q: Blocked, k: Blocked, v: Blocked, name: str, heads: i
         links = _links(starts, i, window, firsts[i], segments[i])
         for g in range(groups):
             prog.at({"t": i, "h": g})
-            gpu = 0 if prog.graph.devices == 1 else prog._gpu(place(_site(q, k, v, name, i, g, index, attrs, links)), name)
+            gpu = prog._place(place, lambda: _site(q, k, v, name, i, g, index, attrs, links), name)
             query = prog._read(q, (i, g), gpu)
             prev = None
             for j, masked in links:
@@ -261,5 +261,9 @@ class _Chain:
 def _grad_site(prog: Program, step, t: int, g: int, reads: tuple[Blocked, ...]) -> int:
     """The GPU of a backward chain: the forward's placement asked for token block t and group g."""
     prog.at({"t": t, "h": g})
-    where = tuple((x.device((t, g)), nbytes(x.block_shape((t, g)), x.dtype)) for x in reads)
-    return prog._gpu(step.place(Site(step.result.name, {"t": t, "h": g}, t, 0, where)), step.result.name)
+
+    def site() -> Site:
+        where = tuple((x.device((t, g)), nbytes(x.block_shape((t, g)), x.dtype)) for x in reads)
+        return Site(step.result.name, {"t": t, "h": g}, t, 0, where)
+
+    return prog._place(step.place, site, step.result.name)

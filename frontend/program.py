@@ -22,7 +22,7 @@ each chain with the packed partial (output and log-sum-exp) and unpacks the outp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -335,13 +335,21 @@ class Program:
 
     def _decide(self, place: Placement, op: str, coords: dict, index: int, kernel: str,
                 operands: Sequence[Blocked], keys: list[Coords], attrs: dict) -> int:
-        if self.graph.devices == 1:  # nothing to choose (module docstring)
+        def site() -> Site:
+            shapes = [x.block_shape(key) for x, key in zip(operands, keys)]
+            spec = KERNELS[kernel]
+            out, _ = spec.infer(shapes, [x.dtype for x in operands], attrs)
+            where = tuple((x.device(key), nbytes(shape, x.dtype)) for x, key, shape in zip(operands, keys, shapes))
+            return Site(op, coords, index, spec.flops(shapes, out, attrs), where)
+
+        return self._place(place, site, op)
+
+    def _place(self, place: Placement, site: Callable[[], Site], op: str) -> int:
+        """The GPU `place` chooses for the site `site()` describes; with one GPU, 0 without making the site or
+        asking (module docstring)."""
+        if self.graph.devices == 1:
             return 0
-        shapes = [x.block_shape(key) for x, key in zip(operands, keys)]
-        spec = KERNELS[kernel]
-        out, _ = spec.infer(shapes, [x.dtype for x in operands], attrs)
-        where = tuple((x.device(key), nbytes(shape, x.dtype)) for x, key, shape in zip(operands, keys, shapes))
-        return self._gpu(place(Site(op, coords, index, spec.flops(shapes, out, attrs), where)), op)
+        return self._gpu(place(site()), op)
 
     def _gpu(self, gpu: int, op: str) -> int:
         if not isinstance(gpu, int) or not 0 <= gpu < self.graph.devices:

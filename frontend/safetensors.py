@@ -196,7 +196,7 @@ class SafeTensors:
         file's whole map (uint8) it lies in, when it is stored in `dtype` (no conversion) and the block is
         contiguous in the file; else None (runtime.inputs.mapped)."""
         entry = self._entry(name)
-        if np.dtype(stored_dtype(entry.code)) != np.dtype(dtype):
+        if stored_dtype(entry.code) != np.dtype(dtype):
             return None
         view = self.raw(name)[index]
         if view.size == 0 or not view.flags.c_contiguous:

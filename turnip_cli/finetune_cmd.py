@@ -25,7 +25,6 @@ from turnip import Session
 from turnip.finetune import FinetuneResult, StepRecord, TrainingStopped, check_computes
 from turnip.lora import CONFIG_FILE, PROJECTIONS, STATE_FILE, WEIGHTS_FILE, Adapter, LoraSettings
 from turnip_cli import process
-from turnip_cli.generate_cmd import device_memory_line
 from turnip_cli.planning import check_positive_options, parse_size
 from turnip_cli.progress import add_progress_argument
 from turnip_ir.errors import InputError
@@ -199,7 +198,7 @@ def summary_lines(result: FinetuneResult) -> list[str]:
     if costs.recompute:
         lines.append(f"the step {costs.recompute}")
     if result.device_peak is not None:
-        lines.append(device_memory_line(result.device_peak, result.device_context))
+        lines.append(process.device_memory_line(result.device_peak, result.device_context))
     return lines
 
 

@@ -156,7 +156,7 @@ def summary_lines(result, load_seconds: float = 0.0, command_seconds: float = 0.
     lines.append(f"offloaded {format_size(result.bytes_offloaded)}, reloaded {format_size(result.bytes_reloaded)}; "
                  f"peak arena use {format_size(result.peak_arena)}")
     if result.device_peak is not None:
-        lines.append(device_memory_line(result.device_peak, result.device_context))
+        lines.append(process.device_memory_line(result.device_peak, result.device_context))
     if len(steps) > 1:  # what stayed on the GPU between steps shows in what later steps copy before they run
         later = sorted(result.step_bytes_placed[1:])
         spread = format_size(later[0]) if later[0] == later[-1] else f"{format_size(later[0])} to {format_size(later[-1])}"
@@ -282,7 +282,3 @@ def _one_dimensional(array: np.ndarray, what: str) -> np.ndarray:
         raise InputError(f"{what} must be a 1-D prompt of token ids, got shape {list(array.shape)}")
     return array
 
-
-def device_memory_line(peak: int, context: int) -> str:
-    """The summary's line of what the process held on the GPU (`turnip generate` and `turnip finetune`)."""
-    return f"device memory this process held (the driver, NVML): peak {format_size(peak)}, of which the CUDA context {format_size(context)}"

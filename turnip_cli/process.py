@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from turnip_ir.units import format_size
+
 STARTED = time.perf_counter()
 """When the command began: the first import of the `turnip` entry point (turnip_cli/main.py imports this
 module before anything else), so a command's "end to end" counts its imports too."""
@@ -59,3 +61,8 @@ def settle_heap() -> None:
     if _ending:
         gc.collect()
         gc.freeze()
+
+
+def device_memory_line(peak: int, context: int) -> str:
+    """The summary's line of what the process held on the GPU (`turnip generate` and `turnip finetune`)."""
+    return f"device memory this process held (the driver, NVML): peak {format_size(peak)}, of which the CUDA context {format_size(context)}"

@@ -6,7 +6,8 @@ into the data that follows the header) and may hold `"__metadata__"`, a str -> s
 checkpoint is a `model.safetensors.index.json` whose `weight_map` names each tensor's file.
 
 `SafeTensors.open(path)` reads the headers only; each file is mapped once (`mmap`, one read-only array
-over it), and a tensor is a read-only view into that map, so weights are never copied unless a conversion is asked for.
+over it), and a tensor is a read-only view into that map, so weights are never copied unless a
+conversion is asked for.
 `read_into(name, out)` is the loading path: one pass over the map that copies (and converts, where
 `out`'s dtype differs) a tensor or a block of it straight into a caller's buffer (pinned host storage),
 chunk by chunk, each chunk's pages released from this process once copied (they stay in the page

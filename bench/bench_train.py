@@ -537,13 +537,18 @@ def gemm_rate(torch, device: str) -> float:
 
 
 def step_flops(config, lora: LoraSpec, seq_len: int) -> int:
-    """The training step's FLOPs: the kernel table's over its taskgraph (no recompute), an attention_grad link
-    at half its block's fused backward (the two chains of a block together do its backward once)."""
+    """The training step's FLOPs: `graph_flops` of its taskgraph (no recompute)."""
     from frontend.workloads.llama.train import build_training_step
+
+    return graph_flops(build_training_step(config, 1, seq_len, lora).graph)
+
+
+def graph_flops(graph) -> int:
+    """A training taskgraph's FLOPs: the kernel table's, an attention_grad link at half its block's fused
+    backward (the two chains of a block together do its backward once)."""
     from turnip_ir.cost import fused_backward_flops
     from turnip_ir.kernels import KERNELS
 
-    graph = build_training_step(config, 1, seq_len, lora).graph
     total = 0
     for node in graph.nodes.values():
         if node.op in ("input", "move"):
@@ -560,9 +565,15 @@ def floors(host: Host, rates: dict, seq_len: int, budgets: list[float]) -> dict:
     compute = flops / rates["gemm"]
     out = {"flops": flops, "compute_s": compute, "stream_bytes": 2 * layers + head, "stream_s": (2 * layers + head) / rates["h2d"]}
     for budget in budgets:
-        must = layers + max(0, layers - int(budget * GIB)) + head
+        must = must_cross(layers, head, int(budget * GIB))
         out[f"{budget:g}"] = {"must_cross_bytes": must, "pcie_s": must / rates["h2d"], "step_s": [max(compute, must / rates["h2d"])]}
     return out
+
+
+def must_cross(layers: int, head: int, budget: int) -> int:
+    """The bytes a step must move to the GPU under `budget` bytes: the layer weights once, once more but for
+    what the budget could keep across the turn from forward to backward, the LM head once."""
+    return layers + max(0, layers - budget) + head
 
 
 def kernel_rates(args) -> dict:

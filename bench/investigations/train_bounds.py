@@ -27,17 +27,15 @@ import os
 import sys
 from dataclasses import replace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
 import networkx as nx  # noqa: E402
 
+from bench_train import GIB, TARGETS, graph_flops, must_cross  # noqa: E402  (the bench's floor, one definition)
 from frontend.workloads.llama import LoraSpec, build_training_step, load_config  # noqa: E402
 from passes.pipeline import compile_taskgraph  # noqa: E402
-from turnip_ir.cost import CostModel, durations, fused_backward_flops  # noqa: E402
-from turnip_ir.kernels import KERNELS  # noqa: E402
-
-GIB = 2**30
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+from turnip_ir.cost import CostModel, durations  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -57,7 +55,6 @@ def bounds(config, lora: LoraSpec, seq_len: int, budget: int, rate: float, cost:
     step = build_training_step(config, 1, seq_len, lora, recompute=0)
     memgraph = compile_taskgraph(step.graph, 1 << 40, inputs="host", start_on_gpu=step.activation_ids)
     seconds = durations(memgraph, cost)
-    nodes = memgraph.by_id()
     graph = nx.DiGraph()
     index = {node.id: i for i, node in enumerate(memgraph.nodes)}
     graph.add_nodes_from(range(len(memgraph.nodes)))
@@ -71,20 +68,19 @@ def bounds(config, lora: LoraSpec, seq_len: int, budget: int, rate: float, cost:
         # a pair's two attention_grad links share one fused backward (attention_grad.GradShare)
         return seconds[i] / 2 if node.kernel == "attention_grad" else seconds[i]
 
-    work = backward = flops = 0.0
+    work = backward = 0.0
     for i, node in enumerate(memgraph.nodes):
         if node.op != "kernel":
             continue
         s = kernel_seconds(i, node)
         work += s
         backward += s if i in after else 0.0
-        shapes = [nodes[j].shape for j in node.inputs]
-        flops += fused_backward_flops(shapes, node.attrs) // 2 if node.kernel == "attention_grad" else KERNELS[node.kernel].flops(shapes, node.shape, node.attrs)
+    flops = graph_flops(step.graph)
     inputs = {node.task: node.nbytes for node in memgraph.nodes if node.op == "input"}
     layers = sum(b for task, b in inputs.items() if task.startswith("model.layers.") and ".lora_" not in task)
     head = sum(b for task, b in inputs.items() if task.startswith(("lm_head", "model.norm")))
     weights = layers + head
-    must = layers + max(0, layers - budget) + head
+    must = must_cross(layers, head, budget)
     floor = max(must / rate, flops / cost.half_flops)
     out = {"seq_len": seq_len, "floor": floor, "pcie": must / rate, "compute": flops / cost.half_flops, "work": work,
            "backward": backward, "phase": max(work, weights / rate + backward),

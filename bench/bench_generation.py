@@ -29,8 +29,9 @@ keeps what the others measured):
            trace is written beside the JSON.
   command  a safetensors folder of the config (bench_coldstart's writer; --folder, kept and reused while
            complete) and `turnip generate --weights DIR --prompt-tokens P --batch B --max-new-tokens N
-           --memory M --backend DEVICE` as a child process three times: first (a fresh --plan-dir), warm (page
-           cache and kernel cache warm, no --plan-dir), warm with the plans read from --plan-dir; each timed
+           --memory M --backend DEVICE` as a child process three times: first (a fresh --plan-dir and choice
+           cache: the prefill's plan chosen), warm (page cache and kernel cache warm, no --plan-dir, the
+           choice read), warm with the plans read from --plan-dir; each timed
            from spawn to exit while nvidia-smi samples its device memory, and from its start (its first
            import) to its last token as its summary states it (the issue's measure); its summary lines kept.
   budget   the device memory of `turnip generate` at --memory (the command stage's runs, else one with
@@ -727,8 +728,9 @@ def stage_command(bench: Bench, out: dict) -> None:
     bench.release_host()
     folder = model_folder(bench, out)
     bench.save()
-    plans = folder.with_name(folder.name + "-plans")
-    shutil.rmtree(plans, ignore_errors=True)
+    plans, choices = folder.with_name(folder.name + "-plans"), folder.with_name(folder.name + "-choices")
+    for made in (plans, choices):
+        shutil.rmtree(made, ignore_errors=True)
     out["runs"] = {}
     try:
         for name, with_plans in COMMAND_RUNS:
@@ -736,10 +738,13 @@ def stage_command(bench: Bench, out: dict) -> None:
                 out["runs"][name] = {"skipped": f"past the time limit ({bench.args.time_limit:.0f} s)"}
                 continue
             extra = ["--plan-dir", plans] if with_plans else []
-            out["runs"][name] = sampled_child(bench, generate_command(bench, ["--weights", folder], FOLDER_DTYPE, extra))
+            # the prefill's plan choice kept where the first run chooses it and the later ones read it
+            out["runs"][name] = sampled_child(bench, generate_command(bench, ["--weights", folder], FOLDER_DTYPE, extra),
+                                              {"TURNIP_CACHE": str(choices)})
             bench.save()
     finally:
-        shutil.rmtree(plans, ignore_errors=True)
+        for made in (plans, choices):
+            shutil.rmtree(made, ignore_errors=True)
         if bench.args.quick and not bench.args.folder:
             shutil.rmtree(folder.parent, ignore_errors=True)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frontend.workloads import llama
 from frontend.program import Program
@@ -14,7 +16,7 @@ from passes.pipeline import compile_taskgraph
 from runtime import sim_makespan
 from turnip.bounds import makespan_bound, plan_bound
 from turnip.candidates import Candidate, LlamaPrefill
-from turnip.search import link_floor
+from turnip.search import attention_links, link_floor
 from turnip_ir.cost import CostModel, durations
 from turnip_ir.errors import BudgetError
 
@@ -73,6 +75,17 @@ def test_the_attention_floor_before_the_build_is_below_the_built_graphs_loop_tim
     links = sum(1 for node in prefill.build(candidate).graph.nodes.values() if node.op == "attention")
     assert links >= prefill.config.num_hidden_layers * blocks * (blocks + 1) // 2
     assert 0 < floor <= makespan_bound(prefill.build(candidate).graph, 1 << 30, cost).host * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(1, 48), st.booleans(), st.booleans())
+def test_the_attention_links_counted_before_the_build_are_the_built_graphs(lengths, block, packed, hidden):
+    """Packed prompts (a session's prefill: a block of whole prompts links to itself alone), or one sequence,
+    with or without the last layer's attention."""
+    config = replace(TINY, num_hidden_layers=2)
+    prefill = LlamaPrefill(config, sum(lengths), kv_outputs=True, sequences=tuple(lengths) if packed else None, hidden=hidden)
+    graph = prefill.build(Candidate("blocks", block, 1, "given")).graph
+    assert attention_links(prefill, block) == sum(1 for node in graph.nodes.values() if node.op == "attention")
 
 
 def test_a_sliding_window_has_no_attention_floor():

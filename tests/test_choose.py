@@ -31,6 +31,8 @@ CASES = [
     (LlamaPrefill(llama.load_config("tiny-gqa"), 200, gpus=2), PlanTarget(96 * KIB)),  # query groups of 4 win
     (LlamaPrefill(llama.load_config("tiny-gqa"), 200, gpus=2), PlanTarget(192 * KIB)),
     (LlamaPrefill(TINY, 256, kv_outputs=True), PlanTarget(1 << 30, arena=128 * KIB)),  # a session's form; blocks win
+    # a session's packed prefill of four prompts (no hidden states): layers in halves win
+    (LlamaPrefill(TINY, 256, kv_outputs=True, sequences=(60, 70, 30, 96), hidden=False), PlanTarget(1 << 30, arena=128 * KIB)),
     (LlamaPrefill(WIDE, 8192), PlanTarget(256 * MIB)),
     (LlamaPrefill(WIDE, 8192), PlanTarget(512 * MIB)),
 ]
@@ -60,7 +62,7 @@ def plain_search(prefill: LlamaPrefill, target: PlanTarget) -> tuple[Candidate, 
 
 
 @pytest.mark.parametrize("prefill, target, processes", [(*case, processes) for case in CASES for processes in (None, "fork")]
-                         + [(*CASES[1], "forkserver"), (*CASES[7], "forkserver")])
+                         + [(*CASES[1], "forkserver"), (*CASES[7], "forkserver"), (*CASES[8], "forkserver")])
 def test_the_default_choice_is_the_plain_searchs(prefill, target, processes, monkeypatch):
     """In process, in forked processes and in processes forked from a server (None: in process)."""
     if processes and not forks.available(processes):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -86,3 +88,25 @@ def test_physical_cores_count_a_core_s_hyperthreads_once(monkeypatch):
     assert pools.physical_cores() == 2
     monkeypatch.setattr(pools.os, "sched_getaffinity", lambda pid: {0, 2}, raising=False)  # one core's two threads
     assert pools.physical_cores() == 1
+
+
+def test_a_server_forked_child_does_not_run_the_callers_script_again(tmp_path):
+    """A script without an `if __name__ == "__main__"` guard (a user's, whose session searches a plan in
+    children forked from a server): its work runs once, in the script, not again in each child."""
+    if not forks.available("forkserver"):
+        pytest.skip("forkserver is not available here")
+    script = tmp_path / "unguarded.py"
+    script.write_text("import functools, operator\n"
+                      "from turnip import forks\n"
+                      "print('script ran', flush=True)\n"
+                      "pool = forks.ForkPool(2, 'forkserver')\n"
+                      "pool.start('a', functools.partial(operator.add, 2, 3))\n"
+                      "done = []\n"
+                      "while not done:\n"
+                      "    done = pool.wait(10)\n"
+                      "print('result', done, flush=True)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["script ran", "result [('a', 5)]"]

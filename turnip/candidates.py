@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, replace
 from frontend.workloads import llama
 from passes.schedules import SCHEDULES
 from runtime import arena_budget
+from turnip_ir.errors import BudgetError
+from turnip_ir.units import format_size
 
 DIMENSIONS = ("layer_order", "block", "query_group", "schedule")
 """What the search chooses, in the order it ranks them."""
@@ -49,14 +51,18 @@ class LlamaPrefill:
     gpus: int = 1
     placement: str = "sequence"
     kv_outputs: bool = False
+    sequences: tuple[int, ...] | None = None
+    """Packed prompts' lengths (a session's prefill); None: one sequence of `tokens`."""
+    hidden: bool = True
+    """False: a KV cache's prefill, without the final hidden states (`build_llama`'s `hidden`)."""
 
     def build(self, candidate: Candidate) -> llama.LlamaGraph:
         return llama.build_llama(self.config, self.tokens, candidate.block, self.gpus, self.placement, self.kv_outputs,
-                                 candidate.layer_order, candidate.query_group)
+                                 candidate.layer_order, candidate.query_group, self.sequences, self.hidden)
 
     def tasks(self, candidate: Candidate) -> int:
         """About how many tasks `build(candidate)` makes, cheaply: one layer's graph built, times the layers."""
-        one = replace(self, config=replace(self.config, num_hidden_layers=1))
+        one = replace(self, config=replace(self.config, num_hidden_layers=1), hidden=True)  # a lone last layer is kv-only
         return self.config.num_hidden_layers * len(one.build(candidate).graph)
 
     def start(self, given: Mapping[str, object]) -> Candidate:
@@ -81,23 +87,35 @@ class LlamaPrefill:
 
     def key(self) -> dict:
         return {"model": asdict(self.config), "tokens": self.tokens, "gpus": self.gpus, "placement": self.placement,
-                "kv_outputs": self.kv_outputs}
+                "kv_outputs": self.kv_outputs, "sequences": None if self.sequences is None else list(self.sequences),
+                "hidden": self.hidden}
 
 
 @dataclass(frozen=True)
 class PlanTarget:
     """What the plans are for: `memory` bytes per GPU in all, on `backend` (its attention provider for the
-    cuda backend's workspace) with `streams` compute streams, or a fixed `arena` for every graph (a session's)."""
+    cuda backend's workspace) with `streams` compute streams, or a fixed `arena` for every graph (a session's,
+    whose backend is prepared for it: a graph fits only where its workspace, with the page tables of
+    `pinned` host bytes, leaves that much of `memory`)."""
 
     memory: int
     backend: str = "sim"
     attention: str = "auto"
     streams: int = 2
     arena: int | None = None
+    pinned: int | None = None
+    """Page-locked host bytes the cuda workspace's page tables map (`runtime.arena_budget`; None: its estimate)."""
 
     def arena_of(self, graph) -> int:
-        """The bytes the planner may give tensors (`runtime.arena_budget`); a BudgetError when none are left."""
-        return self.arena if self.arena is not None else arena_budget(graph, self.memory, self.backend, self.streams, self.attention)
+        """The bytes the planner may give tensors (`runtime.arena_budget`); a BudgetError when none are left,
+        or, with a fixed `arena`, when `graph`'s workspace leaves less than it."""
+        room = arena_budget(graph, self.memory, self.backend, self.streams, self.attention, self.pinned)
+        if self.arena is None:
+            return room
+        if room < self.arena:
+            raise BudgetError(f"its cuda workspace leaves {format_size(room)} of the {format_size(self.memory)} budget, less than "
+                              f"the arena of {format_size(self.arena)} the session's backend is prepared for")
+        return self.arena
 
     def resolved(self) -> PlanTarget:
         """The cuda backend's `auto` resolved to its first candidate (whose workspace `auto` plans with) here,

@@ -1,6 +1,6 @@
 """The llama prefill's plan by default: layer order, token block, query group and schedule chosen by the
-sim for the budget at hand, in seconds (`choose_llama_plan`; `turnip llama` and `turnip build llama` call
-it; a session's packed prefill does not yet).
+sim for the budget at hand, in seconds (`choose_llama_plan`; `turnip llama`, `turnip build llama` and a
+session's prefills call it, the session at its fixed arena).
 
 A dimension given a value is kept; the others are searched (turnip/search.py: the `auto` flags' search,
 one dimension at a time, each candidate ranked by the sim's makespan, made cheap by bounds, deadlines and

@@ -21,10 +21,13 @@ start method is not available (`available(method)` is False) callers run their w
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
+import sys
 import traceback
+import types
 from collections.abc import Callable, Hashable
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -56,6 +59,20 @@ def default_slots() -> int:
     return physical_cores()
 
 
+@contextlib.contextmanager
+def _main_left_out():
+    """A bare `__main__` while a child is started from the server: multiprocessing would have the child
+    run the caller's script again (its path goes with the child's preparation), and a script without an
+    `if __name__ == "__main__"` guard (a user's, calling a session) would then run its work again in every
+    child. The work is a module-level function of an importable module, which needs nothing of `__main__`."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class ForkPool:
     """At most `slots` forked children at once, each computing one function's result; `method` is "fork"
     (from this process) or "forkserver" (from a server process; `preload` names the modules it imports)."""
@@ -78,7 +95,8 @@ class ForkPool:
         child = self.context.Process(target=_child, args=(work, writer), daemon=True)
         gc.freeze()  # the child's collector leaves the parent's objects alone: their pages stay shared
         try:
-            child.start()
+            with _main_left_out() if self.context.get_start_method() == "forkserver" else contextlib.nullcontext():
+                child.start()
         finally:
             gc.unfreeze()
         writer.close()

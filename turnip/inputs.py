@@ -24,6 +24,7 @@ from frontend.workloads.llama.kv_cache import KvCache
 from passes.schedules import SCHEDULES
 from runtime.backends import compute_dtype
 from runtime.policies import ORDERS
+from turnip.candidates import DIMENSIONS
 from turnip_ir.errors import InputError
 from turnip_ir.kernels import DTYPE_BYTES
 from turnip_ir.limits import INT_LIMIT
@@ -50,7 +51,7 @@ def check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block
         raise InputError(f"kv_block must be at most {MAX_KV_BLOCK} (token rows a cache column holds), got {kv_block}")
     check_seed(seed)
     for name, value, known in (("order", order, ORDERS), ("schedule", schedule, SCHEDULES)):
-        if value not in known:
+        if value not in known and not (name == "schedule" and value is None):
             raise InputError(f"unknown {name} {value!r} (known: {', '.join(known)})")
     if dtype is not None and dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)}, or None for the config's)")
@@ -58,6 +59,30 @@ def check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block
         raise InputError(f"backend_options must be a mapping of keyword arguments, got {type(backend_options).__name__}")
     if plan_dir is not None and not isinstance(plan_dir, (str, os.PathLike)):
         raise InputError(f"plan_dir must be a folder's path, got {type(plan_dir).__name__}")
+
+
+def check_prefill_plan(plan):
+    """A session's `prefill_plan`: `auto`, `default`, or a mapping of some of turnip/candidates.py's
+    DIMENSIONS to a value or `auto` (a layer order, a positive block and query group, a schedule);
+    returned as given (a mapping copied), else one `InputError` line naming what is wrong."""
+    if isinstance(plan, str) and plan in ("auto", "default"):
+        return plan
+    if not isinstance(plan, Mapping):
+        raise InputError(f"prefill_plan must be 'auto', 'default' or a mapping of {', '.join(DIMENSIONS)}, got {plan!r}")
+    for name, value in plan.items():
+        if name not in DIMENSIONS:
+            raise InputError(f"prefill_plan: unknown dimension {name!r} (known: {', '.join(DIMENSIONS)})")
+        if value == "auto":
+            continue
+        if name in ("block", "query_group"):
+            ok = _integer(value) and value >= 1
+        else:
+            ok = value in (llama.LAYER_ORDERS if name == "layer_order" else SCHEDULES)
+        if not ok:
+            known = "a positive integer" if name in ("block", "query_group") else \
+                ", ".join(llama.LAYER_ORDERS if name == "layer_order" else SCHEDULES)
+            raise InputError(f"prefill_plan: {name} must be auto or {known}, got {value!r}")
+    return dict(plan)
 
 
 def check_seed(seed, name: str = "seed") -> None:

@@ -30,6 +30,8 @@ another dimension, so the choice is the plain search's candidate for candidate:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import os
 import pickle
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from frontend.partition import split_block, split_packed
 from frontend.workloads import llama
 from passes.pipeline import compile_taskgraph
 from passes.place_devices import place_devices
@@ -130,15 +133,31 @@ class LlamaChoice:
 
 def link_floor(prefill: LlamaPrefill, candidate: Candidate, cost: CostModel) -> float:
     """A lower bound on the makespan before the graph is built: the event loop's time for the attention
-    links alone, n (n + 1) / 2 a layer for n token blocks (causal chains; 0 under a sliding window, which
-    leaves links out)."""
+    links alone (`attention_links`; 0 under a sliding window, which leaves links out)."""
     config = prefill.config
     if config.sliding_window is not None:
         return 0.0
-    blocks = -(-prefill.tokens // candidate.block)
     operand = MemNode(0, "input", "q", 0, None, None, (), shape=(1,), dtype=config.dtype)
     link = MemNode(0, "kernel", "attention", 0, None, None, (), kernel="attention", shape=(1,), dtype=config.dtype)
-    return config.num_hidden_layers * blocks * (blocks + 1) // 2 * cost.host_time(link, [operand])
+    return attention_links(prefill, candidate.block) * cost.host_time(link, [operand])
+
+
+def attention_links(prefill: LlamaPrefill, block: int) -> int:
+    """The fewest attention vertices the prefill's graph has in blocks of `block`: per layer that attends
+    (all of them, but the last of a prefill without hidden states), each query block's links to the key
+    blocks up to it that hold a token of its sequences: n (n + 1) / 2 for one sequence in n blocks; a block
+    of whole packed sequences links to itself alone (frontend/partition.py `split_packed`)."""
+    lengths = prefill.sequences or (prefill.tokens,)
+    sizes = split_packed(lengths, block) if prefill.sequences is not None else split_block(prefill.tokens, block)
+    ends = list(itertools.accumulate(lengths))  # where each sequence ends
+    first, last, start = [], [], 0
+    for size in sizes:  # the sequences each block holds a token of
+        first.append(bisect.bisect_right(ends, start))
+        last.append(bisect.bisect_left(ends, start + size))
+        start += size
+    links = sum(i - bisect.bisect_left(last, first[i]) + 1 for i in range(len(sizes)))
+    layers = prefill.config.num_hidden_layers - (0 if prefill.hidden else 1)
+    return layers * links
 
 
 def evaluate(prefill: LlamaPrefill, target: PlanTarget, candidate: Candidate, deadline: Callable[[], float],

@@ -16,7 +16,9 @@ the smaller arena. The cuda workspace depends on the attention provider: one nam
 session at 1 GiB 15 s more set-up on the H200 for prefills the sim put 1.3% faster (docs/generation.md).
 Generation ([docs/generation.md](../docs/generation.md)): one prefill of every prompt's first P-1 tokens,
 packed end to end (chunks of PREFILL_TOKENS), whose k and v rows the runs write straight into the call's
-cache; then N decode steps, each one taskgraph for the whole batch (one new token per
+cache; its plan (layer order, token block, query group, schedule) chosen by turnip/choose.py at the
+session's arena on the sim and cuda backends, once per arena and prompt lengths, the choice kept on disk
+(`_prefill_plan`; `prefill_plan` forces or keeps the defaults); then N decode steps, each one taskgraph for the whole batch (one new token per
 sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
 cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each size step of the last
 column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
@@ -63,9 +65,12 @@ from runtime import process_memory
 from runtime.callbacks import Recorder
 from runtime.summary import RunSummary
 from turnip.budget import naming_the_budget
+from turnip.candidates import DIMENSIONS, Candidate, LlamaPrefill, PlanTarget
+from turnip.choice_cache import ChoiceCache, default_cache_dir
+from turnip.choose import choose_llama_plan
 from turnip.finetune import FinetuneResult, check_computes, finetune
 from turnip.host import HostMemory, Materialized, Soon
-from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight, check_gpus, check_seed, check_session_arguments, checked_prompts,
+from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight, check_gpus, check_prefill_plan, check_seed, check_session_arguments, checked_prompts,
                            forced_tokens, given_cache, given_caches, holds_nonfinite, load_model)
 from turnip.lora import Adapter, MergedWeights, adapter_of
 from turnip.plans import plan_key, read_plan, write_plan
@@ -84,6 +89,24 @@ PREFILL_TOKENS = 65536
 weight once (a 7b plan of 64k tokens compiles in a few seconds)."""
 KV_ALIGN = 1 << 12
 """Where each of a call's KV cache buffers starts in the one region that holds them all (`_empty_cache`)."""
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    """How a prefill's plan was chosen (`choose_llama_plan`): for `tokens` prompt tokens, the `candidate`,
+    `how` (searched, unbound: the budget does not bind, or kept: read from the choice cache), the seconds
+    it took and the sim's makespan of the plan where it ran one."""
+
+    tokens: int
+    candidate: Candidate
+    how: str
+    seconds: float
+    makespan: float | None = None
+
+    def describe(self) -> str:
+        why = {"searched": "searched", "unbound": "the budget does not bind", "kept": "chosen before, kept"}.get(self.how, self.how)
+        sim = f"; sim {self.makespan:.3f} s" if self.makespan is not None else ""
+        return f"{self.candidate.describe()} ({why}, {self.seconds:.2f} s{sim})"
 
 
 @dataclass
@@ -119,6 +142,8 @@ class GenerateResult:
     step_bytes_placed: list[int] = field(default_factory=list)
     """Per decode step, the input bytes copied onto the GPU before its run."""
     peak_arena: int = 0
+    prefill_plans: list[PrefillPlan] = field(default_factory=list)
+    """The prefill plans this call chose (none where each was chosen before, in the session, or forced)."""
     recorder: Recorder | None = None
     """The last decode step's recorder (its Chrome trace)."""
     logits: list[np.ndarray] = field(default_factory=list)
@@ -214,16 +239,22 @@ class Session:
 
     def __init__(self, config: llama.LlamaConfig | str | None = None, weights: Mapping | str | Path | None = None,
                  memory: int = 1 << 30, backend: str = "auto", gpus: int = 1, order: str = "nondet", seed: int = 0,
-                 dtype: str | None = None, schedule: str = "given", kv_block: int = KV_BLOCK, backend_options: Mapping | None = None,
-                 plan_dir: str | Path | None = None, adapter: Adapter | str | Path | None = None):
+                 dtype: str | None = None, schedule: str | None = None, kv_block: int = KV_BLOCK, backend_options: Mapping | None = None,
+                 plan_dir: str | Path | None = None, adapter: Adapter | str | Path | None = None, prefill_plan: str | Mapping = "auto"):
         """`adapter`: a PEFT LoRA folder or an `Adapter` (turnip/lora.py), merged into the weights as PEFT's
         `merge_and_unload` merges it and checked against the config here (one `InputError` line): the
-        session runs the base model with it, through the same graphs and plans as without it."""
+        session runs the base model with it, through the same graphs and plans as without it.
+        `schedule`: every plan's (passes/schedules.py); None: `given` for the decode steps and training,
+        the prefills' chosen with their plan. `prefill_plan`: how the prefills' plans are chosen (module
+        docstring): `auto`, `default` (the frontend's defaults, no search) or a mapping that forces some of
+        layer_order, block, query_group and schedule (`auto` for one: searched, on any backend)."""
         self._busy = threading.Lock()
         """Held while a call runs (`_one_call_at_a_time`)."""
         if isinstance(memory, str):
             memory = parse_size(memory)  # the units --memory takes: "4GiB", "1.5GiB", "100KiB", 1e9
         check_session_arguments(memory, gpus, order, seed, dtype, schedule, kv_block, backend_options, plan_dir)
+        self.prefill_plan = check_prefill_plan(prefill_plan)
+        """How the prefills' plans are chosen: `auto`, `default` or the dimensions forced."""
         self.backend = resolve_backend(backend)
         self.config, source = load_model(config, weights, seed, dtype, self.backend)
         self.adapter = adapter_of(adapter, self.config)
@@ -237,13 +268,17 @@ class Session:
             except OSError as err:
                 raise InputError(f"plan folder '{self.plan_dir}' cannot be made: {err.strerror or err}") from None
         self.disk_hits = 0
+        self.prefill_plans: list[PrefillPlan] = []
+        """Every prefill plan the session chose (`PrefillPlan`), in order."""
         """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
         self.tokenizer = FolderTokenizer(Path(weights) if isinstance(weights, (str, os.PathLike)) else None)
         """The weights folder's tokenizer: `session.tokenizer()` loads it once (frontend/text.py), or says what is missing."""
         self.memory, self.gpus, self.order, self.seed = int(memory), int(gpus), order, int(seed)
-        self.schedule, self.kv_block = schedule, int(kv_block)
+        self.schedule, self.kv_block = schedule or "given", int(kv_block)
+        self._forced_schedule = schedule
+        """The schedule the caller named (None: the prefills' is chosen)."""
         self.host = HostMemory(self.backend)
         merged = source if self.adapter is None else MergedWeights(source, self.adapter)
         self.weights = Materialized(merged, self.config.dtype, self.host, check=check_finite_weight)
@@ -265,8 +300,11 @@ class Session:
         self._runs = 0
         self._calls = 0
         self._machine: Backend | None = None
-        self._prefills: dict[tuple, llama.LlamaGraph] = {}
-        """Packed prefills built, by the lengths they prefill (`_prefill_graph`)."""
+        self._prefills: OrderedDict[tuple, llama.LlamaGraph] = OrderedDict()
+        """Prefill graphs built, by (`LlamaPrefill`, `Candidate`) (`_built_prefill`: a call sizes the arena
+        with a graph, then runs it)."""
+        self._prefill_choices: dict[LlamaPrefill, Candidate] = {}
+        """Per prefill, the plan chosen at the current arena (`_prefill_plan`; dropped when it shrinks)."""
         self._training: dict[tuple, tuple] = {}
         """Training steps built, by batch shape and LoRA spec: (the TrainGraph, the frozen weights cut into its
         blocks, what the sim chose of its recompute), kept across `finetune` calls (turnip/finetune.py, `TurnipEngine`)."""
@@ -295,6 +333,7 @@ class Session:
         self.cache.clear()
         self._steps.clear()
         self._prefills.clear()
+        self._prefill_choices.clear()
         self._training.clear()  # its weight blocks are views of the weights freed next
         self.weights.close()
         self.weights = Materialized({}, self.config.dtype, self.host)
@@ -308,9 +347,11 @@ class Session:
         if self.backend == "sim":
             raise InputError("the sim backend computes no values, so prefill needs a backend that computes")
         ids = checked_prompts([ids], self.config)[0]
-        built = llama.build_llama(self.config, len(ids), gpus=self.gpus, placement=self._placement())
-        with self._budget_of(lambda: [built.graph], "this prefill"):
-            result, _, _ = self._run(("prefill", len(ids)), built.graph, built.feed(self.weights, ids), GenerateResult(np.empty(0)))
+        prefill = LlamaPrefill(self.config, len(ids), self.gpus, self._placement())
+        stats = GenerateResult(np.empty(0))
+        with self._budget_of(lambda: [self._prefill_graph(prefill).graph], "this prefill"):
+            built, memgraph = self._prefill_plan(prefill, stats)
+            result, _, _ = self._run(None, built.graph, built.feed(self.weights, ids), stats, memgraph=memgraph)
         return built.gather(result.outputs)
 
     @_one_call_at_a_time
@@ -383,7 +424,7 @@ class Session:
         distinct decode step (`_call_decode_steps`); built once, kept for the runs."""
         graphs = [step.graph for step in self._call_decode_steps(prompts, steps)]
         if prefills:
-            graphs += [self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk)).graph for chunk in self._prefill_chunks(prompts)]
+            graphs += [self._prefill_graph(self._packed(prompts, chunk)).graph for chunk in self._prefill_chunks(prompts)]
         return graphs
 
     @_one_call_at_a_time
@@ -467,8 +508,7 @@ class Session:
         `pending`: the cache, being page-locked since the call began (`_pinning`)."""
         cache = None if pending is not None else self._empty_cache(prompts, steps, stats.computed)
         for chunk in self._prefill_chunks(prompts):
-            built = self._prefill_graph(tuple(len(prompts[b]) - 1 for b in chunk))
-            memgraph = self._compiled(("prefill", built.sequences), built.graph, stats)  # while the cache is page-locked
+            built, memgraph = self._prefill_plan(self._packed(prompts, chunk), stats)  # while the cache is page-locked
             inputs = into = None
             if stats.computed:
                 inputs = built.feed(self.weights, np.concatenate([prompts[b][:-1] for b in chunk]))
@@ -476,7 +516,7 @@ class Session:
                 into = {task: [(piece.row_start, piece.row_stop, cache.rows(piece.layer, piece.kind, chunk[piece.sequence], piece.first_position,
                                                                            piece.first_position + piece.row_stop - piece.row_start, piece.columns))
                                for piece in pieces] for task, pieces in built.kv_pieces().items()}
-            _, seconds, _ = self._run(("prefill", built.sequences), built.graph, inputs, stats, into=into, memgraph=memgraph)
+            _, seconds, _ = self._run(None, built.graph, inputs, stats, into=into, memgraph=memgraph)
             stats.prefill_seconds += seconds
         cache = cache if cache is not None else pending.result()
         cache.filled([len(p) - 1 for p in prompts])
@@ -505,16 +545,81 @@ class Session:
             total += n
         return chunks
 
-    def _prefill_graph(self, lengths: tuple[int, ...]) -> llama.LlamaGraph:
-        """The packed prefill of prompts of `lengths` tokens: k and v out, no hidden states (built once per
-        lengths and kept: a call sizes the arena with it, then runs it)."""
-        built = self._prefills.get(lengths)
-        if built is None:
-            built = self._prefills[lengths] = llama.build_llama(self.config, sum(lengths), gpus=self.gpus, placement=self._placement(),
-                                                               kv_outputs=True, sequences=lengths, hidden=False)
-            if len(self._prefills) > CACHE_ENTRIES:
-                self._prefills.pop(next(iter(self._prefills)))
+    def _packed(self, prompts: list[np.ndarray], chunk: list[int]) -> LlamaPrefill:
+        """The packed prefill of `chunk`'s prompts but their last tokens: k and v out, no hidden states."""
+        lengths = tuple(len(prompts[b]) - 1 for b in chunk)
+        return LlamaPrefill(self.config, sum(lengths), self.gpus, self._placement(), kv_outputs=True, sequences=lengths, hidden=False)
+
+    def _prefill_graph(self, prefill: LlamaPrefill) -> llama.LlamaGraph:
+        """`prefill`'s graph as chosen at the current arena, or before a choice its first candidate (the
+        defaults and what is forced): a call sizes its arena with that one, then chooses."""
+        return self._built_prefill(prefill, self._prefill_choices.get(prefill) or prefill.start(self._prefill_given()))
+
+    def _built_prefill(self, prefill: LlamaPrefill, candidate: Candidate, built: llama.LlamaGraph | None = None) -> llama.LlamaGraph:
+        """`prefill`'s graph under `candidate` (`built`, where the choice built it), built once and kept."""
+        key = (prefill, candidate)
+        if key in self._prefills:
+            self._prefills.move_to_end(key)
+            return self._prefills[key]
+        built = self._prefills[key] = built or prefill.build(candidate)
+        if len(self._prefills) > CACHE_ENTRIES:
+            self._prefills.popitem(last=False)
         return built
+
+    def _prefill_given(self) -> dict[str, object]:
+        """What `choose_llama_plan` is given for a prefill: `prefill_plan`'s forced dimensions, the session's
+        schedule where named, and on the cpu backend (which the sim does not predict) or for `default` the
+        frontend's defaults (None) for the rest."""
+        plan = self.prefill_plan
+        given: dict[str, object] = dict(plan) if isinstance(plan, Mapping) else {}
+        if self._forced_schedule is not None:
+            given.setdefault("schedule", self._forced_schedule)
+        if plan == "default" or self.backend == "cpu":
+            given = {name: given.get(name) for name in DIMENSIONS}
+        return given
+
+    def _prefill_plan(self, prefill: LlamaPrefill, stats: GenerateResult) -> tuple[llama.LlamaGraph, MemGraph]:
+        """`prefill`'s graph and plan at the session's arena: the plan chosen once per arena (module
+        docstring), then cached as every plan is (`_compiled`)."""
+        candidate = self._prefill_choices.get(prefill)
+        if candidate is None:
+            given = self._prefill_given()
+            candidate = prefill.start(given)
+            if any(given.get(name, "auto") == "auto" for name in DIMENSIONS):
+                candidate = self._choose_prefill(prefill, given, candidate, stats)
+            self._prefill_choices[prefill] = candidate
+        built = self._built_prefill(prefill, candidate)
+        return built, self._compiled(("prefill", prefill, candidate), built.graph, stats, schedule=candidate.schedule)
+
+    def _choose_prefill(self, prefill: LlamaPrefill, given: dict, start: Candidate, stats: GenerateResult) -> Candidate:
+        """The plan `choose_llama_plan` chooses for `prefill` at the session's arena, its seconds counted as
+        compile time (the call's set-up): only candidates whose workspace the arena leaves room for (the
+        backend is prepared for it), searched in processes forked from a server where this one holds
+        page-locked memory (turnip/forks.py). Its plan goes into the cache unless it pins more host memory
+        than the arena left page tables for (`_compiled` then plans it again at a smaller arena)."""
+        began = time.perf_counter()
+        self._fit_arena(self._built_prefill(prefill, start).graph)  # the first candidate sizes the arena, as any graph does
+        target = PlanTarget(self.memory, self.backend, self.attention, arena=self.arena, pinned=self._pinned or None)
+        cache = ChoiceCache(self.plan_dir if self.plan_dir is not None else default_cache_dir() / "choices")
+        choice = choose_llama_plan(prefill, target, given, cache=cache, plan_dir=self.plan_dir,
+                                   processes="forkserver" if self.host.pinned else "fork")
+        self._built_prefill(prefill, choice.candidate, choice.built)
+        smaller = refit_arena(choice.memgraph, choice.built.graph, self.memory, self.backend, attention=self.attention)
+        if smaller is None or smaller >= self.arena:
+            self.cache[self._cache_key(("prefill", prefill, choice.candidate))] = choice.memgraph
+            if choice.plan_read:
+                self.disk_hits += 1
+                stats.plans_read += 1
+                stats.cache_hits += 1
+            else:
+                self.compiles += 1
+                stats.compiles += 1
+        seconds = time.perf_counter() - began
+        stats.compile_seconds += seconds
+        chosen = PrefillPlan(prefill.tokens, choice.candidate, choice.how, seconds, choice.makespan)
+        stats.prefill_plans.append(chosen)
+        self.prefill_plans.append(chosen)
+        return choice.candidate
 
     def _empty_cache(self, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
         """The call's cache, holding nothing yet, with room for every prompt and `steps` more tokens, in the
@@ -689,7 +794,9 @@ class Session:
         return (*key, inputs, remat, start_on_gpu)
 
     def _compiled(self, key: tuple, graph: TaskGraph, stats: GenerateResult, inputs: str = "gpu", remat: bool = False,
-                  start_on_gpu: frozenset[str] = frozenset()) -> MemGraph:
+                  start_on_gpu: frozenset[str] = frozenset(), schedule: str | None = None) -> MemGraph:
+        """`graph`'s plan (`key`: what its shapes depend on, and `schedule` where it is not the session's) at
+        the session's arena, from the cache or else `_plan`'s."""
         key = self._cache_key(key, inputs, remat, start_on_gpu)
         if key in self.cache:
             self.cache.move_to_end(key)
@@ -698,11 +805,11 @@ class Session:
             return self.cache[key]
         began = time.perf_counter()
         self._fit_arena(graph, remat)
-        memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu)
+        memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu, schedule)
         smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
         if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
             self._shrink_arena(smaller)
-            memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu)
+            memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu, schedule)
         stats.compile_seconds += time.perf_counter() - began
         self.cache[key] = memgraph
         if len(self.cache) > CACHE_ENTRIES:
@@ -710,20 +817,21 @@ class Session:
         return memgraph
 
     def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult, remat: bool = False,
-              start_on_gpu: frozenset[str] = frozenset()) -> MemGraph:
+              start_on_gpu: frozenset[str] = frozenset(), schedule: str | None = None) -> MemGraph:
         """`graph`'s plan at the session's arena: from the plan folder, or compiled (and written there); with
         `remat`, kept apart from the plans without it (as `choice_cache.plan_path` keeps them)."""
         # a recurring plan starts the inputs the backend holds now where they are, when it can
         kept = self._machine.held().gpu if inputs == "recur" and self._machine is not None else None
-        schedule = f"{self.schedule} remat" if remat else self.schedule
-        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, schedule, inputs, kept, start_on_gpu)}.json"
+        schedule = schedule or self.schedule
+        named = f"{schedule} remat" if remat else schedule
+        path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, named, inputs, kept, start_on_gpu)}.json"
         memgraph = read_plan(path, graph, self.arena) if path is not None else None
         if memgraph is not None:
             self.disk_hits += 1
             stats.cache_hits += 1
             stats.plans_read += 1
             return memgraph
-        memgraph = compile_taskgraph(graph, self.arena, self.schedule, inputs=inputs, kept=kept, remat=remat, start_on_gpu=start_on_gpu)
+        memgraph = compile_taskgraph(graph, self.arena, schedule, inputs=inputs, kept=kept, remat=remat, start_on_gpu=start_on_gpu)
         if path is not None:
             write_plan(path, memgraph)
         self.compiles += 1
@@ -750,9 +858,10 @@ class Session:
         self.backend_options["attention_provider"] = self.attention
 
     def _shrink_arena(self, arena: int) -> None:
-        """Every plan from now on gets `arena`; the plans and backend made for the larger one go."""
+        """Every plan from now on gets `arena`; the plans, prefill choices and backend made for the larger one go."""
         self.arena = arena
         self.cache.clear()
+        self._prefill_choices.clear()
         self._drop_backend()
 
     def _size_arena(self, prompts: list[np.ndarray], steps: int, prefill: bool) -> None:

@@ -25,7 +25,7 @@ from runtime.backends import ATTENTION_PROVIDERS, BACKENDS, resolve_backend
 from runtime.array_files import read_arrays
 from runtime.policies import ORDERS
 from turnip import Session
-from turnip.inputs import checked_prompts
+from turnip.inputs import check_prefill_plan, checked_prompts
 from turnip_cli import process
 from turnip_cli.llama_cmd import add_adapter_argument, adapter_note, check_host_memory_for, model_input_files
 from turnip_cli.progress import Progress, add_progress_argument
@@ -79,7 +79,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "providers: triton's first use in a process costs seconds)")
     parser.add_argument("--plan-dir", metavar="DIR", help="keep compiled plans in DIR and read them from there in later runs "
                         "(each proven a plan of the run's graph and budget when read, else compiled again)")
+    parser.add_argument("--prefill-plan", type=prefill_plan_argument, default="auto", metavar="auto|default|NAME=VALUE,...",
+                        help="how the prefill's plan is chosen. auto (default): on the sim and cuda backends, layer order, "
+                        "token block, query group and schedule chosen by the sim where the budget binds (the choice kept "
+                        "in $TURNIP_CACHE, else ~/.cache/turnip); default: the frontend's defaults, nothing searched; "
+                        "or some forced, the rest chosen, e.g. block=4096,query_group=2 (names: layer_order, block, "
+                        "query_group, schedule; a value may be auto)")
     add_progress_argument(parser)
+
+
+def prefill_plan_argument(text: str):
+    """`--prefill-plan`'s value: `auto`, `default`, or NAME=VALUE pairs (block and query_group as integers
+    unless auto), checked as `Session` checks its `prefill_plan`."""
+    if text in ("auto", "default"):
+        return text
+    plan: dict[str, object] = {}
+    for pair in text.split(","):
+        name, equals, value = pair.strip().partition("=")
+        if not equals or not name or not value:
+            raise argparse.ArgumentTypeError(f"must be auto, default or NAME=VALUE pairs separated by commas, got {quoted(text, PATH_CHARS)}")
+        if name in ("block", "query_group") and value != "auto":
+            try:
+                value = int(value)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{name} must be a positive integer or auto, got {quoted(value, PATH_CHARS)}") from None
+        plan[name.strip()] = value
+    try:
+        return check_prefill_plan(plan)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("prefill_plan: ")) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     with progress.phase("loading the model"):
         session = Session(config=args.config, weights=args.weights, memory=parse_size(args.memory), backend=backend,
                           gpus=args.gpus, order=args.order, seed=args.seed, dtype=args.dtype, plan_dir=args.plan_dir,
-                          backend_options=named, adapter=args.adapter)
+                          backend_options=named, adapter=args.adapter, prefill_plan=args.prefill_plan)
     loaded = time.perf_counter() - began
     with process.scope(session):
         prompts = _prompts(args, session)
@@ -139,6 +167,7 @@ def summary_lines(result, load_seconds: float = 0.0, command_seconds: float = 0.
         f"set-up: model loaded in {load_seconds:.2f} s; compiled {result.compiles} graph(s) in {result.compile_seconds:.2f} s, "
         f"{result.cache_hits} cache hit(s)" + (f" ({result.plans_read} plan(s) read from --plan-dir)" if result.plans_read else "")
         + f"; plans prepared on the backend in {result.prepare_seconds:.2f} s (within the runs below)",
+        *(f"prefill plan for {chosen.tokens} tokens: {chosen.describe()}" for chosen in result.prefill_plans),
         f"prefill {result.prefill_seconds:.4f} s; first token after {result.first_token_seconds:.3f} s of the call",
         f"decode {len(steps)} step(s){ended}: steady {result.steady_step_seconds * 1e3:.1f} ms a step, "
         f"{result.steady_tokens_per_second:.1f} tokens/s; first step {steps[0] * 1e3:.1f} ms; all steps {result.decode_seconds:.3f} s",

@@ -61,18 +61,23 @@ def test_a_sessions_packed_prefill_gets_the_plain_searchs_plan():
         assert session.prefill_plans == [chosen]
 
 
-def test_a_choice_is_kept_across_sessions_and_a_plan_folder_keeps_the_plan(tmp_path):
-    with Session(config="tiny", memory=MEMORY, backend="sim", plan_dir=tmp_path) as first:
+def test_a_choice_is_kept_across_sessions_and_a_plan_folder_keeps_the_plan(tmp_path, monkeypatch):
+    """In the user's cache, and with a plan folder there too, beside the plan."""
+    with Session(config="tiny", memory=MEMORY, backend="sim", plan_dir=tmp_path / "plans") as first:
         chosen = first.generate(prompts(), 1).prefill_plans[0]
-    with Session(config="tiny", memory=MEMORY, backend="sim", plan_dir=tmp_path) as second:
-        result = second.generate(prompts(seed=3), 1)
+    with Session(config="tiny", memory=MEMORY, backend="sim") as second:  # no plan folder: the user's cache
+        [kept] = second.generate(prompts(seed=2), 1).prefill_plans
+        assert (kept.candidate, kept.how) == (chosen.candidate, "kept")
+    monkeypatch.setenv("TURNIP_CACHE", str(tmp_path / "empty"))  # another user's cache: the plan folder alone
+    with Session(config="tiny", memory=MEMORY, backend="sim", plan_dir=tmp_path / "plans") as third:
+        result = third.generate(prompts(seed=3), 1)
         [kept] = result.prefill_plans
         assert (kept.candidate, kept.how) == (chosen.candidate, "kept")
         assert result.compiles == 0 and result.plans_read == 2  # the prefill's plan and the decode step's
-    with Session(config="tiny", memory=MEMORY, backend="sim") as third:  # no plan folder: the user's cache
-        assert third.generate(prompts(), 1).prefill_plans[0].how == "searched"
-    with Session(config="tiny", memory=MEMORY, backend="sim") as fourth:
-        assert fourth.generate(prompts(), 1).prefill_plans[0].how == "kept"
+    with Session(config="tiny", memory=MEMORY, backend="sim") as fourth:  # written where it was read from: not here
+        assert fourth.generate(prompts(), 1).prefill_plans[0].how == "searched"
+    with Session(config="tiny", memory=MEMORY, backend="sim") as fifth:
+        assert fifth.generate(prompts(), 1).prefill_plans[0].how == "kept"
 
 
 def test_the_defaults_forced_dimensions_and_the_cpu_backend():

@@ -70,6 +70,22 @@ class ChoiceCache:
         return True
 
 
+class ChoiceCaches:
+    """Several caches as one: a choice is read from the first that keeps it and written to all (a session
+    with a plan folder keeps its choices there, with its plans, and in the user's cache, which a later
+    process without the folder reads)."""
+
+    def __init__(self, *caches: ChoiceCache):
+        self.caches = caches
+        self.folder = caches[0].folder
+
+    def read(self, key: Mapping, valid: Callable[[Mapping], bool]) -> dict | None:
+        return next((kept for cache in self.caches if (kept := cache.read(key, valid)) is not None), None)
+
+    def write(self, key: Mapping, choice: Mapping, note: Mapping | None = None) -> bool:
+        return all([cache.write(key, choice, note) for cache in self.caches])
+
+
 def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 

@@ -66,7 +66,7 @@ from runtime.callbacks import Recorder
 from runtime.summary import RunSummary
 from turnip.budget import naming_the_budget
 from turnip.candidates import DIMENSIONS, Candidate, LlamaPrefill, PlanTarget
-from turnip.choice_cache import ChoiceCache, default_cache_dir
+from turnip.choice_cache import ChoiceCache, ChoiceCaches, default_cache_dir
 from turnip.choose import choose_llama_plan
 from turnip.finetune import FinetuneResult, check_computes, finetune
 from turnip.host import HostMemory, Materialized, Soon
@@ -600,7 +600,9 @@ class Session:
         began = time.perf_counter()
         self._fit_arena(self._built_prefill(prefill, start).graph)  # the first candidate sizes the arena, as any graph does
         target = PlanTarget(self.memory, self.backend, self.attention, arena=self.arena, pinned=self._pinned or None)
-        cache = ChoiceCache(self.plan_dir if self.plan_dir is not None else default_cache_dir() / "choices")
+        cache = ChoiceCache(default_cache_dir() / "choices")
+        if self.plan_dir is not None:
+            cache = ChoiceCaches(ChoiceCache(self.plan_dir), cache)
         choice = choose_llama_plan(prefill, target, given, cache=cache, plan_dir=self.plan_dir,
                                    processes="forkserver" if self.host.pinned else "fork")
         self._built_prefill(prefill, choice.candidate, choice.built)

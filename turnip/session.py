@@ -18,10 +18,10 @@ Generation ([docs/generation.md](../docs/generation.md)): one prefill of every p
 packed end to end (chunks of PREFILL_TOKENS), whose k and v rows the runs write straight into the call's
 cache; its plan (layer order, token block, query group, schedule) chosen by turnip/choose.py at the
 session's arena on the sim and cuda backends, once per arena and prompt lengths, the choice kept on disk
-(`_prefill_plan`; `prefill_plan` forces or keeps the defaults); then N decode steps, each one taskgraph for the whole batch (one new token per
-sequence: the last prompt token first, then each generated one). A step's shapes depend only on its
-cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens and at each size step of the last
-column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
+(`_prefill_plan`; `prefill_plan` forces or keeps the defaults); then N decode steps, each one taskgraph
+for the whole batch (one new token per sequence: the last prompt token first, then each generated one).
+A step's shapes depend only on its cache columns (`DecodeStep.key`: a new plan every `kv_block` tokens
+and at each size step of the last column's rows), so most steps run a cached plan. Decode plans are compiled with inputs="recur": the
 weights and cache columns that survive a step stay on the GPU for the next, and only what changed is
 copied (`execute(..., unchanged=)`, runtime/residency.py). Between steps the KV cache is host numpy
 columns shared by the batch (frontend/workloads/llama/kv_cache.py, with room for the new tokens); the new rows each step
@@ -268,9 +268,9 @@ class Session:
             except OSError as err:
                 raise InputError(f"plan folder '{self.plan_dir}' cannot be made: {err.strerror or err}") from None
         self.disk_hits = 0
+        """Plans read from `plan_dir` instead of compiled."""
         self.prefill_plans: list[PrefillPlan] = []
         """Every prefill plan the session chose (`PrefillPlan`), in order."""
-        """Plans read from `plan_dir` instead of compiled."""
         self.backend_options = dict(backend_options or {})
         """Keyword arguments of the cuda backend's constructor (runtime.backends.make_backend), e.g. queue_depth."""
         self.tokenizer = FolderTokenizer(Path(weights) if isinstance(weights, (str, os.PathLike)) else None)
@@ -303,7 +303,7 @@ class Session:
         self._prefills: OrderedDict[tuple, llama.LlamaGraph] = OrderedDict()
         """Prefill graphs built, by (`LlamaPrefill`, `Candidate`) (`_built_prefill`: a call sizes the arena
         with a graph, then runs it)."""
-        self._prefill_choices: dict[LlamaPrefill, Candidate] = {}
+        self._prefill_choices: OrderedDict[LlamaPrefill, Candidate] = OrderedDict()
         """Per prefill, the plan chosen at the current arena (`_prefill_plan`; dropped when it shrinks)."""
         self._training: dict[tuple, tuple] = {}
         """Training steps built, by batch shape and LoRA spec: (the TrainGraph, the frozen weights cut into its
@@ -588,6 +588,8 @@ class Session:
             if any(given.get(name, "auto") == "auto" for name in DIMENSIONS):
                 candidate = self._choose_prefill(prefill, given, candidate, stats)
             self._prefill_choices[prefill] = candidate
+            if len(self._prefill_choices) > CACHE_ENTRIES:
+                self._prefill_choices.popitem(last=False)
         built = self._built_prefill(prefill, candidate)
         return built, self._compiled(("prefill", prefill, candidate), built.graph, stats, schedule=candidate.schedule)
 

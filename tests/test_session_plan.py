@@ -59,6 +59,12 @@ def test_a_sessions_packed_prefill_gets_the_plain_searchs_plan():
         again = session.generate(prompts(seed=1), 2)
         assert again.prefill_plans == [] and again.compiles == 0
         assert session.prefill_plans == [chosen]
+        # prompts alike (as many tokens and as long a prompt, to within a power of two): the choice taken
+        [alike] = session.generate(prompts((60, 70, 33, 95)), 2).prefill_plans
+        assert (alike.candidate, alike.how, alike.tokens) == (expected, "alike", 254)
+        # others: chosen for themselves
+        [other] = session.generate(prompts((200, 40)), 2).prefill_plans
+        assert other.how in ("searched", "unbound") and other.tokens == 238
 
 
 def test_a_choice_is_kept_across_sessions_and_a_plan_folder_keeps_the_plan(tmp_path, monkeypatch):
@@ -148,3 +154,12 @@ def test_turnip_generate_states_the_prefill_plan_and_its_flag_forces_one(tmp_pat
         assert ended.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert words in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_prefills_alike_round_tokens_longest_prompt_and_count_up_to_powers_of_two():
+    from turnip.session import _alike
+
+    assert _alike(packed((61, 71, 31, 97))) == _alike(packed((60, 70, 33, 95))) == _alike(packed((40, 50, 60, 70)))
+    assert _alike(packed((61, 71, 31, 97))) != _alike(packed((61, 71, 31, 97, 2)))  # five prompts: another class
+    assert _alike(packed((61, 71, 31, 97))) != _alike(packed((200, 40)))
+    assert _alike(LlamaPrefill(TINY, 256)) is None  # one sequence (Session.prefill): chosen for itself

@@ -76,7 +76,7 @@ from turnip.lora import Adapter, MergedWeights, adapter_of
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
 from turnip_ir.cost import CostModel
-from turnip_ir.errors import InputError, KernelError
+from turnip_ir.errors import BudgetError, InputError, KernelError
 from turnip_ir.kernels import numpy_dtype
 from turnip_ir.units import parse_size
 from turnip_ir.memgraph import MemGraph
@@ -91,11 +91,22 @@ KV_ALIGN = 1 << 12
 """Where each of a call's KV cache buffers starts in the one region that holds them all (`_empty_cache`)."""
 
 
+def _alike(prefill: LlamaPrefill) -> tuple | None:
+    """What a packed prefill shares with those whose choice it may take (`Session._alike_choice`): all but
+    its lengths, its token count and its longest prompt each rounded up to a power of two, and how many
+    prompts it packs by the same rule; None for one unpacked sequence (chosen for itself)."""
+    if prefill.sequences is None:
+        return None
+    up = lambda n: 1 << (int(n) - 1).bit_length()  # noqa: E731
+    return (replace(prefill, tokens=0, sequences=None), up(prefill.tokens), up(max(prefill.sequences)), up(len(prefill.sequences)))
+
+
 @dataclass(frozen=True)
 class PrefillPlan:
     """How a prefill's plan was chosen (`choose_llama_plan`): for `tokens` prompt tokens, the `candidate`,
-    `how` (searched, unbound: the budget does not bind, or kept: read from the choice cache), the seconds
-    it took and the sim's makespan of the plan where it ran one."""
+    `how` (searched, unbound: the budget does not bind, kept: read from the choice cache, or alike: taken
+    from a prefill alike in the session), the seconds it took and the sim's makespan of the plan where it
+    ran one."""
 
     tokens: int
     candidate: Candidate
@@ -104,7 +115,8 @@ class PrefillPlan:
     makespan: float | None = None
 
     def describe(self) -> str:
-        why = {"searched": "searched", "unbound": "the budget does not bind", "kept": "chosen before, kept"}.get(self.how, self.how)
+        why = {"searched": "searched", "unbound": "the budget does not bind", "kept": "chosen before, kept",
+               "alike": "chosen for prompts alike in this session"}.get(self.how, self.how)
         sim = f"; sim {self.makespan:.3f} s" if self.makespan is not None else ""
         return f"{self.candidate.describe()} ({why}, {self.seconds:.2f} s{sim})"
 
@@ -586,12 +598,36 @@ class Session:
             given = self._prefill_given()
             candidate = prefill.start(given)
             if any(given.get(name, "auto") == "auto" for name in DIMENSIONS):
-                candidate = self._choose_prefill(prefill, given, candidate, stats)
+                candidate = self._alike_choice(prefill, stats) or self._choose_prefill(prefill, given, candidate, stats)
             self._prefill_choices[prefill] = candidate
             if len(self._prefill_choices) > CACHE_ENTRIES:
                 self._prefill_choices.popitem(last=False)
         built = self._built_prefill(prefill, candidate)
         return built, self._compiled(("prefill", prefill, candidate), built.graph, stats, schedule=candidate.schedule)
+
+    def _target(self) -> PlanTarget:
+        """What a prefill's plan is chosen for: the session's arena, within its budget (turnip/candidates.py)."""
+        return PlanTarget(self.memory, self.backend, self.attention, arena=self.arena, pinned=self._pinned or None)
+
+    def _alike_choice(self, prefill: LlamaPrefill, stats: GenerateResult) -> Candidate | None:
+        """The choice made at this arena for the latest prefill alike (`_alike`: as many tokens and as long a
+        prompt, each to within a power of two), its block clamped to the tokens and its query group to the
+        blocks; None where none was made. A call's prompt lengths rarely repeat (a server's), and a search
+        per new set of lengths would cost more than the plan it finds gains (docs/generation.md)."""
+        alike = _alike(prefill)
+        for seen, candidate in reversed(self._prefill_choices.items()):
+            if seen.sequences is not None and _alike(seen) == alike:
+                block = min(candidate.block, prefill.tokens)
+                candidate = replace(candidate, block=block, query_group=min(candidate.query_group, -(-prefill.tokens // block)))
+                try:  # its workspace leaves the arena the backend is prepared for, as a searched candidate's must
+                    self._target().arena_of(self._built_prefill(prefill, candidate).graph)
+                except BudgetError:
+                    return None
+                chosen = PrefillPlan(prefill.tokens, candidate, "alike", 0.0)
+                stats.prefill_plans.append(chosen)
+                self.prefill_plans.append(chosen)
+                return candidate
+        return None
 
     def _choose_prefill(self, prefill: LlamaPrefill, given: dict, start: Candidate, stats: GenerateResult) -> Candidate:
         """The plan `choose_llama_plan` chooses for `prefill` at the session's arena, its seconds counted as
@@ -601,7 +637,7 @@ class Session:
         than the arena left page tables for (`_compiled` then plans it again at a smaller arena)."""
         began = time.perf_counter()
         self._fit_arena(self._built_prefill(prefill, start).graph)  # the first candidate sizes the arena, as any graph does
-        target = PlanTarget(self.memory, self.backend, self.attention, arena=self.arena, pinned=self._pinned or None)
+        target = self._target()
         cache = ChoiceCache(default_cache_dir() / "choices")
         if self.plan_dir is not None:
             cache = ChoiceCaches(ChoiceCache(self.plan_dir), cache)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import subprocess
 import sys
@@ -110,3 +112,16 @@ def test_a_server_forked_child_does_not_run_the_callers_script_again(tmp_path):
                          env={**os.environ, "PYTHONPATH": root})
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == ["script ran", "result [('a', 5)]"]
+
+
+def test_a_server_started_early_serves_the_children_later():
+    """`start_server` (a session's, before its weights are page-locked) and then a pool of that method."""
+    if not forks.available("forkserver"):
+        pytest.skip("forkserver is not available here")
+    forks.start_server(("turnip.search",))
+    pool = forks.ForkPool(2, "forkserver", preload=("turnip.search",))
+    pool.start("sum", functools.partial(operator.add, 2, 3))
+    done = []
+    while not done:
+        done = pool.wait(30)
+    assert done == [("sum", 5)]

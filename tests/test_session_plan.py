@@ -163,3 +163,20 @@ def test_prefills_alike_round_tokens_longest_prompt_and_count_up_to_powers_of_tw
     assert _alike(packed((61, 71, 31, 97))) != _alike(packed((61, 71, 31, 97, 2)))  # five prompts: another class
     assert _alike(packed((61, 71, 31, 97))) != _alike(packed((200, 40)))
     assert _alike(LlamaPrefill(TINY, 256)) is None  # one sequence (Session.prefill): chosen for itself
+
+
+def test_a_session_that_may_search_from_page_locked_memory_starts_the_server_at_once(monkeypatch, tmp_path):
+    """On cuda (page-locked host memory) the search forks from a server, started when the session is made
+    so that its imports overlap the weights' loading; not for `default`, nor where nothing is page-locked."""
+    import json
+
+    from turnip import session as session_module
+
+    started = []
+    monkeypatch.setattr(session_module.forks, "start_server", lambda preload: started.append(preload))
+    (tmp_path / "config.json").write_text(json.dumps({**llama.PRESETS["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
+                                                      "num_attention_heads": 2, "intermediate_size": 64}))
+    for backend, plan, expected in (("cuda", "auto", 1), ("cuda", "default", 0), ("sim", "auto", 0)):
+        started.clear()
+        Session(config=str(tmp_path / "config.json"), memory=1 << 30, backend=backend, prefill_plan=plan).close()
+        assert started == [("turnip.search",)] * expected, (backend, plan)

@@ -64,6 +64,8 @@ where the plan that wins has another block than the default's and the spine's sc
 first-wave slots from the winner's path, 8.6 s against 8.2 s (one run each)."""
 FORK_FROM = 2000
 """Tasks in the default graph from which candidates are compiled in forked processes."""
+PRELOAD = (__name__,)
+"""What a server forking the search's children imports first (turnip/forks.py)."""
 TIE = 1e-9
 """Relative slack on every deadline and bound comparison: a candidate that may tie is run to its end."""
 
@@ -264,7 +266,7 @@ class Search:
         compiled here."""
         slots = workers or forks.default_slots()
         if slots > 1 and self.prefill.tasks(self.path) >= FORK_FROM and forks.available(self.processes):
-            self.pool = forks.ForkPool(slots, self.processes, preload=(__name__,))
+            self.pool = forks.ForkPool(slots, self.processes, preload=PRELOAD)
             self.scratch = Path(tempfile.mkdtemp(prefix="turnip-choose-"))
             self.deadlines = self.pool.context.RawArray("d", self.deadlines)
             floor = link_floor(self.prefill, self.path, self.cost)

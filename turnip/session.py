@@ -64,6 +64,7 @@ from runtime.backends import Backend, make_backend, resolve_backend
 from runtime import process_memory
 from runtime.callbacks import Recorder
 from runtime.summary import RunSummary
+from turnip import forks
 from turnip.budget import naming_the_budget
 from turnip.candidates import DIMENSIONS, Candidate, LlamaPrefill, PlanTarget
 from turnip.choice_cache import ChoiceCache, ChoiceCaches, default_cache_dir
@@ -75,6 +76,7 @@ from turnip.inputs import (MAX_NEW_TOKENS, FolderTokenizer, check_finite_weight,
 from turnip.lora import Adapter, MergedWeights, adapter_of
 from turnip.plans import plan_key, read_plan, write_plan
 from turnip.sampling import check_sampling, next_tokens
+from turnip.search import PRELOAD
 from turnip_ir.cost import CostModel
 from turnip_ir.errors import BudgetError, InputError, KernelError
 from turnip_ir.kernels import numpy_dtype
@@ -292,6 +294,8 @@ class Session:
         self._forced_schedule = schedule
         """The schedule the caller named (None: the prefills' is chosen)."""
         self.host = HostMemory(self.backend)
+        if self.host.pinned and self.prefill_plan != "default":  # a prefill's search forks from a server: started now
+            forks.start_server(PRELOAD)
         merged = source if self.adapter is None else MergedWeights(source, self.adapter)
         self.weights = Materialized(merged, self.config.dtype, self.host, check=check_finite_weight)
         if hasattr(source, "lazy"):  # a checkpoint: its files' maps page-locked meanwhile, where read in place

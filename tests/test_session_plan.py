@@ -180,3 +180,15 @@ def test_a_session_that_may_search_from_page_locked_memory_starts_the_server_at_
         started.clear()
         Session(config=str(tmp_path / "config.json"), memory=1 << 30, backend=backend, prefill_plan=plan).close()
         assert started == [("turnip.search",)] * expected, (backend, plan)
+
+
+def test_the_session_plans_investigation_prints_both_tables(capsys):
+    root = Path(__file__).parent.parent / "bench" / "investigations"
+    sys.path.insert(0, str(root))
+    try:
+        import session_plans
+    finally:
+        sys.path.remove(str(root))
+    assert session_plans.main(["--config", "tiny", "--memory", "320KiB", "--shapes", "4x64", "--alike", "4x40-64", "--sets", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 4x")]
+    assert len(rows) == 3 and "searched" in rows[0] and all("its own" in row for row in rows[1:])

@@ -63,14 +63,18 @@ def start_server(preload: tuple[str, ...] = ()) -> None:
     """Start the server `method="forkserver"` children are forked from now, its imports of `preload` paid
     while the caller goes on (0.5 s before the first child's answer on the 2-core VM when it is started
     with the first child), for a caller that may fork from it later (a session, before its weights are
-    page-locked). Nothing where the method is not available; a server already running is kept."""
+    page-locked). Nothing where the method is not available; a server already running is kept; one that
+    cannot start now is left to the first child to start (or to fail there, naming why)."""
     if not available("forkserver"):
         return
     from multiprocessing import forkserver
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
-    with _main_left_out():
-        forkserver.ensure_running()
+    try:
+        with _main_left_out():
+            forkserver.ensure_running()
+    except OSError:  # a head start only
+        pass
 
 
 @contextlib.contextmanager

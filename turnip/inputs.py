@@ -75,12 +75,11 @@ def check_prefill_plan(plan):
         if value == "auto":
             continue
         if name in ("block", "query_group"):
-            ok = _integer(value) and value >= 1
+            ok, known = _integer(value) and value >= 1, "a positive integer"
         else:
-            ok = value in (llama.LAYER_ORDERS if name == "layer_order" else SCHEDULES)
+            choices = llama.LAYER_ORDERS if name == "layer_order" else SCHEDULES
+            ok, known = value in choices, ", ".join(choices)
         if not ok:
-            known = "a positive integer" if name in ("block", "query_group") else \
-                ", ".join(llama.LAYER_ORDERS if name == "layer_order" else SCHEDULES)
             raise InputError(f"prefill_plan: {name} must be auto or {known}, got {value!r}")
     return dict(plan)
 

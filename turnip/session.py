@@ -602,7 +602,10 @@ class Session:
             given = self._prefill_given()
             candidate = prefill.start(given)
             if any(given.get(name, "auto") == "auto" for name in DIMENSIONS):
-                candidate = self._alike_choice(prefill, stats) or self._choose_prefill(prefill, given, candidate, stats)
+                chosen = self._alike_choice(prefill) or self._choose_prefill(prefill, given, candidate, stats)
+                stats.prefill_plans.append(chosen)
+                self.prefill_plans.append(chosen)
+                candidate = chosen.candidate
             self._prefill_choices[prefill] = candidate
             if len(self._prefill_choices) > CACHE_ENTRIES:
                 self._prefill_choices.popitem(last=False)
@@ -613,7 +616,7 @@ class Session:
         """What a prefill's plan is chosen for: the session's arena, within its budget (turnip/candidates.py)."""
         return PlanTarget(self.memory, self.backend, self.attention, arena=self.arena, pinned=self._pinned or None)
 
-    def _alike_choice(self, prefill: LlamaPrefill, stats: GenerateResult) -> Candidate | None:
+    def _alike_choice(self, prefill: LlamaPrefill) -> PrefillPlan | None:
         """The choice made at this arena for the latest prefill alike (`_alike`: as many tokens and as long a
         prompt, each to within a power of two), its block clamped to the tokens and its query group to the
         blocks; None where none was made. A call's prompt lengths rarely repeat (a server's), and a search
@@ -627,13 +630,10 @@ class Session:
                     self._target().arena_of(self._built_prefill(prefill, candidate).graph)
                 except BudgetError:
                     return None
-                chosen = PrefillPlan(prefill.tokens, candidate, "alike", 0.0)
-                stats.prefill_plans.append(chosen)
-                self.prefill_plans.append(chosen)
-                return candidate
+                return PrefillPlan(prefill.tokens, candidate, "alike", 0.0)
         return None
 
-    def _choose_prefill(self, prefill: LlamaPrefill, given: dict, start: Candidate, stats: GenerateResult) -> Candidate:
+    def _choose_prefill(self, prefill: LlamaPrefill, given: dict, start: Candidate, stats: GenerateResult) -> PrefillPlan:
         """The plan `choose_llama_plan` chooses for `prefill` at the session's arena, its seconds counted as
         compile time (the call's set-up): only candidates whose workspace the arena leaves room for (the
         backend is prepared for it), searched in processes forked from a server where this one holds
@@ -648,22 +648,12 @@ class Session:
         choice = choose_llama_plan(prefill, target, given, cache=cache, plan_dir=self.plan_dir,
                                    processes="forkserver" if self.host.pinned else "fork")
         self._built_prefill(prefill, choice.candidate, choice.built)
-        smaller = refit_arena(choice.memgraph, choice.built.graph, self.memory, self.backend, attention=self.attention)
-        if smaller is None or smaller >= self.arena:
-            self.cache[self._cache_key(("prefill", prefill, choice.candidate))] = choice.memgraph
-            if choice.plan_read:
-                self.disk_hits += 1
-                stats.plans_read += 1
-                stats.cache_hits += 1
-            else:
-                self.compiles += 1
-                stats.compiles += 1
+        if self._smaller_arena(choice.memgraph, choice.built.graph) is None:
+            self._keep(self._cache_key(("prefill", prefill, choice.candidate)), choice.memgraph)
+            self._count_plan(stats, read=choice.plan_read)
         seconds = time.perf_counter() - began
         stats.compile_seconds += seconds
-        chosen = PrefillPlan(prefill.tokens, choice.candidate, choice.how, seconds, choice.makespan)
-        stats.prefill_plans.append(chosen)
-        self.prefill_plans.append(chosen)
-        return choice.candidate
+        return PrefillPlan(prefill.tokens, choice.candidate, choice.how, seconds, choice.makespan)
 
     def _empty_cache(self, prompts: list[np.ndarray], steps: int, computed: bool) -> KvCache:
         """The call's cache, holding nothing yet, with room for every prompt and `steps` more tokens, in the
@@ -850,15 +840,36 @@ class Session:
         began = time.perf_counter()
         self._fit_arena(graph, remat)
         memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu, schedule)
-        smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
-        if smaller is not None and smaller < self.arena:  # it pins more host memory than the estimate left page tables for
+        smaller = self._smaller_arena(memgraph, graph)
+        if smaller is not None:
             self._shrink_arena(smaller)
             memgraph = self._plan(graph, inputs, stats, remat, start_on_gpu, schedule)
         stats.compile_seconds += time.perf_counter() - began
+        self._keep(key, memgraph)
+        return memgraph
+
+    def _keep(self, key: tuple, memgraph: MemGraph) -> None:
+        """`memgraph` into the plan cache under `key` (a `_cache_key`), the least recently used dropped."""
         self.cache[key] = memgraph
         if len(self.cache) > CACHE_ENTRIES:
             self.cache.popitem(last=False)
-        return memgraph
+
+    def _smaller_arena(self, memgraph: MemGraph, graph: TaskGraph) -> int | None:
+        """The smaller arena `graph` must be planned again at when `memgraph` pins more host memory than the
+        arena's estimate left page tables for (`refit_arena`); None when it fits the session's arena."""
+        smaller = refit_arena(memgraph, graph, self.memory, self.backend, attention=self.attention)
+        return smaller if smaller is not None and smaller < self.arena else None
+
+    def _count_plan(self, stats: GenerateResult, read: bool) -> None:
+        """A plan made for a call, in the session's counts and the call's: read from the plan folder (a
+        cache hit), or compiled."""
+        if read:
+            self.disk_hits += 1
+            stats.cache_hits += 1
+            stats.plans_read += 1
+        else:
+            self.compiles += 1
+            stats.compiles += 1
 
     def _plan(self, graph: TaskGraph, inputs: str, stats: GenerateResult, remat: bool = False,
               start_on_gpu: frozenset[str] = frozenset(), schedule: str | None = None) -> MemGraph:
@@ -871,15 +882,12 @@ class Session:
         path = None if self.plan_dir is None else self.plan_dir / f"{plan_key(graph, self.arena, named, inputs, kept, start_on_gpu)}.json"
         memgraph = read_plan(path, graph, self.arena) if path is not None else None
         if memgraph is not None:
-            self.disk_hits += 1
-            stats.cache_hits += 1
-            stats.plans_read += 1
+            self._count_plan(stats, read=True)
             return memgraph
         memgraph = compile_taskgraph(graph, self.arena, schedule, inputs=inputs, kept=kept, remat=remat, start_on_gpu=start_on_gpu)
         if path is not None:
             write_plan(path, memgraph)
-        self.compiles += 1
-        stats.compiles += 1
+        self._count_plan(stats, read=False)
         return memgraph
 
     def _fit_arena(self, graph: TaskGraph, remat: bool = False) -> None:
